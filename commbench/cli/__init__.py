@@ -1,0 +1,60 @@
+"""The command line: a thin Typer layer over the core.
+
+Each command lives in its own module with a `register(app)` function and is listed in
+`_COMMANDS`. Heavy modules (torch, pandas, matplotlib) are imported inside the commands,
+never at import time, so that `commbench --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from commbench import __version__
+from commbench.errors import EXIT_INTERRUPTED, CommbenchError
+
+app = typer.Typer(
+    name="commbench",
+    help="How fast do my GPUs talk to each other, and did that just get worse?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# One module per command, in the order `--help` lists them.
+_COMMANDS = ("topo", "collectives")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"commbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """How fast do my GPUs talk to each other, and did that just get worse?"""
+
+
+for _name in _COMMANDS:
+    importlib.import_module(f"commbench.cli.{_name}").register(app)
+
+
+def main() -> None:
+    """Console-script entry point: one line and an exit code for every known error."""
+    try:
+        app()
+    except CommbenchError as exc:
+        typer.echo(f"commbench: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("commbench: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

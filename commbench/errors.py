@@ -1,0 +1,30 @@
+"""Errors the CLI turns into one line and an exit code, instead of a traceback.
+
+The core raises these; only `commbench.cli.main` catches them. Anything else is a
+bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run completed but something measured failed (check, regression, worker)
+EXIT_USAGE = 2  # bad input or incomparable inputs: nothing was measured
+EXIT_INTERRUPTED = 130
+
+
+class CommbenchError(Exception):
+    """Base of the errors commbench reports as one line."""
+
+    exit_code = EXIT_FAILED
+
+
+class UserError(CommbenchError):
+    """Bad input: a flag, a file, a combination the backend cannot run."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunFailed(CommbenchError):
+    """A launched run failed (a worker died or hung); what it measured is on disk."""
+
+    exit_code = EXIT_FAILED
