@@ -1,0 +1,122 @@
+"""Exporters: one interface, chosen by `--format`.
+
+`table` and `md` share one table builder, so the human table and the markdown a CI job
+posts always show the same columns. `csv` and `json` are the stable machine formats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from enum import Enum
+
+from commbench.results.schema import ResultRow
+from commbench.results.store import dump_json, rows_to_csv
+from commbench.sizes import format_size
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    md = "md"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def group_title(row: ResultRow) -> str:
+    parts = [row.op]
+    if row.strategy:
+        parts.append(f"strategy={row.strategy}")
+    parts.append(row.dtype)
+    if row.reduce_op:
+        parts.append(f"op={row.reduce_op}")
+    parts.append(f"n={row.world_size}")
+    if row.in_place:
+        parts.append("in-place")
+    return "  ".join(parts)
+
+
+HEADERS = ["size", "count", "time_us", "algbw_GB/s", "busbw_GB/s", "cv", "n", "check"]
+
+
+def build_tables(rows: list[ResultRow]) -> list[tuple[str, list[list[str]]]]:
+    """Rows -> (title, cell rows) per op/strategy/dtype group, in the order measured."""
+    groups: dict[str, list[list[str]]] = {}
+    for row in rows:
+        title = group_title(row)
+        check = row.check + (" *" if row.note else "")
+        cells = [
+            format_size(row.size_bytes) if row.op != "barrier" else "-",
+            str(row.count),
+            _num(row.time_us),
+            _num(row.algbw_gbps),
+            _num(row.busbw_gbps),
+            _num(row.cv),
+            str(row.n),
+            check,
+        ]
+        groups.setdefault(title, []).append(cells)
+    return list(groups.items())
+
+
+def _notes(rows: list[ResultRow]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        if row.note:
+            seen.setdefault(
+                f"{row.op} {format_size(row.requested_bytes or row.size_bytes)}: {row.note}"
+            )
+    return list(seen)
+
+
+def to_table(rows: list[ResultRow]) -> str:
+    out: list[str] = []
+    for title, cells in build_tables(rows):
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
+        out.append(f"# {title}")
+        out.append("  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)))
+        out.extend("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
+        out.append("")
+    notes = _notes(rows)
+    if notes:
+        out.append("* " + "\n* ".join(notes))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_markdown(rows: list[ResultRow]) -> str:
+    out: list[str] = []
+    for title, cells in build_tables(rows):
+        out.append(f"### {title}\n")
+        out.append("| " + " | ".join(HEADERS) + " |")
+        out.append("|" + "|".join("---:" for _ in HEADERS) + "|")
+        out.extend("| " + " | ".join(line) + " |" for line in cells)
+        out.append("")
+    notes = _notes(rows)
+    if notes:
+        out.extend(f"- \\* {n}" for n in notes)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(rows: list[ResultRow]) -> str:
+    return dump_json([r.to_dict(samples=False) for r in rows])
+
+
+EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {
+    Format.table: to_table,
+    Format.csv: rows_to_csv,
+    Format.json: to_json,
+    Format.md: to_markdown,
+}
+
+
+def export(rows: list[ResultRow], fmt: Format) -> str:
+    return EXPORTERS[Format(fmt)](rows)
+
+
+__all__ = ["EXPORTERS", "Format", "build_tables", "export", "json"]

@@ -1,0 +1,153 @@
+"""Run directories: creating them without ever overwriting one, and writing files atomically.
+
+A run directory holds `run.json` (settings, context, status) and the results
+(`results.csv` for people and pandas, `results.json` with the per-iteration samples). Both
+are rewritten, via a temporary file and rename, after every measured point: a run that dies
+leaves valid files with every point measured before.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
+
+RUN_FILE = "run.json"
+RESULTS_CSV = "results.csv"
+RESULTS_JSON = "results.json"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _clean(value: Any) -> Any:
+    """NaN is not JSON: write null instead, so any JSON reader can load our files."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(_clean(data), indent=2, default=_json_default) + "\n"
+
+
+def new_run_dir(parent: Path, kind: str) -> Path:
+    """Create `parent/<timestamp>-<kind>[-N]`; an existing directory is never reused."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"{stamp}-{kind}"
+    for attempt in range(1000):
+        path = parent / (base if attempt == 0 else f"{base}-{attempt + 1}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise UserError(f"could not create a new run directory under {parent}")
+
+
+def rows_to_csv(rows: list[ResultRow]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        data = row.to_dict(samples=False)
+        writer.writerow({k: ("" if v is None else v) for k, v in data.items()})
+    return buf.getvalue()
+
+
+def write_results(run_dir: Path, rows: list[ResultRow]) -> None:
+    payload = {"schema_version": SCHEMA_VERSION, "rows": [r.to_dict() for r in rows]}
+    atomic_write(run_dir / RESULTS_JSON, dump_json(payload))
+    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
+
+
+def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    atomic_write(run_dir / RUN_FILE, dump_json({"schema_version": SCHEMA_VERSION, **meta}))
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise UserError(f"{path}: missing schema_version")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: schema_version {version} is newer than this commbench understands "
+            f"({SCHEMA_VERSION}); upgrade commbench"
+        )
+    return data
+
+
+@dataclass(slots=True)
+class Run:
+    """A stored run, as the reporting and comparing commands read it."""
+
+    path: Path
+    meta: dict[str, Any]
+    rows: list[ResultRow]
+
+    @property
+    def context(self) -> dict[str, Any]:
+        ctx = self.meta.get("context", {})
+        return ctx if isinstance(ctx, dict) else {}
+
+
+def load_run(path: Path) -> Run:
+    """Read a run directory (or its run.json). Raises UserError naming what is wrong."""
+    path = Path(path)
+    run_dir = path.parent if path.is_file() else path
+    if not run_dir.is_dir():
+        raise UserError(f"{path}: not a run directory")
+    meta = _load_json(run_dir / RUN_FILE)
+    results_path = run_dir / RESULTS_JSON
+    rows: list[ResultRow] = []
+    if results_path.exists():
+        data = _load_json(results_path)
+        raw_rows = data.get("rows")
+        if not isinstance(raw_rows, list):
+            raise UserError(f"{results_path}: 'rows' must be a list")
+        for i, raw in enumerate(raw_rows):
+            try:
+                rows.append(ResultRow.from_dict(raw))
+            except TypeError as exc:
+                raise UserError(f"{results_path}: rows[{i}]: {exc}") from None
+    return Run(path=run_dir, meta=meta, rows=rows)
+
+
+def host_name() -> str:
+    return socket.gethostname()

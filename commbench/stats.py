@@ -1,0 +1,72 @@
+"""Summary statistics of one measurement's per-iteration samples.
+
+The median is the headline: on shared machines iteration times are skewed and bimodal, so
+the mean follows the slow mode. The samples are kept next to the summary because the
+regression gate tests them, not the summary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    if lo == hi:
+        return sorted_values[lo]
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Stats:
+    """Summary of n samples (any unit; commbench uses microseconds)."""
+
+    n: int
+    min: float
+    q1: float
+    median: float
+    q3: float
+    p95: float
+    max: float
+    mean: float
+    stddev: float
+    """Sample standard deviation (n-1)."""
+    cv: float
+    """Coefficient of variation, stddev / mean: the noise flag."""
+    outliers: int
+    """Samples outside the 1.5 x IQR fences (Tukey), as hyperfine and pytest-benchmark count them."""
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Stats:
+        if not samples:
+            raise ValueError("no samples")
+        values = sorted(samples)
+        n = len(values)
+        mean = math.fsum(values) / n
+        var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+        stddev = math.sqrt(var)
+        q1, q3 = quantile(values, 0.25), quantile(values, 0.75)
+        iqr = q3 - q1
+        lo_fence, hi_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+        return cls(
+            n=n,
+            min=values[0],
+            q1=q1,
+            median=quantile(values, 0.5),
+            q3=q3,
+            p95=quantile(values, 0.95),
+            max=values[-1],
+            mean=mean,
+            stddev=stddev,
+            cv=stddev / mean if mean > 0 else 0.0,
+            outliers=sum(1 for v in values if v < lo_fence or v > hi_fence),
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
