@@ -1,11 +1,187 @@
-"""`commbench collectives` (being written)."""
+"""`commbench collectives`: time every torch.distributed collective across a size sweep."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import typer
+
+from commbench.cli._common import reported_errors
+from commbench.errors import RunFailed, UserError
+from commbench.results.exporters import Format
+
+CPU_DEFAULT_SIZES = "1K-1M"
+GPU_DEFAULT_SIZES = "1K-1G"
+CPU_DEFAULT_NPROC = 2
+# A coefficient of variation above this marks a point noisy in the run's summary.
+NOISY_CV = 0.2
+
+
+def visible_gpus() -> int:
+    """GPUs NVML can see, honouring CUDA_VISIBLE_DEVICES; 0 without a driver. No torch."""
+    try:
+        from commbench.topology import discover
+
+        return len(discover().gpus)
+    except Exception:
+        return 0
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ranks = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"--ranks must be a comma list of integers, got {text!r}") from None
+    if not ranks:
+        raise UserError("--ranks is empty")
+    return ranks
 
 
 def register(app: typer.Typer) -> None:
     @app.command("collectives")
-    def collectives() -> None:
-        """Time every torch.distributed collective across message sizes."""
+    def collectives(
+        sizes: str = typer.Option(
+            None,
+            "--sizes",
+            "-s",
+            help=f"Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
+        ),
+        ops: str = typer.Option("all", "--ops", help="Comma list of ops, or 'all'."),
+        strategies: str = typer.Option(
+            None, "--strategies", help="All-reduce strategies to compare: 'all' or a comma list."
+        ),
+        nproc: int = typer.Option(
+            None, "--nproc", "-n", help="Workers per node. Default: every visible GPU, else 2."
+        ),
+        backend: str = typer.Option(
+            None, "--backend", help="nccl or gloo. Default: nccl on GPUs, gloo on CPU."
+        ),
+        device: str = typer.Option(
+            None, "--device", help="cuda or cpu. Default: cuda when a GPU is visible."
+        ),
+        dtype: str = typer.Option(
+            "float32",
+            "--dtype",
+            help="float32, float16, bfloat16, float64, int32, int64, int8, uint8.",
+        ),
+        reduce_op: str = typer.Option("sum", "--reduce-op", help="sum, avg, max, min or prod."),
+        warmup: int = typer.Option(
+            None, "--warmup", help="Warm-up iterations per point. Default adapts (2-20)."
+        ),
+        iters: int = typer.Option(
+            None, "--iters", help="Timed iterations per point. Default: fill --min-time."
+        ),
+        min_time: float = typer.Option(
+            0.2, "--min-time", help="Seconds of timed iterations per point (10-1000 iterations)."
+        ),
+        in_place: bool = typer.Option(
+            False, "--in-place", help="In-place all_gather / reduce_scatter."
+        ),
+        check: bool = typer.Option(
+            True, "--check/--no-check", help="Verify every op's result after timing."
+        ),
+        async_op: bool = typer.Option(
+            False, "--async-op", help="Call ops with async_op=True and wait()."
+        ),
+        graph: bool = typer.Option(
+            False, "--graph", help="Time CUDA-graph replays (launch overhead out)."
+        ),
+        ranks: str = typer.Option(None, "--ranks", help="Run the ops on this subgroup, e.g. 0,2."),
+        timeout: float = typer.Option(
+            300.0, "--timeout", help="Seconds without progress before the run is declared hung."
+        ),
+        out: Path = typer.Option(
+            Path("results"), "--out", "-o", help="Parent directory of the run directory."
+        ),
+        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
+    ) -> None:
+        """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
+        with reported_errors():
+            from commbench.collectives.settings import CollectivesSettings
+            from commbench.collectives.specs import parse_ops
+            from commbench.sizes import parse_sizes
+
+            gpus = visible_gpus() if device in (None, "cuda") else 0
+            dev = device or ("cuda" if gpus else "cpu")
+            settings = CollectivesSettings(
+                ops=parse_ops(ops) if ops else [],
+                sizes=parse_sizes(
+                    sizes or (GPU_DEFAULT_SIZES if dev == "cuda" else CPU_DEFAULT_SIZES)
+                ),
+                nproc=nproc
+                if nproc is not None
+                else (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
+                backend=backend or ("nccl" if dev == "cuda" else "gloo"),
+                device=dev,
+                dtype=dtype,
+                reduce_op=reduce_op,
+                warmup=warmup,
+                iters=iters,
+                min_time=min_time,
+                in_place=in_place,
+                check=check,
+                async_op=async_op,
+                graph=graph,
+                ranks=parse_ranks(ranks),
+                strategies=_parse_strategies(strategies),
+                timeout=timeout,
+            )
+            run_and_report(settings, out, fmt)
+
+
+def _parse_strategies(text: str | None) -> list[str]:
+    if not text:
+        return []
+    from commbench.strategies.registry import parse_strategies
+
+    return parse_strategies(text)
+
+
+def run_and_report(settings: object, out: Path, fmt: Format) -> None:
+    """Run the sweep with a progress bar, print the table, exit like the run went."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
+    from commbench.results.exporters import export
+    from commbench.sizes import format_size
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+    task = progress.add_task("starting workers", total=None)
+
+    def on_progress(done: int, total: int, row: object) -> None:
+        label = "measuring"
+        if row is not None:
+            label = f"{row.strategy or row.op} {format_size(row.size_bytes)}"  # type: ignore[attr-defined]
+        progress.update(task, completed=done, total=total, description=label)
+
+    with progress:
+        outcome = run_collectives(settings, out, on_progress=on_progress)  # type: ignore[arg-type]
+    if outcome.rows:
+        typer.echo(export(outcome.rows, fmt), nl=False)
+    noisy = [r for r in outcome.rows if r.n and r.cv > NOISY_CV]
+    if noisy:
+        typer.echo(
+            f"commbench: warning: {len(noisy)} of {len(outcome.rows)} points are noisy (cv > {NOISY_CV:.0%}); "
+            "the median is robust, but compare such points with care or raise --min-time",
+            err=True,
+        )
+    typer.echo(
+        f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points in {outcome.run_dir}",
+        err=True,
+    )
+    if outcome.status != STATUS_COMPLETE:
+        raise RunFailed(outcome.failure or outcome.status)
+    failed = outcome.checks_failed
+    if failed:
+        where = ", ".join(f"{r.strategy or r.op} {format_size(r.size_bytes)}" for r in failed[:5])
+        raise RunFailed(f"wrong result at {len(failed)} point(s): {where}")

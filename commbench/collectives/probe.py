@@ -1,0 +1,75 @@
+"""Ask the installed torch what it can run, before launching anything.
+
+Some combinations fail on one rank only (AVG on an integer dtype raises in gloo's type
+dispatch) and would leave the other ranks waiting in the collective. Rather than keep a
+table of what each backend version supports, run every requested op once, at world size 1,
+in a throw-away process (the launcher itself never imports torch or touches a GPU).
+
+Protocol: settings JSON on stdin; one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from commbench.collectives import ops as collective_ops
+    from commbench.collectives.settings import CollectivesSettings
+
+    s = CollectivesSettings.from_dict(settings_dict)
+    result: dict[str, Any] = {"ok": True, "torch": torch.__version__, "device_count": 0}
+    if s.device == "cuda":
+        if not torch.cuda.is_available():
+            return {
+                "ok": False,
+                "error": "--device cuda asked for, but no CUDA GPU is visible to torch",
+            }
+        result["device_count"] = torch.cuda.device_count()
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    available = {"nccl": dist.is_nccl_available(), "gloo": dist.is_gloo_available()}
+    if not available.get(s.backend, False):
+        return {"ok": False, "error": f"this torch build has no {s.backend} backend"}
+    dist.init_process_group(s.backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = collective_ops.Group(handle=None, ranks=[0], rank=0)
+        dtype = collective_ops.TORCH_DTYPES[s.dtype]
+        for op in s.ops:
+            if op in ("sendrecv", "barrier"):
+                continue
+            bufs = collective_ops.make_buffers(op, 4, dtype, device, group, s.in_place)
+            call = collective_ops.make_call(op, bufs, group, s.reduce_op, s.async_op)
+            try:
+                call()
+            except Exception as exc:  # the message is what the user needs
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                what = f"{op} with dtype {s.dtype}"
+                if op in ("all_reduce", "reduce", "reduce_scatter"):
+                    what += f" and reduce op {s.reduce_op}"
+                return {"ok": False, "error": f"{s.backend} cannot run {what}: {first}"}
+        if s.device == "cuda":
+            torch.cuda.synchronize()
+    finally:
+        dist.destroy_process_group()
+    return result
+
+
+def main() -> None:
+    settings = json.loads(sys.stdin.read())
+    try:
+        out = probe(settings)
+    except Exception as exc:
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

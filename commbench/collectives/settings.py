@@ -1,0 +1,111 @@
+"""Settings of a collectives run: what the CLI (or a suite) asks for, what workers read."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS
+from commbench.errors import UserError
+
+
+@dataclass(kw_only=True, slots=True)
+class CollectivesSettings:
+    ops: list[str]
+    """Op names from `commbench.collectives.specs.OPS`, measured in this order."""
+    sizes: list[int]
+    """Requested per-rank sizes S in bytes (each op rounds them, see `plan_size`)."""
+    nproc: int
+    """Worker processes per node."""
+    backend: str
+    """torch.distributed backend: nccl or gloo."""
+    device: str
+    """cuda or cpu: where the buffers live and how iterations are timed."""
+    dtype: str = "float32"
+    reduce_op: str = "sum"
+    warmup: int | None = None
+    """Warm-up iterations per point; None adapts to the size (see `worker.plan_iterations`)."""
+    iters: int | None = None
+    """Timed iterations per point; None fills `min_time` within [min_iters, max_iters]."""
+    min_time: float = 0.2
+    """Seconds of timed iterations per point when `iters` is None."""
+    min_iters: int = 10
+    """Floor on timed iterations: the regression gate's significance test needs samples."""
+    max_iters: int = 1000
+    """Ceiling on timed iterations, so 1 KiB points do not run for ever on fast links."""
+    in_place: bool = False
+    check: bool = True
+    async_op: bool = False
+    graph: bool = False
+    """Capture the timed iterations in a CUDA graph and time its replays."""
+    ranks: list[int] | None = None
+    """Run the ops on this subgroup (global ranks); the others wait."""
+    strategies: list[str] = field(default_factory=list)
+    """All-reduce strategies to time in addition to `ops`."""
+    timeout: float = 300.0
+    """Seconds without progress before a run is declared hung."""
+
+    def __post_init__(self) -> None:
+        unknown = [op for op in self.ops if op not in OPS]
+        if unknown:
+            raise UserError(f"unknown op {unknown[0]!r}; choose from: {', '.join(OPS)}")
+        if not self.ops and not self.strategies:
+            raise UserError("nothing to measure: no ops and no strategies")
+        if not self.sizes:
+            raise UserError("no sizes to measure")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}")
+        if self.reduce_op not in REDUCE_OPS:
+            raise UserError(
+                f"unknown reduce op {self.reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
+            )
+        if self.backend not in ("nccl", "gloo"):
+            raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
+        if self.device not in ("cuda", "cpu"):
+            raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
+        if self.backend == "nccl" and self.device != "cuda":
+            raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")
+        if self.graph and self.device != "cuda":
+            raise UserError("--graph needs --device cuda (CUDA graphs)")
+        if self.nproc < 1:
+            raise UserError("--nproc must be at least 1")
+        for name in ("warmup", "iters"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "warmup" else 1):
+                raise UserError(f"--{name} must be {'>= 0' if name == 'warmup' else '>= 1'}")
+        if self.min_time <= 0:
+            raise UserError("--min-time must be positive")
+        if not 1 <= self.min_iters <= self.max_iters:
+            raise UserError("need 1 <= min_iters <= max_iters")
+        if self.timeout <= 0:
+            raise UserError("--timeout must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One measurement of a sweep: an op (or an all-reduce strategy) at one requested size."""
+
+    op: str
+    strategy: str
+    requested_bytes: int
+
+
+def plan_points(settings: CollectivesSettings) -> list[Point]:
+    """The sweep in the order workers measure it; the launcher uses it for progress."""
+    points: list[Point] = []
+    for op in settings.ops:
+        sizes = [0] if op == "barrier" else settings.sizes
+        points.extend(Point(op=op, strategy="", requested_bytes=s) for s in sizes)
+    for strategy in settings.strategies:
+        points.extend(
+            Point(op="all_reduce", strategy=strategy, requested_bytes=s) for s in settings.sizes
+        )
+    return points

@@ -1,0 +1,420 @@
+"""Launch a sweep through torchrun, watch it, and keep what it measured.
+
+The launcher is the only writer of the result files: it tails rank 0's journal and rewrites
+`results.csv` / `results.json` atomically after every point, so whatever happens to the
+workers, every point measured so far is on disk. It never waits on a worker blindly: if no
+rank makes progress for `timeout` seconds, it names the rank(s) that stopped, stops them all
+and returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench.collectives.settings import CollectivesSettings, Point, plan_points
+from commbench.context import host_context, topology_snapshot
+from commbench.errors import UserError
+from commbench.launch import procs
+from commbench.launch.protocol import (
+    EVENTS_FILE,
+    HEARTBEAT_INTERVAL,
+    LOGS_DIR,
+    SETTINGS_FILE,
+    JournalReader,
+    read_heartbeats,
+)
+from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.store import new_run_dir, write_results, write_run_meta
+from commbench.sizes import format_size
+
+# A heartbeat older than this means the process is not running (stopped or gone); the
+# heartbeat thread writes every HEARTBEAT_INTERVAL, so this leaves room for a loaded machine.
+STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
+POLL = 0.1
+PROBE_TIMEOUT = 120.0
+
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_FAILED = "failed"
+STATUS_INTERRUPTED = "interrupted"
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchOptions:
+    """How workers are started: one node by default, or a torchrun rendezvous across nodes."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the c10d rendezvous; None = a standalone one on a free local port."""
+    rdzv_id: str = "commbench"
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """What a launched run produced. The CLI renders it; nothing here prints."""
+
+    run_dir: Path
+    status: str
+    rows: list[ResultRow]
+    points_total: int
+    failure: str | None = None
+    failed_ranks: list[int] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def checks_failed(self) -> list[ResultRow]:
+        return [r for r in self.rows if r.check == CHECK_FAILED]
+
+
+ProgressFn = Callable[[int, int, ResultRow | None], None]
+
+
+def probe(settings: CollectivesSettings) -> dict[str, Any]:
+    """Validate the settings against the installed torch in a throw-away process."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe"],
+            input=json.dumps(settings.to_dict()),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"probing the {settings.backend} backend took over {PROBE_TIMEOUT:.0f} s"
+        ) from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"could not probe torch.distributed: {tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    if not result.get("ok"):
+        raise UserError(str(result.get("error")))
+    if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
+        raise UserError(
+            f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
+        )
+    return result
+
+
+def validate_ranks(settings: CollectivesSettings, world_size: int) -> None:
+    if settings.ranks is None:
+        return
+    if len(set(settings.ranks)) != len(settings.ranks):
+        raise UserError(f"--ranks lists a rank twice: {settings.ranks}")
+    bad = [r for r in settings.ranks if not 0 <= r < world_size]
+    if bad:
+        raise UserError(f"--ranks: rank {bad[0]} is outside the world (0..{world_size - 1})")
+
+
+def torchrun_command(
+    run_dir: Path, settings: CollectivesSettings, launch: LaunchOptions
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(launch.nnodes),
+        "--nproc-per-node",
+        str(settings.nproc),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.2",
+        "--log-dir",
+        str(run_dir / LOGS_DIR),
+        "--redirects",
+        "3",
+    ]
+    if launch.rdzv_endpoint is None:
+        cmd.append("--standalone")  # c10d store on a free port: concurrent runs never collide
+    else:
+        cmd += [
+            "--node-rank",
+            str(launch.node_rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            launch.rdzv_endpoint,
+            "--rdzv-id",
+            launch.rdzv_id,
+        ]
+    cmd += ["-m", "commbench.launch.worker", str(run_dir)]
+    return cmd
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONWARNINGS"] = env.get("PYTHONWARNINGS", "ignore::FutureWarning")
+    return env
+
+
+class _Watch:
+    """The state the poll loop keeps between iterations."""
+
+    def __init__(self, run_dir: Path, points: list[Point]) -> None:
+        self.run_dir = run_dir
+        self.points = points
+        self.reader = JournalReader(run_dir / EVENTS_FILE)
+        self.rows: list[ResultRow] = []
+        self.worker_context: dict[str, Any] = {}
+        self.done = False
+        self.failed_checks: list[int] = []
+        self.pids: set[int] = set()
+        self.last_signature: Any = None
+        self.last_progress = time.monotonic()
+        self.heartbeats: dict[int, dict[str, Any]] = {}
+
+    def poll(self, on_row: Callable[[ResultRow], None]) -> None:
+        for event in self.reader.read():
+            kind = event.get("type")
+            if kind == "context":
+                self.worker_context = {k: v for k, v in event.items() if k != "type"}
+            elif kind == "row":
+                row = ResultRow.from_dict(event["row"])
+                self.rows.append(row)
+                self.failed_checks.extend(event.get("failed_ranks", []))
+                write_results(self.run_dir, self.rows)
+                on_row(row)
+            elif kind == "done":
+                self.done = True
+        self.heartbeats = read_heartbeats(self.run_dir)
+        for beat in self.heartbeats.values():
+            self.pids.add(int(beat["pid"]))
+        signature = (
+            len(self.rows),
+            tuple(
+                sorted(
+                    (r, b.get("point"), b.get("phase"), b.get("iteration"))
+                    for r, b in self.heartbeats.items()
+                )
+            ),
+        )
+        if signature != self.last_signature:
+            self.last_signature = signature
+            self.last_progress = time.monotonic()
+
+    def where(self, beat: dict[str, Any]) -> str:
+        index = beat.get("point", -1)
+        if not isinstance(index, int) or not 0 <= index < len(self.points):
+            return f"phase {beat.get('phase')}"
+        p = self.points[index]
+        what = p.strategy or p.op
+        size = "" if p.op == "barrier" else f" {format_size(p.requested_bytes)}"
+        return f"{what}{size} ({beat.get('phase')}, iteration {beat.get('iteration')})"
+
+
+def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
+    now = time.time()
+    beats = watch.heartbeats
+    stale = {r: b for r, b in beats.items() if now - b.get("mtime", now) > STALE_AFTER}
+    behind: dict[int, dict[str, Any]] = {}
+    if beats:
+        furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
+        behind = {
+            r: b
+            for r, b in beats.items()
+            if (b.get("point", -1), b.get("iteration", 0)) < furthest and r not in stale
+        }
+    parts = []
+    for r, b in sorted(stale.items()):
+        state = procs.state(int(b.get("pid", -1)))
+        how = {"T": "is stopped (SIGSTOP?)", None: "is gone", "Z": "is gone"}.get(
+            state, "stopped responding"
+        )
+        parts.append(
+            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: no heartbeat for "
+            f"{now - b['mtime']:.0f} s, last at {watch.where(b)}"
+        )
+    for r, b in sorted(behind.items()):
+        parts.append(
+            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) is behind the others at {watch.where(b)}"
+        )
+    culprits = sorted(stale) + sorted(behind)
+    if not parts:
+        where = (
+            watch.where(next(iter(beats.values()))) if beats else "start-up (no worker reported in)"
+        )
+        parts.append(f"all ranks are waiting at {where}: a backend or network hang")
+    return f"no progress for {timeout:.0f} s; " + "; ".join(parts), culprits
+
+
+_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
+
+
+def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
+    """Name the failed ranks from the heartbeats and torchrun's failure summary."""
+    failures: dict[int, dict[str, str]] = {}
+    log = watch.run_dir / "launcher.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    current: int | None = None
+    for line in text.splitlines():
+        if m := _RANK_RE.match(line):
+            current = int(m.group(1))
+            failures.setdefault(current, {})
+        elif current is not None and (m := _EXIT_RE.match(line)):
+            failures[current]["exitcode"] = m.group(1)
+        elif current is not None and (m := _TRACE_RE.match(line)):
+            failures[current]["traceback"] = m.group(1).strip()
+    for r, beat in watch.heartbeats.items():
+        phase = str(beat.get("phase", ""))
+        if phase.startswith("error:"):
+            failures.setdefault(r, {})["error"] = phase[len("error:") :].strip()
+    if not failures:
+        tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
+            f"torchrun exited with {returncode}"
+        ]
+        return f"the launcher failed: {tail[0].strip()}", []
+
+    def weight(item: tuple[int, dict[str, str]]) -> int:
+        # The root cause is the rank killed by a signal or that raised first; ranks that
+        # merely lost their peer ("Connection closed") or got torchrun's SIGTERM come last.
+        info = item[1]
+        code = int(info.get("exitcode", "1") or 1)
+        err = info.get("error", "") + info.get("traceback", "")
+        if code < 0 and code != -signal.SIGTERM:
+            return 0
+        if info.get("error") and "Connection closed" not in err and "peer" not in err.lower():
+            return 1
+        return 2
+
+    parts = []
+    for r, info in sorted(failures.items(), key=lambda kv: (weight(kv), kv[0])):
+        beat = watch.heartbeats.get(r, {})
+        code = int(info.get("exitcode", "1") or 1)
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = info.get("error") or info.get("traceback") or f"exited with {code}"
+        host = f"host {beat.get('host')}, " if beat else ""
+        at = f" at {watch.where(beat)}" if beat else ""
+        parts.append(f"rank {r} ({host}exit {code}) {how}{at}")
+    ranks = [r for r, _ in sorted(failures.items(), key=lambda kv: (weight(kv), kv[0]))]
+    return "worker failure: " + "; ".join(parts), ranks
+
+
+def run_collectives(
+    settings: CollectivesSettings,
+    out_parent: Path,
+    launch: LaunchOptions | None = None,
+    on_progress: ProgressFn | None = None,
+) -> Outcome:
+    """Validate, launch torchrun, watch it, and return what was measured."""
+    launch = launch or LaunchOptions()
+    validate_ranks(settings, settings.nproc * launch.nnodes)
+    probe_info = probe(settings)
+    points = plan_points(settings)
+    run_dir = new_run_dir(out_parent, "collectives")
+    (run_dir / SETTINGS_FILE).write_text(json.dumps(settings.to_dict(), indent=2))
+    context: dict[str, Any] = {**host_context(), "topology": topology_snapshot()}
+    meta: dict[str, Any] = {
+        "kind": "collectives",
+        "run_id": run_dir.name,
+        "status": STATUS_RUNNING,
+        "settings": settings.to_dict(),
+        "launch": {
+            "nnodes": launch.nnodes,
+            "node_rank": launch.node_rank,
+            "rdzv_endpoint": launch.rdzv_endpoint,
+        },
+        "context": context,
+        "points_total": len(points),
+        "points_done": 0,
+        "failure": None,
+    }
+    write_run_meta(run_dir, meta)
+    write_results(run_dir, [])
+
+    watch = _Watch(run_dir, points)
+    progress = on_progress or (lambda done, total, row: None)
+    progress(0, len(points), None)
+
+    def on_row(row: ResultRow) -> None:
+        progress(len(watch.rows), len(points), row)
+
+    started = time.monotonic()
+    status, failure, culprits = STATUS_COMPLETE, None, []
+    with open(run_dir / "launcher.log", "wb") as log:
+        proc = subprocess.Popen(
+            torchrun_command(run_dir, settings, launch),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_worker_env(),
+            start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
+        )
+        watch.pids.add(proc.pid)
+        try:
+            while True:
+                returncode = proc.poll()
+                watch.poll(on_row)
+                watch.pids |= procs.descendants(proc.pid)
+                if returncode is not None:
+                    break
+                if time.monotonic() - watch.last_progress > settings.timeout:
+                    failure, culprits = _describe_hang(watch, settings.timeout)
+                    status = STATUS_FAILED
+                    procs.stop_all(watch.pids, grace=2.0)
+                    proc.wait(timeout=30)
+                    break
+                time.sleep(POLL)
+        except KeyboardInterrupt:
+            procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
+            proc.wait(timeout=30)
+            status, failure = STATUS_INTERRUPTED, "interrupted"
+        watch.poll(on_row)  # rows journalled just before the end
+        procs.stop_all({p for p in watch.pids if procs.alive(p)}, grace=1.0)
+    if status == STATUS_COMPLETE and (proc.returncode != 0 or not watch.done):
+        status = STATUS_FAILED
+        failure, culprits = _describe_crash(watch, proc.returncode)
+    ctx = watch.worker_context
+    context.update({k: v for k, v in ctx.items() if k != "ranks"})
+    context["ranks"] = ctx.get("ranks", [])
+    context["hosts"] = (
+        sorted({r["host"] for r in context["ranks"]}) if context["ranks"] else [context["host"]]
+    )
+    context["device_names"] = (
+        sorted({r["device_name"] for r in context["ranks"]}) if context["ranks"] else []
+    )
+    context["driver"] = (context.get("topology") or {}).get("host", {}).get("driver_version")
+    context["probe"] = probe_info
+    meta.update(
+        status=status,
+        failure=failure,
+        failed_ranks=culprits,
+        points_done=len(watch.rows),
+        duration_s=round(time.monotonic() - started, 3),
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        context=context,
+    )
+    write_run_meta(run_dir, meta)
+    write_results(run_dir, watch.rows)
+    return Outcome(
+        run_dir=run_dir,
+        status=status,
+        rows=watch.rows,
+        points_total=len(points),
+        failure=failure,
+        failed_ranks=culprits,
+        meta=meta,
+    )

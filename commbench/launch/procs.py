@@ -1,0 +1,74 @@
+"""Finding and stopping the processes a run started (Linux /proc; no psutil needed).
+
+torchrun starts each worker in a new session, so killing torchrun's process group does not
+reach them: the launcher tracks every descendant it has seen and stops them by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def _ppid_map() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name may contain spaces and parentheses: split after the last ')'
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def descendants(pid: int) -> set[int]:
+    """All live descendants of `pid`."""
+    parents = _ppid_map()
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def state(pid: int) -> str | None:
+    """The process state letter (R, S, T = stopped, Z = zombie, ...) or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def alive(pid: int) -> bool:
+    s = state(pid)
+    return s is not None and s != "Z"
+
+
+def signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_all(pids: set[int], grace: float) -> None:
+    """SIGTERM (and SIGCONT, so stopped processes can act on it), then SIGKILL after `grace`."""
+    signal_all(pids, signal.SIGTERM)
+    signal_all(pids, signal.SIGCONT)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    signal_all({p for p in pids if alive(p)}, signal.SIGKILL)

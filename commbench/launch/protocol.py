@@ -1,0 +1,124 @@
+"""What workers and the launcher exchange through the run directory (no torch here).
+
+Workers never print results. Rank 0 appends one JSON line per event to `events.jsonl`
+(the run's journal: context, one line per measured point with its samples, done); every
+rank rewrites `ranks/rank<N>.json` about twice a second (its heartbeat: where it is in the
+sweep). The launcher tails the journal to build the result files and watches heartbeats to
+tell a hung rank from a slow one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SETTINGS_FILE = "settings.json"
+EVENTS_FILE = "events.jsonl"
+RANKS_DIR = "ranks"
+LOGS_DIR = "logs"
+HEARTBEAT_INTERVAL = 0.5
+
+
+def heartbeat_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / RANKS_DIR / f"rank{rank}.json"
+
+
+class Journal:
+    """Append-only JSON-lines writer. One write() per line, so lines never interleave."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, event: dict[str, Any]) -> None:
+        os.write(self._fd, (json.dumps(event) + "\n").encode())
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class JournalReader:
+    """Reads complete lines appended since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+class Heartbeat:
+    """A daemon thread that rewrites this rank's heartbeat file.
+
+    The main thread only assigns attributes (`point`, `phase`, `iteration`), which costs
+    nanoseconds inside the timed loops. A rank that is stopped (SIGSTOP) or dead stops
+    refreshing its file; a rank stuck in a collective keeps refreshing it with the same
+    position. The launcher uses both facts to name the culprit.
+    """
+
+    def __init__(self, path: Path, rank: int, host: str) -> None:
+        self.path = path
+        self.rank = rank
+        self.host = host
+        self.point = -1
+        self.phase = "init"
+        self.iteration = 0
+        self._stop = threading.Event()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        state = {
+            "rank": self.rank,
+            "host": self.host,
+            "pid": os.getpid(),
+            "point": self.point,
+            "phase": self.phase,
+            "iteration": self.iteration,
+            "time": time.time(),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.path)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                self._write()
+            self._stop.wait(HEARTBEAT_INTERVAL)
+
+    def stop(self, phase: str = "done") -> None:
+        self.phase = phase
+        self._stop.set()
+        self._thread.join(timeout=2)
+        with contextlib.suppress(OSError):
+            self._write()
+
+
+def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
+    beats: dict[int, dict[str, Any]] = {}
+    for path in (run_dir / RANKS_DIR).glob("rank*.json"):
+        try:
+            data = json.loads(path.read_text())
+            data["mtime"] = path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        beats[int(data["rank"])] = data
+    return beats

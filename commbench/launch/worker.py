@@ -1,0 +1,286 @@
+"""The worker torchrun starts: `python -m commbench.launch.worker RUN_DIR`.
+
+Every rank runs the same sweep. Per point: warm up, agree on the iteration count (the
+maximum estimate over ranks, so every rank calls the op equally often), barrier, time each
+iteration, check the result, then reduce the samples to their per-iteration maximum over
+ranks (the slowest rank finishes the collective) and let rank 0 journal the row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from commbench.collectives import ops as collective_ops
+from commbench.collectives.settings import CollectivesSettings, plan_points
+from commbench.collectives.specs import busbw_factor, plan_size
+from commbench.launch.protocol import EVENTS_FILE, SETTINGS_FILE, Heartbeat, Journal, heartbeat_path
+from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.timing import time_cpu, time_cuda, time_cuda_graph
+
+# Adaptive warm-up: about this much time, within [2, 20] iterations, the first of which also
+# pays for connection setup (NCCL/gloo connect lazily on first use).
+WARMUP_TIME_US = 50_000.0
+WARMUP_MIN, WARMUP_MAX = 2, 20
+
+
+def plan_warmup(first_us: float) -> int:
+    """Total warm-up iterations given the first one's time (max over ranks)."""
+    if first_us <= 0:
+        return WARMUP_MAX
+    return max(WARMUP_MIN, min(WARMUP_MAX, math.ceil(WARMUP_TIME_US / first_us)))
+
+
+def plan_iterations(settings: CollectivesSettings, estimate_us: float) -> int:
+    """Timed iterations for a point: `--iters`, else enough to fill `min_time`."""
+    if settings.iters is not None:
+        return settings.iters
+    if estimate_us <= 0:
+        return settings.max_iters
+    wanted = math.ceil(settings.min_time * 1e6 / estimate_us)
+    return max(settings.min_iters, min(settings.max_iters, wanted))
+
+
+class Worker:
+    def __init__(self, run_dir: Path, settings: CollectivesSettings) -> None:
+        self.run_dir = run_dir
+        self.s = settings
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.host = socket.gethostname()
+        self.hb = Heartbeat(heartbeat_path(run_dir, self.rank), self.rank, self.host)
+        if settings.device == "cuda":
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+        else:
+            self.device = torch.device("cpu")
+        self.dtype = collective_ops.TORCH_DTYPES[settings.dtype]
+        self.journal: Journal | None = None
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=self.s.timeout)}
+        if self.device.type == "cuda":
+            kwargs["device_id"] = self.device
+        dist.init_process_group(self.s.backend, **kwargs)
+        members = self.s.ranks if self.s.ranks else list(range(self.world))
+        handle = dist.new_group(members) if self.s.ranks else None  # every rank must call new_group
+        self.group = (
+            collective_ops.Group(handle=handle, ranks=members, rank=members.index(self.rank))
+            if self.rank in members
+            else None
+        )
+        self.group_size = len(members)
+        info = {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "host": self.host,
+            "pid": os.getpid(),
+            "device": str(self.device),
+            "device_name": torch.cuda.get_device_name(self.device)
+            if self.device.type == "cuda"
+            else "cpu",
+        }
+        ranks: list[Any] = [None] * self.world
+        dist.all_gather_object(ranks, info)
+        if self.rank == 0:
+            self.journal = Journal(self.run_dir / EVENTS_FILE)
+            self.journal.write({"type": "context", **self._context(ranks)})
+
+    def _context(self, ranks: list[Any]) -> dict[str, Any]:
+        nccl = None
+        if torch.cuda.is_available():
+            try:
+                nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+            except Exception:  # NCCL absent from this build
+                nccl = None
+        return {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nccl": nccl,
+            "backend": self.s.backend,
+            "device": self.s.device,
+            "world_size": self.world,
+            "group_size": self.group_size,
+            "nnodes": len({r["host"] for r in ranks}),
+            "ranks": ranks,
+        }
+
+    # -- measuring -------------------------------------------------------------------------
+
+    def _agree_max(self, values: list[float], group: Any) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return t.tolist()
+
+    def _timer(self, call: Any, iters: int) -> list[float]:
+        if iters <= 0:
+            return []
+
+        def tick(i: int) -> None:
+            self.hb.iteration = i
+
+        if self.device.type == "cuda":
+            return time_cuda(call, iters, tick)
+        return time_cpu(call, iters, tick)
+
+    def _measure(self, op: str, strategy: str, count: int) -> tuple[list[float], int, bool, str]:
+        """Time one point on this member rank: (samples_us, warmup, check_ok, note)."""
+        assert self.group is not None
+        grp, s = self.group, self.s
+        bufs = collective_ops.make_buffers(op, count, self.dtype, self.device, grp, s.in_place)
+        if strategy:
+            from commbench.strategies import make_strategy_call
+
+            call = make_strategy_call(strategy, bufs, grp, s.reduce_op)
+        else:
+            call = collective_ops.make_call(op, bufs, grp, s.reduce_op, s.async_op)
+        note = ""
+        self.hb.phase = "warmup"
+        if s.warmup is None:
+            first = self._timer(call, 1)
+            (t1,) = self._agree_max(first, grp.handle)
+            warmup = plan_warmup(t1)
+            rest = self._timer(call, warmup - 1)
+        else:
+            warmup = s.warmup
+            rest = self._timer(call, warmup)
+            if s.iters is None and not rest:
+                rest = self._timer(call, 1)  # the count needs an estimate
+                warmup, note = 1, "one warm-up iteration to size the count"
+        estimate = statistics.median(rest) if rest else 0.0
+        (estimate,) = self._agree_max([estimate], grp.handle)
+        iters = plan_iterations(s, estimate)
+        dist.barrier(group=grp.handle)
+        self.hb.phase = "timed"
+        if s.graph:
+            samples, per_graph = time_cuda_graph(
+                call, iters, lambda i: setattr(self.hb, "iteration", i)
+            )
+            note = f"CUDA graph: {per_graph} ops per replay, samples are replay time / {per_graph}"
+        else:
+            samples = self._timer(call, iters)
+        ok = True
+        if s.check:
+            self.hb.phase = "check"
+            if strategy:
+                from commbench.strategies import check_strategy
+
+                ok = check_strategy(strategy, bufs, call, grp, s.reduce_op)
+            else:
+                ok = collective_ops.check(op, bufs, call, grp, s.reduce_op)
+        return samples, warmup, ok, note
+
+    def _exchange(self, samples: list[float], ok: bool) -> tuple[list[float], list[int]]:
+        """Every rank (members and waiting ranks alike) joins two small world reductions:
+        the sample count, then per-iteration max over ranks plus a failure flag per rank."""
+        self.hb.phase = "exchange"
+        (n,) = self._agree_max([float(len(samples))], None)
+        buf = torch.zeros(int(n) + self.world, dtype=torch.float64, device=self.device)
+        if samples:
+            buf[: len(samples)] = torch.tensor(samples, dtype=torch.float64)
+        if not ok:
+            buf[int(n) + self.rank] = 1.0
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+        values = buf.tolist()
+        failed = [r for r in range(self.world) if values[int(n) + r] > 0]
+        return values[: int(n)], failed
+
+    def run(self) -> None:
+        s = self.s
+        for index, point in enumerate(plan_points(s)):
+            self.hb.point, self.hb.iteration = index, 0
+            plan = plan_size(point.op, point.requested_bytes, s.dtype, self.group_size)
+            common: dict[str, Any] = {
+                "op": point.op,
+                "strategy": point.strategy,
+                "dtype": s.dtype,
+                "reduce_op": s.reduce_op
+                if (point.op in ("all_reduce", "reduce", "reduce_scatter"))
+                else "",
+                "world_size": self.group_size,
+                "size_bytes": plan.size_bytes,
+                "count": plan.count,
+                "in_place": s.in_place and point.op in ("all_gather", "reduce_scatter"),
+                "requested_bytes": plan.requested_bytes,
+            }
+            if point.op == "sendrecv" and self.group_size < 2:
+                row = ResultRow.not_run(
+                    check=CHECK_SKIPPED, note="sendrecv needs two ranks", **common
+                )
+                self._emit(index, row, [])
+                continue
+            samples: list[float] = []
+            warmup, ok, note = 0, True, ""
+            if self.group is not None:
+                samples, warmup, ok, note = self._measure(point.op, point.strategy, plan.count)
+            samples, failed = self._exchange(samples, ok)
+            if self.rank == 0:
+                if point.op == "barrier":
+                    check = CHECK_NA
+                elif not s.check:
+                    check = CHECK_SKIPPED
+                else:
+                    check = CHECK_FAILED if failed else CHECK_OK
+                notes = "; ".join(x for x in (plan.note, note) if x)
+                if failed:
+                    notes = "; ".join(x for x in (notes, f"wrong result on rank(s) {failed}") if x)
+                row = ResultRow.measured(
+                    samples_us=samples,
+                    busbw_factor=busbw_factor(point.op, self.group_size),
+                    check=check,
+                    warmup=warmup,
+                    note=notes,
+                    **common,
+                )
+                self._emit(index, row, failed)
+        self.hb.phase = "finishing"
+        dist.barrier()
+        if self.journal is not None:
+            self.journal.write({"type": "done"})
+
+    def _emit(self, index: int, row: ResultRow, failed: list[int]) -> None:
+        if self.journal is not None:
+            self.journal.write(
+                {"type": "row", "point": index, "row": row.to_dict(), "failed_ranks": failed}
+            )
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.hb.stop()
+        if self.journal is not None:
+            self.journal.close()
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    settings = CollectivesSettings.from_dict(json.loads((run_dir / SETTINGS_FILE).read_text()))
+    worker = Worker(run_dir, settings)
+    try:
+        worker.init()
+        worker.run()
+    except BaseException as exc:
+        worker.hb.phase = f"error: {type(exc).__name__}: {exc}".splitlines()[0][:500]
+        worker.hb.stop(worker.hb.phase)
+        raise
+    worker.close()
+
+
+if __name__ == "__main__":
+    main()

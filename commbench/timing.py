@@ -1,0 +1,74 @@
+"""Per-iteration timers. Each returns one sample per iteration, in microseconds.
+
+CPU: a monotonic high-resolution clock around the completed op. CUDA: events recorded on
+the current stream before and after each op; torch orders the current stream after the
+collective's own stream, so the pair brackets the collective as the GPU ran it, and no host
+synchronisation happens until the last event. Graph mode replays a captured sequence of ops
+and divides each replay's time by the ops in it, taking launch overhead out of the number.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+
+Tick = Callable[[int], None]
+
+
+def _no_tick(i: int) -> None:
+    pass
+
+
+def time_cpu(call: Callable[[], None], iters: int, tick: Tick = _no_tick) -> list[float]:
+    samples = [0.0] * iters
+    clock = time.perf_counter_ns
+    for i in range(iters):
+        tick(i)
+        t0 = clock()
+        call()
+        samples[i] = (clock() - t0) / 1e3
+    return samples
+
+
+def time_cuda(call: Callable[[], None], iters: int, tick: Tick = _no_tick) -> list[float]:
+    stream = torch.cuda.current_stream()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        tick(i)
+        starts[i].record(stream)
+        call()
+        ends[i].record(stream)
+    ends[-1].synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+# Ops captured per graph in --graph mode: enough to amortise the replay launch, few enough
+# to keep several samples per point.
+GRAPH_OPS = 10
+
+
+def time_cuda_graph(
+    call: Callable[[], None], iters: int, tick: Tick = _no_tick
+) -> tuple[list[float], int]:
+    """Capture `GRAPH_OPS` calls in a graph, replay it; returns (per-op samples, ops per replay)."""
+    per_graph = max(1, min(GRAPH_OPS, iters))
+    replays = max(1, math.ceil(iters / per_graph))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        for _ in range(per_graph):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph.replay()  # one untimed replay: first-launch costs out of the samples
+    samples = time_cuda(graph.replay, replays, tick)
+    return [s / per_graph for s in samples], per_graph
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
