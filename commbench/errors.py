@@ -28,3 +28,9 @@ class RunFailed(CommbenchError):
     """A launched run failed (a worker died or hung); what it measured is on disk."""
 
     exit_code = EXIT_FAILED
+
+
+class Interrupted(CommbenchError):
+    """Ctrl-C or SIGTERM: everything was stopped; what was measured is on disk."""
+
+    exit_code = EXIT_INTERRUPTED

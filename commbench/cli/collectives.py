@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
-from commbench.errors import RunFailed, UserError
+from commbench.errors import Interrupted, RunFailed, UserError
 from commbench.results.exporters import Format
 
 CPU_DEFAULT_SIZES = "1K-1M"
@@ -144,7 +144,7 @@ def run_and_report(settings: object, out: Path, fmt: Format) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
+    from commbench.launch.launcher import STATUS_COMPLETE, STATUS_INTERRUPTED, run_collectives
     from commbench.results.exporters import export
     from commbench.sizes import format_size
 
@@ -179,6 +179,10 @@ def run_and_report(settings: object, out: Path, fmt: Format) -> None:
         f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points in {outcome.run_dir}",
         err=True,
     )
+    if outcome.status == STATUS_INTERRUPTED:
+        raise Interrupted(
+            f"interrupted; the {len(outcome.rows)} points measured are in {outcome.run_dir}"
+        )
     if outcome.status != STATUS_COMPLETE:
         raise RunFailed(outcome.failure or outcome.status)
     failed = outcome.checks_failed

@@ -9,6 +9,7 @@ and returns.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from commbench.launch.protocol import (
     read_heartbeats,
 )
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import new_run_dir, write_results, write_run_meta
+from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
 from commbench.sizes import format_size
 
 # A heartbeat older than this means the process is not running (stopped or gone); the
@@ -80,8 +81,61 @@ class Outcome:
 ProgressFn = Callable[[int, int, ResultRow | None], None]
 
 
+def _probe_cache_key(settings: CollectivesSettings) -> str:
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "?"
+    fields = [
+        torch_version,
+        settings.backend,
+        settings.device,
+        settings.dtype,
+        settings.reduce_op,
+        ",".join(sorted(settings.ops)),
+        str(settings.in_place),
+        str(settings.async_op),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "*"),
+    ]
+    return "|".join(fields)
+
+
+def _probe_cache() -> Path:
+    base = os.environ.get("COMMBENCH_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "commbench"
+    )
+    return Path(base) / "probe-v1.json"
+
+
 def probe(settings: CollectivesSettings) -> dict[str, Any]:
-    """Validate the settings against the installed torch in a throw-away process."""
+    """Validate the settings against the installed torch in a throw-away process.
+
+    A successful probe is cached per torch version and combination, so repeated runs (a
+    suite, a CI job) pay for it once.
+    """
+    key = _probe_cache_key(settings)
+    cache_path = _probe_cache()
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    result = cache.get(key) if isinstance(cache, dict) else None
+    if result is None:
+        result = _run_probe(settings)
+        cache[key] = result
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(cache_path, json.dumps(cache))
+        except OSError:
+            pass  # a read-only home only costs the next run a probe
+    if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
+        raise UserError(
+            f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
+        )
+    return result
+
+
+def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
     try:
         proc = subprocess.run(
             [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe"],
@@ -102,10 +156,6 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(lines[-1])
     if not result.get("ok"):
         raise UserError(str(result.get("error")))
-    if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
-        raise UserError(
-            f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
-        )
     return result
 
 
@@ -220,32 +270,39 @@ class _Watch:
 
 
 def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
+    """Name the rank(s) that stopped the run: stopped or gone processes, silent heartbeats,
+    then ranks behind the others; if every rank waits at the same place, say so."""
     now = time.time()
     beats = watch.heartbeats
-    stale = {r: b for r, b in beats.items() if now - b.get("mtime", now) > STALE_AFTER}
+    silent_after = min(STALE_AFTER, timeout / 2)
+    dead: dict[int, str] = {}
+    for r, b in beats.items():
+        state = procs.state(int(b.get("pid", -1)))
+        if state in ("T", "t"):
+            dead[r] = "is stopped (SIGSTOP or a debugger)"
+        elif state in (None, "Z", "X"):
+            dead[r] = "is gone"
+        elif now - b.get("mtime", now) > silent_after:
+            dead[r] = "stopped responding"
     behind: dict[int, dict[str, Any]] = {}
-    if beats:
+    live = {r: b for r, b in beats.items() if r not in dead}
+    if live:
         furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
         behind = {
-            r: b
-            for r, b in beats.items()
-            if (b.get("point", -1), b.get("iteration", 0)) < furthest and r not in stale
+            r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
         }
     parts = []
-    for r, b in sorted(stale.items()):
-        state = procs.state(int(b.get("pid", -1)))
-        how = {"T": "is stopped (SIGSTOP?)", None: "is gone", "Z": "is gone"}.get(
-            state, "stopped responding"
-        )
+    for r, how in sorted(dead.items()):
+        b = beats[r]
         parts.append(
-            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: no heartbeat for "
-            f"{now - b['mtime']:.0f} s, last at {watch.where(b)}"
+            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: last heartbeat "
+            f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
         )
     for r, b in sorted(behind.items()):
         parts.append(
             f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) is behind the others at {watch.where(b)}"
         )
-    culprits = sorted(stale) + sorted(behind)
+    culprits = sorted(dead) + sorted(behind)
     if not parts:
         where = (
             watch.where(next(iter(beats.values()))) if beats else "start-up (no worker reported in)"

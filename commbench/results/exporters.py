@@ -27,7 +27,7 @@ def _num(value: float | None, digits: int = 2) -> str:
     """Fixed decimals, but never round a small non-zero bandwidth down to 0.00."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if value != 0 and abs(value) < 10 ** -digits * 10:
+    if value != 0 and abs(value) < 10**-digits * 10:
         return f"{value:.2g}"
     return f"{value:.{digits}f}"
 

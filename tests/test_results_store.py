@@ -1,0 +1,108 @@
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from commbench.errors import UserError
+from commbench.results.exporters import Format, export
+from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
+from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
+
+
+def make_row(size: int = 1024, samples: list[float] | None = None, **kw) -> ResultRow:
+    base = {
+        "op": "all_reduce",
+        "dtype": "float32",
+        "reduce_op": "sum",
+        "world_size": 4,
+        "count": size // 4,
+        "check": "ok",
+    }
+    base.update(kw)
+    return ResultRow.measured(
+        samples_us=samples or [10.0, 12.0, 11.0], size_bytes=size, busbw_factor=1.5, **base
+    )
+
+
+def test_measured_row_computes_nccl_tests_bandwidths() -> None:
+    row = make_row(size=1 << 20, samples=[100.0, 200.0, 300.0])
+    assert row.time_us == 200.0
+    assert row.algbw_gbps == pytest.approx((1 << 20) / 200e-6 / 1e9)
+    assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 1.5)
+    assert row.samples_us == [100.0, 200.0, 300.0]
+
+
+def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
+    a = new_run_dir(tmp_path, "collectives")
+    b = new_run_dir(tmp_path, "collectives")
+    assert a != b and a.is_dir() and b.is_dir()
+
+
+def test_results_round_trip_with_samples_and_nan(tmp_path: Path) -> None:
+    run = new_run_dir(tmp_path, "x")
+    rows = [
+        make_row(),
+        ResultRow.not_run(
+            op="sendrecv",
+            dtype="float32",
+            world_size=1,
+            size_bytes=8,
+            count=2,
+            check="skipped",
+            note="needs two ranks",
+        ),
+    ]
+    write_run_meta(run, {"kind": "collectives", "context": {"backend": "gloo"}})
+    write_results(run, rows)
+    loaded = load_run(run)
+    assert loaded.meta["schema_version"] == SCHEMA_VERSION
+    assert loaded.context == {"backend": "gloo"}
+    assert loaded.rows[0] == rows[0]
+    assert math.isnan(loaded.rows[1].time_us) and loaded.rows[1].note == "needs two ranks"
+    # results.json is strict JSON (no NaN tokens), results.csv has the fixed columns first
+    json.loads(
+        (run / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}")
+    )
+    with open(run / "results.csv") as fh:
+        header = next(csv.reader(fh))
+    assert header == CSV_COLUMNS
+    assert header[:11] == [
+        "op",
+        "strategy",
+        "dtype",
+        "reduce_op",
+        "world_size",
+        "size_bytes",
+        "count",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "check",
+    ]
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION + 1}))
+    with pytest.raises(UserError, match="newer than this commbench"):
+        load_run(tmp_path)
+
+
+def test_missing_or_broken_run_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a run directory"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "run.json").write_text("{")
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_run(tmp_path)
+
+
+def test_exporters_share_one_table() -> None:
+    rows = [make_row(1024), make_row(2048, note="rounded from 2050 B", requested_bytes=2050)]
+    table = export(rows, Format.table)
+    md = export(rows, Format.md)
+    assert "# all_reduce  float32  op=sum  n=4" in table
+    assert "### all_reduce  float32  op=sum  n=4" in md
+    assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
+    assert json.loads(export(rows, Format.json))[1]["size_bytes"] == 2048
+    assert export(rows, Format.csv).splitlines()[0].startswith("op,strategy,dtype")
