@@ -1,12 +1,77 @@
-"""`commbench topo` (placeholder until the topology module lands)."""
+"""`commbench topo`: how this machine's GPUs are wired, or a saved/imported topology."""
 
 from __future__ import annotations
 
+import json
+from enum import Enum
+from pathlib import Path
+
 import typer
+
+from commbench.cli._common import reported_errors
+from commbench.errors import UserError
+
+
+class Format(str, Enum):
+    """Output formats: `table` for people, `json` for the snapshot file."""
+
+    table = "table"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
     @app.command("topo")
-    def topo() -> None:
+    def topo(
+        fmt: Format = typer.Option(
+            Format.table, "--format", "-f", help="table (readable) or json (the snapshot)."
+        ),
+        from_snapshot: Path | None = typer.Option(
+            None,
+            "--from",
+            metavar="SNAPSHOT.json",
+            help="Analyse a snapshot saved with --format json (or a run.json) instead of "
+            "this machine.",
+        ),
+        from_smi: Path | None = typer.Option(
+            None,
+            "--from-smi",
+            metavar="TOPO.txt",
+            help="Analyse the text `nvidia-smi topo -m` printed on another machine.",
+        ),
+        out: Path | None = typer.Option(
+            None,
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Also write the output (per --format) to FILE; the table still goes to stdout.",
+        ),
+    ) -> None:
         """Show how this machine's GPUs are wired (NVLink, PCIe, P2P, peak bandwidth)."""
-        typer.echo("topology: not implemented yet")
+        from commbench.topology import discover, load_snapshot, parse_nvidia_smi, render
+
+        with reported_errors():
+            if from_snapshot is not None and from_smi is not None:
+                raise UserError("--from and --from-smi both name an input; give one")
+            if from_snapshot is not None:
+                snapshot = load_snapshot(from_snapshot)
+            elif from_smi is not None:
+                try:
+                    text = from_smi.read_text(encoding="utf-8", errors="replace")
+                except OSError as exc:
+                    raise UserError(f"{from_smi}: cannot read: {exc.strerror or exc}") from None
+                try:
+                    snapshot = parse_nvidia_smi(text)
+                except UserError as exc:
+                    raise UserError(f"{from_smi}: {exc}") from None
+            else:
+                snapshot = discover()
+            table = render(snapshot)
+            body = json.dumps(snapshot.to_dict(), indent=2) + "\n" if fmt is Format.json else table
+            if out is not None:
+                try:
+                    out.write_text(body, encoding="utf-8")
+                except OSError as exc:
+                    raise UserError(f"{out}: cannot write: {exc.strerror or exc}") from None
+                typer.echo(table, nl=False)
+            else:
+                typer.echo(body, nl=False)

@@ -1,0 +1,249 @@
+"""`parse_nvidia_smi()`: a snapshot from the text `nvidia-smi topo -m` printed elsewhere.
+
+The matrix is found by its header (the first line whose first cell is `GPU0` and whose
+second is not `X`), so prompts, pasted comments and a citation line above it are skipped.
+Handled: NIC rows and columns (`NIC0` with a NIC legend, or `mlx5_0` in older drivers), with
+or without the `CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns, `N/A` cells, tab
+or space separation, and the legend after the matrix. The matrix names no GPU model and no
+PCIe or NVLink generation, so peaks rest on assumed rates and say so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from commbench.errors import UserError
+from commbench.topology import pairs as verdicts
+from commbench.topology.cpus import is_cpu_list
+from commbench.topology.model import (
+    PCIE_LABELS,
+    UNKNOWN_LABEL,
+    Gpu,
+    HostInfo,
+    Nic,
+    NumaNode,
+    Pair,
+    TopologySnapshot,
+    nvlink_count,
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_GPU = re.compile(r"^GPU(\d+)$")
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# The trailing columns nvidia-smi has printed over the years, in order.
+_TRAILERS = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
+_SHORT_NUMA = ("NUMA",)  # some tools trim "NUMA Affinity" to "NUMA"
+# Drivers before 2017 printed SOC where current ones print SYS.
+_ALIASES = {"SOC": "SYS"}
+
+
+@dataclass(kw_only=True, slots=True)
+class _Row:
+    """One parsed matrix row."""
+
+    line: int
+    cells: list[str]
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+def _strip(text: str) -> list[str]:
+    return [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+
+
+def _header_columns(tokens: list[str], line: int) -> tuple[list[str], list[str]]:
+    """Split header tokens into device names and trailing column titles."""
+    devices: list[str] = []
+    i = 0
+    while i < len(tokens):
+        rest = tuple(tokens[i:])
+        if any(rest[: len(t)] == t for t in _TRAILERS) or rest[:1] == _SHORT_NUMA:
+            break
+        devices.append(tokens[i])
+        i += 1
+    titles: list[str] = []
+    while i < len(tokens):
+        rest = tuple(tokens[i:])
+        for title in (*_TRAILERS, _SHORT_NUMA):
+            if rest[: len(title)] == title:
+                titles.append(" ".join(title))
+                i += len(title)
+                break
+        else:
+            raise UserError(f"line {line}: unknown header column starting at {tokens[i]!r}")
+    return devices, titles
+
+
+def _find_header(lines: list[str]) -> int | None:
+    for n, line in enumerate(lines):
+        tokens = line.split()
+        if len(tokens) >= 2 and tokens[0] == "GPU0" and tokens[1] != "X":
+            return n
+    return None
+
+
+def _cell(token: str, line: int, row: str, column: str) -> str:
+    label = _ALIASES.get(token, token)
+    if label in PCIE_LABELS or label in ("X", UNKNOWN_LABEL) or nvlink_count(label) > 0:
+        return label
+    raise UserError(
+        f"line {line}: {row} column {column}: {token!r} is not a topology label "
+        "(X, NV#, PIX, PXB, PHB, NODE, SYS or N/A)"
+    )
+
+
+def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[str, str]:
+    if len(values) > len(titles):
+        raise UserError(
+            f"line {line}: {row} has {len(values) - len(titles)} more field(s) than the "
+            f"header names ({' '.join(values)!r} after the matrix cells)"
+        )
+    extras = dict(zip(titles, values, strict=False))
+    cpus = extras.get("CPU Affinity")
+    if cpus is not None and cpus != UNKNOWN_LABEL and not is_cpu_list(cpus):
+        raise UserError(f"line {line}: {row} CPU Affinity: {cpus!r} is not a CPU list")
+    for title in ("NUMA Affinity", "NUMA", "GPU NUMA ID"):
+        value = extras.get(title)
+        if value is not None and value != UNKNOWN_LABEL and not is_cpu_list(value):
+            raise UserError(f"line {line}: {row} {title}: {value!r} is not a NUMA node")
+    return extras
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def parse_nvidia_smi(text: str) -> TopologySnapshot:
+    """A snapshot from `nvidia-smi topo -m` output; UserError names the line that is wrong."""
+    lines = _strip(text)
+    start = _find_header(lines)
+    if start is None:
+        if any("No devices were found" in line for line in lines):
+            return TopologySnapshot(
+                source="nvidia-smi", nvml_error="nvidia-smi: No devices were found"
+            )
+        raise UserError(
+            "no `nvidia-smi topo -m` matrix found: expected a header line starting with GPU0"
+        )
+    header_line = start + 1
+    devices, titles = _header_columns(lines[start].split(), header_line)
+    gpu_cols = [d for d in devices if _GPU.match(d)]
+    for expected, name in enumerate(gpu_cols):
+        if name != f"GPU{expected}":
+            raise UserError(f"line {header_line}: expected column GPU{expected}, found {name}")
+    rows: dict[str, _Row] = {}
+    nic_names: dict[str, str] = {}
+    in_matrix = True
+    for n in range(start + 1, len(lines)):
+        line_no = n + 1
+        tokens = lines[n].split()
+        if in_matrix:
+            if not tokens and not rows:
+                continue  # a blank line between header and rows
+            if not tokens or tokens[0].rstrip(":") == "Legend":
+                in_matrix = False
+                continue
+            name = tokens[0]
+            if name not in devices:
+                raise UserError(
+                    f"line {line_no}: row {name!r} is not a device named in the header "
+                    f"(line {header_line})"
+                )
+            if name in rows:
+                raise UserError(f"line {line_no}: row {name} appears twice")
+            if len(tokens) - 1 < len(devices):
+                raise UserError(
+                    f"line {line_no}: row {name} has {len(tokens) - 1} cells, the header "
+                    f"names {len(devices)} devices"
+                )
+            cells = [
+                _cell(tok, line_no, name, col)
+                for tok, col in zip(tokens[1 : len(devices) + 1], devices, strict=True)
+            ]
+            own = devices.index(name)
+            if cells[own] != "X":
+                raise UserError(
+                    f"line {line_no}: row {name} column {name}: expected X, got {cells[own]!r}"
+                )
+            for col, cell in zip(devices, cells, strict=True):
+                if cell == "X" and col != name:
+                    raise UserError(f"line {line_no}: row {name} column {col}: X off the diagonal")
+            extras = _extras(tokens[len(devices) + 1 :], titles, line_no, name)
+            rows[name] = _Row(line=line_no, cells=cells, extras=extras)
+            continue
+        legend = _NIC_LEGEND.match(lines[n])
+        if legend:
+            nic_names[legend.group(1)] = legend.group(2)
+    for name in gpu_cols:
+        if name not in rows:
+            raise UserError(f"row {name} is missing from the matrix (header at line {header_line})")
+    return _snapshot(devices, gpu_cols, rows, nic_names)
+
+
+def _snapshot(
+    devices: list[str], gpu_cols: list[str], rows: dict[str, _Row], nic_names: dict[str, str]
+) -> TopologySnapshot:
+    col = {d: i for i, d in enumerate(devices)}
+    warnings: list[str] = []
+    gpus: list[Gpu] = []
+    numa: dict[int, str] = {}
+    for index, name in enumerate(gpu_cols):
+        extras = rows[name].extras
+        cpus = extras.get("CPU Affinity")
+        node = _int_or_none(extras.get("NUMA Affinity", extras.get("NUMA")))
+        cpu_affinity = cpus if cpus and cpus != UNKNOWN_LABEL else None
+        if node is not None and cpu_affinity:
+            numa.setdefault(node, cpu_affinity)
+        gpus.append(
+            Gpu(
+                index=index,
+                name="unknown (imported from nvidia-smi topo -m)",
+                numa_node=node,
+                gpu_numa_id=_int_or_none(extras.get("GPU NUMA ID")),
+                cpu_affinity=cpu_affinity,
+            )
+        )
+    pair_list: list[Pair] = []
+    for a in gpus:
+        row = rows[gpu_cols[a.index]]
+        for b in gpus:
+            if a.index == b.index:
+                continue
+            label = row.cells[col[gpu_cols[b.index]]]
+            back = rows[gpu_cols[b.index]].cells[col[gpu_cols[a.index]]]
+            if label != back and a.index < b.index:
+                warnings.append(
+                    f"GPU{a.index}->GPU{b.index} is {label} (line {row.line}) but "
+                    f"GPU{b.index}->GPU{a.index} is {back} (line {rows[gpu_cols[b.index]].line})"
+                )
+            pair_list.append(
+                verdicts.assess(
+                    a,
+                    b,
+                    nvlinks=nvlink_count(label),
+                    pcie_path=label if label in PCIE_LABELS else None,
+                    label=label,
+                )
+            )
+    nics = [
+        Nic(
+            name=d,
+            device=nic_names.get(d, d),
+            gpu_links=[rows[g].cells[col[d]] for g in gpu_cols],
+        )
+        for d in devices
+        if not _GPU.match(d)
+    ]
+    if any(p.peak_assumed for p in pair_list):
+        warnings.append(
+            "imported matrix: GPU model, PCIe and NVLink generations are not in "
+            "`nvidia-smi topo -m` output, so peaks marked * use assumed rates"
+        )
+    return TopologySnapshot(
+        source="nvidia-smi",
+        host=HostInfo(numa_nodes=[NumaNode(id=k, cpus=v) for k, v in sorted(numa.items())]),
+        gpus=gpus,
+        pairs=pair_list,
+        nics=nics,
+        warnings=warnings,
+    )
