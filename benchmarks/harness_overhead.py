@@ -1,0 +1,174 @@
+"""How much does commbench's harness add to what it measures?
+
+Times the same all_reduce sizes two ways inside one torchrun launch, interleaved round by
+round so that machine drift hits both alike:
+
+* bare: `for _ in range(N): dist.all_reduce(x)` between two clock reads (CUDA: two events),
+  time per iteration = total / N, maximum over ranks;
+* commbench: the timers the workers use (`commbench.timing`), one sample per iteration,
+  maximum over ranks per iteration.
+
+Two differences are reported separately, each as the median over rounds of a per-round ratio:
+
+* timer overhead: commbench's per-rank mean (max over ranks) vs the bare loop's, the same
+  statistic, so only the per-iteration clock reads differ;
+* per-iteration max: the mean of the per-iteration maxima over ranks (what commbench's
+  samples are) vs the max of the ranks' means: a rank that is late on one iteration and
+  early on the next counts, which the bare loop averages away.
+
+The median (commbench's headline) is shown beside the means: on a machine with bimodal
+iteration times it sits well below any mean.
+
+    python benchmarks/harness_overhead.py                       # CPU, gloo, 2 ranks
+    python benchmarks/harness_overhead.py --backend nccl --nproc 1   # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from commbench.timing import time_cpu, time_cuda
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    cuda = args.backend == "nccl"
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend)
+
+    def max_over_ranks(values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def bare(x: torch.Tensor, n: int) -> float:
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                dist.all_reduce(x)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3 / n
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            dist.all_reduce(x)
+        return (time.perf_counter_ns() - t0) / 1e3 / n
+
+    timer = time_cuda if cuda else time_cpu
+    out = []
+    for size in args.sizes:
+        x = torch.zeros(size // 4, dtype=torch.float32, device=device)
+        call = lambda x=x: dist.all_reduce(x)  # noqa: E731
+        for _ in range(5):
+            call()
+        (est,) = max_over_ranks([statistics.median(timer(call, 5))])
+        n = max(10, min(1000, math.ceil(args.min_time * 1e6 / max(est, 1e-3))))
+        rounds = []
+        for _ in range(args.rounds):
+            dist.barrier()
+            (b,) = max_over_ranks([bare(x, n)])
+            dist.barrier()
+            own = timer(call, n)
+            (own_mean,) = max_over_ranks([statistics.fmean(own)])
+            samples = max_over_ranks(own)
+            rounds.append(
+                {
+                    "bare_mean": b,
+                    "cb_rank_mean": own_mean,
+                    "cb_mean": statistics.fmean(samples),
+                    "cb_median": statistics.median(samples),
+                }
+            )
+        out.append({"size": size, "iters": n, "rounds": rounds})
+    if rank == 0:
+        Path(args.output).write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--sizes", default="1K,16K,1M,4M,16M")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--min-time", type=float, default=0.2)
+    p.add_argument("--output", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--markdown", default=None, help="Also write the table to this file.")
+    args = p.parse_args()
+    if os.environ.get("COMMBENCH_BENCH_WORKER"):
+        args.sizes = [int(s) for s in args.sizes.split(",")]
+        worker(args)
+        return
+    from commbench.sizes import format_size, parse_sizes
+
+    sizes = parse_sizes(args.sizes)
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "out.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(args.nproc),
+            __file__,
+            "--backend",
+            args.backend,
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--rounds",
+            str(args.rounds),
+            "--min-time",
+            str(args.min_time),
+            "--output",
+            str(output),
+        ]
+        env = {
+            **os.environ,
+            "COMMBENCH_BENCH_WORKER": "1",
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        }
+        subprocess.run(cmd, check=True, env=env)
+        data = json.loads(output.read_text())
+    lines = [
+        f"harness overhead: all_reduce float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds",
+        "",
+        "| size | iters/round | bare mean us | commbench mean us | timer overhead (range) "
+        "| per-iteration max effect | commbench median us |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for point in data:
+        rounds = point["rounds"]
+        timer = [r["cb_rank_mean"] / r["bare_mean"] - 1 for r in rounds]
+        maxeff = [r["cb_mean"] / r["cb_rank_mean"] - 1 for r in rounds]
+        bare = statistics.median(r["bare_mean"] for r in rounds)
+        cb = statistics.median(r["cb_rank_mean"] for r in rounds)
+        med = statistics.median(r["cb_median"] for r in rounds)
+        lines.append(
+            f"| {format_size(point['size'])} | {point['iters']} | {bare:.1f} | {cb:.1f} | "
+            f"{statistics.median(timer):+.1%} ({min(timer):+.0%}..{max(timer):+.0%}) | "
+            f"{statistics.median(maxeff):+.1%} | {med:.1f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
