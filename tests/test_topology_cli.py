@@ -121,6 +121,14 @@ def test_from_smi() -> None:
     assert data["source"] == "nvidia-smi" and data["pairs"][0]["peak_assumed"] is True
 
 
+def test_from_smi_reads_stdin() -> None:
+    text = (FIXTURES / "smi_dgx1v_v100_hybrid_cube_mesh.txt").read_text()
+    result = runner.invoke(app, ["topo", "--from-smi", "-", "--format", "json"], input=text)
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [n["name"] for n in data["nics"]] == ["mlx5_0"]
+
+
 def _fails_with(args: list[str], message: str) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
 
@@ -17,6 +18,15 @@ class Format(str, Enum):
 
     table = "table"
     json = "json"
+
+
+def _read_text(path: Path) -> str:
+    if str(path) == "-":
+        return sys.stdin.read()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +46,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--from-smi",
             metavar="TOPO.txt",
-            help="Analyse the text `nvidia-smi topo -m` printed on another machine.",
+            help="Analyse the text `nvidia-smi topo -m` printed on another machine "
+            "(- reads it from stdin).",
         ),
         out: Path | None = typer.Option(
             None,
@@ -55,10 +66,7 @@ def register(app: typer.Typer) -> None:
             if from_snapshot is not None:
                 snapshot = load_snapshot(from_snapshot)
             elif from_smi is not None:
-                try:
-                    text = from_smi.read_text(encoding="utf-8", errors="replace")
-                except OSError as exc:
-                    raise UserError(f"{from_smi}: cannot read: {exc.strerror or exc}") from None
+                text = _read_text(from_smi)
                 try:
                     snapshot = parse_nvidia_smi(text)
                 except UserError as exc:

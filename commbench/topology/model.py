@@ -185,7 +185,7 @@ class TopologySnapshot:
     """Everything `commbench topo` knows about one machine; benchmarks embed it verbatim."""
 
     schema_version: int = SCHEMA_VERSION
-    """Version of this file form; older ones are migrated, newer ones refused."""
+    """Version of this file form (1 is the first); newer versions are refused."""
     source: str = "nvml"
     """Where the facts came from: `nvml` (this machine) or `nvidia-smi` (imported text)."""
     captured_at: str | None = None
@@ -193,7 +193,8 @@ class TopologySnapshot:
     host: HostInfo = field(default_factory=HostInfo)
     """The machine around the GPUs."""
     nvml_error: str | None = None
-    """Why no GPU was seen (`NVML: library not found`); None when NVML answered."""
+    """Why no GPU is listed (`NVML: library not found`, `CUDA_VISIBLE_DEVICES hides all 8
+    GPUs`); None when there are GPUs."""
     gpus: list[Gpu] = field(default_factory=list)
     """Visible GPUs in CUDA ordinal order."""
     pairs: list[Pair] = field(default_factory=list)

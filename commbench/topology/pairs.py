@@ -27,9 +27,9 @@ NVML_P2P_STATUS = {
 }
 
 _PATH_NOTES = {
-    "PHB": "through the CPU's PCIe host bridge",
-    "NODE": "across PCIe host bridges within one NUMA node",
-    "SYS": "across the CPU socket interconnect (QPI/UPI/xGMI)",
+    "PHB": "via the CPU host bridge",
+    "NODE": "crosses host bridges",
+    "SYS": "crosses CPU sockets",
 }
 
 
@@ -155,7 +155,7 @@ def assess(
         notes.append("connection unknown")
     if p2p is False:
         why = f" ({p2p_status})" if p2p_status else ""
-        notes.append(f"P2P unsupported{why}: copies are staged through host memory")
+        notes.append(f"no P2P{why}: copies are staged through host memory")
     return Pair(
         src=a.index,
         dst=b.index,
