@@ -49,7 +49,9 @@ def register(app: typer.Typer) -> None:
             "-s",
             help=f"Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
         ),
-        ops: str = typer.Option("all", "--ops", help="Comma list of ops, or 'all'."),
+        ops: str = typer.Option(
+            None, "--ops", help="Comma list of ops, or 'all' (the default unless --strategies)."
+        ),
         strategies: str = typer.Option(
             None, "--strategies", help="All-reduce strategies to compare: 'all' or a comma list."
         ),
@@ -107,7 +109,7 @@ def register(app: typer.Typer) -> None:
             gpus = visible_gpus() if device in (None, "cuda") else 0
             dev = device or ("cuda" if gpus else "cpu")
             settings = CollectivesSettings(
-                ops=parse_ops(ops) if ops else [],
+                ops=parse_ops(ops or "all") if ops or not strategies else [],
                 sizes=parse_sizes(
                     sizes or (GPU_DEFAULT_SIZES if dev == "cuda" else CPU_DEFAULT_SIZES)
                 ),
@@ -168,6 +170,11 @@ def run_and_report(settings: object, out: Path, fmt: Format) -> None:
         outcome = run_collectives(settings, out, on_progress=on_progress)  # type: ignore[arg-type]
     if outcome.rows:
         typer.echo(export(outcome.rows, fmt), nl=False)
+        if fmt in (Format.table, Format.md) and any(r.strategy for r in outcome.rows):
+            from commbench.strategies.report import render_comparison
+
+            backend = getattr(settings, "backend", None)
+            typer.echo("\n" + render_comparison(outcome.rows, fmt, backend), nl=False)
     noisy = [r for r in outcome.rows if r.n and r.cv > NOISY_CV]
     if noisy:
         typer.echo(

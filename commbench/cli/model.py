@@ -1,0 +1,100 @@
+"""`commbench model`: the alpha-beta prediction of each all-reduce strategy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+from commbench.errors import UserError
+from commbench.results.exporters import Format
+
+DEFAULT_SIZES = "1K-1G"
+# World sizes a fitted model extrapolates to when --world is not given.
+SCALE_WORLDS = (8, 64, 1024)
+
+
+def parse_worlds(text: str) -> list[int]:
+    try:
+        worlds = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"--world must be a comma list of integers, got {text!r}") from None
+    if not worlds:
+        raise UserError("--world is empty")
+    bad = [w for w in worlds if w < 1]
+    if bad:
+        raise UserError(f"--world: a world size must be at least 1, got {bad[0]}")
+    return list(dict.fromkeys(worlds))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("model")
+    def model(
+        world: str = typer.Option(
+            None,
+            "--world",
+            "-w",
+            help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
+        ),
+        bw: float = typer.Option(
+            None, "--bw", help="Link bandwidth in GB/s (beta). Overrides the fitted value."
+        ),
+        latency: float = typer.Option(
+            None, "--latency", help="Latency per step in us (alpha). Overrides the fitted value."
+        ),
+        launch: float = typer.Option(
+            0.0, "--launch", help="Cost of one host-side launch/sync in us (default 0)."
+        ),
+        sizes: str = typer.Option(
+            DEFAULT_SIZES,
+            "--sizes",
+            "-s",
+            help=f"Sizes per rank, e.g. 1K-1G. Default {DEFAULT_SIZES}.",
+        ),
+        backend: str = typer.Option(
+            None,
+            "--backend",
+            help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
+        ),
+        strategies: str = typer.Option(
+            "all", "--strategies", help="Strategies to predict: 'all' or a comma list."
+        ),
+        from_run: Path = typer.Option(
+            None,
+            "--from",
+            help="Fit latency and bandwidth to this run's direct all_reduce rows.",
+        ),
+        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    ) -> None:
+        """Predict each all-reduce strategy with the alpha-beta model (latency + bytes / bandwidth)."""
+        with reported_errors():
+            from commbench.sizes import parse_sizes
+            from commbench.strategies.model import Fit, Params, fit, predict
+            from commbench.strategies.registry import parse_strategies
+            from commbench.strategies.report import render_predictions
+
+            names = parse_strategies(strategies)
+            size_list = parse_sizes(sizes)
+            fitted: Fit | None = None
+            worlds = parse_worlds(world) if world else [8]
+            if from_run is not None:
+                from commbench.results.store import load_run
+
+                run = load_run(from_run)
+                run_backend = str(run.meta.get("settings", {}).get("backend") or "nccl")
+                backend = backend or run_backend
+                fitted = fit(run.rows, backend, launch)
+                if not world:
+                    worlds = list(dict.fromkeys([*fitted.world_sizes, *SCALE_WORLDS]))
+                alpha = fitted.params.alpha_us if latency is None else latency
+                beta = fitted.params.bw_gbps if bw is None else bw
+            else:
+                if bw is None or latency is None:
+                    raise UserError("give --bw and --latency, or --from RUN to fit them")
+                alpha, beta = latency, bw
+            params = Params(
+                alpha_us=alpha, bw_gbps=beta, launch_us=launch, backend=backend or "nccl"
+            )
+            predictions = predict(params, worlds, size_list, names)
+            typer.echo(render_predictions(predictions, params, fmt, fitted), nl=False)

@@ -1,0 +1,298 @@
+"""Strategy comparison tables: measured (next to the model) and predicted.
+
+`render_comparison` is what `commbench collectives --strategies` prints after the usual
+tables; `render_predictions` is `commbench model`. Both render through one cell builder
+for table and md, and emit plain records for csv and json.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.results.exporters import Format
+from commbench.results.schema import ResultRow
+from commbench.results.store import dump_json
+from commbench.sizes import format_size
+from commbench.strategies.model import (
+    STRUCTURE,
+    Fit,
+    Params,
+    Prediction,
+    fit,
+    main_factor,
+    predict_one,
+    winner,
+)
+from commbench.strategies.registry import SHORT_NAMES, STRATEGIES
+
+DISAGREE = 0.25
+"""Measured vs model beyond this relative gap is flagged '!'."""
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if value != 0 and abs(value) < 10**-digits * 10:
+        return f"{value:.2g}"
+    return f"{value:.{digits}f}"
+
+
+def _render(
+    title: str,
+    headers: list[str],
+    cells: list[list[str]],
+    fmt: Format,
+    left: Sequence[int] = (0,),
+) -> list[str]:
+    """A titled table; the columns numbered in `left` align left, the others right."""
+    if fmt == Format.md:
+        align = ["---" if i in left else "---:" for i in range(len(headers))]
+        return [
+            f"### {title}",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join(align) + "|",
+            *("| " + " | ".join(line) + " |" for line in cells),
+            "",
+        ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
+        ).rstrip()
+
+    return [f"# {title}", line(headers), *(line(c) for c in cells), ""]
+
+
+def _records_out(records: list[dict[str, Any]], fmt: Format, extra: dict[str, Any]) -> str:
+    if fmt == Format.json:
+        return dump_json({**extra, "rows": records})
+    buf = io.StringIO()
+    if records:
+        writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return buf.getvalue()
+
+
+def _params_text(params: Params) -> str:
+    text = f"{params.backend} algorithms, alpha {params.alpha_us:.2f} us/step, beta {params.bw_gbps:.3g} GB/s"
+    if params.launch_us:
+        text += f", {params.launch_us:.2f} us/launch"
+    return text
+
+
+def _legend(strategies: Sequence[str], backend: str) -> list[str]:
+    return [f"  {s}: {STRUCTURE[backend][s]}" for s in strategies]
+
+
+# --- measured ----------------------------------------------------------------------------
+
+
+def _fit_or_reason(rows: list[ResultRow], backend: str) -> tuple[Fit | None, str]:
+    try:
+        result = fit(rows, backend)
+    except UserError as exc:
+        return None, f"model not fitted: {exc}"
+    return result, (
+        f"model ({_params_text(result.params)}) fitted to {result.points} direct all_reduce "
+        f"points at {len(result.sizes)} sizes, worst fit error {result.worst_error:.0%}"
+    )
+
+
+def _clear_win(best: ResultRow, others: list[ResultRow]) -> bool:
+    """False when the fastest's interquartile range overlaps the runner-up's."""
+    if not others:
+        return True
+    runner = min(others, key=lambda r: r.time_us)
+    return best.q3_us < runner.q1_us
+
+
+def comparison_records(rows: list[ResultRow], backend: str = "nccl") -> list[dict[str, Any]]:
+    """One record per measured strategy point, with ratio, model and factor."""
+    groups: dict[tuple[str, str, int], list[ResultRow]] = {}
+    for row in rows:
+        if row.op == "all_reduce":
+            groups.setdefault((row.dtype, row.reduce_op, row.world_size), []).append(row)
+    records: list[dict[str, Any]] = []
+    for (dtype, reduce_op, n), group in groups.items():
+        if not any(r.strategy for r in group):
+            continue
+        fitted, _ = _fit_or_reason(group, backend)
+        sizes = sorted({r.size_bytes for r in group if r.strategy})
+        for size in sizes:
+            at = [r for r in group if r.size_bytes == size and not math.isnan(r.time_us)]
+            by_name = {r.strategy: r for r in at if r.strategy}
+            reference = by_name.get("direct") or next((r for r in at if not r.strategy), None)
+            measured = [by_name[s] for s in STRATEGIES if s in by_name]
+            fastest = min(measured, key=lambda r: r.time_us) if measured else None
+            clear = fastest is not None and _clear_win(
+                fastest, [r for r in measured if r is not fastest]
+            )
+            for r in measured:
+                model_us = (
+                    predict_one(r.strategy, n, size, fitted.params).time_us if fitted else None
+                )
+                records.append(
+                    {
+                        "dtype": dtype,
+                        "reduce_op": reduce_op,
+                        "world_size": n,
+                        "size_bytes": size,
+                        "strategy": r.strategy,
+                        "time_us": r.time_us,
+                        "busbw_gbps": r.busbw_gbps,
+                        "vs_direct": r.time_us / reference.time_us if reference else None,
+                        "fastest": r is fastest,
+                        "clear_win": r is fastest and clear,
+                        "cv": r.cv,
+                        "check": r.check,
+                        "model_us": model_us,
+                        "measured_vs_model": r.time_us / model_us if model_us else None,
+                        "factor": main_factor(r.strategy, n, size, fitted.params) if fitted else "",
+                    }
+                )
+    return records
+
+
+def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = None) -> str:
+    """Per size: each strategy's time, busbw, ratio to direct (fastest marked), the model's
+    prediction fitted to the same run's direct rows, and the main factor behind the gap."""
+    backend = backend or "nccl"
+    records = comparison_records(rows, backend)
+    if fmt in (Format.json, Format.csv):
+        return _records_out(records, Format(fmt), {"backend": backend})
+    out: list[str] = []
+    seen: set[tuple[str, str, int]] = set()
+    for rec in records:
+        key = (rec["dtype"], rec["reduce_op"], rec["world_size"])
+        if key in seen:
+            continue
+        seen.add(key)
+        mine = [r for r in records if (r["dtype"], r["reduce_op"], r["world_size"]) == key]
+        group = [
+            r for r in rows if r.op == "all_reduce" and (r.dtype, r.reduce_op, r.world_size) == key
+        ]
+        _, fit_text = _fit_or_reason(group, backend)
+        cells: list[list[str]] = []
+        last_size = None
+        for r in mine:
+            mark = ("*" if r["clear_win"] else "~") if r["fastest"] else ""
+            ratio = r["measured_vs_model"]
+            flag = "!" if ratio is not None and abs(ratio - 1) > DISAGREE else ""
+            cells.append(
+                [
+                    format_size(r["size_bytes"]) if r["size_bytes"] != last_size else "",
+                    r["strategy"] + (f" {mark}" if mark else ""),
+                    _num(r["time_us"]),
+                    _num(r["busbw_gbps"]),
+                    f"{r['vs_direct']:.2f}x" if r["vs_direct"] is not None else "-",
+                    _num(r["model_us"]),
+                    f"{ratio:.2f}x{flag}" if ratio is not None else "-",
+                    r["factor"] or "-",
+                ]
+            )
+            last_size = r["size_bytes"]
+        dtype, reduce_op, n = key
+        title = f"all_reduce strategies  {dtype}  op={reduce_op}  n={n}"
+        headers = [
+            "size",
+            "strategy",
+            "time_us",
+            "busbw_GB/s",
+            "vs_direct",
+            "model_us",
+            "meas/model",
+            "main factor (model)",
+        ]
+        out += _render(title, headers, cells, Format(fmt), left=(0, 1, len(headers) - 1))
+        bullet = "- " if fmt == Format.md else ""
+        out += [
+            f"{bullet}{fit_text}",
+            f"{bullet}* fastest measured; ~ fastest but its IQR overlaps the runner-up's (no clear win); "
+            f"! measured and model differ by more than {DISAGREE:.0%}",
+            f"{bullet}what the model counts:",
+            *_legend([s for s in STRATEGIES if any(r["strategy"] == s for r in mine)], backend),
+            "",
+        ]
+    return "\n".join(out).rstrip() + "\n" if out else ""
+
+
+# --- predicted ---------------------------------------------------------------------------
+
+
+def prediction_records(predictions: list[Prediction]) -> list[dict[str, Any]]:
+    best: dict[tuple[int, int], str] = {}
+    for key in {(p.world_size, p.size_bytes) for p in predictions}:
+        best[key] = winner(p for p in predictions if (p.world_size, p.size_bytes) == key)
+    return [
+        {
+            "world_size": p.world_size,
+            "size_bytes": p.size_bytes,
+            "strategy": p.strategy,
+            "time_us": p.time_us,
+            "busbw_gbps": p.busbw_gbps,
+            "latency_us": p.latency_us,
+            "bandwidth_us": p.bandwidth_us,
+            "steps": p.cost.steps,
+            "bytes_per_rank": p.cost.bytes_factor * p.size_bytes,
+            "launches": p.cost.launches,
+            "winner": best[(p.world_size, p.size_bytes)] == p.strategy,
+        }
+        for p in predictions
+    ]
+
+
+def render_predictions(
+    predictions: list[Prediction], params: Params, fmt: Format, fitted: Fit | None = None
+) -> str:
+    """`commbench model`: per world size, each strategy's time and busbw per size, and the winner."""
+    records = prediction_records(predictions)
+    fit_info = (
+        {
+            "points": fitted.points,
+            "sizes": fitted.sizes,
+            "world_sizes": fitted.world_sizes,
+            "worst_error": fitted.worst_error,
+        }
+        if fitted
+        else None
+    )
+    if fmt in (Format.json, Format.csv):
+        return _records_out(records, Format(fmt), {"params": asdict(params), "fit": fit_info})
+    strategies = list(dict.fromkeys(p.strategy for p in predictions))
+    out: list[str] = []
+    bullet = "- " if fmt == Format.md else ""
+    if fitted:
+        out += [
+            f"{bullet}fitted to {fitted.points} direct all_reduce points "
+            f"(n={','.join(map(str, fitted.world_sizes))}, {len(fitted.sizes)} sizes), "
+            f"worst fit error {fitted.worst_error:.0%}",
+            "",
+        ]
+    for n in dict.fromkeys(p.world_size for p in predictions):
+        cells = []
+        for size in dict.fromkeys(p.size_bytes for p in predictions if p.world_size == n):
+            at = {p.strategy: p for p in predictions if (p.world_size, p.size_bytes) == (n, size)}
+            cells.append(
+                [
+                    format_size(size),
+                    *(f"{_num(at[s].time_us)} ({_num(at[s].busbw_gbps)})" for s in strategies),
+                    winner(at.values()),
+                ]
+            )
+        headers = ["size", *(SHORT_NAMES[s] for s in strategies), "winner"]
+        title = f"model  n={n}  {_params_text(params)}  cells: time_us (busbw_GB/s)"
+        out += _render(title, headers, cells, Format(fmt))
+    out += [
+        f"{bullet}what the model counts ({params.backend}):",
+        *_legend(strategies, params.backend),
+    ]
+    return "\n".join(out).rstrip() + "\n"
