@@ -99,12 +99,37 @@ def register(app: typer.Typer) -> None:
             Path("results"), "--out", "-o", help="Parent directory of the run directory."
         ),
         fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
+        nnodes: int = typer.Option(
+            None, "--nnodes", help="Nodes in a multi-node run (run the same command on each)."
+        ),
+        node_rank: int = typer.Option(None, "--node-rank", help="This node's index, 0..nnodes-1."),
+        rdzv_endpoint: str = typer.Option(
+            None, "--rdzv-endpoint", help="HOST:PORT of the torchrun c10d rendezvous."
+        ),
+        rdzv_id: str = typer.Option(
+            None, "--rdzv-id", help="Rendezvous id (the same on every node)."
+        ),
+        debug: bool = typer.Option(
+            False, "--debug", help="TORCH_DISTRIBUTED_DEBUG=DETAIL, NCCL INFO logs in the run dir."
+        ),
+        profile: bool = typer.Option(
+            False, "--profile", help="torch.profiler Chrome trace per rank (untimed iterations)."
+        ),
     ) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
             from commbench.collectives.settings import CollectivesSettings
             from commbench.collectives.specs import parse_ops
+            from commbench.launch.launcher import resolve_launch
             from commbench.sizes import parse_sizes
+
+            launch = resolve_launch(
+                nnodes=nnodes,
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=rdzv_id,
+                debug=debug,
+            )
 
             gpus = visible_gpus() if device in (None, "cuda") else 0
             dev = device or ("cuda" if gpus else "cpu")
@@ -130,8 +155,9 @@ def register(app: typer.Typer) -> None:
                 ranks=parse_ranks(ranks),
                 strategies=_parse_strategies(strategies),
                 timeout=timeout,
+                profile=profile,
             )
-            run_and_report(settings, out, fmt)
+            run_and_report(settings, out, fmt, launch)
 
 
 def _parse_strategies(text: str | None) -> list[str]:
@@ -142,7 +168,7 @@ def _parse_strategies(text: str | None) -> list[str]:
     return parse_strategies(text)
 
 
-def run_and_report(settings: object, out: Path, fmt: Format) -> None:
+def run_and_report(settings: object, out: Path, fmt: Format, launch: object = None) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -167,7 +193,7 @@ def run_and_report(settings: object, out: Path, fmt: Format) -> None:
         progress.update(task, completed=done, total=total, description=label)
 
     with progress:
-        outcome = run_collectives(settings, out, on_progress=on_progress)  # type: ignore[arg-type]
+        outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)  # type: ignore[arg-type]
     if outcome.rows:
         typer.echo(export(outcome.rows, fmt), nl=False)
         if fmt in (Format.table, Format.md) and any(r.strategy for r in outcome.rows):
@@ -186,6 +212,8 @@ def run_and_report(settings: object, out: Path, fmt: Format) -> None:
         f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points in {outcome.run_dir}",
         err=True,
     )
+    if outcome.meta.get("note"):
+        typer.echo(f"commbench: {outcome.meta['note']}", err=True)
     if outcome.status == STATUS_INTERRUPTED:
         raise Interrupted(
             f"interrupted; the {len(outcome.rows)} points measured are in {outcome.run_dir}"

@@ -44,6 +44,8 @@ class CollectivesSettings:
     """All-reduce strategies to time in addition to `ops`."""
     timeout: float = 300.0
     """Seconds without progress before a run is declared hung."""
+    profile: bool = False
+    """Record a torch.profiler trace of a few untimed iterations per point (one file per rank)."""
 
     def __post_init__(self) -> None:
         unknown = [op for op in self.ops if op not in OPS]

@@ -59,6 +59,60 @@ class LaunchOptions:
     rdzv_endpoint: str | None = None
     """HOST:PORT of the c10d rendezvous; None = a standalone one on a free local port."""
     rdzv_id: str = "commbench"
+    debug: bool = False
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL INFO logging into the run directory."""
+    source: str = "flags"
+    """Where the multi-node settings came from: 'flags', 'slurm' or 'single' (for run.json)."""
+
+    def __post_init__(self) -> None:
+        if self.nnodes < 1:
+            raise UserError("--nnodes must be at least 1")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise UserError(f"--node-rank {self.node_rank} is outside 0..{self.nnodes - 1}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        if self.rdzv_endpoint is not None:
+            host, sep, port = self.rdzv_endpoint.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise UserError(f"--rdzv-endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
+
+
+def resolve_launch(
+    *,
+    nnodes: int | None,
+    node_rank: int | None,
+    rdzv_endpoint: str | None,
+    rdzv_id: str | None,
+    debug: bool,
+    environ: dict[str, str] | None = None,
+) -> LaunchOptions:
+    """Explicit flags win; inside a SLURM job step the job's nodes make the rendezvous."""
+    from commbench.launch.slurm import from_env
+
+    if nnodes is not None or rdzv_endpoint is not None:
+        return LaunchOptions(
+            nnodes=nnodes or 1,
+            node_rank=node_rank or 0,
+            rdzv_endpoint=rdzv_endpoint,
+            rdzv_id=rdzv_id or "commbench",
+            debug=debug,
+        )
+    job = from_env(dict(os.environ) if environ is None else environ)
+    if job is None or (job.nnodes == 1 and job.tasks_per_node == 1):
+        return LaunchOptions(debug=debug, source="single")
+    if job.tasks_per_node != 1:
+        raise UserError(
+            f"SLURM started {job.tasks_per_node} commbench tasks per node: use srun --ntasks-per-node=1 "
+            "(commbench starts one worker per GPU itself)"
+        )
+    return LaunchOptions(
+        nnodes=job.nnodes,
+        node_rank=job.node_rank,
+        rdzv_endpoint=job.rdzv_endpoint,
+        rdzv_id=rdzv_id or f"slurm-{job.job_id}",
+        debug=debug,
+        source="slurm",
+    )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -206,8 +260,15 @@ def torchrun_command(
     return cmd
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(run_dir: Path, launch: LaunchOptions) -> dict[str, str]:
     env = dict(os.environ)
+    if launch.debug:
+        env.update(
+            TORCH_DISTRIBUTED_DEBUG="DETAIL",
+            TORCH_CPP_LOG_LEVEL="INFO",
+            NCCL_DEBUG="INFO",
+            NCCL_DEBUG_FILE=str(run_dir / LOGS_DIR / "nccl.%h.%p.log"),
+        )
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONWARNINGS"] = env.get("PYTHONWARNINGS", "ignore::FutureWarning")
@@ -393,6 +454,9 @@ def run_collectives(
             "nnodes": launch.nnodes,
             "node_rank": launch.node_rank,
             "rdzv_endpoint": launch.rdzv_endpoint,
+            "rdzv_id": launch.rdzv_id,
+            "source": launch.source,
+            "debug": launch.debug,
         },
         "context": context,
         "points_total": len(points),
@@ -417,7 +481,7 @@ def run_collectives(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_worker_env(),
+            env=_worker_env(run_dir, launch),
             start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
         )
         watch.pids.add(proc.pid)
@@ -441,9 +505,14 @@ def run_collectives(
             status, failure = STATUS_INTERRUPTED, "interrupted"
         watch.poll(on_row)  # rows journalled just before the end
         procs.stop_all({p for p in watch.pids if procs.alive(p)}, grace=1.0)
-    if status == STATUS_COMPLETE and (proc.returncode != 0 or not watch.done):
+    writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
+    if status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
         status = STATUS_FAILED
         failure, culprits = _describe_crash(watch, proc.returncode)
+    if not writer and launch.nnodes > 1:
+        meta["note"] = (
+            "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+        )
     ctx = watch.worker_context
     context.update({k: v for k, v in ctx.items() if k != "ranks"})
     context["ranks"] = ctx.get("ranks", [])

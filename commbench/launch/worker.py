@@ -33,6 +33,8 @@ from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 # pays for connection setup (NCCL/gloo connect lazily on first use).
 WARMUP_TIME_US = 50_000.0
 WARMUP_MIN, WARMUP_MAX = 2, 20
+PROFILE_ITERS = 3
+PROFILE_DIR = "profile"
 
 
 def plan_warmup(first_us: float) -> int:
@@ -68,6 +70,7 @@ class Worker:
             self.device = torch.device("cpu")
         self.dtype = collective_ops.TORCH_DTYPES[settings.dtype]
         self.journal: Journal | None = None
+        self.profile_parts: list[Path] = []
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -182,7 +185,39 @@ class Worker:
                 ok = check_strategy(strategy, bufs, call, grp, s.reduce_op)
             else:
                 ok = collective_ops.check(op, bufs, call, grp, s.reduce_op)
+        if s.profile:
+            self.hb.phase = "profile"
+            self._profile(call, f"{strategy or op} {count} x {s.dtype}")
         return samples, warmup, ok, note
+
+    def _profile(self, call: Any, label: str) -> None:
+        """Trace PROFILE_ITERS untimed iterations; traces are merged per rank at the end."""
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities) as prof:
+            with record_function(f"commbench: {label}"):
+                for _ in range(PROFILE_ITERS):
+                    call()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        part = self.run_dir / PROFILE_DIR / f".rank{self.rank}.part{len(self.profile_parts)}.json"
+        part.parent.mkdir(exist_ok=True)
+        prof.export_chrome_trace(str(part))
+        self.profile_parts.append(part)
+
+    def merge_profile(self) -> None:
+        """One Chrome trace per rank: the parts' events in one file (chrome://tracing, Perfetto)."""
+        if not self.profile_parts:
+            return
+        events: list[Any] = []
+        for part in self.profile_parts:
+            events.extend(json.loads(part.read_text()).get("traceEvents", []))
+            part.unlink()
+        out = self.run_dir / PROFILE_DIR / f"rank{self.rank}.json"
+        out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
     def _exchange(self, samples: list[float], ok: bool) -> tuple[list[float], list[int]]:
         """Every rank (members and waiting ranks alike) joins two small world reductions:
@@ -248,6 +283,7 @@ class Worker:
                 )
                 self._emit(index, row, failed)
         self.hb.phase = "finishing"
+        self.merge_profile()
         dist.barrier()
         if self.journal is not None:
             self.journal.write({"type": "done"})

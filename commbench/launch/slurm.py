@@ -1,0 +1,163 @@
+"""Running inside a SLURM allocation: read the job from the environment, build the torchrun
+rendezvous from it, and write a ready sbatch script.
+
+One commbench task per node (`srun --ntasks-per-node=1`): commbench starts that node's
+per-GPU workers itself through torchrun, and every node meets at a c10d rendezvous on the
+first node of the job's node list.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from commbench.errors import UserError
+
+# Rendezvous port on the head node: fixed base + job id, so two jobs sharing a node do not
+# collide, and every node of one job computes the same port without talking.
+RDZV_PORT_BASE = 29400
+RDZV_PORT_SPAN = 1000
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Expand SLURM's compressed host lists: `gpu[01-03,07],login1` -> gpu01 gpu02 gpu03 gpu07 login1.
+
+    Handles zero padding, several bracket groups (`r[1-2]n[1-2]`) and commas inside brackets.
+    """
+    hosts: list[str] = []
+    for item in _split_top_level(text.strip()):
+        if not item:
+            continue
+        hosts.extend(_expand_item(item))
+    if not hosts:
+        raise UserError(f"empty SLURM node list {text!r}")
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"malformed SLURM node list {text!r}: unbalanced ']'")
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if depth != 0:
+        raise UserError(f"malformed SLURM node list {text!r}: unbalanced '['")
+    parts.append("".join(current))
+    return parts
+
+
+_GROUP = re.compile(r"\[([^\]]*)\]")
+
+
+def _expand_item(item: str) -> list[str]:
+    match = _GROUP.search(item)
+    if not match:
+        return [item]
+    prefix, suffix = item[: match.start()], item[match.end() :]
+    out: list[str] = []
+    for rng in match.group(1).split(","):
+        lo, sep, hi = rng.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UserError(f"malformed SLURM node range {rng!r} in {item!r}")
+        width = len(lo)
+        for i in range(int(lo), int(hi if sep else lo) + 1):
+            out.extend(_expand_item(f"{prefix}{i:0{width}d}{suffix}"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    job_id: str
+    nnodes: int
+    node_rank: int
+    nodes: list[str]
+    tasks_per_node: int
+    gpus_on_node: int | None
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        digits = int(re.sub(r"\D", "", self.job_id) or 0)
+        return f"{self.head}:{RDZV_PORT_BASE + digits % RDZV_PORT_SPAN}"
+
+
+def from_env(environ: dict[str, str]) -> SlurmJob | None:
+    """The job this process runs in, or None outside SLURM (or in a plain `salloc` shell,
+    where no step has started: there SLURM_NODEID is unset and srun is needed)."""
+    if "SLURM_JOB_ID" not in environ or "SLURM_NODEID" not in environ:
+        return None
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise UserError("SLURM_JOB_NODELIST is not set: cannot find the job's head node")
+    nodes = expand_nodelist(nodelist)
+    try:
+        nnodes = int(
+            environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES") or len(nodes)
+        )
+        node_rank = int(environ["SLURM_NODEID"])
+    except ValueError as exc:
+        raise UserError(f"malformed SLURM environment: {exc}") from None
+    tasks = environ.get("SLURM_NTASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE") or "1"
+    # SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is what matters; take the first
+    tasks_per_node = int(re.match(r"\d+", tasks).group(0)) if re.match(r"\d+", tasks) else 1  # type: ignore[union-attr]
+    gpus = environ.get("SLURM_GPUS_ON_NODE")
+    return SlurmJob(
+        job_id=environ["SLURM_JOB_ID"],
+        nnodes=nnodes,
+        node_rank=node_rank,
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        gpus_on_node=int(gpus) if gpus and gpus.isdigit() else None,
+    )
+
+
+def sbatch_script(
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    args: list[str],
+    job_name: str = "commbench",
+    time_limit: str = "00:30:00",
+    partition: str | None = None,
+) -> str:
+    """A ready sbatch script: one commbench task per node, all GPUs of the node to it."""
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus_per_node}"
+        if gpus_per_node
+        else "# (no GPUs requested: CPU/gloo run)",
+        f"#SBATCH --time={time_limit}",
+        "#SBATCH --output=%x-%j.out",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    quoted = " ".join(_quote(a) for a in args)
+    lines += [
+        "",
+        "# commbench reads the SLURM environment (node list, node id) and builds the torchrun",
+        "# rendezvous on the first node itself; each node starts one worker per GPU.",
+        "# Uncomment to pin the network interfaces NCCL/gloo use:",
+        "# export NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0",
+        "set -euo pipefail",
+        f"srun --ntasks-per-node=1 commbench {quoted}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\"'\"'") + "'"

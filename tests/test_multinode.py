@@ -1,0 +1,120 @@
+"""Two "nodes" on one machine: two commbench processes, each with its own torchrun agent,
+meeting at a c10d rendezvous on 127.0.0.1. Also --debug and --profile files."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commbench.results.store import load_run
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path) -> None:
+    port = free_port()
+    common = [
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "t2n",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--ops",
+        "all_reduce,all_gather,sendrecv",
+        "--sizes",
+        "4K",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--timeout",
+        "60",
+    ]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "commbench",
+                "collectives",
+                *common,
+                "--node-rank",
+                str(r),
+                "-o",
+                f"node{r}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    runs = [load_run(next((tmp_path / f"node{r}").iterdir())) for r in (0, 1)]
+    writer = [r for r in runs if r.rows]
+    assert len(writer) == 1, "exactly one node (rank 0's) writes the results"
+    run = writer[0]
+    assert run.context["world_size"] == 4 and run.context["nnodes"] >= 1
+    assert len(run.context["ranks"]) == 4
+    assert all(row.world_size == 4 and row.check == "ok" for row in run.rows)
+    assert run.meta["launch"]["nnodes"] == 2
+    other = next(r for r in runs if not r.rows)
+    assert other.meta["status"] == "complete" and "rank 0's node" in other.meta["note"]
+
+
+def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "collectives",
+            "--device",
+            "cpu",
+            "--nproc",
+            "2",
+            "--ops",
+            "all_reduce",
+            "--sizes",
+            "1K,64K",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--debug",
+            "--profile",
+            "-o",
+            "out",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_dir = next((tmp_path / "out").iterdir())
+    traces = sorted((run_dir / "profile").glob("rank*.json"))
+    assert [t.name for t in traces] == ["rank0.json", "rank1.json"]
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    labels = {e.get("name") for e in events}
+    assert any(str(n).startswith("commbench: all_reduce") for n in labels)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["launch"]["debug"] is True
+    logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("stderr.log"))
+    assert "The debug level is set to DETAIL" in logs

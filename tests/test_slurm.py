@@ -1,0 +1,131 @@
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.errors import UserError
+from commbench.launch.launcher import LaunchOptions, resolve_launch
+from commbench.launch.slurm import expand_nodelist, from_env
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("node1", ["node1"]),
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("gpu[01-02],login1,cpu[9-10]", ["gpu01", "gpu02", "login1", "cpu9", "cpu10"]),
+        ("r[1-2]n[08-09]", ["r1n08", "r1n09", "r2n08", "r2n09"]),
+        ("a-b[1,3]", ["a-b1", "a-b3"]),
+    ],
+)
+def test_expand_nodelist(text: str, hosts: list[str]) -> None:
+    assert expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["gpu[01-04", "gpu01]", "gpu[a-b]", ""])
+def test_malformed_nodelist(text: str) -> None:
+    with pytest.raises(UserError):
+        expand_nodelist(text)
+
+
+JOB = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_NNODES": "2",
+    "SLURM_TASKS_PER_NODE": "1(x2)",
+    "SLURM_GPUS_ON_NODE": "8",
+}
+
+
+def test_job_from_environment() -> None:
+    job = from_env(JOB)
+    assert job is not None
+    assert (job.nnodes, job.node_rank, job.head, job.tasks_per_node, job.gpus_on_node) == (
+        2,
+        1,
+        "gpu07",
+        1,
+        8,
+    )
+    assert job.rdzv_endpoint == "gpu07:29642"  # 29400 + 4242 % 1000: the same on every node
+
+
+def test_outside_slurm_or_in_a_bare_salloc_shell() -> None:
+    assert from_env({}) is None
+    assert from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1"}) is None  # no step yet
+
+
+def test_slurm_builds_the_rendezvous_unless_flags_say_otherwise() -> None:
+    launch = resolve_launch(
+        nnodes=None, node_rank=None, rdzv_endpoint=None, rdzv_id=None, debug=False, environ=JOB
+    )
+    assert (
+        launch.nnodes,
+        launch.node_rank,
+        launch.rdzv_endpoint,
+        launch.rdzv_id,
+        launch.source,
+    ) == (2, 1, "gpu07:29642", "slurm-4242", "slurm")
+    explicit = resolve_launch(
+        nnodes=2, node_rank=0, rdzv_endpoint="h:1234", rdzv_id=None, debug=False, environ=JOB
+    )
+    assert explicit.rdzv_endpoint == "h:1234" and explicit.source == "flags"
+
+
+def test_several_tasks_per_node_is_refused() -> None:
+    env = {**JOB, "SLURM_TASKS_PER_NODE": "8(x2)"}
+    with pytest.raises(UserError, match="ntasks-per-node=1"):
+        resolve_launch(
+            nnodes=None, node_rank=None, rdzv_endpoint=None, rdzv_id=None, debug=False, environ=env
+        )
+
+
+@pytest.mark.parametrize(
+    ("kw", "fragment"),
+    [
+        ({"nnodes": 2}, "needs --rdzv-endpoint"),
+        ({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "outside"),
+        ({"rdzv_endpoint": "nohost"}, "HOST:PORT"),
+        ({"rdzv_endpoint": "h:99999"}, "HOST:PORT"),
+    ],
+)
+def test_bad_multinode_flags(kw: dict, fragment: str) -> None:
+    with pytest.raises(UserError, match=fragment):
+        LaunchOptions(**kw)
+
+
+def test_bad_multinode_flags_on_the_cli_are_one_line() -> None:
+    result = CliRunner().invoke(app, ["collectives", "--nnodes", "2", "--device", "cpu"])
+    assert result.exit_code == 2 and "needs --rdzv-endpoint" in result.stderr
+
+
+def test_slurm_script_runs_one_task_per_node() -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "slurm-script",
+            "-N",
+            "4",
+            "--gpus-per-node",
+            "8",
+            "-p",
+            "gpu",
+            "--",
+            "collectives",
+            "--sizes",
+            "1K-1G",
+            "--ops",
+            "all_reduce",
+        ],
+    )
+    assert result.exit_code == 0
+    script = result.stdout
+    assert script.startswith("#!/bin/bash")
+    for line in [
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "srun --ntasks-per-node=1 commbench collectives --sizes 1K-1G --ops all_reduce",
+    ]:
+        assert line in script
