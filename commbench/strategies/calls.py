@@ -5,58 +5,38 @@ the timed call only communicates, reduces and copies. Each call runs the whole a
 in place on `bufs.inp` and returns when it has completed from the host's point of view, as
 `ops.make_call` does.
 
-AVG: `direct` passes ReduceOp.AVG where the backend has it (NCCL); gloo has none, so there
-every strategy, `direct` included, reduces with SUM and divides by n itself.
+AVG: the strategies built on collectives pass ReduceOp.AVG to them; the hand-written rings
+reduce with SUM and divide by n. gloo has no AVG for integer dtypes (dist.all_reduce raises
+there, on one rank only), so that combination is refused before any rank communicates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from commbench.collectives import ops
 from commbench.strategies.registry import STRATEGIES
-from commbench.strategies.ring import divide, make_ring, make_ring_naive
-
-
-def _native_avg(group: ops.Group) -> bool:
-    return dist.get_backend(group.handle) != "gloo"
-
-
-def _reduction(reduce_op: str, group: ops.Group) -> tuple[Any, bool]:
-    """(torch ReduceOp to pass, whether to divide by n afterwards)."""
-    if reduce_op == "avg" and not _native_avg(group):
-        return ops.REDUCE_OPS["sum"], True
-    return ops.REDUCE_OPS[reduce_op], False
+from commbench.strategies.ring import make_ring, make_ring_naive
 
 
 def _direct(bufs: ops.Buffers, group: ops.Group, reduce_op: str) -> Callable[[], None]:
-    buf, pg = bufs.inp, group.handle
-    red, then_divide = _reduction(reduce_op, group)
-    n = group.size
+    buf, pg, red = bufs.inp, group.handle, ops.REDUCE_OPS[reduce_op]
 
     def direct() -> None:
         dist.all_reduce(buf, op=red, group=pg)
-        if then_divide:
-            divide(buf, n)
 
     return direct
 
 
 def _reduce_broadcast(bufs: ops.Buffers, group: ops.Group, reduce_op: str) -> Callable[[], None]:
-    """Reduce to the group's first rank, which divides (AVG without a native one) and
-    broadcasts the result back."""
-    buf, pg, root = bufs.inp, group.handle, group.root
-    red, then_divide = _reduction(reduce_op, group)
-    is_root, n = group.rank == 0, group.size
+    """Reduce to the group's first rank, which broadcasts the result back."""
+    buf, pg, root, red = bufs.inp, group.handle, group.root, ops.REDUCE_OPS[reduce_op]
 
     def reduce_broadcast() -> None:
         dist.reduce(buf, dst=root, op=red, group=pg)
-        if then_divide and is_root:
-            divide(buf, n)
         dist.broadcast(buf, src=root, group=pg)
 
     return reduce_broadcast
@@ -80,14 +60,12 @@ def _reduce_scatter_all_gather(
     full = torch.zeros(shard_len * n, dtype=buf.dtype, device=buf.device) if padded else buf
     shard = torch.empty(shard_len, dtype=buf.dtype, device=buf.device)
     head = full.narrow(0, 0, count)
-    red, then_divide = _reduction(reduce_op, group)
+    red = ops.REDUCE_OPS[reduce_op]
 
     def reduce_scatter_all_gather() -> None:
         if padded:
             head.copy_(buf)
         ops._reduce_scatter_tensor(shard, full, op=red, group=pg)
-        if then_divide:
-            divide(shard, n)
         ops._all_gather_tensor(full, shard, group=pg)
         if padded:
             buf.copy_(head)
@@ -113,6 +91,12 @@ def make_strategy_call(
         raise ValueError("strategies run in place: allocate all_reduce buffers")
     if reduce_op not in ops.REDUCE_OPS:
         raise ValueError(f"unknown reduce op {reduce_op!r}")
+    if (
+        reduce_op == "avg"
+        and not bufs.inp.is_floating_point()
+        and dist.get_backend(group.handle) == "gloo"
+    ):
+        raise ValueError(f"gloo has no AVG for {bufs.inp.dtype} (dist.all_reduce refuses it)")
     return _BUILDERS[strategy](bufs, group, reduce_op)
 
 
