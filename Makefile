@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install test lint bench demo clean
+.PHONY: install test lint bench demo clean slurm-deps
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -27,6 +27,15 @@ lint:
 
 bench: install
 	$(PYTHON) benchmarks/harness_overhead.py
+
+# A real SLURM for the multi-node integration test (Debian/Ubuntu, as root). Without it
+# that one test is skipped, except under CI=true where it fails.
+slurm-deps:
+	@if command -v slurmd >/dev/null && command -v munged >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			slurmd slurmctld slurm-client munge >/dev/null; \
+	else echo "slurm-deps: not root or no apt-get; the SLURM test will be skipped"; fi
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .ruff_cache .mypy_cache
