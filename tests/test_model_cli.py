@@ -1,0 +1,128 @@
+"""`commbench model` through the CLI: predictions, fitting from a run, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.results.schema import ResultRow
+from commbench.results.store import write_results, write_run_meta
+from commbench.strategies.model import Params, predict_one
+
+runner = CliRunner()
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_predicts_every_strategy_and_the_winner() -> None:
+    result = runner.invoke(
+        app, ["model", "--world", "8", "--bw", "100", "--latency", "5", "--sizes", "1K,1G"]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "model  n=8  nccl algorithms, alpha 5.00 us/step, beta 100 GB/s" in out
+    for header in ("direct", "red+bcast", "rs+ag", "ring", "ring_naive", "winner"):
+        assert header in out
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln[:2] in ("1K", "1G")}
+    # 1 KiB: 7 naive steps beat 14; 1 GiB: (n-1) S loses to 2(n-1)/n S
+    assert lines["1K"].endswith("ring_naive")
+    assert lines["1G"].endswith("direct")
+    assert "70.02 (0.026)" in lines["1K"]  # 14 x 5 us + 1.75 KiB / 100 GB/s
+
+
+def test_json_has_params_and_a_row_per_prediction() -> None:
+    result = runner.invoke(
+        app,
+        ["model", "-w", "2,64", "--bw", "10", "--latency", "1", "-s", "1K,1M", "-f", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["params"] == {
+        "alpha_us": 1.0,
+        "bw_gbps": 10.0,
+        "launch_us": 0.0,
+        "backend": "nccl",
+    }
+    assert data["fit"] is None
+    assert len(data["rows"]) == 2 * 2 * 5
+    assert sum(r["winner"] for r in data["rows"]) == 4
+
+
+def make_run(tmp_path: Path, sizes: list[int], backend: str = "gloo") -> Path:
+    truth = Params(alpha_us=200.0, bw_gbps=0.5)
+    rows = [
+        ResultRow.measured(
+            samples_us=[predict_one("direct", 4, s, truth).time_us],
+            size_bytes=s,
+            busbw_factor=1.5,
+            op="all_reduce",
+            strategy="direct",
+            dtype="float32",
+            reduce_op="sum",
+            world_size=4,
+            count=s // 4,
+            check="ok",
+        )
+        for s in sizes
+    ]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_run_meta(run_dir, {"kind": "collectives", "settings": {"backend": backend}})
+    write_results(run_dir, rows)
+    return run_dir
+
+
+def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, [1024, 65536, 1 << 20])
+    result = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["params"]["alpha_us"] == pytest.approx(200.0)
+    assert data["params"]["bw_gbps"] == pytest.approx(0.5)
+    assert data["params"]["backend"] == "gloo"  # the run's
+    assert data["fit"]["points"] == 3
+    assert sorted({r["world_size"] for r in data["rows"]}) == [4, 8, 64, 1024]
+    table = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "2"])
+    assert "beta 2 GB/s" in table.stdout  # a flag overrides the fitted value
+    assert "fitted to 3 direct all_reduce points" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--bw", "10"], "give --bw and --latency, or --from RUN"),
+        (["--bw", "10", "--latency", "1", "--world", "8,x"], "comma list of integers"),
+        (["--bw", "10", "--latency", "1", "--world", "0"], "at least 1"),
+        (["--bw", "0", "--latency", "1"], "bandwidth must be > 0"),
+        (["--bw", "1", "--latency", "-1"], "latency must be >= 0"),
+        (["--bw", "1", "--latency", "1", "--backend", "mpi"], "unknown backend"),
+        (["--bw", "1", "--latency", "1", "--strategies", "tree"], "unknown strategy"),
+        (["--bw", "1", "--latency", "1", "--sizes", "1K-banana"], "malformed size"),
+        (["--from", "nowhere"], "not a run directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    assert fragment in one_line_error(runner.invoke(app, ["model", *args]))
+
+
+def test_from_run_with_one_size_is_refused(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, [1024])
+    line = one_line_error(runner.invoke(app, ["model", "--from", str(run_dir)]))
+    assert "2 sizes or more" in line
+
+
+def test_help_mentions_the_model() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert "model" in result.stdout
+    result = runner.invoke(app, ["model", "--help"])
+    assert result.exit_code == 0 and "alpha-beta" in result.stdout
