@@ -89,8 +89,9 @@ def _params_text(params: Params) -> str:
     return text
 
 
-def _legend(strategies: Sequence[str], backend: str) -> list[str]:
-    return [f"  {s}: {STRUCTURE[backend][s]}" for s in strategies]
+def _legend(strategies: Sequence[str], backend: str, fmt: Format) -> list[str]:
+    bullet = "  - " if fmt == Format.md else "  "
+    return [f"{bullet}{s}: {STRUCTURE[backend][s]}" for s in strategies]
 
 
 # --- measured ----------------------------------------------------------------------------
@@ -219,7 +220,11 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
             f"{bullet}* fastest measured; ~ fastest but its IQR overlaps the runner-up's (no clear win); "
             f"! measured and model differ by more than {DISAGREE:.0%}",
             f"{bullet}what the model counts:",
-            *_legend([s for s in STRATEGIES if any(r["strategy"] == s for r in mine)], backend),
+            *_legend(
+                [s for s in STRATEGIES if any(r["strategy"] == s for r in mine)],
+                backend,
+                Format(fmt),
+            ),
             "",
         ]
     return "\n".join(out).rstrip() + "\n" if out else ""
@@ -290,9 +295,9 @@ def render_predictions(
             )
         headers = ["size", *(SHORT_NAMES[s] for s in strategies), "winner"]
         title = f"model  n={n}  {_params_text(params)}  cells: time_us (busbw_GB/s)"
-        out += _render(title, headers, cells, Format(fmt))
+        out += _render(title, headers, cells, Format(fmt), left=(0, len(headers) - 1))
     out += [
         f"{bullet}what the model counts ({params.backend}):",
-        *_legend(strategies, params.backend),
+        *_legend(strategies, params.backend, Format(fmt)),
     ]
     return "\n".join(out).rstrip() + "\n"
