@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 # One module per command, in the order `--help` lists them.
-_COMMANDS = ("topo", "collectives", "model", "slurm")
+_COMMANDS = ("topo", "collectives", "model", "slurm", "run", "compare", "plot", "report", "import_nccl")
 
 
 def _version(value: bool) -> None:

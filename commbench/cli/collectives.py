@@ -115,6 +115,9 @@ def register(app: typer.Typer) -> None:
         profile: bool = typer.Option(
             False, "--profile", help="torch.profiler Chrome trace per rank (untimed iterations)."
         ),
+        no_plot: bool = typer.Option(
+            False, "--no-plot", help="Do not write plots (RUN_DIR/plots) after the run."
+        ),
     ) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
@@ -157,7 +160,7 @@ def register(app: typer.Typer) -> None:
                 timeout=timeout,
                 profile=profile,
             )
-            run_and_report(settings, out, fmt, launch)
+            run_and_report(settings, out, fmt, launch, plot=not no_plot)
 
 
 def _parse_strategies(text: str | None) -> list[str]:
@@ -168,7 +171,9 @@ def _parse_strategies(text: str | None) -> list[str]:
     return parse_strategies(text)
 
 
-def run_and_report(settings: object, out: Path, fmt: Format, launch: object = None) -> None:
+def run_and_report(
+    settings: object, out: Path, fmt: Format, launch: object = None, plot: bool = True
+) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -214,6 +219,10 @@ def run_and_report(settings: object, out: Path, fmt: Format, launch: object = No
     )
     if outcome.meta.get("note"):
         typer.echo(f"commbench: {outcome.meta['note']}", err=True)
+    if plot and outcome.status == STATUS_COMPLETE and outcome.rows:
+        from commbench.report.plots import write_run_plots
+
+        typer.echo(f"commbench: {write_run_plots(outcome.run_dir)}", err=True)
     if outcome.status == STATUS_INTERRUPTED:
         raise Interrupted(
             f"interrupted; the {len(outcome.rows)} points measured are in {outcome.run_dir}"

@@ -113,6 +113,11 @@ def _load_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def load_json(path: Path) -> dict[str, Any]:
+    """Read any commbench JSON file: UserError when missing, malformed or too new."""
+    return _load_json(path)
+
+
 @dataclass(slots=True)
 class Run:
     """A stored run, as the reporting and comparing commands read it."""

@@ -1,0 +1,62 @@
+"""`commbench compare`: the regression gate between a baseline and a new run (or suite)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+from commbench.results.exporters import Format
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compare")
+    def compare(
+        baseline: Path = typer.Argument(..., help="Baseline run directory (or suite directory)."),
+        new: Path = typer.Argument(..., help="New run directory (or suite directory)."),
+        tolerance: str = typer.Option(
+            "5%", "--tolerance", "-t", help="Largest busbw drop accepted at bandwidth-bound sizes."
+        ),
+        latency_tolerance: str = typer.Option(
+            "15%",
+            "--latency-tolerance",
+            help="Largest drop accepted at latency-bound sizes (busbw under half the peak).",
+        ),
+        alpha: float = typer.Option(
+            0.01, "--alpha", help="Significance level of the one-sided Mann-Whitney test."
+        ),
+        noisy_cv: float = typer.Option(
+            0.2,
+            "--noisy-cv",
+            help="Coefficient of variation above which a point, or the whole baseline, only warns.",
+        ),
+        allow_mismatch: bool = typer.Option(
+            False,
+            "--allow-mismatch",
+            help="Compare runs whose GPU model, world size, backend or topology differ.",
+        ),
+        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+        out: Path = typer.Option(None, "--out", "-o", help="Also write the output to this file."),
+    ) -> None:
+        """Fail (exit 1) when the new run is significantly slower than the baseline; 2 = incomparable."""
+        with reported_errors():
+            from commbench.compare import GateSettings, parse_fraction
+            from commbench.report.comparison import render_many
+            from commbench.suites.store import compare_targets, exit_code
+
+            settings = GateSettings(
+                tolerance=parse_fraction(tolerance, "--tolerance"),
+                latency_tolerance=parse_fraction(latency_tolerance, "--latency-tolerance"),
+                alpha=alpha,
+                noisy_cv=noisy_cv,
+                allow_mismatch=allow_mismatch,
+            )
+            results = compare_targets(baseline, new, settings)
+            text = render_many(results, fmt)
+            if out is not None:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(text, encoding="utf-8")
+            code = exit_code(results)
+        typer.echo(text, nl=False)
+        raise typer.Exit(code)

@@ -1,0 +1,49 @@
+"""`commbench import nccl-tests`: nccl-tests logs as commbench run directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+
+import_app = typer.Typer(
+    name="import",
+    help="Import results from other tools as run directories (then plot, report, compare).",
+    no_args_is_help=True,
+)
+
+
+@import_app.command("nccl-tests")
+def nccl_tests(
+    logs: list[Path] = typer.Argument(
+        ..., help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files."
+    ),
+    out: Path = typer.Option(
+        Path("results"), "--out", "-o", help="Parent directory of the run directories."
+    ),
+    op: str = typer.Option(
+        None, "--op", help="The collective, when neither the log nor its file name says."
+    ),
+    world_size: int = typer.Option(
+        None, "--world-size", help="Ranks, when the log has no device lines."
+    ),
+) -> None:
+    """Read nccl-tests results (out-of-place and in-place) into commbench run directories."""
+    with reported_errors():
+        from commbench.importers.nccl_tests import OP_NAMES, import_log
+
+        if op is not None and op not in OP_NAMES.values():
+            from commbench.errors import UserError
+
+            raise UserError(
+                f"--op: unknown op {op!r}; choose from: {', '.join(sorted(set(OP_NAMES.values())))}"
+            )
+        for log in logs:
+            run_dir = import_log(log, out, op=op, world_size=world_size)
+            typer.echo(str(run_dir))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(import_app, name="import")

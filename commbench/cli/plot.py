@@ -1,0 +1,49 @@
+"""`commbench plot`: PNG/SVG figures drawn from stored results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+
+
+def expand_runs(paths: list[Path]) -> list[Path]:
+    """Run directories as given; a suite directory stands for every run it holds."""
+    from commbench.suites.store import is_suite, load_suite_dir
+
+    out = []
+    for path in paths:
+        if is_suite(path):
+            out += [path / e.path for e in load_suite_dir(path).entries if e.path]
+        else:
+            out.append(path)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plot")
+    def plot(
+        runs: list[Path] = typer.Argument(
+            ..., help="Run directories; several draw one line per run on each chart."
+        ),
+        out: Path = typer.Option(
+            None,
+            "--out",
+            "-o",
+            help="Directory for the figures. Default: RUN_DIR/plots for one run, ./plots for several.",
+        ),
+        formats: str = typer.Option("png,svg", "--formats", help="Comma list: png, svg."),
+    ) -> None:
+        """Plot busbw and latency against message size per op, the strategies and the p2p heatmap."""
+        with reported_errors():
+            from commbench.report.plots import plot_paths
+
+            paths = expand_runs(runs)
+            target = out or (paths[0] / "plots" if len(paths) == 1 else Path("plots"))
+            written = plot_paths(
+                paths, target, [f.strip() for f in formats.split(",") if f.strip()]
+            )
+        for path in written:
+            typer.echo(str(path))

@@ -1,0 +1,91 @@
+"""`commbench run`: a suite from a YAML file, optionally gated against a baseline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+from commbench.results.exporters import Format
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        config: Path = typer.Argument(..., help="Suite file, e.g. configs/ci.yaml."),
+        baseline: Path = typer.Option(
+            None,
+            "--baseline",
+            "-b",
+            help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
+        ),
+        out: Path = typer.Option(
+            Path("results/suites"), "--out", "-o", help="Parent directory of the suite directory."
+        ),
+        nproc: int = typer.Option(
+            None, "--nproc", "-n", help="Workers per node (overrides the suite's world_size)."
+        ),
+        device: str = typer.Option(None, "--device", help="cuda or cpu (overrides the suite)."),
+        backend: str = typer.Option(None, "--backend", help="nccl or gloo (overrides the suite)."),
+        tolerance: str = typer.Option(
+            None, "--tolerance", "-t", help="Override the suite's compare.tolerance, e.g. 5%."
+        ),
+        allow_mismatch: bool = typer.Option(
+            False, "--allow-mismatch", help="Compare with a baseline from a different machine."
+        ),
+        no_plot: bool = typer.Option(False, "--no-plot", help="Do not write plots after each run."),
+        fmt: Format = typer.Option(
+            Format.table, "--format", "-f", help="Format of the comparison on stdout."
+        ),
+    ) -> None:
+        """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
+        with reported_errors():
+            from dataclasses import replace
+
+            from commbench.cli.collectives import CPU_DEFAULT_NPROC, visible_gpus
+            from commbench.compare import parse_fraction
+            from commbench.suites.config import load_suite
+            from commbench.suites.runner import Machine, run_suite
+
+            suite = load_suite(config)
+            dev = device or suite.device
+            gpus = visible_gpus() if dev in (None, "cuda") else 0
+            dev = dev or ("cuda" if gpus else "cpu")
+            machine = Machine(
+                device=dev,
+                nproc=nproc
+                or suite.nproc
+                or (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
+                backend=backend or suite.backend or ("nccl" if dev == "cuda" else "gloo"),
+            )
+            gate = suite.gate
+            if tolerance is not None:
+                gate = replace(gate, tolerance=parse_fraction(tolerance, "--tolerance"))
+            if allow_mismatch:
+                gate = replace(gate, allow_mismatch=True)
+
+            def on_event(message: str) -> None:
+                typer.echo(f"commbench: {message}", err=True)
+
+            on_event(f"suite {suite.name}: {machine.nproc} x {machine.device} ({machine.backend})")
+            outcome = run_suite(
+                suite,
+                out,
+                machine,
+                baseline=baseline,
+                gate=gate,
+                plot=not no_plot,
+                on_event=on_event,
+            )
+            if outcome.comparisons is not None:
+                from commbench.report.comparison import render_many
+
+                typer.echo(render_many(outcome.comparisons, fmt), nl=False)
+            for entry in outcome.failed:
+                on_event(f"{entry.name} {entry.status}: {entry.failure}")
+            on_event(f"suite written to {outcome.path}")
+            code = outcome.exit_code
+        sys.stdout.flush()
+        raise typer.Exit(code)

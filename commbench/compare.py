@@ -1,0 +1,487 @@
+"""The regression gate: compare two runs point by point and say whether the new one is worse.
+
+A point is keyed by (op, strategy, dtype, reduce op, world size, size, in-place). It
+regresses when its bus bandwidth drops by more than the tolerance AND a one-sided
+Mann-Whitney U test on the stored per-iteration samples says the drop is not chance. Three
+things keep a repeat on the same machine from failing:
+
+- latency-bound points (busbw under half the best of their series, or no busbw at all) get
+  a larger tolerance: their times are a few microseconds of launch and wake-up jitter;
+- a noisy point (coefficient of variation above `noisy_cv` in either run) warns instead of
+  failing: its median moves more between runs than the samples of one run can show;
+- the baseline's own dispersion (the median cv of its points) is a floor under every
+  threshold, and when it is itself above `noisy_cv` the machine is too noisy to gate on:
+  every drop is reported as noisy, with a warning, never as a regression.
+
+A point present in the baseline but missing, failed or not run in the new run always
+regresses. Runs whose comparability context differs are refused unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from commbench.context import comparable
+from commbench.errors import EXIT_FAILED, EXIT_OK, UserError
+from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.store import Run
+
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_LATENCY_TOLERANCE = 0.15
+DEFAULT_ALPHA = 0.01
+# The same limit `commbench collectives` warns at: above it, one run's median is not a
+# reliable estimate of the next run's.
+DEFAULT_NOISY_CV = 0.2
+# A point whose busbw is under this fraction of its series' best is latency-bound: half the
+# peak is where the fixed cost and the transfer take equal time (t = a + S/B at S = aB).
+LATENCY_BOUND_FRACTION = 0.5
+# Fewer samples than this on either side: no test, the ratio alone decides.
+MIN_SAMPLES = 3
+
+PointKey = tuple[str, str, str, str, int, int, bool]
+
+# comparable() keys, as the refusal message names them.
+_CONTEXT_LABELS = {
+    "backend": "backend",
+    "device": "device type",
+    "device_names": "GPU model",
+    "world_size": "world size",
+    "nnodes": "node count",
+    "topology_links": "topology",
+}
+
+
+class Mark(str, Enum):
+    better = "better"
+    worse = "worse"
+    same = "same"
+    noisy = "noisy"
+    missing = "missing"
+    new = "new"
+    """Only in the new run: shown, never judged."""
+
+
+FAILING = (Mark.worse, Mark.missing)
+
+
+def parse_fraction(text: str | float, what: str = "tolerance") -> float:
+    """`5%` or `0.05` -> 0.05. A bare number of 1 or more is refused as ambiguous."""
+    if isinstance(text, bool):
+        raise UserError(f"{what}: expected a percentage like 5% or a fraction like 0.05")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        raw = text.strip()
+        try:
+            value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+        except ValueError:
+            raise UserError(
+                f"{what}: expected a percentage like 5% or a fraction like 0.05, got {text!r}"
+            ) from None
+        if not raw.endswith("%") and value >= 1:
+            raise UserError(f"{what}: {text!r} is ambiguous; write {raw}% or {value / 100:g}")
+    if not 0 <= value < 1:
+        raise UserError(f"{what}: must be between 0% and 100%, got {text!r}")
+    return value
+
+
+@dataclass(kw_only=True, slots=True)
+class GateSettings:
+    """How strict the gate is. The defaults pass a repeat on a noisy shared machine."""
+
+    tolerance: float = DEFAULT_TOLERANCE
+    """Largest busbw drop (fraction) accepted at bandwidth-bound points."""
+    latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE
+    """Largest drop accepted at latency-bound points (small messages)."""
+    alpha: float = DEFAULT_ALPHA
+    """Significance level of the one-sided Mann-Whitney test."""
+    noisy_cv: float = DEFAULT_NOISY_CV
+    """Coefficient of variation above which a point (or a whole baseline) is noisy."""
+    allow_mismatch: bool = False
+    """Compare runs whose comparability context differs, instead of refusing."""
+
+    def __post_init__(self) -> None:
+        for name in ("tolerance", "latency_tolerance"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be between 0% and 100%")
+        if not 0 < self.alpha < 1:
+            raise UserError("--alpha must be between 0 and 1")
+        if self.noisy_cv <= 0:
+            raise UserError("--noisy-cv must be positive")
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def _ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Average ranks (1-based) of `values`, and the sizes of the groups of ties."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties: list[int] = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        average = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = average
+        if j > i:
+            ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
+    """One-sided p-value of the Mann-Whitney U test that `x` tends to be greater than `y`.
+
+    Normal approximation with the tie correction of the variance and a continuity
+    correction (as scipy's `mannwhitneyu(x, y, alternative="greater", method="asymptotic")`).
+    """
+    n1, n2 = len(x), len(y)
+    if n1 == 0 or n2 == 0:
+        raise ValueError("both samples must be non-empty")
+    ranks, ties = _ranks([*x, *y])
+    u1 = math.fsum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term)
+    if variance <= 0:
+        return 1.0  # every value tied: no evidence either way
+    z = (u1 - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+
+def point_key(row: ResultRow) -> PointKey:
+    """`ResultRow.key` plus in-place: imported nccl-tests runs hold both variants."""
+    return (*row.key, row.in_place)
+
+
+def _series_key(key: PointKey) -> tuple[Any, ...]:
+    return key[:5] + key[6:]
+
+
+def _measured(row: ResultRow) -> bool:
+    return row.check != CHECK_FAILED and math.isfinite(row.time_us) and row.time_us > 0
+
+
+def noise_index(rows: Iterable[ResultRow]) -> float | None:
+    """The run's own dispersion: the median coefficient of variation of its measured points."""
+    cvs = [r.cv for r in rows if _measured(r) and r.n >= 2 and math.isfinite(r.cv)]
+    return statistics.median(cvs) if cvs else None
+
+
+@dataclass(kw_only=True, slots=True)
+class PointResult:
+    """One point's verdict. `ratio` is new speed / baseline speed: 0.8 = 20% slower."""
+
+    op: str
+    strategy: str
+    dtype: str
+    reduce_op: str
+    world_size: int
+    size_bytes: int
+    in_place: bool
+    mark: Mark
+    reason: str
+    base_busbw_gbps: float | None = None
+    new_busbw_gbps: float | None = None
+    base_time_us: float | None = None
+    new_time_us: float | None = None
+    ratio: float | None = None
+    p_value: float | None = None
+    """One-sided Mann-Whitney p (slower for drops, faster for gains); None without samples."""
+    threshold: float | None = None
+    """The busbw drop (fraction) this point had to exceed to count."""
+    latency_bound: bool = False
+    base_cv: float | None = None
+    new_cv: float | None = None
+
+    @property
+    def key(self) -> PointKey:
+        return (
+            self.op,
+            self.strategy,
+            self.dtype,
+            self.reduce_op,
+            self.world_size,
+            self.size_bytes,
+            self.in_place,
+        )
+
+    @property
+    def failing(self) -> bool:
+        return self.mark in FAILING
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mark"] = self.mark.value
+        return data
+
+
+@dataclass(kw_only=True, slots=True)
+class Comparison:
+    """Everything the gate decided; the CLI renders it, `exit_code` says how to leave."""
+
+    baseline: str
+    new: str
+    settings: GateSettings
+    points: list[PointResult]
+    mismatches: list[str] = field(default_factory=list)
+    """Context differences that were allowed with --allow-mismatch."""
+    baseline_noise: float | None = None
+    new_noise: float | None = None
+    noisy_baseline: bool = False
+    """The baseline is too noisy to gate on: drops are warnings, not regressions."""
+    notes: list[str] = field(default_factory=list)
+
+    def marked(self, *marks: Mark) -> list[PointResult]:
+        return [p for p in self.points if p.mark in marks]
+
+    @property
+    def regressions(self) -> list[PointResult]:
+        return [p for p in self.points if p.failing]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.regressions else EXIT_OK
+
+    @property
+    def verdict(self) -> str:
+        worse, missing = len(self.marked(Mark.worse)), len(self.marked(Mark.missing))
+        noisy = len(self.marked(Mark.noisy))
+        judged = len([p for p in self.points if p.mark is not Mark.new])
+        if worse or missing:
+            parts = [f"{worse} worse"] if worse else []
+            parts += [f"{missing} missing"] if missing else []
+            return f"REGRESSION: {', '.join(parts)} of {judged} points"
+        if noisy:
+            return f"PASS with warnings: {noisy} of {judged} points too noisy to judge"
+        return f"PASS: no regression in {judged} points"
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {m.value: len(self.marked(m)) for m in Mark}
+        return {
+            "baseline": self.baseline,
+            "new": self.new,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "settings": asdict(self.settings),
+            "baseline_noise": self.baseline_noise,
+            "new_noise": self.new_noise,
+            "noisy_baseline": self.noisy_baseline,
+            "mismatches": self.mismatches,
+            "notes": self.notes,
+            "counts": counts,
+            "points": [p.to_dict() for p in self.points],
+        }
+
+
+def _differs(a: Any, b: Any) -> bool:
+    if a in (None, [], "") or b in (None, [], ""):
+        return False  # unknown on one side (an imported log, no NVML): nothing to refuse on
+    if isinstance(a, list) and isinstance(b, list):
+        return sorted(map(str, a)) != sorted(map(str, b))
+    return bool(a != b)
+
+
+def context_mismatches(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What breaks comparability between two runs' contexts, one line per difference."""
+    a, b = comparable(base), comparable(new)
+    out = []
+    for key, label in _CONTEXT_LABELS.items():
+        if _differs(a.get(key), b.get(key)):
+            if key == "topology_links":
+                out.append(f"{label} differs (GPU link matrix)")
+            else:
+                out.append(f"{label} differs: {a.get(key)} vs {b.get(key)}")
+    return out
+
+
+def _latency_bound(key: PointKey, row: ResultRow, peaks: dict[tuple[Any, ...], float]) -> bool:
+    if row.busbw_gbps is None or not math.isfinite(row.busbw_gbps):
+        return True  # barrier: nothing but latency
+    peak = peaks.get(_series_key(key), 0.0)
+    return peak > 0 and row.busbw_gbps < LATENCY_BOUND_FRACTION * peak
+
+
+def _judge(
+    key: PointKey,
+    base: ResultRow,
+    new: ResultRow,
+    settings: GateSettings,
+    floor: float,
+    noisy_baseline: bool,
+    peaks: dict[tuple[Any, ...], float],
+) -> PointResult:
+    latency = _latency_bound(key, base, peaks)
+    tolerance = settings.latency_tolerance if latency else settings.tolerance
+    # The floor is a spread of times; as a busbw drop, +f in time is -f/(1+f) in busbw.
+    drop_limit = max(tolerance, floor / (1 + floor))
+    gain_limit = max(tolerance, floor)
+    ratio = base.time_us / new.time_us
+    base_cv = base.cv if math.isfinite(base.cv) else None
+    new_cv = new.cv if math.isfinite(new.cv) else None
+    noisy_point = max(base_cv or 0.0, new_cv or 0.0) > settings.noisy_cv
+    tested = len(base.samples_us) >= MIN_SAMPLES and len(new.samples_us) >= MIN_SAMPLES
+    slower = ratio < 1 - drop_limit
+    faster = ratio > 1 + gain_limit
+    p_value: float | None = None
+    if tested and (slower or faster):
+        x, y = (new.samples_us, base.samples_us) if slower else (base.samples_us, new.samples_us)
+        p_value = mann_whitney_greater(x, y)
+    significant = p_value is None or p_value < settings.alpha
+    change = f"{ratio - 1:+.1%} busbw" if base.busbw_gbps else f"{1 / ratio - 1:+.1%} time"
+
+    if slower:
+        if noisy_baseline:
+            mark, reason = Mark.noisy, f"{change}, but the baseline is too noisy to gate on"
+        elif noisy_point:
+            cv = max(base_cv or 0.0, new_cv or 0.0)
+            mark, reason = Mark.noisy, f"{change}, but cv {cv:.2f} > {settings.noisy_cv:.2f}"
+        elif not significant:
+            mark, reason = Mark.noisy, f"{change}, not significant (p={p_value:.2g})"
+        else:
+            how = f"p={p_value:.2g}" if p_value is not None else "no samples: ratio alone"
+            mark, reason = Mark.worse, f"{change} beyond -{drop_limit:.0%} ({how})"
+    elif faster and significant and not noisy_point and not noisy_baseline:
+        mark, reason = Mark.better, f"{change}"
+    else:
+        mark, reason = Mark.same, f"{change}" + (" (noisy)" if faster else "")
+
+    return PointResult(
+        op=key[0],
+        strategy=key[1],
+        dtype=key[2],
+        reduce_op=key[3],
+        world_size=key[4],
+        size_bytes=key[5],
+        in_place=key[6],
+        mark=mark,
+        reason=reason,
+        base_busbw_gbps=base.busbw_gbps,
+        new_busbw_gbps=new.busbw_gbps,
+        base_time_us=base.time_us,
+        new_time_us=new.time_us,
+        ratio=ratio,
+        p_value=p_value,
+        threshold=drop_limit,
+        latency_bound=latency,
+        base_cv=base_cv,
+        new_cv=new_cv,
+    )
+
+
+def _index(rows: list[ResultRow]) -> dict[PointKey, ResultRow]:
+    out: dict[PointKey, ResultRow] = {}
+    for row in rows:
+        out.setdefault(point_key(row), row)
+    return out
+
+
+def _bare(key: PointKey, mark: Mark, reason: str, row: ResultRow) -> PointResult:
+    return PointResult(
+        op=key[0],
+        strategy=key[1],
+        dtype=key[2],
+        reduce_op=key[3],
+        world_size=key[4],
+        size_bytes=key[5],
+        in_place=key[6],
+        mark=mark,
+        reason=reason,
+        base_busbw_gbps=row.busbw_gbps if mark is not Mark.new else None,
+        new_busbw_gbps=row.busbw_gbps if mark is Mark.new else None,
+        base_time_us=row.time_us if mark is not Mark.new else None,
+        new_time_us=row.time_us if mark is Mark.new else None,
+    )
+
+
+def compare_rows(
+    base_rows: list[ResultRow],
+    new_rows: list[ResultRow],
+    settings: GateSettings,
+) -> tuple[list[PointResult], float | None, bool]:
+    """Judge every point; returns (points, baseline noise index, noisy baseline)."""
+    base, new = _index(base_rows), _index(new_rows)
+    base_noise = noise_index(base.values())
+    noisy_baseline = base_noise is not None and base_noise > settings.noisy_cv
+    floor = base_noise or 0.0
+    peaks: dict[tuple[Any, ...], float] = {}
+    for key, row in base.items():
+        if _measured(row) and row.busbw_gbps is not None and math.isfinite(row.busbw_gbps):
+            sk = _series_key(key)
+            peaks[sk] = max(peaks.get(sk, 0.0), row.busbw_gbps)
+
+    points: list[PointResult] = []
+    for key, b in base.items():
+        if not _measured(b):
+            continue  # nothing to hold the new run to
+        n = new.get(key)
+        if n is None:
+            points.append(_bare(key, Mark.missing, "not in the new run", b))
+        elif n.check == CHECK_FAILED:
+            points.append(_bare(key, Mark.missing, "wrong result in the new run", b))
+        elif not _measured(n):
+            points.append(_bare(key, Mark.missing, n.note or "not measured in the new run", b))
+        else:
+            points.append(_judge(key, b, n, settings, floor, noisy_baseline, peaks))
+    for key, n in new.items():
+        if key not in base and _measured(n):
+            points.append(_bare(key, Mark.new, "not in the baseline", n))
+    return points, base_noise, noisy_baseline
+
+
+def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> Comparison:
+    """Compare two stored runs. Raises UserError when they cannot be compared."""
+    settings = settings or GateSettings()
+    mismatches = context_mismatches(base.context, new.context)
+    if mismatches and not settings.allow_mismatch:
+        raise UserError(
+            f"{base.path} and {new.path} are not comparable: "
+            + "; ".join(mismatches)
+            + " (pass --allow-mismatch to compare anyway)"
+        )
+    if not any(_measured(r) for r in base.rows):
+        raise UserError(f"{base.path}: the baseline has no measured points")
+    points, base_noise, noisy_baseline = compare_rows(base.rows, new.rows, settings)
+    notes = []
+    for run, label in ((base, "baseline"), (new, "new run")):
+        status = run.meta.get("status")
+        if status not in (None, "complete"):
+            why = run.meta.get("failure") or status
+            notes.append(f"the {label} did not complete ({why})")
+    if noisy_baseline:
+        notes.append(
+            f"the baseline is noisy (median cv {base_noise:.2f} > {settings.noisy_cv:.2f}): "
+            "this machine cannot tell a small slowdown from noise, so drops are reported as "
+            "noisy, not as regressions; gate on a quieter machine or raise --min-time"
+        )
+    if any(not r.samples_us for r in base.rows + new.rows if _measured(r)):
+        notes.append("points without per-iteration samples are judged on the ratio alone")
+    return Comparison(
+        baseline=str(base.path),
+        new=str(new.path),
+        settings=settings,
+        points=points,
+        mismatches=mismatches,
+        baseline_noise=base_noise,
+        new_noise=noise_index(new.rows),
+        noisy_baseline=noisy_baseline,
+        notes=notes,
+    )
+
+
+def compare_paths(baseline: Path, new: Path, settings: GateSettings | None = None) -> Comparison:
+    from commbench.results.store import load_run
+
+    return compare_runs(load_run(baseline), load_run(new), settings)

@@ -1,0 +1,1 @@
+"""Importers: results from other tools, stored as commbench run directories."""

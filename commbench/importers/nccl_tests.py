@@ -1,0 +1,642 @@
+"""Read nccl-tests output (`*_perf` text, or its `-J` JSON file) into commbench result rows.
+
+The text form is what `all_reduce_perf` and friends print. Two generations are understood:
+
+- current: `#  Rank  0 Group  0 Pid ... device  0 [0000:07:00] NVIDIA H100 ...`, columns
+  `size count type redop root time algbw busbw #wrong` (out-of-place, then in-place),
+  optionally per-iteration columns (`i_min i_max i_p99 i_cv%`) and a version header;
+- older: `#   Rank  0 Pid ... device  0 [0x07] Tesla V100 ...`, an `error` column (the
+  largest deviation) instead of `#wrong`, and no `redop`/`root` columns for some ops.
+
+Lines that are not nccl-tests' own (NCCL INFO/WARN debug lines, mpirun chatter, shell
+prompts) are skipped; a line that starts like a result row but does not parse is an error
+naming its line number, never silently dropped. Both the out-of-place and in-place columns
+become rows (`in_place` false/true); `#wrong` becomes the `check` column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.results.schema import CHECK_FAILED, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.results.store import new_run_dir, write_results, write_run_meta
+
+# nccl-tests type names -> commbench dtype names (others are kept as printed).
+DTYPES = {
+    "float": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "int": "int32",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+    "int8": "int8",
+    "char": "int8",
+    "uint8": "uint8",
+}
+# Program / file-name spellings -> commbench op names; longest first so that
+# `reduce_scatter` is not read as `reduce`.
+OP_NAMES = {
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "broadcast": "broadcast",
+    "sendrecv": "sendrecv",
+    "hypercube": "hypercube",
+    "scatter": "scatter",
+    "gather": "gather",
+    "reduce": "reduce",
+}
+_OP_RE = re.compile(
+    "(" + "|".join(sorted(OP_NAMES, key=len, reverse=True)) + r")(?:_perf)?", re.IGNORECASE
+)
+NON_REDUCING = {"all_gather", "all_to_all", "broadcast", "gather", "scatter", "sendrecv"}
+# Old `error` column: a deviation above this (relative) marks a wrong result.
+OLD_ERROR_LIMIT = {"float16": 5e-2, "bfloat16": 5e-2}
+OLD_ERROR_LIMIT_DEFAULT = 1e-3
+
+_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?\s?)")
+_DEBUG_RE = re.compile(r"^\S+:\d+:\d+ \[\d+\] ")
+_HEADER_RE = re.compile(
+    r"nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+"
+    r"maxBytes\s+(?P<max>\d+)\s+step:\s*(?P<step>\d+)\((?P<steptype>\w+)\)\s+"
+    r"warmup iters:\s*(?P<warmup>\d+)\s+iters:\s*(?P<iters>\d+)"
+)
+_KV_RE = re.compile(r"(agg iters|validation|graph|unalign):\s*(\d+)")
+_RANK_RE = re.compile(
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+"
+    r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.+?)\s*$"
+)
+_TESTS_VERSION_RE = re.compile(
+    r"nccl-tests version\s+(?P<version>\S+)(?:\s+\((?P<commit>\w+)\))?"
+    r"(?:.*?nccl-library=(?P<library>\d+))?"
+)
+_NCCL_VERSION_RE = re.compile(r"NCCL version\s+(?P<nccl>[\d.]+)(?:[+-]cuda(?P<cuda>[\d.]+))?")
+_STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
+_ROW_START_RE = re.compile(r"^\s*\d+\s+\d+\s")
+
+
+@dataclass(kw_only=True, slots=True)
+class Section:
+    """One test of a log: its header, devices and table."""
+
+    op: str | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    columns: list[str] | None = None
+    rows: list[ResultRow] = field(default_factory=list)
+    dropped_empty: int = 0
+    avg_busbw: float | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class Parsed:
+    """Everything a log held; `context()` and `settings()` turn it into run.json parts."""
+
+    source: str
+    sections: list[Section]
+    nccl: str | None = None
+    cuda: str | None = None
+    tests_version: str | None = None
+    fmt: str = "text"
+
+    @property
+    def rows(self) -> list[ResultRow]:
+        return [r for s in self.sections for r in s.rows]
+
+
+def nccl_version_from_code(code: int) -> str:
+    """NCCL_VERSION_CODE -> `2.28.3` (2.9 and later: x10000; before: x1000)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def op_from_text(text: str) -> str | None:
+    match = _OP_RE.search(text.replace("-", "_"))
+    return OP_NAMES[match.group(1).lower()] if match else None
+
+
+def _float(token: str) -> float:
+    return math.nan if token.upper() == "N/A" else float(token)
+
+
+def _check(token: str, old_style: bool, dtype: str) -> tuple[str, str]:
+    """(check, note) from a `#wrong` count or an old `error` deviation."""
+    if token.upper() == "N/A":
+        return CHECK_SKIPPED, ""
+    value = float(token)
+    if old_style:
+        limit = OLD_ERROR_LIMIT.get(dtype, OLD_ERROR_LIMIT_DEFAULT)
+        if value > limit:
+            return CHECK_FAILED, f"nccl-tests error {token} > {limit:g}"
+        return CHECK_OK, ""
+    if value > 0:
+        return CHECK_FAILED, f"nccl-tests #wrong {token}"
+    return CHECK_OK, ""
+
+
+def _row(
+    *,
+    op: str,
+    dtype: str,
+    reduce_op: str,
+    world_size: int,
+    size: int,
+    count: int,
+    time_us: float,
+    algbw: float,
+    busbw: float,
+    check: str,
+    note: str,
+    in_place: bool,
+    iters: int,
+    warmup: int,
+    samples: list[float] | None = None,
+) -> ResultRow:
+    if samples:
+        factor = busbw / algbw if algbw else None
+        return ResultRow.measured(
+            samples_us=samples,
+            size_bytes=size,
+            busbw_factor=factor,
+            op=op,
+            dtype=dtype,
+            reduce_op=reduce_op,
+            world_size=world_size,
+            count=count,
+            check=check,
+            note=note,
+            in_place=in_place,
+            warmup=warmup,
+            requested_bytes=size,
+        )
+    nan = math.nan
+    return ResultRow(
+        op=op,
+        dtype=dtype,
+        reduce_op=reduce_op,
+        world_size=world_size,
+        size_bytes=size,
+        count=count,
+        time_us=time_us,
+        algbw_gbps=algbw,
+        busbw_gbps=busbw,
+        check=check,
+        min_us=nan,
+        q1_us=nan,
+        q3_us=nan,
+        p95_us=nan,
+        max_us=nan,
+        mean_us=time_us,
+        stddev_us=nan,
+        cv=nan,
+        n=iters,
+        warmup=warmup,
+        in_place=in_place,
+        requested_bytes=size,
+        note=note,
+    )
+
+
+def infer_world_size(op: str, algbw: float, busbw: float) -> int | None:
+    """n from busbw / algbw, which nccl-tests derives from n (the largest size is precise)."""
+    if algbw <= 0 or busbw <= 0:
+        return None
+    r = busbw / algbw
+    if op == "all_reduce" and r < 2:
+        return round(2 / (2 - r))
+    if op in ("all_gather", "reduce_scatter", "all_to_all") and r < 1:
+        return round(1 / (1 - r))
+    return None
+
+
+class _TextParser:
+    def __init__(self, text: str, source: str, op: str | None, world_size: int | None) -> None:
+        self.lines = text.splitlines()
+        self.source = source
+        self.forced_op = op
+        self.forced_world = world_size
+        self.sections: list[Section] = []
+        self.current: Section | None = None
+        self.nccl: str | None = None
+        self.cuda: str | None = None
+        self.tests_version: str | None = None
+        self.pending_op: str | None = None  # op named before its section's header line
+
+    def fail(self, lineno: int, problem: str) -> UserError:
+        line = self.lines[lineno - 1].strip()
+        shown = line if len(line) <= 120 else line[:117] + "..."
+        return UserError(f"{self.source}:{lineno}: {problem}: {shown!r}")
+
+    def section(self) -> Section:
+        if self.current is None or (self.current.columns is not None and self.current.rows):
+            self.current = Section(op=self.pending_op)
+            self.pending_op = None
+            self.sections.append(self.current)
+        return self.current
+
+    def parse(self) -> Parsed:
+        for lineno, raw in enumerate(self.lines, start=1):
+            line = _PREFIX_RE.sub("", raw.rstrip())
+            self.line(lineno, line)
+        sections = [s for s in self.sections if s.rows]
+        if not sections:
+            raise UserError(f"{self.source}: no nccl-tests result rows found")
+        return Parsed(
+            source=self.source,
+            sections=sections,
+            nccl=self.nccl,
+            cuda=self.cuda,
+            tests_version=self.tests_version,
+        )
+
+    def line(self, lineno: int, line: str) -> None:
+        stripped = line.strip()
+        if not stripped:
+            return
+        if m := _NCCL_VERSION_RE.search(stripped):
+            self.nccl = self.nccl or m.group("nccl")
+            self.cuda = self.cuda or m.group("cuda")
+        if _DEBUG_RE.match(stripped):
+            return  # NCCL_DEBUG output, interleaved by the library
+        if m := _TESTS_VERSION_RE.search(stripped):
+            self.tests_version = m.group("version")
+            if m.group("library"):
+                self.nccl = nccl_version_from_code(int(m.group("library")))
+            return
+        if m := _STARTING_RE.search(stripped):
+            self.pending_op = op_from_text(m.group(1))
+            return
+        if m := _HEADER_RE.search(stripped):
+            self.current = Section(op=self.pending_op)
+            self.pending_op = None
+            self.sections.append(self.current)
+            header: dict[str, Any] = {
+                "nthread": int(m["nthread"]),
+                "ngpus": int(m["ngpus"]),
+                "min_bytes": int(m["min"]),
+                "max_bytes": int(m["max"]),
+                f"step_{m['steptype']}": int(m["step"]),
+                "warmup_iters": int(m["warmup"]),
+                "iters": int(m["iters"]),
+            }
+            for key, value in _KV_RE.findall(stripped):
+                header[key.replace(" ", "_")] = int(value)
+            self.current.header = header
+            return
+        if m := _RANK_RE.match(stripped):
+            self.section().ranks.append(
+                {
+                    "rank": int(m["rank"]),
+                    "group": int(m["group"]) if m["group"] is not None else None,
+                    "pid": int(m["pid"]),
+                    "host": m["host"],
+                    "local_rank": int(m["device"]),
+                    "pci_bus_id": m["bus"],
+                    "device_name": m["name"],
+                }
+            )
+            return
+        body = stripped[1:] if stripped.startswith("#") else stripped
+        tokens = body.split()
+        if tokens[:2] == ["size", "count"]:
+            self.columns(lineno, tokens)
+            return
+        if stripped.startswith("#"):
+            m = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", stripped)
+            if m and self.current is not None:
+                self.current.avg_busbw = float(m.group(1))
+            return  # comments, units, the out-of-place/in-place banner, summaries
+        if _ROW_START_RE.match(stripped):
+            self.data(lineno, stripped.split())
+            return
+        # Shell prompts and command lines (`./build/all_gather_perf -b 8 ...`) name the op
+        # of the test that follows.
+        if "_perf" in stripped and (op := op_from_text(stripped)):
+            self.pending_op = op
+            if self.current is not None and self.current.columns is None:
+                self.current.op = self.current.op or op
+
+    def columns(self, lineno: int, tokens: list[str]) -> None:
+        section = self.section()
+        if section.columns is not None and section.rows:
+            # A second table with no header of its own: same devices, maybe another op.
+            section = Section(
+                op=self.pending_op or section.op, header=section.header, ranks=section.ranks
+            )
+            self.pending_op = None
+            self.sections.append(section)
+            self.current = section
+        first_time = next((i for i, t in enumerate(tokens) if t in ("time", "cputime")), None)
+        if first_time is None or tokens.count(tokens[first_time]) != 2:
+            raise self.fail(lineno, "unrecognised column header (expected two 'time' groups)")
+        section.columns = tokens
+
+    def data(self, lineno: int, tokens: list[str]) -> None:
+        section = self.current
+        if section is None or section.columns is None:
+            raise self.fail(lineno, "a result row before any column header")
+        cols = section.columns
+        has_stamp = cols[-1] == "timestamp"
+        want = len(cols) + (1 if has_stamp else 0)  # a timestamp prints as date and time
+        if len(tokens) != want and not (has_stamp and len(tokens) == len(cols) - 1):
+            raise self.fail(lineno, f"expected {want} columns, found {len(tokens)}")
+        lead = next(i for i, t in enumerate(cols) if t in ("time", "cputime"))
+        named = dict(zip(cols[:lead], tokens[:lead]))
+        try:
+            size, count = int(named["size"]), int(named["count"])
+        except (KeyError, ValueError):
+            raise self.fail(lineno, "size and count must be integers") from None
+        if size == 0:
+            section.dropped_empty += 1
+            return  # nccl-tests prints zero-byte rows when a size rounds to no element
+        op = self.forced_op or section.op or op_from_text(Path(self.source).name)
+        if op is None:
+            raise UserError(
+                f"{self.source}: cannot tell which collective this log measured "
+                "(no '*_perf' program name in it or in the file name): pass --op"
+            )
+        section.op = op
+        dtype = DTYPES.get(named.get("type", "float"), named.get("type", "float"))
+        redop = named.get("redop", "")
+        reduce_op = "" if op in NON_REDUCING or redop in ("none", "-") else redop
+        group = (len(cols) - lead - (1 if has_stamp else 0)) // 2
+        header = section.header
+        for in_place, start in ((False, lead), (True, lead + group)):
+            values = dict(zip(cols[start : start + group], tokens[start : start + group]))
+            wrong_key = "#wrong" if "#wrong" in values else "error"
+            try:
+                time_us = _float(values.get("time", values.get("cputime", "nan")))
+                algbw = _float(values["algbw"])
+                busbw = _float(values["busbw"])
+                check, note = _check(values.get(wrong_key, "N/A"), wrong_key == "error", dtype)
+            except (KeyError, ValueError) as exc:
+                raise self.fail(lineno, f"malformed value ({exc})") from None
+            world = self.world_size(section, op, algbw, busbw, lineno)
+            section.rows.append(
+                _row(
+                    op=op,
+                    dtype=dtype,
+                    reduce_op=reduce_op,
+                    world_size=world,
+                    size=size,
+                    count=count,
+                    time_us=time_us,
+                    algbw=algbw,
+                    busbw=busbw,
+                    check=check,
+                    note=note,
+                    in_place=in_place,
+                    iters=int(header.get("iters", 0)),
+                    warmup=int(header.get("warmup_iters", 0)),
+                )
+            )
+
+    def world_size(self, section: Section, op: str, algbw: float, busbw: float, lineno: int) -> int:
+        if self.forced_world:
+            return self.forced_world
+        if section.ranks:
+            return len(section.ranks)
+        header = section.header
+        if (
+            header.get("nthread")
+            and header.get("ngpus")
+            and header["nthread"] * header["ngpus"] > 1
+        ):
+            return int(header["nthread"] * header["ngpus"])
+        inferred = infer_world_size(op, algbw, busbw)
+        if inferred:
+            return inferred
+        raise self.fail(lineno, "cannot tell the world size (no device lines): pass --world-size")
+
+
+def parse_text(
+    text: str, source: str = "<log>", op: str | None = None, world_size: int | None = None
+) -> Parsed:
+    """Parse nccl-tests text output. Raises UserError naming the line that does not parse."""
+    return _TextParser(text, source, op, world_size).parse()
+
+
+# -- JSON (nccl-tests -J FILE) ----------------------------------------------------------------
+
+JSON_VERSIONS = (1, 2)
+
+
+def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Parsed:
+    """Parse the JSON file nccl-tests writes with `-J` (src/util.cu, file version 2)."""
+    if not isinstance(data, dict) or "results" not in data:
+        raise UserError(f"{source}: not an nccl-tests JSON file (no 'results')")
+    version = data.get("version")
+    if version not in JSON_VERSIONS:
+        raise UserError(
+            f"{source}: nccl-tests JSON version {version!r} is not understood "
+            f"(known: {', '.join(map(str, JSON_VERSIONS))})"
+        )
+    config = data.get("config") or {}
+    args = data.get("args") or []
+    op = op or next((o for a in args if isinstance(a, str) and (o := op_from_text(a))), None)
+    op = op or op_from_text(Path(source).name)
+    if op is None:
+        raise UserError(f"{source}: cannot tell which collective this file measured: pass --op")
+    ranks = [
+        {
+            "rank": d.get("rank"),
+            "group": d.get("group"),
+            "pid": d.get("pid"),
+            "host": d.get("hostname"),
+            "local_rank": d.get("device"),
+            "pci_bus_id": d.get("device_hex"),
+            "device_name": d.get("device_info"),
+        }
+        for d in config.get("devices") or []
+        if isinstance(d, dict)
+    ]
+    world = len(ranks) or int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
+    header = {
+        "nthread": config.get("nthreads"),
+        "ngpus": config.get("ngpus"),
+        "min_bytes": config.get("minimum_bytes"),
+        "max_bytes": config.get("maximum_bytes"),
+        "warmup_iters": config.get("warmup_iters"),
+        "iters": config.get("iterations"),
+        "agg_iters": config.get("aggregated_iterations"),
+        "validation": config.get("validation"),
+        "graph": config.get("graph"),
+    }
+    section = Section(op=op, header=header, ranks=ranks)
+    results = data["results"]
+    if not isinstance(results, list):
+        raise UserError(f"{source}: 'results' must be a list")
+    for i, item in enumerate(results):
+        where = f"{source}: results[{i}]"
+        if not isinstance(item, dict):
+            raise UserError(f"{where}: expected an object")
+        try:
+            size, count = int(item["size"]), int(item["count"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{where}: 'size' and 'count' must be integers") from None
+        if size == 0:
+            section.dropped_empty += 1
+            continue
+        dtype = DTYPES.get(str(item.get("type", "float")), str(item.get("type")))
+        redop = str(item.get("redop", ""))
+        reduce_op = "" if op in NON_REDUCING or redop in ("none", "-") else redop
+        for in_place, key in ((False, "out_of_place"), (True, "in_place")):
+            body = item.get(key)
+            if body is None:
+                continue
+            if not isinstance(body, dict):
+                raise UserError(f"{where}.{key}: expected an object")
+            try:
+                time_us = _json_number(body.get("time", body.get("cpu_time")))
+                algbw = _json_number(body["alg_bw"])
+                busbw = _json_number(body["bus_bw"])
+            except (KeyError, TypeError, ValueError):
+                raise UserError(
+                    f"{where}.{key}: 'time', 'alg_bw' and 'bus_bw' must be numbers"
+                ) from None
+            wrong = body.get("nwrong")
+            check, note = _check("N/A" if wrong is None else str(wrong), False, dtype)
+            per_iter = item.get(f"{key}_per_iter") or {}
+            samples = per_iter.get("times_us") if isinstance(per_iter, dict) else None
+            if samples is not None and not all(isinstance(s, int | float) for s in samples):
+                raise UserError(f"{where}.{key}_per_iter.times_us: expected numbers")
+            section.rows.append(
+                _row(
+                    op=op,
+                    dtype=dtype,
+                    reduce_op=reduce_op,
+                    world_size=world,
+                    size=size,
+                    count=count,
+                    time_us=time_us,
+                    algbw=algbw,
+                    busbw=busbw,
+                    check=check,
+                    note=note,
+                    in_place=in_place,
+                    iters=int(item.get("actual_iterations") or header.get("iters") or 0),
+                    warmup=int(header.get("warmup_iters") or 0),
+                    samples=[float(s) for s in samples] if samples else None,
+                )
+            )
+    if not section.rows:
+        raise UserError(f"{source}: no results in the JSON file")
+    code = data.get("nccl_version")
+    return Parsed(
+        source=source,
+        sections=[section],
+        nccl=nccl_version_from_code(code) if isinstance(code, int) and code > 0 else None,
+        fmt="json",
+    )
+
+
+def _json_number(value: Any) -> float:
+    if value == "nan" or value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(value)
+    return float(value)
+
+
+# -- run directory ------------------------------------------------------------------------------
+
+
+def parse_file(path: Path, op: str | None = None, world_size: int | None = None) -> Parsed:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        return parse_json(data, str(path), op)
+    return parse_text(text, str(path), op, world_size)
+
+
+def context_of(parsed: Parsed) -> dict[str, Any]:
+    first = parsed.sections[0]
+    ranks = first.ranks
+    hosts = sorted({r["host"] for r in ranks if r.get("host")})
+    names = sorted({r["device_name"] for r in ranks if r.get("device_name")})
+    world = first.rows[0].world_size
+    return {
+        "host": hosts[0] if hosts else None,
+        "hosts": hosts,
+        "backend": "nccl",
+        "device": "cuda",
+        "world_size": world,
+        "nnodes": len(hosts) or None,
+        "device_names": names,
+        "ranks": ranks,
+        "nccl": parsed.nccl,
+        "cuda": parsed.cuda,
+        "torch": None,
+        "env": {},
+        "topology": None,
+        "nccl_tests_version": parsed.tests_version,
+    }
+
+
+def import_log(
+    path: Path, out_parent: Path, op: str | None = None, world_size: int | None = None
+) -> Path:
+    """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory."""
+    parsed = parse_file(path, op, world_size)
+    rows = parsed.rows
+    run_dir = new_run_dir(out_parent, "nccl-tests")
+    first = parsed.sections[0]
+    dropped = sum(s.dropped_empty for s in parsed.sections)
+    meta = {
+        "kind": "nccl-tests",
+        "run_id": run_dir.name,
+        "status": "complete",
+        "source": str(Path(path).resolve()),
+        "format": parsed.fmt,
+        "imported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {
+            "ops": list(dict.fromkeys(s.op for s in parsed.sections)),
+            "nccl_tests": first.header,
+            "dtype": rows[0].dtype,
+        },
+        "context": context_of(parsed),
+        "sections": [
+            {
+                "op": s.op,
+                "header": s.header,
+                "rows": len(s.rows),
+                "dropped_zero_size_rows": s.dropped_empty,
+                "avg_busbw_gbps": s.avg_busbw,
+            }
+            for s in parsed.sections
+        ],
+        "failure": None,
+        "points_total": len(rows),
+        "points_done": len(rows),
+        "notes": [f"dropped {dropped} zero-byte rows"] if dropped else [],
+    }
+    write_run_meta(run_dir, meta)
+    write_results(run_dir, rows)
+    return run_dir

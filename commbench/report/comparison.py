@@ -1,0 +1,200 @@
+"""Render the gate's decision: a table per series, a mark per point, the verdict last.
+
+`table` and `md` share one cell builder, as the run exporters do; `json` is the full
+decision (every number the gate used), `csv` one line per point.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable
+
+from commbench.compare import Comparison, Mark, PointResult
+from commbench.results.exporters import Format
+from commbench.results.store import dump_json
+from commbench.sizes import format_size
+
+SYMBOLS = {
+    Mark.better: "+ better",
+    Mark.worse: "x WORSE",
+    Mark.same: "= same",
+    Mark.noisy: "~ noisy",
+    Mark.missing: "! MISSING",
+    Mark.new: "* new",
+}
+HEADERS = ["size", "baseline", "new", "ratio", "p", "limit", "mark", "why"]
+
+
+def series_title(p: PointResult) -> str:
+    parts = [p.op]
+    if p.strategy:
+        parts.append(f"strategy={p.strategy}")
+    parts.append(p.dtype)
+    if p.reduce_op:
+        parts.append(f"op={p.reduce_op}")
+    parts.append(f"n={p.world_size}")
+    if p.in_place:
+        parts.append("in-place")
+    return "  ".join(parts)
+
+
+def _speed(busbw: float | None, time_us: float | None) -> str:
+    """busbw in GB/s where the op has one, else the time (barrier)."""
+    if busbw is not None and math.isfinite(busbw):
+        return f"{busbw:.3g} GB/s" if busbw < 10 else f"{busbw:.1f} GB/s"
+    if time_us is not None and math.isfinite(time_us):
+        return f"{time_us:.1f} us"
+    return "-"
+
+
+def _cells(p: PointResult) -> list[str]:
+    return [
+        format_size(p.size_bytes) if p.op != "barrier" else "-",
+        _speed(p.base_busbw_gbps, p.base_time_us),
+        _speed(p.new_busbw_gbps, p.new_time_us),
+        f"{p.ratio:.2f}x" if p.ratio is not None else "-",
+        f"{p.p_value:.2g}" if p.p_value is not None else "-",
+        f"-{p.threshold:.0%}" if p.threshold is not None else "-",
+        SYMBOLS[p.mark],
+        p.reason,
+    ]
+
+
+def build_tables(comparison: Comparison) -> list[tuple[str, list[list[str]]]]:
+    groups: dict[str, list[list[str]]] = {}
+    for p in comparison.points:
+        groups.setdefault(series_title(p), []).append(_cells(p))
+    return list(groups.items())
+
+
+def summary_lines(comparison: Comparison) -> list[str]:
+    lines = [f"baseline: {comparison.baseline}", f"new:      {comparison.new}"]
+    noise = [
+        f"{label} median cv {value:.3f}"
+        for label, value in (
+            ("baseline", comparison.baseline_noise),
+            ("new", comparison.new_noise),
+        )
+        if value is not None
+    ]
+    s = comparison.settings
+    lines.append(
+        f"tolerance {s.tolerance:.0%} (latency-bound {s.latency_tolerance:.0%}), "
+        f"alpha {s.alpha:g}, noisy above cv {s.noisy_cv:g}"
+        + (f"; {', '.join(noise)}" if noise else "")
+    )
+    lines += [f"allowed mismatch: {m}" for m in comparison.mismatches]
+    lines += [f"note: {n}" for n in comparison.notes]
+    return lines
+
+
+def _aligned(cells: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
+
+    # Every column right-aligned but the last (free text).
+    def line(row: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == len(row) - 1 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths))
+        ).rstrip()
+
+    return [line(HEADERS), *(line(c) for c in cells)]
+
+
+def to_table(comparison: Comparison) -> str:
+    out: list[str] = []
+    for title, cells in build_tables(comparison):
+        out.append(f"# {title}")
+        out.extend(_aligned(cells))
+        out.append("")
+    out.extend(summary_lines(comparison))
+    out.append(comparison.verdict)
+    return "\n".join(out) + "\n"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def to_markdown(comparison: Comparison, heading: str = "##") -> str:
+    icon = "❌" if comparison.regressions else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
+    out = [f"{heading} {icon} {comparison.verdict}", ""]
+    out.extend(f"- {_md_escape(line)}" for line in summary_lines(comparison))
+    out.append("")
+    for title, cells in build_tables(comparison):
+        out.append(f"{heading}# {title}\n")
+        out.append("| " + " | ".join(HEADERS) + " |")
+        out.append("|" + "|".join("---:" if i < 6 else "---" for i in range(len(HEADERS))) + "|")
+        out.extend("| " + " | ".join(_md_escape(c) for c in line) + " |" for line in cells)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(comparison: Comparison) -> str:
+    return dump_json(comparison.to_dict())
+
+
+CSV_COLUMNS = [
+    "op",
+    "strategy",
+    "dtype",
+    "reduce_op",
+    "world_size",
+    "size_bytes",
+    "in_place",
+    "mark",
+    "ratio",
+    "p_value",
+    "threshold",
+    "latency_bound",
+    "base_busbw_gbps",
+    "new_busbw_gbps",
+    "base_time_us",
+    "new_time_us",
+    "base_cv",
+    "new_cv",
+    "reason",
+]
+
+
+def to_csv(comparison: Comparison) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for p in comparison.points:
+        writer.writerow({k: ("" if v is None else v) for k, v in p.to_dict().items()})
+    return buf.getvalue()
+
+
+RENDERERS: dict[Format, Callable[[Comparison], str]] = {
+    Format.table: to_table,
+    Format.md: to_markdown,
+    Format.json: to_json,
+    Format.csv: to_csv,
+}
+
+
+def render(comparison: Comparison, fmt: Format) -> str:
+    return RENDERERS[Format(fmt)](comparison)
+
+
+def render_many(results: list[tuple[str, Comparison]], fmt: Format) -> str:
+    """Several named comparisons (a suite against its baseline) in one output."""
+    fmt = Format(fmt)
+    if len(results) == 1:
+        return render(results[0][1], fmt)
+    if fmt is Format.json:
+        return dump_json({name: c.to_dict() for name, c in results})
+    if fmt is Format.csv:
+        lines: list[str] = []
+        for name, c in results:
+            body = to_csv(c).splitlines()
+            if not lines:
+                lines.append("entry," + body[0])
+            lines.extend(f"{name},{line}" for line in body[1:])
+        return "\n".join(lines) + "\n"
+    if fmt is Format.md:
+        return "\n".join(f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results)
+    return "\n".join(f"=== {name} ===\n{to_table(c)}" for name, c in results)

@@ -1,0 +1,348 @@
+"""`commbench report`: one self-contained document per run (or suite), in markdown or HTML.
+
+The document is a list of blocks (headings, paragraphs, tables, lists, images) rendered by
+one of two small writers, so the markdown a CI job posts and the HTML attached to a ticket
+always hold the same content. Plots are PNGs embedded as data URIs: the file stands alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commbench import __version__
+from commbench.compare import Comparison
+from commbench.report.figures import context_title
+from commbench.report.options import Images, ReportFormat
+from commbench.results.exporters import HEADERS, build_tables
+from commbench.results.store import Run, load_json, load_run
+from commbench.sizes import format_size
+from commbench.suites.store import is_suite, load_suite_dir
+
+NOISY_CV = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bullets:
+    items: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    numeric: bool = True
+    """Right-align every column but the first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    alt: str
+    png: bytes
+
+
+Block = Heading | Para | Bullets | Table | Image
+
+
+# -- content -----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def context_rows(run: Run) -> list[list[str]]:
+    meta, ctx = run.meta, run.context
+    status = str(meta.get("status", "?"))
+    if meta.get("failure"):
+        status += f": {meta['failure']}"
+    names = ctx.get("device_names") or []
+    rows = [
+        ["run", run.path.name],
+        ["kind", _fmt(meta.get("kind"))],
+        ["status", status],
+        ["points", f"{meta.get('points_done', len(run.rows))}/{meta.get('points_total', '?')}"],
+        ["devices", f"{_fmt(names)} x{ctx.get('world_size', '?')}"],
+        ["backend", _fmt(ctx.get("backend"))],
+        ["world size", _fmt(ctx.get("world_size"))],
+        ["nodes", _fmt(ctx.get("nnodes"))],
+        ["hosts", _fmt(ctx.get("hosts") or ctx.get("host"))],
+        ["torch", _fmt(ctx.get("torch"))],
+        ["NCCL", _fmt(ctx.get("nccl"))],
+        ["CUDA", _fmt(ctx.get("cuda"))],
+        ["driver", _fmt(ctx.get("driver"))],
+        ["commbench", _fmt(ctx.get("commbench"))],
+        ["started", _fmt(ctx.get("started_at") or meta.get("imported_at"))],
+        ["duration", f"{meta['duration_s']:.1f} s" if meta.get("duration_s") else "-"],
+        ["command", _fmt(ctx.get("command"))],
+    ]
+    if meta.get("source"):
+        rows.append(["imported from", str(meta["source"])])
+    env = ctx.get("env") or {}
+    if env:
+        rows.append(["environment", ", ".join(f"{k}={v}" for k, v in env.items())])
+    return rows
+
+
+def topology_blocks(topology: Any, level: int) -> list[Block]:
+    blocks: list[Block] = [Heading(level, "Topology")]
+    if not isinstance(topology, dict) or not topology:
+        return [*blocks, Para("Not recorded (no NVML on the measuring host, or an import).")]
+    if topology.get("error") or topology.get("nvml_error"):
+        blocks.append(Para(f"NVML: {topology.get('error') or topology.get('nvml_error')}"))
+    gpus = [g for g in topology.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        rows = []
+        for g in gpus:
+            pcie = (
+                f"Gen{g.get('pcie_max_gen')} x{g.get('pcie_max_width')}"
+                if g.get("pcie_max_gen")
+                else "-"
+            )
+            rows.append(
+                [
+                    f"GPU{g.get('index')}",
+                    _fmt(g.get("name")),
+                    _fmt(g.get("pci_bus_id")),
+                    pcie,
+                    _fmt(g.get("numa_node")),
+                ]
+            )
+        blocks.append(Table(["GPU", "model", "PCI bus", "PCIe", "NUMA"], rows, numeric=False))
+    pairs = [p for p in topology.get("pairs") or [] if isinstance(p, dict)]
+    if gpus and pairs:
+        n = len(gpus)
+        links = {(p.get("src"), p.get("dst")): str(p.get("link", "?")) for p in pairs}
+        matrix = [
+            [f"GPU{i}"] + ["X" if i == j else links.get((i, j), "-") for j in range(n)]
+            for i in range(n)
+        ]
+        blocks.append(Table(["", *(f"GPU{j}" for j in range(n))], matrix, numeric=False))
+    if not gpus:
+        blocks.append(Para("No GPU visible to NVML."))
+    return blocks
+
+
+def result_blocks(run: Run, level: int) -> list[Block]:
+    blocks: list[Block] = [Heading(level, "Results")]
+    if not run.rows:
+        return [*blocks, Para("No measured points.")]
+    for title, cells in build_tables(run.rows):
+        blocks += [Heading(level + 1, title), Table(list(HEADERS), cells)]
+    noisy = [r for r in run.rows if r.n > 1 and math.isfinite(r.cv) and r.cv > NOISY_CV]
+    if noisy:
+        blocks.append(
+            Para(
+                f"{len(noisy)} of {len(run.rows)} points are noisy (cv > {NOISY_CV:.0%}): the "
+                "median is robust, but compare such points with care."
+            )
+        )
+    notes = sorted({f"{r.op} {format_size(r.size_bytes)}: {r.note}" for r in run.rows if r.note})
+    if notes:
+        blocks.append(
+            Bullets(notes[:20] + ([f"... {len(notes) - 20} more"] if len(notes) > 20 else []))
+        )
+    return blocks
+
+
+def plot_blocks(runs: list[Run], level: int) -> list[Block]:
+    from commbench.report.figures import all_figures
+    from commbench.report.plots import png_bytes
+
+    figures = all_figures(runs)
+    if not figures:
+        return []
+    return [Heading(level, "Plots"), *(Image(f.title, png_bytes(f)) for f in figures)]
+
+
+def comparison_blocks(name: str, comparison: Comparison, level: int) -> list[Block]:
+    from commbench.report.comparison import HEADERS as GATE_HEADERS
+    from commbench.report.comparison import build_tables as gate_tables
+    from commbench.report.comparison import summary_lines
+
+    blocks: list[Block] = [
+        Heading(level, f"Regression gate{f': {name}' if name else ''}"),
+        Para(f"**{comparison.verdict}**"),
+        Bullets(summary_lines(comparison)),
+    ]
+    for title, cells in gate_tables(comparison):
+        blocks += [Heading(level + 1, title), Table(list(GATE_HEADERS), cells)]
+    return blocks
+
+
+def run_blocks(run: Run, level: int, images: Images, topology: bool = True) -> list[Block]:
+    blocks: list[Block] = [
+        Para(context_title(run.context)),
+        Heading(level, "Context"),
+        Table(["", ""], context_rows(run), numeric=False),
+    ]
+    if topology:
+        blocks += topology_blocks(run.context.get("topology"), level)
+    blocks += result_blocks(run, level)
+    if images is Images.embed:
+        blocks += plot_blocks([run], level)
+    return blocks
+
+
+def build_report(
+    path: Path,
+    images: Images = Images.embed,
+    comparisons: list[tuple[str, Comparison]] | None = None,
+) -> list[Block]:
+    """The blocks of a report on a run directory or a suite directory."""
+    path = Path(path)
+    blocks: list[Block]
+    if is_suite(path):
+        record = load_suite_dir(path)
+        meta = record.meta
+        blocks = [Heading(1, f"commbench suite {meta.get('name', '?')}: {path.name}")]
+        if meta.get("description"):
+            blocks.append(Para(str(meta["description"])))
+        blocks.append(
+            Table(
+                ["entry", "status", "run directory", "why"],
+                [[e.name, e.status, e.path or "-", e.failure or ""] for e in record.entries],
+                numeric=False,
+            )
+        )
+        if meta.get("warnings"):
+            blocks.append(Bullets([f"warning: {w}" for w in meta["warnings"]]))
+        if meta.get("topology_file"):
+            topo = load_json(path / str(meta["topology_file"]))
+            blocks += topology_blocks(topo, 2)
+        for name, comparison in comparisons or []:
+            blocks += comparison_blocks(name, comparison, 2)
+        for entry in record.entries:
+            if entry.path:
+                run = load_run(path / entry.path)
+                blocks.append(Heading(2, f"{entry.name} ({entry.path})"))
+                blocks += run_blocks(run, 3, images, topology=not meta.get("topology_file"))
+    else:
+        run = load_run(path)
+        blocks = [Heading(1, f"commbench report: {run.path.name}")]
+        for name, comparison in comparisons or []:
+            blocks += comparison_blocks(name if len(comparisons or []) > 1 else "", comparison, 2)
+        blocks += run_blocks(run, 2, images)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    blocks.append(Para(f"Generated by commbench {__version__} on {stamp}."))
+    return blocks
+
+
+# -- writers -----------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"{'#' * b.level} {b.text}")
+        elif isinstance(b, Para):
+            out.append(b.text)
+        elif isinstance(b, Bullets):
+            out.append("\n".join(f"- {item}" for item in b.items))
+        elif isinstance(b, Table):
+            align = ["---"] + ["---:" if b.numeric else "---"] * (len(b.headers) - 1)
+            lines = ["| " + " | ".join(_md_cell(h) for h in b.headers) + " |"]
+            lines.append("|" + "|".join(align) + "|")
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("\n".join(lines))
+        elif isinstance(b, Image):
+            data = base64.b64encode(b.png).decode()
+            out.append(f"![{_md_cell(b.alt)}](data:image/png;base64,{data})")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; display: block; margin: 1em 0; }
+h1, h2, h3, h4 { margin-top: 1.4em; }
+"""
+
+
+def _inline(text: str) -> str:
+    """Escape, then honour the one markdown emphasis the blocks use (`**bold**`)."""
+    escaped = html.escape(text)
+    parts = escaped.split("**")
+    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def to_html(blocks: list[Block]) -> str:
+    title = next((b.text for b in blocks if isinstance(b, Heading)), "commbench report")
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+    ]
+    for b in blocks:
+        if isinstance(b, Heading):
+            level = min(b.level, 6)
+            out.append(f"<h{level}>{html.escape(b.text)}</h{level}>")
+        elif isinstance(b, Para):
+            out.append(f"<p>{_inline(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+            body = []
+            for row in b.rows:
+                cells = "".join(
+                    f'<td class="num">{html.escape(c)}</td>'
+                    if b.numeric and i > 0
+                    else f"<td>{html.escape(c)}</td>"
+                    for i, c in enumerate(row)
+                )
+                body.append(f"<tr>{cells}</tr>")
+            out.append(
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            )
+        elif isinstance(b, Image):
+            data = base64.b64encode(b.png).decode()
+            out.append(f'<img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+WRITERS: dict[ReportFormat, Callable[[list[Block]], str]] = {
+    ReportFormat.md: to_markdown,
+    ReportFormat.html: to_html,
+}
+
+
+def render_report(
+    path: Path,
+    fmt: ReportFormat = ReportFormat.md,
+    images: Images = Images.embed,
+    comparisons: list[tuple[str, Comparison]] | None = None,
+) -> str:
+    return WRITERS[ReportFormat(fmt)](build_report(path, Images(images), comparisons))

@@ -1,0 +1,274 @@
+"""What to draw, as plain data: figures, panels and series built from stored runs.
+
+Nothing here imports matplotlib. `commbench.report.plots` draws these specs; tests check
+the specs, which is exactly what matplotlib is handed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.store import RESULTS_JSON, Run
+
+
+@dataclass(kw_only=True, slots=True)
+class Series:
+    """One line: x = message sizes in bytes, y = the metric, in the same order."""
+
+    label: str
+    x: list[int]
+    y: list[float]
+    dashed: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class Panel:
+    title: str
+    ylabel: str
+    series: list[Series]
+    ylog: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class Heatmap:
+    """A src x dst matrix (None where a pair was not measured)."""
+
+    labels: list[str]
+    values: list[list[float | None]]
+    unit: str
+
+
+@dataclass(kw_only=True, slots=True)
+class Figure:
+    name: str
+    """File stem: `<name>.png` / `<name>.svg`."""
+    title: str
+    panels: list[Panel] = field(default_factory=list)
+    heatmap: Heatmap | None = None
+
+
+# -- titles and labels -----------------------------------------------------------------------
+
+
+def context_title(context: dict[str, Any]) -> str:
+    """`NVIDIA H100 80GB HBM3 x8 · nccl 2.21.5 · world size 8`: what a reader needs to see."""
+    names = context.get("device_names") or []
+    world = context.get("world_size")
+    device = " / ".join(str(n) for n in names) if names else str(context.get("device") or "?")
+    if device == "cpu":
+        device = "CPU"
+    parts = [f"{device} x{world}" if world else device]
+    backend = context.get("backend") or "?"
+    if backend == "nccl" and context.get("nccl"):
+        backend = f"nccl {context['nccl']}"
+    parts.append(backend)
+    nnodes = context.get("nnodes") or 1
+    parts.append(f"world size {world}" + (f" ({nnodes} nodes)" if nnodes > 1 else ""))
+    return " · ".join(parts)
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """Legend names: the run directory, plus what tells the runs apart when that is context."""
+    if len(runs) == 1:
+        return [runs[0].path.name]
+    titles = [context_title(r.context) for r in runs]
+    distinct = len(set(titles)) > 1
+    return [f"{r.path.name} ({t})" if distinct else r.path.name for r, t in zip(runs, titles)]
+
+
+def figure_title(what: str, runs: list[Run]) -> str:
+    titles = list(dict.fromkeys(context_title(r.context) for r in runs))
+    return f"{what} — {' vs '.join(titles)}"
+
+
+# -- series ----------------------------------------------------------------------------------
+
+
+def _plotted(row: ResultRow) -> bool:
+    return row.check != CHECK_FAILED and math.isfinite(row.time_us) and row.time_us > 0
+
+
+def _variant(row: ResultRow) -> tuple[str, str, int, bool]:
+    return (row.dtype, row.reduce_op, row.world_size, row.in_place)
+
+
+def _variant_label(variant: tuple[str, str, int, bool], varying: set[int]) -> str:
+    dtype, reduce_op, world, in_place = variant
+    parts = []
+    if 0 in varying:
+        parts.append(dtype)
+    if 1 in varying and reduce_op:
+        parts.append(reduce_op)
+    if 2 in varying:
+        parts.append(f"n={world}")
+    if 3 in varying:
+        parts.append("in-place" if in_place else "out-of-place")
+    return " ".join(parts)
+
+
+def _series_for(
+    runs: list[Run],
+    labels: list[str],
+    select: Any,
+    metric: Any,
+    name_of: Any = None,
+) -> list[Series]:
+    """One series per (run, name, variant) among the rows `select` keeps, sorted by size."""
+    groups: dict[tuple[int, str, tuple[str, str, int, bool]], list[ResultRow]] = {}
+    for i, run in enumerate(runs):
+        for row in run.rows:
+            if select(row) and _plotted(row) and metric(row) is not None:
+                name = name_of(row) if name_of else ""
+                groups.setdefault((i, name, _variant(row)), []).append(row)
+    variants = [v for (_, _, v) in groups]
+    varying = {i for i in range(4) if len({v[i] for v in variants}) > 1}
+    series = []
+    for (i, name, variant), rows in groups.items():
+        rows.sort(key=lambda r: r.size_bytes)
+        parts = [name] if name else []
+        if len(runs) > 1:
+            parts.append(labels[i])
+        extra = _variant_label(variant, varying)
+        if extra:
+            parts.append(extra)
+        series.append(
+            Series(
+                label=" · ".join(parts) or labels[i],
+                x=[r.size_bytes for r in rows],
+                y=[float(metric(r)) for r in rows],
+            )
+        )
+    return series
+
+
+def _busbw(row: ResultRow) -> float | None:
+    return row.busbw_gbps if row.busbw_gbps is not None and math.isfinite(row.busbw_gbps) else None
+
+
+def _time(row: ResultRow) -> float | None:
+    return row.time_us
+
+
+def op_figures(runs: list[Run]) -> list[Figure]:
+    """Per op: busbw and latency against message size, one line per run (and variant)."""
+    ops = list(dict.fromkeys(r.op for run in runs for r in run.rows if not r.strategy))
+    figures = []
+    for op in ops:
+
+        def select(row: ResultRow, op: str = op) -> bool:
+            return row.op == op and not row.strategy
+
+        # Only the runs that measured this op name the figure and its lines.
+        having = [run for run in runs if any(select(r) and _plotted(r) for r in run.rows)]
+        labels = run_labels(having)
+        panels = []
+        bus = _series_for(having, labels, select, _busbw)
+        if bus:
+            panels.append(Panel(title="bus bandwidth", ylabel="busbw (GB/s)", series=bus))
+        lat = _series_for(having, labels, select, _time)
+        if lat:
+            panels.append(Panel(title="latency", ylabel="time (us)", series=lat, ylog=True))
+        if panels:
+            figures.append(Figure(name=op, title=figure_title(op, having), panels=panels))
+    return figures
+
+
+def strategies_figure(runs: list[Run]) -> Figure | None:
+    """All-reduce strategies side by side, with the plain all_reduce dashed for reference."""
+    runs = [run for run in runs if any(r.strategy for r in run.rows)]
+    labels = run_labels(runs)
+    series = _series_for(
+        runs, labels, lambda r: bool(r.strategy), _busbw, name_of=lambda r: r.strategy
+    )
+    if not series:
+        return None
+    reference = _series_for(
+        runs,
+        labels,
+        lambda r: r.op == "all_reduce" and not r.strategy,
+        _busbw,
+        name_of=lambda r: "all_reduce (plain)",
+    )
+    for s in reference:
+        s.dashed = True
+    return Figure(
+        name="strategies",
+        title=figure_title("all-reduce strategies", runs),
+        panels=[Panel(title="bus bandwidth", ylabel="busbw (GB/s)", series=series + reference)],
+    )
+
+
+_PAIR_RE = re.compile(r"(\d+)\s*(?:->|→|to)\s*(\d+)")
+
+
+def _pair_of(raw: dict[str, Any]) -> tuple[int, int] | None:
+    src, dst = raw.get("src"), raw.get("dst")
+    if isinstance(src, int) and isinstance(dst, int):
+        return src, dst
+    for key in ("pair", "strategy", "op", "note"):
+        value = raw.get(key)
+        if isinstance(value, str) and (m := _PAIR_RE.search(value)):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def p2p_matrix(run: Run) -> Heatmap | None:
+    """Bandwidth per (src, dst) GPU pair at the largest size measured, from a p2p run.
+
+    A p2p row names its pair with integer `src`/`dst` fields, or as `0->1` in `pair`,
+    `strategy`, `op` or `note`; its bandwidth is `busbw_gbps` (else `bw_gbps`/`algbw_gbps`).
+    The rows are read raw from results.json: those fields are not in `ResultRow`.
+    """
+    path = run.path / RESULTS_JSON
+    try:
+        raw_rows = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    best: dict[tuple[int, int], tuple[int, float]] = {}
+    for raw in raw_rows if isinstance(raw_rows, list) else []:
+        if not isinstance(raw, dict) or raw.get("check") == CHECK_FAILED:
+            continue
+        pair = _pair_of(raw)
+        value = next(
+            (raw[k] for k in ("busbw_gbps", "bw_gbps", "algbw_gbps") if raw.get(k) is not None),
+            None,
+        )
+        if pair is None or not isinstance(value, int | float):
+            continue
+        size = int(raw.get("size_bytes") or 0)
+        if pair not in best or size >= best[pair][0]:
+            best[pair] = (size, float(value))
+    if not best:
+        return None
+    n = max(max(p) for p in best) + 1
+    values: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for (src, dst), (_, value) in best.items():
+        values[src][dst] = value
+    return Heatmap(labels=[f"GPU{i}" for i in range(n)], values=values, unit="GB/s")
+
+
+def p2p_figures(runs: list[Run]) -> list[Figure]:
+    figures = []
+    for run in runs:
+        heatmap = p2p_matrix(run) if run.meta.get("kind") == "p2p" else None
+        if heatmap is not None:
+            stem = "p2p" if len(runs) == 1 else f"p2p-{run.path.name}"
+            figures.append(
+                Figure(name=stem, title=figure_title("p2p bandwidth", [run]), heatmap=heatmap)
+            )
+    return figures
+
+
+def all_figures(runs: list[Run]) -> list[Figure]:
+    """Every figure the runs have data for: per op, the strategies, the p2p heatmaps."""
+    figures = op_figures(runs)
+    strategies = strategies_figure(runs)
+    if strategies is not None:
+        figures.append(strategies)
+    figures.extend(p2p_figures(runs))
+    return figures

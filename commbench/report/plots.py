@@ -1,0 +1,186 @@
+"""Draw figure specs with matplotlib (Agg backend), as PNG and SVG files.
+
+matplotlib is imported inside the functions: importing this module costs nothing, and
+`commbench --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.report.figures import Figure, Heatmap, Panel, all_figures
+from commbench.results.store import Run, load_run
+from commbench.sizes import format_size
+
+FORMATS = ("png", "svg")
+DPI = 110
+MAX_TICKS = 12
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def size_ticks(lo: int, hi: int) -> list[int]:
+    """Powers of two spanning [lo, hi], thinned to at most MAX_TICKS."""
+    lo_exp = max(0, math.floor(math.log2(max(lo, 1))))
+    hi_exp = math.ceil(math.log2(max(hi, 1)))
+    exps = list(range(lo_exp, hi_exp + 1))
+    step = 1
+    while len(exps[::step]) > MAX_TICKS:
+        step += 1
+    return [2**e for e in exps[::step]]
+
+
+def _draw_panel(ax: Any, panel: Panel) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    xs = [x for s in panel.series for x in s.x if x > 0]
+    for s in panel.series:
+        points = [(x, y) for x, y in zip(s.x, s.y) if x > 0]
+        if not points:
+            continue
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            markersize=3,
+            linewidth=1.4,
+            linestyle="--" if s.dashed else "-",
+            label=s.label,
+        )
+    ax.set_xscale("log", base=2)
+    if xs:
+        ax.xaxis.set_major_locator(FixedLocator(size_ticks(min(xs), max(xs))))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
+    if panel.ylog:
+        ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(panel.title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+
+
+def _draw_heatmap(fig: Any, ax: Any, heatmap: Heatmap) -> None:
+    nan = float("nan")
+    grid = [[nan if v is None else v for v in row] for row in heatmap.values]
+    image = ax.imshow(grid, cmap="viridis")
+    n = len(heatmap.labels)
+    ax.set_xticks(range(n), heatmap.labels, rotation=45, fontsize=8)
+    ax.set_yticks(range(n), heatmap.labels, fontsize=8)
+    ax.set_xlabel("destination")
+    ax.set_ylabel("source")
+    if n <= 16:
+        for i, row in enumerate(heatmap.values):
+            for j, v in enumerate(row):
+                if v is not None:
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(image, ax=ax, label=heatmap.unit)
+
+
+def draw(figure: Figure) -> Any:
+    """A matplotlib Figure for the spec (the caller closes it)."""
+    plt = _pyplot()
+    if figure.heatmap is not None:
+        fig, ax = plt.subplots(figsize=(7, 6))
+        _draw_heatmap(fig, ax, figure.heatmap)
+    else:
+        cols = max(1, len(figure.panels))
+        labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
+        legend_rows = len(labels) if len(labels) > 1 else 0
+        height = 4.6 + 0.22 * legend_rows
+        fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
+        for ax, panel in zip(axes[0], figure.panels):
+            _draw_panel(ax, panel)
+        if legend_rows:
+            # One legend for the figure, under the panels: both panels share the lines.
+            handles = {}
+            for ax in axes[0]:
+                for handle, label in zip(*ax.get_legend_handles_labels()):
+                    handles.setdefault(label, handle)
+            fig.legend(
+                list(handles.values()),
+                list(handles),
+                loc="lower center",
+                fontsize=8,
+                frameon=False,
+                ncol=2 if len(labels) > 6 else 1,
+            )
+            fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
+    fig.suptitle(textwrap.fill(figure.title, 110), fontsize=11)
+    if figure.heatmap is not None or len({s.label for p in figure.panels for s in p.series}) <= 1:
+        fig.tight_layout()
+    return fig
+
+
+def png_bytes(figure: Figure) -> bytes:
+    plt = _pyplot()
+    fig = draw(figure)
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def write_figures(
+    figures: Sequence[Figure], out_dir: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
+    """Write every figure in every format; returns the files written."""
+    plt = _pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for figure in figures:
+        fig = draw(figure)
+        try:
+            for fmt in formats:
+                path = out_dir / f"{figure.name}.{fmt}"
+                fig.savefig(path, format=fmt, dpi=DPI)
+                written.append(path)
+        finally:
+            plt.close(fig)
+    return written
+
+
+def plot_runs(runs: list[Run], out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise UserError(f"unknown plot format {bad[0]!r}; choose from: {', '.join(FORMATS)}")
+    figures = all_figures(runs)
+    if not figures:
+        names = ", ".join(str(r.path) for r in runs)
+        raise UserError(f"nothing to plot: no measured points in {names}")
+    return write_figures(figures, out_dir, formats)
+
+
+def plot_paths(
+    paths: Sequence[Path], out_dir: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
+    return plot_runs([load_run(p) for p in paths], out_dir, formats)
+
+
+def write_run_plots(run_dir: Path) -> str:
+    """Plot a finished run into RUN_DIR/plots; one line saying what happened, never raising
+    for a plotting problem: a run that measured fine must not fail on its pictures."""
+    try:
+        written = plot_paths([run_dir], run_dir / "plots", ("png", "svg"))
+    except UserError as exc:
+        return f"no plots: {exc}"
+    except (OSError, ValueError, RuntimeError) as exc:  # a matplotlib or disk problem
+        return f"no plots: {type(exc).__name__}: {exc}"
+    figures = len({p.stem for p in written})
+    return f"{figures} plot(s) in {run_dir / 'plots'}"

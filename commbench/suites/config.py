@@ -1,0 +1,424 @@
+"""Suite files: which commands a suite runs, with what, and how strictly it is gated.
+
+A suite is YAML read with `safe_load` and checked key by key: an unknown key or a value of
+the wrong type is a UserError (exit 2) naming the key's path, e.g. `collectives.ops[2]`.
+Sizes may differ by device (`sizes: {cuda: 1K-1G, cpu: 1K-4M}`) so that one suite runs on
+a GPU runner and on a laptop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from commbench.compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_LATENCY_TOLERANCE,
+    DEFAULT_NOISY_CV,
+    DEFAULT_TOLERANCE,
+    GateSettings,
+    parse_fraction,
+)
+from commbench.errors import UserError
+
+SUITE_SCHEMA_VERSION = 1
+DEVICES = ("cuda", "cpu")
+T = TypeVar("T")
+
+
+class _Invalid(Exception):
+    """A problem at a key path; `load_suite` adds the file name and raises UserError."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+class _Section:
+    """Typed reads from one mapping; `done()` refuses the keys nobody read."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise _Invalid(path or "(top level)", f"expected a mapping, got {_type_name(data)}")
+        self.data = data
+        self.path = path
+        self.read: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, parse: Callable[[Any, str], T], default: T) -> T:
+        self.read.add(key)
+        if key not in self.data or self.data[key] is None:
+            return default
+        return parse(self.data[key], self.at(key))
+
+    def done(self) -> None:
+        for key in self.data:
+            if key not in self.read:
+                expected = ", ".join(sorted(self.read))
+                raise _Invalid(self.at(str(key)), f"unknown key (expected one of: {expected})")
+
+
+def _int(minimum: int) -> Callable[[Any, str], int]:
+    def parse(value: Any, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(path, f"expected an integer, got {_type_name(value)}")
+        if value < minimum:
+            raise _Invalid(path, f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(path, f"expected a number, got {_type_name(value)}")
+    if value <= 0:
+        raise _Invalid(path, f"must be positive, got {value}")
+    return float(value)
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(path, f"expected true or false, got {_type_name(value)}")
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(path, f"expected a string, got {_type_name(value)}")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, path: str) -> str:
+        text = _str(value, path)
+        if text not in choices:
+            raise _Invalid(path, f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _names(known: Any, what: str) -> Callable[[Any, str], list[str]]:
+    """`all`, or a list of names from `known` (a collection, or None to accept any string)."""
+
+    def parse(value: Any, path: str) -> list[str]:
+        if value == "all":
+            return list(known) if known is not None else ["all"]
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not value:
+            raise _Invalid(path, f"expected 'all' or a list of {what}, got {_type_name(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _Invalid(f"{path}[{i}]", f"expected a string, got {_type_name(item)}")
+            if known is not None and item not in known:
+                raise _Invalid(
+                    f"{path}[{i}]", f"unknown {what[:-1]} {item!r}; choose from: {', '.join(known)}"
+                )
+        return list(dict.fromkeys(value))
+
+    return parse
+
+
+def _fraction(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _Invalid(path, f"expected a percentage like 5%, got {_type_name(value)}")
+    try:
+        return parse_fraction(value, path)
+    except UserError as exc:
+        raise _Invalid(path, str(exc).split(": ", 1)[-1]) from None
+
+
+def _size_text(value: Any, path: str) -> str:
+    from commbench.sizes import parse_sizes
+
+    if isinstance(value, list):
+        if not value:
+            raise _Invalid(path, "empty size list")
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                raise _Invalid(f"{path}[{i}]", f"expected a size, got {_type_name(item)}")
+        value = ",".join(str(v) for v in value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise _Invalid(path, f"expected a size spec like 1K-1G, got {_type_name(value)}")
+    try:
+        parse_sizes(value)
+    except UserError as exc:
+        raise _Invalid(path, str(exc)) from None
+    return value
+
+
+@dataclass(kw_only=True, slots=True)
+class Sizes:
+    """Size specs (the `--sizes` grammar) per device type."""
+
+    cuda: str
+    cpu: str
+
+    def for_device(self, device: str) -> list[int]:
+        from commbench.sizes import parse_sizes
+
+        return parse_sizes(self.cuda if device == "cuda" else self.cpu)
+
+
+def _sizes(value: Any, path: str) -> Sizes:
+    if isinstance(value, dict):
+        section = _Section(value, path)
+        cuda = section.get("cuda", _size_text, None)
+        cpu = section.get("cpu", _size_text, None)
+        section.done()
+        if cuda is None or cpu is None:
+            missing = "cuda" if cuda is None else "cpu"
+            raise _Invalid(f"{path}.{missing}", "missing (give both cuda and cpu, or one spec)")
+        return Sizes(cuda=cuda, cpu=cpu)
+    text = _size_text(value, path)
+    return Sizes(cuda=text, cpu=text)
+
+
+def _dtypes(value: Any, path: str) -> list[str]:
+    from commbench.collectives.specs import DTYPES
+
+    if isinstance(value, str):
+        value = [value]
+    return _names(list(DTYPES), "dtypes")(value, path)
+
+
+@dataclass(kw_only=True, slots=True)
+class Timing:
+    """How long each point is measured (the `commbench collectives` flags of the same names)."""
+
+    warmup: int | None = None
+    iters: int | None = None
+    min_time: float = 0.2
+    min_iters: int = 10
+    max_iters: int = 1000
+    timeout: float = 300.0
+
+
+def _timing(section: _Section) -> Timing:
+    timing = Timing(
+        warmup=section.get("warmup", _int(0), None),
+        iters=section.get("iters", _int(1), None),
+        min_time=section.get("min_time", _float, 0.2),
+        min_iters=section.get("min_iters", _int(1), 10),
+        max_iters=section.get("max_iters", _int(1), 1000),
+        timeout=section.get("timeout", _float, 300.0),
+    )
+    if timing.min_iters > timing.max_iters:
+        raise _Invalid(section.at("min_iters"), "must not exceed max_iters")
+    return timing
+
+
+@dataclass(kw_only=True, slots=True)
+class CollectivesSection:
+    ops: list[str]
+    sizes: Sizes
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    """One run per dtype."""
+    reduce_op: str = "sum"
+    in_place: bool = False
+    check: bool = True
+    timing: Timing = field(default_factory=Timing)
+
+
+@dataclass(kw_only=True, slots=True)
+class StrategiesSection:
+    names: list[str]
+    sizes: Sizes
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    reduce_op: str = "sum"
+    timing: Timing = field(default_factory=Timing)
+
+
+@dataclass(kw_only=True, slots=True)
+class P2PSection:
+    """Passed to `commbench.p2p` as a plain mapping; validated here for types only."""
+
+    options: dict[str, Any]
+
+
+@dataclass(kw_only=True, slots=True)
+class SuiteConfig:
+    name: str
+    description: str = ""
+    nproc: int | None = None
+    """Workers per node; None = every visible GPU, else 2 (as `commbench collectives`)."""
+    backend: str | None = None
+    device: str | None = None
+    collectives: CollectivesSection | None = None
+    strategies: StrategiesSection | None = None
+    p2p: P2PSection | None = None
+    topo: bool = False
+    gate: GateSettings = field(default_factory=GateSettings)
+    source: str = ""
+    """The file it was read from."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _enabled(value: Any) -> bool:
+    """`section: false` (or absent) turns a section off; `section: true` takes its defaults."""
+    return value is not None and value is not False
+
+
+def _section_data(value: Any) -> Any:
+    return {} if value is True else value
+
+
+def _collectives(value: Any) -> CollectivesSection:
+    from commbench.collectives.specs import OPS, REDUCE_OPS
+
+    s = _Section(_section_data(value), "collectives")
+    out = CollectivesSection(
+        ops=s.get("ops", _names(list(OPS), "ops"), list(OPS)),
+        sizes=s.get("sizes", _sizes, Sizes(cuda="1K-1G", cpu="1K-1M")),
+        dtypes=s.get("dtypes", _dtypes, ["float32"]),
+        reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
+        in_place=s.get("in_place", _bool, False),
+        check=s.get("check", _bool, True),
+        timing=_timing(s),
+    )
+    s.done()
+    return out
+
+
+def _strategy_names() -> list[str] | None:
+    try:
+        from commbench.strategies.registry import STRATEGIES
+    except ImportError:
+        return None
+    return list(STRATEGIES)
+
+
+def _strategies(value: Any) -> StrategiesSection:
+    from commbench.collectives.specs import REDUCE_OPS
+
+    known = _strategy_names()
+    s = _Section(_section_data(value), "strategies")
+    out = StrategiesSection(
+        # Without the strategies module names are kept as written; the runner skips them.
+        names=s.get("names", _names(known, "strategies"), list(known or ["all"])),
+        sizes=s.get("sizes", _sizes, Sizes(cuda="1K-1G", cpu="1K-1M")),
+        dtypes=s.get("dtypes", _dtypes, ["float32"]),
+        reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
+        timing=_timing(s),
+    )
+    s.done()
+    return out
+
+
+def _pairs(value: Any, path: str) -> Any:
+    if value == "all":
+        return value
+    if not isinstance(value, list):
+        raise _Invalid(path, f"expected 'all' or a list of [src, dst], got {_type_name(value)}")
+    for i, pair in enumerate(value):
+        ok = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair)
+        )
+        if not ok:
+            raise _Invalid(f"{path}[{i}]", "expected [src, dst] GPU indices")
+    return value
+
+
+def _p2p(value: Any) -> P2PSection:
+    s = _Section(_section_data(value), "p2p")
+    options = {
+        "sizes": s.get("sizes", _sizes, None),
+        "pairs": s.get("pairs", _pairs, "all"),
+        "bidirectional": s.get("bidirectional", _bool, False),
+        "warmup": s.get("warmup", _int(0), None),
+        "iters": s.get("iters", _int(1), None),
+        "min_time": s.get("min_time", _float, None),
+    }
+    s.done()
+    return P2PSection(options={k: v for k, v in options.items() if v is not None})
+
+
+def _gate(value: Any) -> GateSettings:
+    s = _Section(value, "compare")
+    gate = GateSettings(
+        tolerance=s.get("tolerance", _fraction, DEFAULT_TOLERANCE),
+        latency_tolerance=s.get("latency_tolerance", _fraction, DEFAULT_LATENCY_TOLERANCE),
+        alpha=s.get("alpha", _fraction, DEFAULT_ALPHA),
+        noisy_cv=s.get("noisy_cv", _float, DEFAULT_NOISY_CV),
+        allow_mismatch=s.get("allow_mismatch", _bool, False),
+    )
+    s.done()
+    return gate
+
+
+def parse_suite(data: Any, source: str = "") -> SuiteConfig:
+    """A suite from already-loaded YAML data. Raises UserError naming the bad key's path."""
+    where = f"{source}: " if source else ""
+    try:
+        top = _Section(data, "")
+        version = top.get("schema_version", _int(1), SUITE_SCHEMA_VERSION)
+        if version > SUITE_SCHEMA_VERSION:
+            raise _Invalid(
+                "schema_version",
+                f"{version} is newer than this commbench understands ({SUITE_SCHEMA_VERSION})",
+            )
+        default_name = Path(source).stem if source else "suite"
+        config = SuiteConfig(
+            name=top.get("name", _str, default_name),
+            description=top.get("description", _str, ""),
+            nproc=top.get("world_size", _int(1), None),
+            backend=top.get("backend", _choice("nccl", "gloo"), None),
+            device=top.get("device", _choice(*DEVICES), None),
+            topo=top.get("topo", _bool, False),
+            source=source,
+        )
+        for key, build in (
+            ("collectives", _collectives),
+            ("strategies", _strategies),
+            ("p2p", _p2p),
+        ):
+            top.read.add(key)
+            if _enabled(top.data.get(key)):
+                setattr(config, key, build(top.data[key]))
+        top.read.add("compare")
+        config.gate = _gate(top.data.get("compare"))
+        top.done()
+    except _Invalid as exc:
+        raise UserError(f"{where}{exc}") from None
+    if not (config.collectives or config.strategies or config.p2p or config.topo):
+        raise UserError(f"{where}nothing to run: enable collectives, strategies, p2p or topo")
+    return config
+
+
+def load_suite(path: Path) -> SuiteConfig:
+    """Read and validate a suite file (`configs/ci.yaml`)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such suite file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    return parse_suite(data, str(path))

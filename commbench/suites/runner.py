@@ -1,0 +1,296 @@
+"""Run a suite: every section it enables, each into its own run directory under one suite dir.
+
+Collectives and strategies go through `run_collectives` (one run per dtype); the topology
+through `commbench.topology.discover`; p2p through `commbench.p2p.run_p2p(options, parent)`
+when that module exists. A section whose module is missing is skipped with a warning, never
+a crash; a run that fails does not stop the next one. With a baseline, every entry is
+compared with the baseline's entry of the same name, as `commbench compare` would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench.compare import Comparison, GateSettings
+from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError
+from commbench.results.store import atomic_write, dump_json, new_run_dir
+from commbench.suites.config import SuiteConfig, Timing
+from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
+
+EventFn = Callable[[str], None]
+ProgressFn = Callable[[int, int, Any], None]
+
+
+@dataclass(kw_only=True, slots=True)
+class Machine:
+    """Where the suite runs, resolved by the caller (the CLI knows how to find GPUs)."""
+
+    device: str
+    nproc: int
+    backend: str
+
+
+@dataclass(kw_only=True, slots=True)
+class SuiteOutcome:
+    path: Path
+    entries: list[Entry]
+    warnings: list[str] = field(default_factory=list)
+    comparisons: list[tuple[str, Comparison]] | None = None
+
+    @property
+    def failed(self) -> list[Entry]:
+        return [e for e in self.entries if e.status not in ("complete", "skipped")]
+
+    @property
+    def exit_code(self) -> int:
+        gate = exit_code(self.comparisons) if self.comparisons else EXIT_OK
+        return max(gate, EXIT_FAILED if self.failed else EXIT_OK)
+
+
+def _collectives_settings(
+    machine: Machine,
+    timing: Timing,
+    *,
+    ops: list[str],
+    strategies: list[str],
+    sizes: list[int],
+    dtype: str,
+    reduce_op: str,
+    in_place: bool = False,
+    check: bool = True,
+) -> Any:
+    from commbench.collectives.settings import CollectivesSettings
+
+    return CollectivesSettings(
+        ops=ops,
+        strategies=strategies,
+        sizes=sizes,
+        nproc=machine.nproc,
+        backend=machine.backend,
+        device=machine.device,
+        dtype=dtype,
+        reduce_op=reduce_op,
+        in_place=in_place,
+        check=check,
+        warmup=timing.warmup,
+        iters=timing.iters,
+        min_time=timing.min_time,
+        min_iters=timing.min_iters,
+        max_iters=timing.max_iters,
+        timeout=timing.timeout,
+    )
+
+
+def _strategies_available(names: list[str]) -> str | None:
+    """None when the strategies can run here, else why not."""
+    try:
+        import commbench.strategies  # noqa: F401  (the workers import it to run one)
+        from commbench.strategies.registry import STRATEGIES
+    except ImportError as exc:
+        return f"the strategies module is not available ({exc})"
+    unknown = [n for n in names if n not in STRATEGIES]
+    return f"unknown strategy {unknown[0]!r}" if unknown else None
+
+
+class _Suite:
+    """The state of one suite run: its directory, its entries, and writing them down."""
+
+    def __init__(
+        self,
+        config: SuiteConfig,
+        out_parent: Path,
+        machine: Machine,
+        on_event: EventFn,
+        on_progress: ProgressFn | None,
+        plot: bool,
+    ) -> None:
+        self.config = config
+        self.machine = machine
+        self.on_event = on_event
+        self.on_progress = on_progress
+        self.plot = plot
+        self.path = new_run_dir(out_parent, f"suite-{config.name}")
+        self.entries: list[Entry] = []
+        self.warnings: list[str] = []
+        self.meta: dict[str, Any] = {
+            "name": config.name,
+            "description": config.description,
+            "config_path": config.source,
+            "config": config.to_dict(),
+            "machine": asdict(machine),
+            "status": "running",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "topology_file": None,
+            "warnings": self.warnings,
+        }
+        self.save()
+
+    def save(self) -> None:
+        write_suite(self.path, self.meta, self.entries)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.on_event(f"warning: {message}")
+
+    def skip(self, name: str, section: str, why: str) -> None:
+        self.entries.append(Entry(name=name, section=section, status="skipped", failure=why))
+        self.warn(f"{name} skipped: {why}")
+        self.save()
+
+    def run_collectives(self, name: str, section: str, settings: Any) -> None:
+        from commbench.launch.launcher import run_collectives
+
+        entry = Entry(name=name, section=section, status="running")
+        self.entries.append(entry)
+        self.save()
+        self.on_event(f"{name}: measuring")
+        try:
+            outcome = run_collectives(settings, self.path, on_progress=self.on_progress)
+        except CommbenchError as exc:
+            entry.status, entry.failure = "failed", str(exc)
+            self.on_event(f"{name}: failed: {exc}")
+            self.save()
+            return
+        entry.path = outcome.run_dir.name
+        entry.status = outcome.status
+        entry.failure = outcome.failure
+        failed_checks = outcome.checks_failed
+        if outcome.status == "complete" and failed_checks:
+            entry.status = "failed"
+            entry.failure = f"wrong result at {len(failed_checks)} point(s)"
+        self.on_event(
+            f"{name}: {entry.status}: {len(outcome.rows)}/{outcome.points_total} points"
+            + (f" ({entry.failure})" if entry.failure else "")
+        )
+        self.save()
+        if self.plot and outcome.rows:
+            self.write_plots(outcome.run_dir)
+
+    def write_plots(self, run_dir: Path) -> None:
+        from commbench.report.plots import write_run_plots
+
+        message = write_run_plots(run_dir)
+        if message.startswith("no plots"):
+            self.warn(f"{run_dir.name}: {message}")
+
+    def run_topology(self) -> None:
+        try:
+            from commbench.topology import discover
+        except ImportError as exc:
+            self.skip("topo", "topo", f"the topology module is not available ({exc})")
+            return
+        snapshot = discover()
+        atomic_write(self.path / "topology.json", dump_json(snapshot.to_dict()))
+        self.meta["topology_file"] = "topology.json"
+        self.entries.append(Entry(name="topo", section="topo", status="complete"))
+        self.on_event("topo: written to topology.json")
+        self.save()
+
+    def run_p2p(self, options: dict[str, Any]) -> None:
+        try:
+            from commbench.p2p import run_p2p  # type: ignore[attr-defined]
+        except ImportError:
+            self.skip("p2p", "p2p", "p2p is not available in this commbench (no commbench.p2p)")
+            return
+        entry = Entry(name="p2p", section="p2p", status="running")
+        self.entries.append(entry)
+        self.save()
+        try:
+            outcome = run_p2p(dict(options), self.path)
+        except CommbenchError as exc:
+            entry.status, entry.failure = "failed", str(exc)
+        else:
+            entry.path = Path(outcome.run_dir).name
+            entry.status = str(outcome.status)
+            entry.failure = getattr(outcome, "failure", None)
+            if self.plot:
+                self.write_plots(Path(outcome.run_dir))
+        self.on_event(f"p2p: {entry.status}" + (f" ({entry.failure})" if entry.failure else ""))
+        self.save()
+
+
+def run_suite(
+    config: SuiteConfig,
+    out_parent: Path,
+    machine: Machine,
+    *,
+    baseline: Path | None = None,
+    gate: GateSettings | None = None,
+    plot: bool = True,
+    on_event: EventFn | None = None,
+    on_progress: ProgressFn | None = None,
+) -> SuiteOutcome:
+    """Run every enabled section of `config`; compare with `baseline` when given."""
+    if baseline is not None:
+        load_runs(baseline)  # refuse a bad baseline before measuring anything
+    suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
+    interrupted = False
+    try:
+        if config.topo:
+            suite.run_topology()
+        if config.collectives:
+            c = config.collectives
+            for dtype in c.dtypes:
+                settings = _collectives_settings(
+                    machine,
+                    c.timing,
+                    ops=c.ops,
+                    strategies=[],
+                    sizes=c.sizes.for_device(machine.device),
+                    dtype=dtype,
+                    reduce_op=c.reduce_op,
+                    in_place=c.in_place,
+                    check=c.check,
+                )
+                suite.run_collectives(f"collectives-{dtype}", "collectives", settings)
+        if config.strategies:
+            s = config.strategies
+            why = _strategies_available(s.names)
+            for dtype in s.dtypes:
+                name = f"strategies-{dtype}"
+                if why:
+                    suite.skip(name, "strategies", why)
+                    continue
+                settings = _collectives_settings(
+                    machine,
+                    s.timing,
+                    ops=[],
+                    strategies=s.names,
+                    sizes=s.sizes.for_device(machine.device),
+                    dtype=dtype,
+                    reduce_op=s.reduce_op,
+                )
+                suite.run_collectives(name, "strategies", settings)
+        if config.p2p:
+            suite.run_p2p(config.p2p.options)
+    except KeyboardInterrupt:
+        interrupted = True
+    failed = [e for e in suite.entries if e.status not in ("complete", "skipped")]
+    suite.meta["status"] = "interrupted" if interrupted else ("failed" if failed else "complete")
+    suite.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    suite.save()
+    if interrupted:
+        raise KeyboardInterrupt
+    outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
+    if baseline is not None:
+        outcome.comparisons = compare_targets(baseline, suite.path, gate or config.gate)
+        write_comparison(suite.path, baseline, outcome.comparisons)
+        suite.meta["baseline"] = str(baseline)
+        suite.meta["exit_code"] = outcome.exit_code
+        suite.save()
+    return outcome
+
+
+def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Comparison]]) -> None:
+    """comparison.json (every decision) and comparison.md (what CI publishes)."""
+    from commbench.report.comparison import to_markdown
+
+    payload = {"baseline": str(baseline), "entries": {n: c.to_dict() for n, c in results}}
+    atomic_write(path / "comparison.json", dump_json(payload))
+    parts = [f"# commbench gate: {path.name} vs {baseline}\n"]
+    parts += [f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results]
+    atomic_write(path / "comparison.md", "\n".join(parts))

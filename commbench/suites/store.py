@@ -1,0 +1,139 @@
+"""Suite directories: one `suite.json` naming the run directories a suite run produced.
+
+```
+results/suites/20240611-090000-suite-ci/
+  suite.json            {schema_version, kind: "suite", name, config, status, entries: [...]}
+  topology.json         when the suite has `topo: true`
+  20240611-090001-collectives/   one run directory per entry (run.json, results.*)
+  comparison.json / comparison.md   with --baseline
+```
+
+Entries are named by what they measured (`collectives-float32`, `strategies-bfloat16`,
+`p2p`), so a suite compares with a baseline suite entry by entry, whatever the timestamps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench.compare import Comparison, GateSettings, compare_runs
+from commbench.errors import EXIT_OK, UserError
+from commbench.results.schema import SCHEMA_VERSION
+from commbench.results.store import Run, atomic_write, dump_json, load_json, load_run
+
+SUITE_FILE = "suite.json"
+SUITE_KIND = "suite"
+
+
+@dataclass(kw_only=True, slots=True)
+class Entry:
+    """One thing a suite ran: a run directory, or why there is none."""
+
+    name: str
+    section: str
+    path: str | None = None
+    """Run directory, relative to the suite directory."""
+    status: str = "pending"
+    """complete, failed, interrupted, skipped."""
+    failure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True, slots=True)
+class SuiteRecord:
+    path: Path
+    meta: dict[str, Any]
+    entries: list[Entry] = field(default_factory=list)
+
+
+def write_suite(path: Path, meta: dict[str, Any], entries: list[Entry]) -> None:
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": SUITE_KIND,
+        **meta,
+        "entries": [e.to_dict() for e in entries],
+    }
+    atomic_write(path / SUITE_FILE, dump_json(payload))
+
+
+def is_suite(path: Path) -> bool:
+    return (Path(path) / SUITE_FILE).is_file()
+
+
+def load_suite_dir(path: Path) -> SuiteRecord:
+    path = Path(path)
+    meta = load_json(path / SUITE_FILE)
+    if meta.get("kind") != SUITE_KIND:
+        raise UserError(f"{path / SUITE_FILE}: not a suite file")
+    raw = meta.get("entries")
+    if not isinstance(raw, list):
+        raise UserError(f"{path / SUITE_FILE}: 'entries' must be a list")
+    entries = []
+    for i, item in enumerate(raw):
+        try:
+            entries.append(Entry(**item))
+        except TypeError as exc:
+            raise UserError(f"{path / SUITE_FILE}: entries[{i}]: {exc}") from None
+    return SuiteRecord(path=path, meta=meta, entries=entries)
+
+
+def entry_name(run: Run) -> str:
+    """What a run directory measured, as a suite names it."""
+    kind = str(run.meta.get("kind") or "run")
+    settings = run.meta.get("settings") or {}
+    if kind == "collectives":
+        section = "collectives" if settings.get("ops") else "strategies"
+        return f"{section}-{settings.get('dtype', 'float32')}"
+    return kind
+
+
+def load_runs(path: Path) -> dict[str, Run]:
+    """The runs at `path` by entry name: every run of a suite, or the one run directory."""
+    path = Path(path)
+    if not is_suite(path):
+        run = load_run(path)
+        return {entry_name(run): run}
+    record = load_suite_dir(path)
+    runs = {}
+    for entry in record.entries:
+        if entry.path:
+            runs[entry.name] = load_run(path / entry.path)
+    return runs
+
+
+def _absent(path: Path, name: str) -> Run:
+    """Stands in for an entry the new suite lacks: every baseline point then is missing."""
+    return Run(path=path / f"<no {name}>", meta={"status": "missing"}, rows=[])
+
+
+def compare_targets(
+    baseline: Path, new: Path, settings: GateSettings | None = None
+) -> list[tuple[str, Comparison]]:
+    """Compare two run directories, two suites entry by entry, or a run with its suite entry."""
+    base_runs, new_runs = load_runs(baseline), load_runs(new)
+    if not base_runs:
+        raise UserError(f"{baseline}: the baseline suite has no runs")
+    single = len(base_runs) == 1 and len(new_runs) == 1
+    if single and not (is_suite(Path(baseline)) and is_suite(Path(new))):
+        # A run against a run (or a one-run suite): names need not match.
+        ((name, b),) = base_runs.items()
+        ((_, n),) = new_runs.items()
+        return [(name, compare_runs(b, n, settings))]
+    if not is_suite(Path(baseline)) and next(iter(base_runs)) not in new_runs:
+        raise UserError(
+            f"{new} has no {next(iter(base_runs))} run to compare {baseline} with "
+            f"(it has: {', '.join(new_runs) or 'nothing'})"
+        )
+    out = []
+    for name, b in base_runs.items():
+        n = new_runs.get(name) or _absent(Path(new), name)
+        out.append((name, compare_runs(b, n, settings)))
+    return out
+
+
+def exit_code(results: list[tuple[str, Comparison]]) -> int:
+    return max((c.exit_code for _, c in results), default=EXIT_OK)
