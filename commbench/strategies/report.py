@@ -36,8 +36,11 @@ DISAGREE = 0.25
 
 
 def _num(value: float | None, digits: int = 2) -> str:
+    """Two decimals; none from 1000 up (the digits are noise); never 0.00 for a small value."""
     if value is None or math.isnan(value):
         return "-"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
     if value != 0 and abs(value) < 10**-digits * 10:
         return f"{value:.2g}"
     return f"{value:.{digits}f}"
