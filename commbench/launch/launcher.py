@@ -331,39 +331,42 @@ class _Watch:
 
 
 def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
-    """Name the rank(s) that stopped the run: stopped or gone processes, silent heartbeats,
-    then ranks behind the others; if every rank waits at the same place, say so."""
+    """Name the rank(s) that stopped the run: stopped processes first, then silent ones, then
+    ranks that are gone, then ranks behind the others; if every rank waits at the same
+    place, say so."""
     now = time.time()
     beats = watch.heartbeats
     silent_after = min(STALE_AFTER, timeout / 2)
-    dead: dict[int, str] = {}
+    dead: dict[int, tuple[int, str]] = {}
     for r, b in beats.items():
         state = procs.state(int(b.get("pid", -1)))
         if state in ("T", "t"):
-            dead[r] = "is stopped (SIGSTOP or a debugger)"
+            dead[r] = (0, "is stopped (SIGSTOP or a debugger)")
         elif state in (None, "Z", "X"):
-            dead[r] = "is gone"
+            dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
         elif now - b.get("mtime", now) > silent_after:
-            dead[r] = "stopped responding"
-    behind: dict[int, dict[str, Any]] = {}
+            dead[r] = (1, "stopped responding")
     live = {r: b for r, b in beats.items() if r not in dead}
+    behind: dict[int, dict[str, Any]] = {}
     if live:
         furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
         behind = {
             r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
         }
     parts = []
-    for r, how in sorted(dead.items()):
+    culprits = []
+    for r, (_, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
         b = beats[r]
+        culprits.append(r)
         parts.append(
             f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: last heartbeat "
             f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
         )
     for r, b in sorted(behind.items()):
+        culprits.append(r)
         parts.append(
             f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) is behind the others at {watch.where(b)}"
         )
-    culprits = sorted(dead) + sorted(behind)
     if not parts:
         where = (
             watch.where(next(iter(beats.values()))) if beats else "start-up (no worker reported in)"
@@ -372,13 +375,16 @@ def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
     return f"no progress for {timeout:.0f} s; " + "; ".join(parts), culprits
 
 
+_PEER_LOST = re.compile(r"Connection (reset|closed)|peer|Broken pipe|Timed out waiting", re.I)
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 
 
 def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
-    """Name the failed ranks from the heartbeats and torchrun's failure summary."""
+    """Name the failed ranks from the heartbeats and torchrun's failure summary, the root
+    cause first: a rank killed by a signal, else one that raised an error of its own; ranks
+    that only lost their peer or got torchrun's SIGTERM come last, marked as consequences."""
     failures: dict[int, dict[str, str]] = {}
     log = watch.run_dir / "launcher.log"
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -392,43 +398,51 @@ def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
         elif current is not None and (m := _TRACE_RE.match(line)):
             failures[current]["traceback"] = m.group(1).strip()
     for r, beat in watch.heartbeats.items():
-        phase = str(beat.get("phase", ""))
-        if phase.startswith("error:"):
-            failures.setdefault(r, {})["error"] = phase[len("error:") :].strip()
+        if beat.get("error"):
+            failures.setdefault(r, {})["error"] = str(beat["error"])
     if not failures:
         tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
             f"torchrun exited with {returncode}"
         ]
         return f"the launcher failed: {tail[0].strip()}", []
 
-    def weight(item: tuple[int, dict[str, str]]) -> int:
-        # The root cause is the rank killed by a signal or that raised first; ranks that
-        # merely lost their peer ("Connection closed") or got torchrun's SIGTERM come last.
-        info = item[1]
-        code = int(info.get("exitcode", "1") or 1)
-        err = info.get("error", "") + info.get("traceback", "")
-        if code < 0 and code != -signal.SIGTERM:
-            return 0
-        if info.get("error") and "Connection closed" not in err and "peer" not in err.lower():
+    def exitcode(info: dict[str, str]) -> int:
+        try:
+            return int(info.get("exitcode") or 1)
+        except ValueError:
             return 1
-        return 2
 
+    def is_consequence(info: dict[str, str]) -> bool:
+        code = exitcode(info)
+        if code < 0 and code != -signal.SIGTERM:
+            return False
+        message = info.get("error", "") + " " + info.get("traceback", "")
+        return code == -signal.SIGTERM or bool(_PEER_LOST.search(message)) or not info.get("error")
+
+    def cause_first(item: tuple[int, dict[str, str]]) -> tuple[int, int, int]:
+        r, info = item
+        code = exitcode(info)
+        signalled = code < 0 and code != -signal.SIGTERM
+        return (0 if signalled else 1 if not is_consequence(info) else 2, r, 0)
+
+    ordered = sorted(failures.items(), key=cause_first)
     parts = []
-    for r, info in sorted(failures.items(), key=lambda kv: (weight(kv), kv[0])):
+    for r, info in ordered:
         beat = watch.heartbeats.get(r, {})
-        code = int(info.get("exitcode", "1") or 1)
+        code = exitcode(info)
         if code < 0:
             try:
                 how = f"killed by {signal.Signals(-code).name}"
             except ValueError:
                 how = f"killed by signal {-code}"
         else:
-            how = info.get("error") or info.get("traceback") or f"exited with {code}"
+            how = (info.get("error") or info.get("traceback") or f"exited with {code}")[:300]
+        if is_consequence(info) and len(ordered) > 1:
+            how += " (a consequence: it lost its peer or was stopped by torchrun)"
         host = f"host {beat.get('host')}, " if beat else ""
         at = f" at {watch.where(beat)}" if beat else ""
         parts.append(f"rank {r} ({host}exit {code}) {how}{at}")
-    ranks = [r for r, _ in sorted(failures.items(), key=lambda kv: (weight(kv), kv[0]))]
-    return "worker failure: " + "; ".join(parts), ranks
+    return "worker failure: " + "; ".join(parts), [r for r, _ in ordered]
 
 
 def run_collectives(

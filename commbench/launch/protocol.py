@@ -79,6 +79,7 @@ class Heartbeat:
         self.point = -1
         self.phase = "init"
         self.iteration = 0
+        self.error = ""
         self._stop = threading.Event()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
@@ -92,6 +93,7 @@ class Heartbeat:
             "point": self.point,
             "phase": self.phase,
             "iteration": self.iteration,
+            "error": self.error,
             "time": time.time(),
         }
         tmp = self.path.with_suffix(".tmp")
@@ -104,8 +106,11 @@ class Heartbeat:
                 self._write()
             self._stop.wait(HEARTBEAT_INTERVAL)
 
-    def stop(self, phase: str = "done") -> None:
-        self.phase = phase
+    def stop(self, error: str = "") -> None:
+        if error:
+            self.error = error
+        else:
+            self.phase = "done"
         self._stop.set()
         self._thread.join(timeout=2)
         with contextlib.suppress(OSError):

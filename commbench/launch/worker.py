@@ -75,7 +75,10 @@ class Worker:
     # -- setup ------------------------------------------------------------------------------
 
     def init(self) -> None:
-        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=self.s.timeout)}
+        # The backend's own timeout is set well past commbench's watchdog, so a hang is
+        # diagnosed from the heartbeats (which rank stopped, where) before gloo or NCCL
+        # abort every rank with a generic timeout.
+        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=2 * self.s.timeout + 30)}
         if self.device.type == "cuda":
             kwargs["device_id"] = self.device
         dist.init_process_group(self.s.backend, **kwargs)
@@ -312,8 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         worker.init()
         worker.run()
     except BaseException as exc:
-        worker.hb.phase = f"error: {type(exc).__name__}: {exc}".splitlines()[0][:500]
-        worker.hb.stop(worker.hb.phase)
+        worker.hb.stop(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
         raise
     worker.close()
 
