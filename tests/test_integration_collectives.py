@@ -204,3 +204,29 @@ def test_two_runs_at_once_both_succeed(tmp_path: Path) -> None:
     a, b = commbench(*args, "-o", "a"), commbench(*args, "-o", "b")
     (_, err_a), (_, err_b) = a.communicate(timeout=180), b.communicate(timeout=180)
     assert (a.returncode, b.returncode) == (0, 0), err_a + err_b
+
+
+def test_a_busy_default_port_does_not_break_a_run(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            busy.bind(("127.0.0.1", 29500))  # torch.distributed's default MASTER_PORT
+        except OSError:
+            pytest.skip("port 29500 is already taken by something else")
+        busy.listen()
+        proc = commbench(
+            "collectives",
+            "--ops",
+            "all_reduce",
+            "--sizes",
+            "1K",
+            *FAST,
+            "--nproc",
+            "2",
+            "-o",
+            "out",
+        )
+        _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
