@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -155,7 +156,8 @@ def make_call(
             # isend/irecv are asynchronous by nature; --async-op changes nothing here.
             reqs = [dist.isend(bufs.inp, nxt, group=pg), dist.irecv(bufs.out, prv, group=pg)]
             for req in reqs:
-                req.wait()
+                if req is not None:
+                    req.wait()
 
         return sendrecv
     if op == "barrier":
@@ -265,17 +267,13 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
             return True
         for src in range(n):
             part = bufs.out.narrow(0, src * chunk, chunk)
-            ok &= _compare_chunks(
-                part, kind, lambda s, k, src=src: _pattern(kind, src, s, k, n, device)
-            )
+            ok &= _compare_chunks(part, kind, partial(_from_rank, kind, src, 0, n, device))
         return ok
     if op == "all_to_all":
         # Output chunk s on rank r is rank s's input chunk r.
         for src in range(n):
             part = bufs.out.narrow(0, src * chunk, chunk)
-            ok &= _compare_chunks(
-                part, kind, lambda s, k, src=src: _pattern(kind, src, r * chunk + s, k, n, device)
-            )
+            ok &= _compare_chunks(part, kind, partial(_from_rank, kind, src, r * chunk, n, device))
         return ok
     if op == "scatter":
         return _compare_chunks(
@@ -285,6 +283,13 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
         prev = (r - 1) % n
         return _compare_chunks(bufs.out, kind, lambda s, k: _pattern(kind, prev, s, k, n, device))
     raise ValueError(op)
+
+
+def _from_rank(
+    kind: str, rank: int, offset: int, n: int, device: torch.device, start: int, length: int
+) -> torch.Tensor:
+    """Rank `rank`'s pattern shifted by `offset`: the expected content of a received chunk."""
+    return _pattern(kind, rank, offset + start, length, n, device)
 
 
 def _compare_chunks(

@@ -488,7 +488,8 @@ def run_collectives(
         progress(len(watch.rows), len(points), row)
 
     started = time.monotonic()
-    status, failure, culprits = STATUS_COMPLETE, None, []
+    status, failure = STATUS_COMPLETE, None
+    culprits: list[int] = []
     with open(run_dir / "launcher.log", "wb") as log:
         proc = subprocess.Popen(
             torchrun_command(run_dir, settings, launch),

@@ -80,13 +80,12 @@ class ResultRow:
     def from_dict(cls, data: dict[str, Any]) -> ResultRow:
         known = {f.name for f in fields(cls)}
         # JSON has no NaN: files store null where a point has no time (not run).
-        return cls(
-            **{
-                k: (math.nan if v is None and k in _NAN_WHEN_NULL else v)
-                for k, v in data.items()
-                if k in known
-            }
-        )
+        kwargs: dict[str, Any] = {
+            k: (math.nan if v is None and k in _NAN_WHEN_NULL else v)
+            for k, v in data.items()
+            if k in known
+        }
+        return cls(**kwargs)
 
     @classmethod
     def measured(
