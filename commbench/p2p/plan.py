@@ -1,0 +1,226 @@
+"""What to copy: the measurements a p2p run makes, in order. Pure: no torch, no GPU.
+
+A measurement (`Step`) is a set of copies timed together: one copy in sequential mode, a
+whole fan-out in concurrent mode, both directions of a pair with `--bidirectional`. An
+endpoint is a CUDA ordinal, or `HOST` (None) for pinned host memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commbench.errors import UserError
+from commbench.p2p.settings import P2PSettings
+
+HOST = None
+"""The endpoint that is pinned host memory rather than a GPU."""
+
+BANDWIDTH = "bandwidth"
+LATENCY = "latency"
+UNI = "uni"
+BI = "bi"
+
+
+def endpoint_label(endpoint: int | None) -> str:
+    return "host" if endpoint is None else str(endpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """One copy: `size_bytes` from `src` to `dst`."""
+
+    src: int | None
+    dst: int | None
+
+    def __post_init__(self) -> None:
+        if self.src is None and self.dst is None:
+            raise ValueError("a copy needs a GPU at one end at least")
+
+    @property
+    def kind(self) -> str:
+        """`p2p` (GPU to another GPU), `d2d` (within one GPU), `h2d` or `d2h`."""
+        if self.src is None:
+            return "h2d"
+        if self.dst is None:
+            return "d2h"
+        return "d2d" if self.src == self.dst else "p2p"
+
+    @property
+    def label(self) -> str:
+        """`0->1`, `host->0`, `0->host`, `0->0`."""
+        return f"{endpoint_label(self.src)}->{endpoint_label(self.dst)}"
+
+    @property
+    def device(self) -> int:
+        """The GPU whose stream runs the copy: the source, or the GPU end of a host copy."""
+        if self.src is not None:
+            return self.src
+        assert self.dst is not None
+        return self.dst
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step:
+    """Copies timed together: each on its own stream, all released by one gate event."""
+
+    test: str
+    """`bandwidth` or `latency`."""
+    mode: str
+    """`concurrent` (the copies run at once) or `sequential` (one copy, or one pair)."""
+    direction: str
+    """`uni`, or `bi` when each pair is copied both ways at once."""
+    size_bytes: int
+    copies: tuple[Copy, ...]
+
+    @property
+    def devices(self) -> list[int]:
+        """Every GPU the step touches, in order."""
+        out: list[int] = []
+        for c in self.copies:
+            for e in (c.src, c.dst):
+                if e is not None and e not in out:
+                    out.append(e)
+        return out
+
+    @property
+    def label(self) -> str:
+        """`0->1`, or for several copies from one source `0->{1,2,4}`."""
+        if len(self.copies) == 1:
+            return self.copies[0].label
+        if self.direction == BI and len(self.copies) == 2:
+            a, b = self.copies
+            if (a.src, a.dst) == (b.dst, b.src):
+                return f"{endpoint_label(a.src)}<->{endpoint_label(a.dst)}"
+        srcs = {c.src for c in self.copies}
+        if len(srcs) == 1:
+            (src,) = srcs
+            dsts = ",".join(endpoint_label(c.dst) for c in self.copies)
+            return f"{endpoint_label(src)}->{{{dsts}}}"
+        return "{" + ",".join(c.label for c in self.copies) + "}"
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Things to tell the user about what will (not) be measured."""
+
+
+def _check_gpu(index: int, n: int, flag: str) -> None:
+    if not 0 <= index < n:
+        visible = "0" if n == 1 else f"0..{n - 1}"
+        raise UserError(f"{flag} {index}: no such GPU (visible: {visible})")
+
+
+def fanouts(settings: P2PSettings, n: int) -> list[tuple[int, list[int]]]:
+    """(src, [dst, ...]) groups to measure on `n` GPUs; UserError for GPUs that do not exist."""
+    if n < 1:
+        raise UserError("p2p needs a CUDA GPU; none is visible")
+    if settings.pairs is not None:
+        groups: dict[int, list[int]] = {}
+        for s, d in settings.pairs:
+            _check_gpu(s, n, "pair source")
+            _check_gpu(d, n, "pair destination")
+            if d not in groups.setdefault(s, []):
+                groups[s].append(d)
+        return list(groups.items())
+    if settings.matrix:
+        return [(s, [d for d in range(n) if d != s]) for s in range(n)] if n > 1 else []
+    _check_gpu(settings.src, n, "--src")
+    if settings.dsts is None:
+        return [(settings.src, [d for d in range(n) if d != settings.src])] if n > 1 else []
+    for d in settings.dsts:
+        _check_gpu(d, n, "--dst")
+    return [(settings.src, list(settings.dsts))]
+
+
+def _pair(src: int | None, dst: int | None, bidirectional: bool) -> tuple[Copy, ...]:
+    there = Copy(src, dst)
+    return (there, Copy(dst, src)) if bidirectional else (there,)
+
+
+def plan(settings: P2PSettings, n: int) -> Plan:
+    """Every step of the run on `n` visible GPUs, in the order they are measured."""
+    groups = fanouts(settings, n)
+    result = Plan()
+    direction = BI if settings.bidirectional else UNI
+    local: list[int] = []
+    if not groups:
+        local = [settings.src] if not settings.matrix else list(range(n))
+        result.notes.append(
+            f"one GPU visible: there are no peers; measuring device-to-device copies within "
+            f"cuda:{local[0]}" + (" and pinned host<->device copies" if settings.host else "")
+        )
+    hosts = sorted({s for s, _ in groups}) or local
+    for size in settings.sizes:
+        for s in local:
+            result.steps.append(
+                Step(
+                    test=BANDWIDTH,
+                    mode="sequential",
+                    direction=UNI,
+                    size_bytes=size,
+                    copies=(Copy(s, s),),
+                )
+            )
+        for src, dsts in groups:
+            alone = [_pair(src, d, settings.bidirectional) for d in dsts]
+            together = tuple(c for copies in alone for c in copies)
+            concurrent = "concurrent" in settings.modes
+            sequential = "sequential" in settings.modes
+            # One destination: concurrent and sequential time the same thing; keep one.
+            if concurrent and (len(dsts) > 1 or not sequential):
+                result.steps.append(
+                    Step(
+                        test=BANDWIDTH,
+                        mode="concurrent",
+                        direction=direction,
+                        size_bytes=size,
+                        copies=together,
+                    )
+                )
+            if sequential:
+                result.steps.extend(
+                    Step(
+                        test=BANDWIDTH,
+                        mode="sequential",
+                        direction=direction,
+                        size_bytes=size,
+                        copies=copies,
+                    )
+                    for copies in alone
+                )
+        if settings.host:
+            for g in hosts:
+                copies = (Copy(HOST, g), Copy(g, HOST))
+                if settings.bidirectional:
+                    result.steps.append(
+                        Step(
+                            test=BANDWIDTH,
+                            mode="sequential",
+                            direction=BI,
+                            size_bytes=size,
+                            copies=copies,
+                        )
+                    )
+                else:
+                    result.steps.extend(
+                        Step(
+                            test=BANDWIDTH,
+                            mode="sequential",
+                            direction=UNI,
+                            size_bytes=size,
+                            copies=(c,),
+                        )
+                        for c in copies
+                    )
+    if settings.latency:
+        singles = [Copy(s, s) for s in local] + [Copy(s, d) for s, ds in groups for d in ds]
+        if settings.host:
+            singles += [c for g in hosts for c in (Copy(HOST, g), Copy(g, HOST))]
+        for size in settings.latency_sizes:
+            result.steps.extend(
+                Step(test=LATENCY, mode="sequential", direction=UNI, size_bytes=size, copies=(c,))
+                for c in singles
+            )
+    return result

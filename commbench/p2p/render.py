@@ -1,0 +1,267 @@
+"""p2p output: measured rows and dry-run expectations as table, md, csv or json.
+
+`table` and `md` share one table builder. Rows of one concurrent step form one table (they
+were timed together); sequential rows of a size form one table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from commbench.p2p.expect import Expectation, StepExpectation
+from commbench.p2p.schema import P2PRow, rows_to_csv
+from commbench.results.exporters import Format
+from commbench.results.store import dump_json
+
+Table = tuple[str, list[str], list[list[str]]]
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value != 0 and abs(value) < 10**-digits:
+        return f"{value:.2g}"
+    return f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.0%}"
+
+
+def _p2p(value: bool | None, path: str) -> str:
+    if path in ("host", "local", "total"):
+        return "-"
+    return "?" if value is None else ("yes" if value else "no")
+
+
+def size_words(size: int) -> str:
+    """`400,000,000 B (10^8 float32)`, `4 B`."""
+    text = f"{size:,} B"
+    if size % 4 == 0 and size >= 1 << 20:
+        count = size // 4
+        exp = round(math.log10(count))
+        text += f" ({'10^' + str(exp) if 10**exp == count else f'{count:,}'} float32)"
+    return text
+
+
+def _title(test: str, mode: str, direction: str, size: int, label: str) -> str:
+    both = ", both ways at once" if direction == "bi" else ""
+    if test == "latency":
+        return f"latency: small copies, one at a time{both}"
+    if mode == "concurrent":
+        return f"concurrent {label}: all copies at once{both}, {size_words(size)} each"
+    return f"sequential: one {'pair' if both else 'copy'} at a time{both}, {size_words(size)}"
+
+
+def _group_key(test: str, mode: str, direction: str, size: int, step: int) -> tuple[Any, ...]:
+    if mode == "concurrent":
+        return ("step", step)
+    if test == "latency":
+        return (test, direction)
+    return (test, mode, direction, size)
+
+
+# --- expectations ------------------------------------------------------------------------------
+
+EXPECT_HEADERS = [
+    "pair",
+    "link",
+    "nvl",
+    "p2p",
+    "peak_GB/s",
+    "ceiling_GB/s",
+    "expect_GB/s",
+    "expect_ms",
+    "diagnosis",
+]
+
+
+def _expect_cells(e: Expectation) -> list[str]:
+    return [
+        e.pair,
+        e.link or "-",
+        str(e.nvlinks) if e.path not in ("total", "host", "local") else "-",
+        _p2p(e.p2p, e.path),
+        _num(e.peak_gbps),
+        _num(e.ceiling_gbps),
+        _num(e.expected_gbps),
+        _num(e.expected_ms, 2),
+        e.diagnosis,
+    ]
+
+
+def expectation_tables(expectations: Sequence[StepExpectation]) -> list[Table]:
+    groups: dict[tuple[Any, ...], Table] = {}
+    for i, se in enumerate(expectations):
+        s = se.step
+        key = _group_key(s.test, s.mode, s.direction, s.size_bytes, i)
+        if key not in groups:
+            title = _title(s.test, s.mode, s.direction, s.size_bytes, s.label)
+            headers = list(EXPECT_HEADERS)
+            if s.test == "latency":
+                headers[4:8] = ["size", "", "", ""]
+            groups[key] = (title, headers, [])
+        cells = groups[key][2]
+        for e in [*se.copies, *([se.total] if se.total else [])]:
+            row = _expect_cells(e)
+            if s.test == "latency":
+                row[4:8] = [f"{s.size_bytes:,} B", "", "", ""]
+            cells.append(row)
+    return [_drop_empty(t) for t in groups.values()]
+
+
+def _expectation_records(expectations: Sequence[StepExpectation]) -> list[dict[str, Any]]:
+    out = []
+    for i, se in enumerate(expectations):
+        s = se.step
+        for e in [*se.copies, *([se.total] if se.total else [])]:
+            out.append(
+                {
+                    "step": i,
+                    "test": s.test,
+                    "mode": s.mode,
+                    "direction": s.direction,
+                    "size_bytes": s.size_bytes,
+                    **e.to_dict(),
+                }
+            )
+    return out
+
+
+def render_expectations(expectations: Sequence[StepExpectation], fmt: Format) -> str:
+    fmt = Format(fmt)
+    if fmt is Format.json:
+        return dump_json(_expectation_records(expectations))
+    if fmt is Format.csv:
+        records = _expectation_records(expectations)
+        buf = io.StringIO()
+        if records:
+            columns = [k for k in records[0] if k != "shared_with"]
+            writer = csv.DictWriter(
+                buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n"
+            )
+            writer.writeheader()
+            for r in records:
+                writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        return buf.getvalue()
+    return render_tables(expectation_tables(expectations), fmt)
+
+
+# --- measured rows -----------------------------------------------------------------------------
+
+ROW_HEADERS = [
+    "pair",
+    "link",
+    "nvl",
+    "p2p",
+    "time_ms",
+    "min_ms",
+    "max_ms",
+    "GB/s",
+    "peak",
+    "expect",
+    "eff",
+    "check",
+    "diagnosis",
+]
+LATENCY_HEADERS = ["pair", "link", "size", "time_us", "min_us", "max_us", "check", "diagnosis"]
+
+
+def _row_cells(r: P2PRow) -> list[str]:
+    if r.test == "latency":
+        return [
+            r.pair,
+            r.link or "-",
+            f"{r.size_bytes:,} B",
+            _num(r.time_ms * 1e3, 2),
+            _num(r.min_ms * 1e3, 2),
+            _num(r.max_ms * 1e3, 2),
+            r.check,
+            r.diagnosis,
+        ]
+    return [
+        r.pair,
+        r.link or "-",
+        str(r.nvlinks) if r.path not in ("total", "host", "local") else "-",
+        _p2p(r.p2p, r.path),
+        _num(r.time_ms, 2),
+        _num(r.min_ms, 2),
+        _num(r.max_ms, 2),
+        _num(r.bw_gbps) + ("!" if r.suspicious else ""),
+        _num(r.peak_gbps),
+        _num(r.expected_gbps),
+        _pct(r.efficiency),
+        r.check,
+        r.diagnosis,
+    ]
+
+
+def row_tables(rows: Sequence[P2PRow]) -> list[Table]:
+    groups: dict[tuple[Any, ...], Table] = {}
+    for r in rows:
+        key = _group_key(r.test, r.mode, r.direction, r.size_bytes, r.step)
+        if key not in groups:
+            label = r.pair
+            if r.mode == "concurrent":
+                label = next(
+                    (x.pair for x in rows if x.step == r.step and x.copy == "total"), r.pair
+                )
+            title = _title(r.test, r.mode, r.direction, r.size_bytes, label)
+            headers = LATENCY_HEADERS if r.test == "latency" else ROW_HEADERS
+            groups[key] = (title, list(headers), [])
+        groups[key][2].append(_row_cells(r))
+    return list(groups.values())
+
+
+def render_rows(rows: Sequence[P2PRow], fmt: Format) -> str:
+    fmt = Format(fmt)
+    if fmt is Format.json:
+        return dump_json([r.to_dict(samples=False) for r in rows])
+    if fmt is Format.csv:
+        return rows_to_csv(list(rows))
+    return render_tables(row_tables(rows), fmt)
+
+
+# --- shared table builder ----------------------------------------------------------------------
+
+
+def _drop_empty(table: Table) -> Table:
+    """Leave out columns that are empty in every row (the latency tables' figures)."""
+    title, headers, cells = table
+    keep = [i for i, h in enumerate(headers) if h or any(c[i] for c in cells)]
+    return title, [headers[i] for i in keep], [[c[i] for i in keep] for c in cells]
+
+
+def render_tables(tables: Sequence[Table], fmt: Format) -> str:
+    out: list[str] = []
+    for title, headers, cells in tables:
+        if Format(fmt) is Format.md:
+            out.append(f"### {title}\n")
+            out.append("| " + " | ".join(headers) + " |")
+            out.append("|" + "|".join("---" if h == "diagnosis" else "---:" for h in headers) + "|")
+            out.extend(
+                "| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in cells
+            )
+        else:
+            widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+            out.append(f"# {title}")
+            last = len(headers) - 1
+            out.append(
+                "  ".join(
+                    h.ljust(w) if i in (0, last) else h.rjust(w)
+                    for i, (h, w) in enumerate(zip(headers, widths))
+                ).rstrip()
+            )
+            for line in cells:
+                out.append(
+                    "  ".join(
+                        c.ljust(w) if i in (0, last) else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(line, widths))
+                    ).rstrip()
+                )
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,292 @@
+"""A p2p run, start to end: topology, plan, expectations, measurements, result files.
+
+`dry_run()` needs only a topology; `run_p2p()` measures (through `commbench.p2p.measure`
+unless a test passes another measurer) and writes `results/<run-id>/` after every step, so a
+run that dies keeps what it measured. Both return data; printing is the CLI's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from commbench.context import host_context
+from commbench.errors import Interrupted, UserError
+from commbench.p2p.expect import Fabric, StepExpectation, expect_plan, expect_step
+from commbench.p2p.plan import Plan, Step, plan
+from commbench.p2p.schema import (
+    CHECK_FAILED,
+    CHECK_OK,
+    CHECK_SKIPPED,
+    KIND,
+    SCHEMA_VERSION,
+    P2PRow,
+    rows_to_csv,
+)
+from commbench.p2p.settings import P2PSettings
+from commbench.results.store import (
+    RESULTS_CSV,
+    RESULTS_JSON,
+    atomic_write,
+    dump_json,
+    new_run_dir,
+    write_run_meta,
+)
+from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
+
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_FAILED = "failed"
+STATUS_INTERRUPTED = "interrupted"
+HEATMAP_FILE = "p2p-matrix.png"
+NO_GPU = "p2p needs a CUDA GPU; none is visible"
+
+
+class Timing(Protocol):
+    samples_ms: list[list[float]]
+    total_ms: list[float]
+    checks: list[bool | None]
+    warmup: int
+    dtype: str
+
+
+class Measurer(Protocol):
+    """What `run_p2p` needs from whatever times the copies."""
+
+    @property
+    def device_count(self) -> int: ...
+
+    def device_names(self) -> list[str]: ...
+
+    def context(self) -> dict[str, Any]: ...
+
+    def measure(self, step: Step) -> Timing: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(kw_only=True, slots=True)
+class DryRun:
+    """What each copy should reach, without touching a GPU."""
+
+    snapshot: TopologySnapshot
+    plan: Plan
+    expectations: list[StepExpectation]
+
+
+@dataclass(kw_only=True, slots=True)
+class P2POutcome:
+    run_dir: Path
+    status: str
+    rows: list[P2PRow]
+    notes: list[str] = field(default_factory=list)
+    failure: str | None = None
+
+    @property
+    def checks_failed(self) -> list[P2PRow]:
+        return [r for r in self.rows if r.check == CHECK_FAILED and r.copy != "total"]
+
+    @property
+    def suspicious(self) -> list[P2PRow]:
+        return [r for r in self.rows if r.suspicious]
+
+
+def load_topology(path: Path | None) -> TopologySnapshot:
+    """The snapshot in `path`, or this machine's (never raises for a missing GPU)."""
+    return load_snapshot(path) if path is not None else discover()
+
+
+def nvml_sees_none(snapshot: TopologySnapshot) -> bool:
+    """NVML answered and lists no GPU: CUDA will not see one either (no torch needed)."""
+    return not snapshot.gpus and not (snapshot.nvml_error or "").startswith("NVML:")
+
+
+def dry_run(settings: P2PSettings, snapshot: TopologySnapshot) -> DryRun:
+    if not snapshot.gpus:
+        raise UserError(
+            f"--dry-run needs a topology with GPUs, and this one has none "
+            f"({snapshot.no_gpu_message}); pass --topology SNAPSHOT.json"
+        )
+    the_plan = plan(settings, len(snapshot.gpus))
+    return DryRun(
+        snapshot=snapshot,
+        plan=the_plan,
+        expectations=expect_plan(snapshot, the_plan.steps),
+    )
+
+
+def unknown_topology(names: list[str], reason: str) -> TopologySnapshot:
+    """A snapshot that knows only the GPUs' names: every pair's link is `N/A`."""
+    n = len(names)
+    return TopologySnapshot(
+        source="torch",
+        gpus=[Gpu(index=i, name=name) for i, name in enumerate(names)],
+        pairs=[Pair(src=a, dst=b, link="N/A") for a in range(n) for b in range(n) if a != b],
+        warnings=[f"topology unknown: {reason}"],
+    )
+
+
+def _topology_for(
+    snapshot: TopologySnapshot, measurer: Measurer
+) -> tuple[TopologySnapshot, list[str]]:
+    n = measurer.device_count
+    if len(snapshot.gpus) == n:
+        return snapshot, []
+    if not snapshot.gpus:
+        reason = snapshot.no_gpu_message
+        return unknown_topology(measurer.device_names(), reason), [
+            f"topology unknown ({reason}): links and peaks cannot be explained; pass "
+            "--topology SNAPSHOT.json from `commbench topo --format json` to get them"
+        ]
+    raise UserError(
+        f"the topology describes {len(snapshot.gpus)} GPUs but CUDA sees {n} here; "
+        "pass the snapshot of this machine (or none)"
+    )
+
+
+def _rows(index: int, step: Step, se: StepExpectation, timing: Timing) -> list[P2PRow]:
+    def check(ok: bool | None) -> str:
+        return CHECK_SKIPPED if ok is None else (CHECK_OK if ok else CHECK_FAILED)
+
+    rows = [
+        P2PRow.measured(
+            index=index,
+            step=step,
+            exp=exp,
+            samples_ms=timing.samples_ms[k],
+            dtype=timing.dtype,
+            check=check(timing.checks[k]),
+            warmup=timing.warmup,
+        )
+        for k, exp in enumerate(se.copies)
+    ]
+    if se.total is not None:
+        checks = timing.checks
+        together = None if any(c is None for c in checks) else all(c for c in checks)
+        rows.append(
+            P2PRow.measured(
+                index=index,
+                step=step,
+                exp=se.total,
+                samples_ms=timing.total_ms,
+                dtype=timing.dtype,
+                check=check(together),
+                warmup=timing.warmup,
+            )
+        )
+    return rows
+
+
+def write_results(run_dir: Path, rows: list[P2PRow]) -> None:
+    payload = {"schema_version": SCHEMA_VERSION, "kind": KIND, "rows": [r.to_dict() for r in rows]}
+    atomic_write(run_dir / RESULTS_JSON, dump_json(payload))
+    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
+
+
+StepFn = Callable[[int, int, Step], None]
+
+
+def run_p2p(
+    options: P2PSettings | Mapping[str, Any],
+    out_parent: Path = Path("results"),
+    *,
+    snapshot: TopologySnapshot | None = None,
+    measurer: Measurer | None = None,
+    on_step: StepFn | None = None,
+) -> P2POutcome:
+    """Measure every step of the plan and write the run directory; returns what was measured.
+
+    `options` is a `P2PSettings` or a plain mapping (a suite file's `p2p:` section). Raises
+    UserError before measuring anything when no GPU is visible or the input is wrong.
+    """
+    settings = options if isinstance(options, P2PSettings) else P2PSettings.from_options(options)
+    snapshot = snapshot if snapshot is not None else discover()
+    if measurer is None:
+        if nvml_sees_none(snapshot):
+            raise UserError(NO_GPU)
+        from commbench.p2p.measure import TorchMeasurer
+
+        measurer = TorchMeasurer(
+            warmup=settings.warmup, iters=settings.iters, min_time=settings.min_time
+        )
+    try:
+        return _run(settings, snapshot, measurer, out_parent, on_step)
+    finally:
+        measurer.close()
+
+
+def _run(
+    settings: P2PSettings,
+    snapshot: TopologySnapshot,
+    measurer: Measurer,
+    out_parent: Path,
+    on_step: StepFn | None,
+) -> P2POutcome:
+    snapshot, topo_notes = _topology_for(snapshot, measurer)
+    the_plan = plan(settings, measurer.device_count)
+    notes = the_plan.notes + topo_notes
+    steps = the_plan.steps
+    fabric = Fabric(snapshot)
+    run_dir = new_run_dir(out_parent, KIND)
+    meta: dict[str, Any] = {
+        "kind": KIND,
+        "run_id": run_dir.name,
+        "status": STATUS_RUNNING,
+        "settings": settings.to_dict(),
+        "context": {**host_context(), **measurer.context(), "topology": snapshot.to_dict()},
+        "notes": notes,
+        "steps_total": len(steps),
+        "steps_done": 0,
+        "failure": None,
+    }
+    write_run_meta(run_dir, meta)
+    rows: list[P2PRow] = []
+    write_results(run_dir, rows)
+    try:
+        for i, step in enumerate(steps):
+            se = expect_step(snapshot, step, fabric)
+            rows.extend(_rows(i, step, se, measurer.measure(step)))
+            meta["steps_done"] = i + 1
+            write_results(run_dir, rows)
+            write_run_meta(run_dir, meta)
+            if on_step is not None:
+                on_step(i + 1, len(steps), step)
+    except KeyboardInterrupt:
+        meta.update(status=STATUS_INTERRUPTED, failure="interrupted")
+        write_run_meta(run_dir, meta)
+        raise Interrupted(f"interrupted; the {len(rows)} rows measured are in {run_dir}") from None
+    except Exception as exc:
+        meta.update(status=STATUS_FAILED, failure=f"{type(exc).__name__}: {exc}")
+        write_run_meta(run_dir, meta)
+        if type(exc).__name__ == "OutOfMemoryError":
+            raise UserError(
+                f"out of GPU memory at step {meta['steps_done'] + 1} of {len(steps)}; "
+                f"try a smaller --size (rows so far are in {run_dir})"
+            ) from None
+        raise
+    if settings.matrix and rows:
+        notes.extend(_heatmap(run_dir, rows, measurer.device_count))
+    outcome = P2POutcome(run_dir=run_dir, status=STATUS_COMPLETE, rows=rows, notes=notes)
+    failed = outcome.checks_failed
+    if failed:
+        outcome.status = STATUS_FAILED
+        outcome.failure = "wrong data after the copy: " + ", ".join(
+            f"{r.pair} ({r.mode})" for r in failed[:5]
+        )
+    meta.update(status=outcome.status, failure=outcome.failure, notes=notes)
+    if any(r.suspicious for r in rows):
+        meta["suspicious"] = [f"{r.pair} ({r.mode})" for r in rows if r.suspicious]
+    write_run_meta(run_dir, meta)
+    return outcome
+
+
+def _heatmap(run_dir: Path, rows: list[P2PRow], n: int) -> list[str]:
+    try:
+        from commbench.p2p.heatmap import write_heatmap
+
+        write_heatmap(rows, n, run_dir / HEATMAP_FILE)
+    except Exception as exc:  # a figure must never cost the measurements
+        return [f"could not draw {HEATMAP_FILE}: {type(exc).__name__}: {exc}"]
+    return []

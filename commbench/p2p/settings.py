@@ -1,0 +1,170 @@
+"""Settings of a p2p run: what the CLI (or a suite file) asks for, before any GPU is counted.
+
+Everything here is checked on its own; whether the GPUs named exist is checked by
+`commbench.p2p.plan`, which knows how many there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.sizes import parse_sizes
+
+MODES = ("concurrent", "sequential")
+DEFAULT_SIZE = 4 * 10**8
+"""10**8 float32 elements, the tensor of the motivating puzzle: 400,000,000 bytes."""
+LATENCY_SIZES = (4, 64, 1024, 16 * 1024, 64 * 1024)
+"""Small copies for `--latency`: 4 B to 64 KiB."""
+DEFAULT_ITERS = {"bandwidth": 20, "latency": 200}
+"""Timed iterations per measurement when neither `iters` nor `min_time` is given."""
+MIN_ITERS = 5
+MAX_ITERS = 1000
+
+
+@dataclass(kw_only=True, slots=True)
+class P2PSettings:
+    """What to copy, how, and how often."""
+
+    src: int = 0
+    """The GPU that sends, as a CUDA ordinal (`cuda:N`)."""
+    dsts: list[int] | None = None
+    """The GPUs that receive; None means every other visible GPU."""
+    pairs: list[tuple[int, int]] | None = None
+    """Explicit (src, dst) pairs, grouped by src (suite files); replaces `src`/`dsts`."""
+    matrix: bool = False
+    """Every GPU to every other: one fan-out per source GPU."""
+    sizes: list[int] = field(default_factory=lambda: [DEFAULT_SIZE])
+    """Bytes per copy. A size that is a multiple of 4 is copied as float32, else as bytes."""
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    """`concurrent` (all copies of a fan-out at once) and/or `sequential` (one at a time)."""
+    bidirectional: bool = False
+    """Every measurement copies both ways at once (src->dst and dst->src)."""
+    host: bool = False
+    """Also pinned host->device and device->host copies for the source GPU(s)."""
+    latency: bool = False
+    """Also small-copy latency at `latency_sizes`."""
+    latency_sizes: list[int] = field(default_factory=lambda: list(LATENCY_SIZES))
+    warmup: int = 5
+    """Untimed rounds before each measurement (the first one also enables peer access)."""
+    iters: int | None = None
+    """Timed rounds per measurement; None: `min_time` if given, else `DEFAULT_ITERS`."""
+    min_time: float | None = None
+    """Seconds of timed rounds per measurement when `iters` is None (MIN_ITERS..MAX_ITERS)."""
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise UserError("no --mode to measure")
+        for mode in self.modes:
+            if mode not in MODES:
+                raise UserError(f"unknown mode {mode!r}; choose concurrent, sequential or both")
+        if not self.sizes:
+            raise UserError("no --size to measure")
+        for size in (*self.sizes, *self.latency_sizes):
+            if size <= 0:
+                raise UserError(f"size {size} must be positive")
+        if self.src < 0:
+            raise UserError(f"--src {self.src}: GPU indices start at 0")
+        if self.dsts is not None:
+            if not self.dsts:
+                raise UserError("--dst is empty")
+            seen: set[int] = set()
+            for d in self.dsts:
+                if d < 0:
+                    raise UserError(f"--dst {d}: GPU indices start at 0")
+                if d in seen:
+                    raise UserError(f"--dst names GPU {d} twice")
+                seen.add(d)
+            if self.src in seen:
+                raise UserError(f"--dst includes the source GPU {self.src}")
+        if self.matrix and (self.dsts is not None or self.pairs is not None):
+            raise UserError("--matrix measures every pair; it takes no --dst")
+        if self.pairs is not None:
+            if not self.pairs:
+                raise UserError("pairs is empty")
+            for s, d in self.pairs:
+                if s < 0 or d < 0:
+                    raise UserError(f"pair {s}->{d}: GPU indices start at 0")
+                if s == d:
+                    raise UserError(f"pair {s}->{d}: source and destination are the same GPU")
+        if self.warmup < 0:
+            raise UserError("--warmup must be >= 0")
+        if self.iters is not None and self.iters < 1:
+            raise UserError("--iters must be >= 1")
+        if self.min_time is not None and self.min_time <= 0:
+            raise UserError("min_time must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.pairs is not None:
+            data["pairs"] = [list(p) for p in self.pairs]
+        return data
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> P2PSettings:
+        """Settings from a plain mapping (a suite file's `p2p:` section, or `to_dict()`).
+
+        Accepted keys: every field name, plus `size`/`sizes` as a size spec string, a
+        number, a list of numbers, or an object with a `cuda` spec (a suite's Sizes);
+        `pairs: all` (the matrix) or a list of [src, dst]; `mode: both`.
+        """
+        opts = dict(options)
+        known = set(cls.__dataclass_fields__)
+        kw: dict[str, Any] = {}
+        for key in ("size", "sizes"):
+            if opts.get(key) is not None:
+                kw["sizes"] = _sizes(opts.pop(key))
+            opts.pop(key, None)
+        mode = opts.pop("mode", None)
+        if mode is not None:
+            kw["modes"] = parse_modes(str(mode))
+        pairs = opts.pop("pairs", None)
+        if pairs == "all":
+            kw["matrix"] = True
+        elif pairs is not None:
+            kw["pairs"] = [(int(p[0]), int(p[1])) for p in pairs]
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise UserError(f"unknown p2p option {unknown[0]!r}")
+        kw.update({k: v for k, v in opts.items() if v is not None})
+        if kw.get("dsts") is not None:
+            kw["dsts"] = [int(d) for d in kw["dsts"]]
+        return cls(**kw)
+
+
+def _sizes(value: Any) -> list[int]:
+    spec = getattr(value, "cuda", value)
+    if isinstance(spec, bool):
+        raise UserError(f"size {spec!r} is not a size")
+    if isinstance(spec, int):
+        return [spec]
+    if isinstance(spec, str):
+        return parse_sizes(spec)
+    if isinstance(spec, Sequence) and all(isinstance(v, int) for v in spec):
+        return sorted(set(spec))
+    raise UserError(f"size {spec!r} is not a size spec")
+
+
+def parse_modes(text: str) -> list[str]:
+    """`concurrent`, `sequential` or `both` (the default)."""
+    value = text.strip().lower()
+    if value == "both":
+        return list(MODES)
+    if value in MODES:
+        return [value]
+    raise UserError(f"--mode {text!r}: choose concurrent, sequential or both")
+
+
+def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:
+    """`1,2,4` -> [1, 2, 4]; anything else is one line of UserError."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise UserError(f"{flag} {text!r}: expected GPU indices separated by commas, e.g. 1,2,4")
+    out = []
+    for t in items:
+        if not t.isdigit():
+            raise UserError(f"{flag} {text!r}: {t!r} is not a GPU index")
+        out.append(int(t))
+    return out
