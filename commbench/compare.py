@@ -72,22 +72,19 @@ FAILING = (Mark.worse, Mark.missing)
 
 def parse_fraction(text: str | float, what: str = "tolerance") -> float:
     """`5%` or `0.05` -> 0.05. A bare number of 1 or more is refused as ambiguous."""
+    expected = "expected a percentage like 5% or a fraction like 0.05"
     if isinstance(text, bool):
-        raise UserError(f"{what}: expected a percentage like 5% or a fraction like 0.05")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        raw = text.strip()
-        try:
-            value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-        except ValueError:
-            raise UserError(
-                f"{what}: expected a percentage like 5% or a fraction like 0.05, got {text!r}"
-            ) from None
-        if not raw.endswith("%") and value >= 1:
-            raise UserError(f"{what}: {text!r} is ambiguous; write {raw}% or {value / 100:g}")
+        raise UserError(f"{what}: {expected}")
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1]) / 100 if percent else float(raw)
+    except ValueError:
+        raise UserError(f"{what}: {expected}, got {text!r}") from None
+    if not percent and value >= 1:
+        raise UserError(f"{what}: {raw} is ambiguous; write {raw}% or {value / 100:g}")
     if not 0 <= value < 1:
-        raise UserError(f"{what}: must be between 0% and 100%, got {text!r}")
+        raise UserError(f"{what}: must be between 0% and 100%, got {raw}")
     return value
 
 

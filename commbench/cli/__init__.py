@@ -26,7 +26,18 @@ app = typer.Typer(
 )
 
 # One module per command, in the order `--help` lists them.
-_COMMANDS = ("topo", "collectives", "model", "slurm", "run", "compare", "plot", "report", "import_nccl")
+_COMMANDS = (
+    "topo",
+    "p2p",
+    "collectives",
+    "model",
+    "slurm",
+    "run",
+    "compare",
+    "plot",
+    "report",
+    "import_nccl",
+)
 
 
 def _version(value: bool) -> None:

@@ -125,15 +125,18 @@ def _series_for(
             if select(row) and _plotted(row) and metric(row) is not None:
                 name = name_of(row) if name_of else ""
                 groups.setdefault((i, name, _variant(row)), []).append(row)
-    variants = [v for (_, _, v) in groups]
-    varying = {i for i in range(4) if len({v[i] for v in variants}) > 1}
+    # Name a variant by what varies within its own run: across runs, the run label does.
+    varying: dict[int, set[int]] = {}
+    for i in range(len(runs)):
+        variants = [v for (j, _, v) in groups if j == i]
+        varying[i] = {k for k in range(4) if len({v[k] for v in variants}) > 1}
     series = []
     for (i, name, variant), rows in groups.items():
         rows.sort(key=lambda r: r.size_bytes)
         parts = [name] if name else []
         if len(runs) > 1:
             parts.append(labels[i])
-        extra = _variant_label(variant, varying)
+        extra = _variant_label(variant, varying[i])
         if extra:
             parts.append(extra)
         series.append(

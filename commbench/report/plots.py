@@ -107,7 +107,7 @@ def draw(figure: Figure) -> Any:
             _draw_panel(ax, panel)
         if legend_rows:
             # One legend for the figure, under the panels: both panels share the lines.
-            handles = {}
+            handles: dict[str, Any] = {}
             for ax in axes[0]:
                 for handle, label in zip(*ax.get_legend_handles_labels()):
                     handles.setdefault(label, handle)

@@ -18,7 +18,7 @@ from typing import Any
 from commbench.compare import Comparison, GateSettings
 from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError
 from commbench.results.store import atomic_write, dump_json, new_run_dir
-from commbench.suites.config import SuiteConfig, Timing
+from commbench.suites.config import Sizes, SuiteConfig, Timing
 from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
 
 EventFn = Callable[[str], None]
@@ -199,8 +199,12 @@ class _Suite:
         entry = Entry(name="p2p", section="p2p", status="running")
         self.entries.append(entry)
         self.save()
+        resolved = {
+            k: v.for_device(self.machine.device) if isinstance(v, Sizes) else v
+            for k, v in options.items()
+        }
         try:
-            outcome = run_p2p(dict(options), self.path)
+            outcome = run_p2p(resolved, self.path)
         except CommbenchError as exc:
             entry.status, entry.failure = "failed", str(exc)
         else:

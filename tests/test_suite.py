@@ -1,0 +1,354 @@
+"""Suites: YAML validation, the runner (with a stand-in launcher), and one real suite run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.errors import UserError
+from commbench.launch.launcher import Outcome
+from commbench.results.schema import ResultRow
+from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
+from commbench.suites.config import load_suite, parse_suite
+from commbench.suites.store import compare_targets, load_runs, load_suite_dir
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+GOLDEN = Path(__file__).parent / "fixtures" / "runs" / "h100x8-golden"
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["quick", "full", "ci"])
+def test_shipped_suites_are_valid(name: str) -> None:
+    suite = load_suite(CONFIGS / f"{name}.yaml")
+    assert suite.name == name and suite.collectives is not None
+    assert suite.collectives.sizes.for_device("cpu")
+
+
+def test_ci_suite_is_a_gate() -> None:
+    suite = load_suite(CONFIGS / "ci.yaml")
+    assert suite.gate.tolerance == 0.05 and suite.gate.latency_tolerance == 0.15
+    assert suite.collectives is not None and suite.collectives.timing.min_iters >= 20
+    assert suite.collectives.sizes.for_device("cuda")[-1] == 1 << 30
+
+
+def test_full_suite_sweeps_1k_to_1g() -> None:
+    suite = load_suite(CONFIGS / "full.yaml")
+    assert suite.collectives is not None and suite.strategies is not None and suite.p2p
+    sizes = suite.collectives.sizes.for_device("cuda")
+    assert (sizes[0], sizes[-1], len(sizes)) == (1024, 1 << 30, 21)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"collectives": {"sizez": "1K"}}, "collectives.sizez: unknown key"),
+        (
+            {"collectives": {"ops": ["all_reduce", "allreduce"]}},
+            r"collectives.ops\[1\]: unknown op",
+        ),
+        (
+            {"collectives": {"min_time": "fast"}},
+            "collectives.min_time: expected a number, got a string",
+        ),
+        ({"collectives": {"iters": 2.5}}, "collectives.iters: expected an integer"),
+        (
+            {"collectives": {"in_place": "yes please"}},
+            "collectives.in_place: expected true or false",
+        ),
+        ({"collectives": {"sizes": "1K-"}}, "collectives.sizes: malformed size"),
+        ({"collectives": {"sizes": {"cuda": "1K"}}}, "collectives.sizes.cpu: missing"),
+        (
+            {"collectives": {"dtypes": ["float32", 8]}},
+            r"collectives.dtypes\[1\]: expected a string",
+        ),
+        (
+            {"collectives": {"min_iters": 50, "max_iters": 10}},
+            "collectives.min_iters: must not exceed",
+        ),
+        ({"collectives": [1, 2]}, "collectives: expected a mapping, got a list"),
+        (
+            {"collectives": True, "compare": {"tolerance": "150%"}},
+            "compare.tolerance: must be between",
+        ),
+        ({"collectives": True, "compare": {"tolerance": 5}}, "compare.tolerance: .*ambiguous"),
+        ({"collectives": True, "world_size": 0}, "world_size: must be at least 1"),
+        ({"collectives": True, "backend": "mpi"}, "backend: expected one of nccl, gloo"),
+        ({"collectives": True, "colectives": {}}, "colectives: unknown key"),
+        ({"p2p": {"pairs": [[0, 1], [1]]}}, r"p2p.pairs\[1\]: expected \[src, dst\]"),
+        ({"topo": False}, "nothing to run"),
+        ([1, 2], r"\(top level\): expected a mapping"),
+        ({"schema_version": 9, "topo": True}, "schema_version: 9 is newer"),
+    ],
+)
+def test_bad_suites_name_the_key(data: Any, message: str) -> None:
+    with pytest.raises(UserError, match=f"^s.yaml: {message}"):
+        parse_suite(data, "s.yaml")
+
+
+def test_a_section_set_to_true_takes_its_defaults() -> None:
+    suite = parse_suite({"collectives": True}, "s.yaml")
+    assert suite.collectives is not None and suite.collectives.ops[0] == "all_reduce"
+    assert suite.name == "s" and suite.strategies is None
+
+
+def test_run_refuses_bad_yaml_with_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("collectives:\n  ops: [all_reduce\n")
+    result = CliRunner().invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2 and "not valid YAML (line" in result.stderr
+    bad.write_text("collectives:\n  warmpu: 3\n")
+    result = CliRunner().invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2 and "collectives.warmpu: unknown key" in result.stderr
+    assert CliRunner().invoke(app, ["run", str(tmp_path / "none.yaml")]).exit_code == 2
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("collectives: !!python/object/apply:os.system ['echo hi']\n")
+    result = CliRunner().invoke(app, ["run", str(evil)])
+    assert result.exit_code == 2 and "not valid YAML" in result.stderr
+
+
+# -- the runner, with a stand-in for torchrun --------------------------------------------------
+
+
+class FakeLauncher:
+    """Writes golden rows (scaled by `speed`) where run_collectives would measure them."""
+
+    def __init__(self, speed: float = 1.0) -> None:
+        self.speed = speed
+        self.calls: list[Any] = []
+
+    def __call__(self, settings: Any, out_parent: Path, **_: Any) -> Outcome:
+        self.calls.append(settings)
+        golden = load_run(GOLDEN)
+        if settings.strategies:
+            wanted = [r for r in golden.rows if r.strategy in settings.strategies]
+        else:
+            wanted = [r for r in golden.rows if r.op in settings.ops and not r.strategy]
+        rows = [self.scaled(r) for r in wanted]
+        run_dir = new_run_dir(out_parent, "collectives")
+        meta = {
+            "kind": "collectives",
+            "run_id": run_dir.name,
+            "status": "complete",
+            "settings": settings.to_dict(),
+            "context": golden.context,
+            "points_total": len(rows),
+            "points_done": len(rows),
+        }
+        write_run_meta(run_dir, meta)
+        write_results(run_dir, rows)
+        return Outcome(
+            run_dir=run_dir, status="complete", rows=rows, points_total=len(rows), meta=meta
+        )
+
+    def scaled(self, r: ResultRow) -> ResultRow:
+        if self.speed == 1.0:
+            return r
+        keep = {
+            k: getattr(r, k)
+            for k in ("op", "strategy", "dtype", "reduce_op", "world_size", "count", "check")
+        }
+        return ResultRow.measured(
+            samples_us=[s / self.speed for s in r.samples_us],
+            size_bytes=r.size_bytes,
+            busbw_factor=r.busbw_gbps / r.algbw_gbps,  # type: ignore[operator]
+            **keep,
+        )
+
+
+SUITE = """
+name: unit
+collectives:
+  ops: [all_reduce, all_gather]
+  sizes: {cuda: 1K-1G:x4, cpu: 1K-64K}
+  dtypes: [float32, bfloat16]
+strategies:
+  names: [direct, ring]
+  sizes: 1M
+p2p:
+  pairs: [[0, 1]]
+"""
+
+
+@pytest.fixture
+def suite_file(tmp_path: Path) -> Path:
+    path = tmp_path / "unit.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def run_suite_cli(monkeypatch: pytest.MonkeyPatch, launcher: FakeLauncher, *args: str) -> Any:
+    monkeypatch.setattr("commbench.launch.launcher.run_collectives", launcher)
+    return CliRunner().invoke(app, ["run", *args, "--device", "cuda", "--nproc", "8", "--no-plot"])
+
+
+def test_suite_runs_every_section_into_one_directory(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = FakeLauncher()
+    result = run_suite_cli(monkeypatch, launcher, str(suite_file), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "p2p skipped: p2p is not available" in result.stderr
+    (suite_dir,) = (tmp_path / "out").iterdir()
+    record = load_suite_dir(suite_dir)
+    assert [(e.name, e.status) for e in record.entries] == [
+        ("collectives-float32", "complete"),
+        ("collectives-bfloat16", "complete"),
+        ("strategies-float32", "complete"),
+        ("p2p", "skipped"),
+    ]
+    assert record.meta["status"] == "complete" and record.meta["machine"]["backend"] == "nccl"
+    first, second, strategies = launcher.calls
+    assert (first.dtype, second.dtype, first.nproc, first.device) == (
+        "float32",
+        "bfloat16",
+        8,
+        "cuda",
+    )
+    assert first.sizes[-1] == 1 << 30 and first.ops == ["all_reduce", "all_gather"]
+    assert (strategies.ops, strategies.strategies, strategies.sizes) == (
+        [],
+        ["direct", "ring"],
+        [1 << 20],
+    )
+    assert sorted(load_runs(suite_dir)) == [
+        "collectives-bfloat16",
+        "collectives-float32",
+        "strategies-float32",
+    ]
+
+
+def test_suite_with_baseline_exits_like_compare(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "base"))
+    (baseline,) = (tmp_path / "base").iterdir()
+
+    same = run_suite_cli(
+        monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "a"), "-b", str(baseline)
+    )
+    assert same.exit_code == 0, same.output
+    assert same.stdout.count("PASS: no regression") == 3
+
+    slow = run_suite_cli(
+        monkeypatch,
+        FakeLauncher(speed=0.8),
+        str(suite_file),
+        "-o",
+        str(tmp_path / "b"),
+        "-b",
+        str(baseline),
+    )
+    assert slow.exit_code == 1 and "REGRESSION" in slow.stdout
+    (new_dir,) = (tmp_path / "b").iterdir()
+    gate = json.loads((new_dir / "comparison.json").read_text())
+    assert set(gate["entries"]) == {
+        "collectives-float32",
+        "collectives-bfloat16",
+        "strategies-float32",
+    }
+    assert "❌" in (new_dir / "comparison.md").read_text()
+    assert load_suite_dir(new_dir).meta["exit_code"] == 1
+
+    # The same suite directories compare with `commbench compare` too.
+    again = CliRunner().invoke(app, ["compare", str(baseline), str(new_dir), "-f", "json"])
+    assert again.exit_code == 1 and set(json.loads(again.stdout)) == set(gate["entries"])
+
+
+def test_an_entry_missing_from_the_new_suite_is_a_regression(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "base"))
+    (baseline,) = (tmp_path / "base").iterdir()
+    fewer = tmp_path / "fewer.yaml"
+    fewer.write_text(SUITE.replace("dtypes: [float32, bfloat16]", "dtypes: [float32]"))
+    result = run_suite_cli(
+        monkeypatch, FakeLauncher(), str(fewer), "-o", str(tmp_path / "n"), "-b", str(baseline)
+    )
+    assert result.exit_code == 1
+    assert "=== collectives-bfloat16 ===" in result.stdout and "! MISSING" in result.stdout
+
+
+def test_a_bad_baseline_is_refused_before_measuring(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = FakeLauncher()
+    result = run_suite_cli(
+        monkeypatch, launcher, str(suite_file), "-o", str(tmp_path), "-b", str(tmp_path / "x")
+    )
+    assert result.exit_code == 2 and launcher.calls == []
+
+
+def test_an_incomparable_baseline_exits_2(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "base"))
+    (baseline,) = (tmp_path / "base").iterdir()
+    for run_dir in baseline.glob("*-collectives*"):
+        meta = json.loads((run_dir / "run.json").read_text())
+        meta["context"]["world_size"] = 4
+        (run_dir / "run.json").write_text(json.dumps(meta))
+    result = run_suite_cli(
+        monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "n"), "-b", str(baseline)
+    )
+    assert result.exit_code == 2 and "world size differs" in result.stderr
+
+
+def test_compare_run_against_its_suite_entry(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "s"))
+    (suite_dir,) = (tmp_path / "s").iterdir()
+    runs = load_runs(suite_dir)
+    one = runs["strategies-float32"].path
+    ((name, comparison),) = compare_targets(one, suite_dir)
+    assert name == "strategies-float32" and comparison.exit_code == 0
+
+
+def test_topology_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Snapshot:
+        def to_dict(self) -> dict[str, Any]:
+            return {"schema_version": 1, "gpus": [], "nvml_error": "NVML: library not found"}
+
+    monkeypatch.setattr("commbench.topology.discover", lambda: Snapshot(), raising=False)
+    path = tmp_path / "topo.yaml"
+    path.write_text("topo: true\n")
+    result = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    (suite_dir,) = (tmp_path / "out").iterdir()
+    assert json.loads((suite_dir / "topology.json").read_text())["nvml_error"].startswith("NVML")
+    assert load_suite_dir(suite_dir).meta["topology_file"] == "topology.json"
+
+
+# -- for real ----------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_real_suite_and_its_repeat_pass_the_gate(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "name: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: 4K,256K\n  min_time: 0.05\n"
+    )
+    first = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    (base,) = (tmp_path / "a").iterdir()
+    run_dir = load_runs(base)["collectives-float32"].path
+    assert (run_dir / "plots" / "all_reduce.png").is_file()
+
+    again = CliRunner().invoke(
+        app, ["run", str(path), "-o", str(tmp_path / "b"), "--baseline", str(base), "--no-plot"]
+    )
+    # A repeat on the same (noisy, shared) machine must pass.
+    assert again.exit_code == 0, again.output
+    (new,) = (tmp_path / "b").iterdir()
+    assert not (load_runs(new)["collectives-float32"].path / "plots").exists()
+    assert (new / "comparison.md").is_file()
