@@ -224,6 +224,8 @@ class Buffers:
             dtype, _, numel = element_type(size)
             t = self.backend.empty(endpoint, numel, dtype)
             fill_pattern(t)
+            if endpoint is not None:  # the fill ran on the default stream; copies use others
+                self.backend.sync([endpoint])
             self._sources[key] = t
         return self._sources[key]
 

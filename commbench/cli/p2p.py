@@ -1,0 +1,157 @@
+"""`commbench p2p`: copy bandwidth from one GPU to the others, explained by the topology."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from commbench.cli._common import reported_errors
+from commbench.errors import RunFailed, UserError
+from commbench.results.exporters import Format
+
+
+def _src(text: str | None) -> int:
+    if text is None:
+        return 0
+    if not text.strip().isdigit():
+        raise UserError(f"--src {text!r}: expected a GPU index (0, 1, ...)")
+    return int(text)
+
+
+def _topology_words(snapshot: object, path: Path | None) -> str:
+    gpus = getattr(snapshot, "gpus", [])
+    names = sorted({g.name for g in gpus})
+    what = f"{len(gpus)}x {names[0]}" if len(names) == 1 else f"{len(gpus)} GPUs"
+    return f"{what} ({path.name if path else 'this machine'})"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("p2p")
+    def p2p(
+        src: str = typer.Option(None, "--src", help="Source GPU (CUDA ordinal). Default 0."),
+        dst: str = typer.Option(
+            None, "--dst", help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."
+        ),
+        size: str = typer.Option(
+            None,
+            "--size",
+            help="Bytes per copy (400M, 1G, 1M,64M, ...). Default 400000000: 10**8 float32.",
+        ),
+        mode: str = typer.Option(
+            "both",
+            "--mode",
+            help="concurrent (all copies at once), sequential (one at a time) or both.",
+        ),
+        bidirectional: bool = typer.Option(
+            False, "--bidirectional", help="Copy both ways at once; report each way and the sum."
+        ),
+        matrix: bool = typer.Option(
+            False, "--matrix", help="Every GPU to every other; also writes a heatmap PNG."
+        ),
+        host: bool = typer.Option(
+            False, "--host", help="Also pinned host->device and device->host copies."
+        ),
+        latency: bool = typer.Option(
+            False, "--latency", help="Also small-copy latency (4 B - 64 KiB, in us)."
+        ),
+        warmup: int = typer.Option(5, "--warmup", help="Untimed rounds before each measurement."),
+        iters: int = typer.Option(
+            None, "--iters", help="Timed rounds per measurement. Default 20 (latency: 200)."
+        ),
+        topology: Path = typer.Option(
+            None,
+            "--topology",
+            metavar="SNAPSHOT.json",
+            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
+        ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="Print what each copy should reach; touch no GPU."
+        ),
+        out: Path = typer.Option(
+            Path("results"), "--out", "-o", help="Parent directory of the run directory."
+        ),
+        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
+    ) -> None:
+        """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
+        with reported_errors():
+            from commbench.p2p.run import dry_run as plan_dry_run
+            from commbench.p2p.run import load_topology
+            from commbench.p2p.settings import (
+                DEFAULT_SIZE,
+                P2PSettings,
+                parse_gpu_list,
+                parse_modes,
+            )
+            from commbench.sizes import parse_sizes
+
+            settings = P2PSettings(
+                src=_src(src),
+                dsts=None if dst is None else parse_gpu_list(dst),
+                matrix=matrix,
+                sizes=[DEFAULT_SIZE] if size is None else parse_sizes(size),
+                modes=parse_modes(mode),
+                bidirectional=bidirectional,
+                host=host,
+                latency=latency,
+                warmup=warmup,
+                iters=iters,
+            )
+            if matrix and src is not None:
+                raise UserError("--matrix measures every pair; it takes no --src")
+            snapshot = load_topology(topology)
+            if dry_run:
+                from commbench.p2p.render import render_expectations
+
+                dry = plan_dry_run(settings, snapshot)
+                for note in dry.plan.notes:
+                    typer.echo(f"commbench: {note}", err=True)
+                if fmt in (Format.table, Format.md):
+                    typer.echo(
+                        f"Dry run on {_topology_words(snapshot, topology)}: what each copy "
+                        "should reach; nothing was measured.\n"
+                    )
+                typer.echo(render_expectations(dry.expectations, fmt), nl=False)
+                return
+            _measure(settings, snapshot, out, fmt)
+
+
+def _measure(settings: object, snapshot: object, out: Path, fmt: Format) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from commbench.p2p.render import render_rows
+    from commbench.p2p.run import run_p2p
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
+    task = progress.add_task("p2p", total=None)
+
+    def on_step(done: int, total: int, step: object) -> None:
+        label = f"{getattr(step, 'mode', '')} {getattr(step, 'label', '')}"
+        progress.update(task, completed=done, total=total, description=label)
+
+    with progress:
+        outcome = run_p2p(settings, out, snapshot=snapshot, on_step=on_step)  # type: ignore[arg-type]
+    typer.echo(render_rows(outcome.rows, fmt), nl=False)
+    for note in outcome.notes:
+        typer.echo(f"commbench: {note}", err=True)
+    odd = outcome.suspicious
+    if odd:
+        pairs = ", ".join(f"{r.pair} ({r.mode})" for r in odd[:5])
+        typer.echo(
+            f"commbench: warning: {len(odd)} measurement(s) above the theoretical peak: {pairs}; "
+            "such numbers are not to be trusted as they stand (see the diagnosis)",
+            err=True,
+        )
+    typer.echo(
+        f"commbench: {outcome.status}: {len(outcome.rows)} rows in {outcome.run_dir}", err=True
+    )
+    if outcome.checks_failed:
+        raise RunFailed(outcome.failure or "wrong data after the copy")
