@@ -67,6 +67,10 @@ class _Exchange:
         return list(dist.batch_isend_irecv(ops)) if ops else []
 
 
+# One slice of one ring step: (sent, received into, reduced into or None).
+_Slot = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
 def _wait(works: list[Any]) -> None:
     for work in works:
         work.wait()
@@ -99,35 +103,41 @@ def make_ring(bufs: Buffers, group: Group, reduce_op: str) -> Callable[[], None]
     steps = 2 * (n - 1)
 
     def part(c: int, h: int) -> torch.Tensor:
-        c %= n
-        lo, hi = chunk[c], chunk[c + 1]
+        lo, hi = chunk[c % n], chunk[c % n + 1]
         cut = _bounds(hi - lo, slices, lo)
         return buf.narrow(0, cut[h], cut[h + 1] - cut[h])
 
-    def chunks(step: int) -> tuple[int, int]:
-        """(chunk sent, chunk received) at `step` of the 2(n-1)."""
+    # Every view the ring touches, built here so the timed call only posts and reduces:
+    # plan[step][h] is the _Slot of slice h at that step.
+    plan: list[list[_Slot]] = []
+    for step in range(steps):
         if step < n - 1:
-            return r - step, r - step - 1
-        s = step - (n - 1)
-        return r + 1 - s, r - s
+            sent, received = r - step, r - step - 1
+        else:
+            sent, received = r + 1 - (step - (n - 1)), r - (step - (n - 1))
+        row: list[_Slot] = []
+        for h in range(slices):
+            own = part(received, h)
+            if step < n - 1:
+                row.append((part(sent, h), scratch[h].narrow(0, 0, own.numel()), own))
+            else:
+                row.append((part(sent, h), own, None))
+        plan.append(row)
+    last_reduce = n - 2
 
     def post(step: int, h: int) -> list[Any]:
-        sent, received = chunks(step)
-        target = part(received, h)
-        if step < n - 1:
-            target = scratch[h].narrow(0, 0, target.numel())
-        return link.post(part(sent, h), target, tag=step * slices + h)
+        sent, into, _ = plan[step][h]
+        return link.post(sent, into, tag=step * slices + h)
 
     def ring() -> None:
         pending = [post(0, h) for h in range(slices)]
         for step in range(steps):
-            _, received = chunks(step)
             for h in range(slices):
                 _wait(pending[h])
-                if step < n - 1:
-                    own = part(received, h)
-                    accumulate(own, scratch[h].narrow(0, 0, own.numel()), reduce_op)
-                    if step == n - 2 and reduce_op == "avg":
+                _, received, own = plan[step][h]
+                if own is not None:
+                    accumulate(own, received, reduce_op)
+                    if step == last_reduce and reduce_op == "avg":
                         divide(own, n)
                 if step + 1 < steps:
                     pending[h] = post(step + 1, h)
