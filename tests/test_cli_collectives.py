@@ -112,3 +112,13 @@ def test_top_level_help_does_not_import_heavy_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_strategies_are_probed_too() -> None:
+    line = one_line_error(
+        runner.invoke(
+            app,
+            ["collectives", "--device", "cpu", "--strategies", "ring", "--dtype", "int32", "--reduce-op", "avg"],
+        )
+    )
+    assert "cannot run the ring all-reduce with dtype int32 and reduce op avg" in line

@@ -55,6 +55,19 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
                 if op in ("all_reduce", "reduce", "reduce_scatter"):
                     what += f" and reduce op {s.reduce_op}"
                 return {"ok": False, "error": f"{s.backend} cannot run {what}: {first}"}
+        for strategy in s.strategies:
+            from commbench.strategies import make_strategy_call
+
+            bufs = collective_ops.make_buffers("all_reduce", 4, dtype, device, group, s.in_place)
+            try:
+                make_strategy_call(strategy, bufs, group, s.reduce_op)()
+            except Exception as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                return {
+                    "ok": False,
+                    "error": f"{s.backend} cannot run the {strategy} all-reduce with dtype {s.dtype} "
+                    f"and reduce op {s.reduce_op}: {first}",
+                }
         if s.device == "cuda":
             torch.cuda.synchronize()
     finally:

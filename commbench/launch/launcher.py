@@ -147,6 +147,7 @@ def _probe_cache_key(settings: CollectivesSettings) -> str:
         settings.dtype,
         settings.reduce_op,
         ",".join(sorted(settings.ops)),
+        ",".join(sorted(settings.strategies)),
         str(settings.in_place),
         str(settings.async_op),
         os.environ.get("CUDA_VISIBLE_DEVICES", "*"),
