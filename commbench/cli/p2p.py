@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
         size: str = typer.Option(
             None,
             "--size",
-            help="Bytes per copy (400M, 1G, 1M,64M, ...). Default 400000000: 10**8 float32.",
+            help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
+            "Default 400000000 B: 10**8 float32.",
         ),
         mode: str = typer.Option(
             "both",

@@ -139,11 +139,15 @@ def _pair(src: int | None, dst: int | None, bidirectional: bool) -> tuple[Copy, 
     return (there, Copy(dst, src)) if bidirectional else (there,)
 
 
+def _step(mode: str, size: int, copies: tuple[Copy, ...], test: str = BANDWIDTH) -> Step:
+    both = any(Copy(c.dst, c.src) in copies for c in copies if c.src != c.dst)
+    return Step(test=test, mode=mode, direction=BI if both else UNI, size_bytes=size, copies=copies)
+
+
 def plan(settings: P2PSettings, n: int) -> Plan:
     """Every step of the run on `n` visible GPUs, in the order they are measured."""
     groups = fanouts(settings, n)
     result = Plan()
-    direction = BI if settings.bidirectional else UNI
     local: list[int] = []
     if not groups:
         local = [settings.src] if not settings.matrix else list(range(n))
@@ -152,75 +156,33 @@ def plan(settings: P2PSettings, n: int) -> Plan:
             f"cuda:{local[0]}" + (" and pinned host<->device copies" if settings.host else "")
         )
     hosts = sorted({s for s, _ in groups}) or local
+    concurrent = "concurrent" in settings.modes
+    sequential = "sequential" in settings.modes
     for size in settings.sizes:
-        for s in local:
-            result.steps.append(
-                Step(
-                    test=BANDWIDTH,
-                    mode="sequential",
-                    direction=UNI,
-                    size_bytes=size,
-                    copies=(Copy(s, s),),
-                )
-            )
+        result.steps.extend(_step("sequential", size, (Copy(s, s),)) for s in local)
         for src, dsts in groups:
             alone = [_pair(src, d, settings.bidirectional) for d in dsts]
-            together = tuple(c for copies in alone for c in copies)
-            concurrent = "concurrent" in settings.modes
-            sequential = "sequential" in settings.modes
             # One destination: concurrent and sequential time the same thing; keep one.
             if concurrent and (len(dsts) > 1 or not sequential):
-                result.steps.append(
-                    Step(
-                        test=BANDWIDTH,
-                        mode="concurrent",
-                        direction=direction,
-                        size_bytes=size,
-                        copies=together,
-                    )
-                )
+                together = tuple(c for copies in alone for c in copies)
+                result.steps.append(_step("concurrent", size, together))
             if sequential:
-                result.steps.extend(
-                    Step(
-                        test=BANDWIDTH,
-                        mode="sequential",
-                        direction=direction,
-                        size_bytes=size,
-                        copies=copies,
-                    )
-                    for copies in alone
-                )
+                result.steps.extend(_step("sequential", size, copies) for copies in alone)
         if settings.host:
             for g in hosts:
-                copies = (Copy(HOST, g), Copy(g, HOST))
-                if settings.bidirectional:
-                    result.steps.append(
-                        Step(
-                            test=BANDWIDTH,
-                            mode="sequential",
-                            direction=BI,
-                            size_bytes=size,
-                            copies=copies,
-                        )
-                    )
-                else:
-                    result.steps.extend(
-                        Step(
-                            test=BANDWIDTH,
-                            mode="sequential",
-                            direction=UNI,
-                            size_bytes=size,
-                            copies=(c,),
-                        )
-                        for c in copies
-                    )
+                result.steps.extend(
+                    _step("sequential", size, copies)
+                    for copies in _host_steps(g, settings.bidirectional)
+                )
     if settings.latency:
         singles = [Copy(s, s) for s in local] + [Copy(s, d) for s, ds in groups for d in ds]
         if settings.host:
             singles += [c for g in hosts for c in (Copy(HOST, g), Copy(g, HOST))]
         for size in settings.latency_sizes:
-            result.steps.extend(
-                Step(test=LATENCY, mode="sequential", direction=UNI, size_bytes=size, copies=(c,))
-                for c in singles
-            )
+            result.steps.extend(_step("sequential", size, (c,), LATENCY) for c in singles)
     return result
+
+
+def _host_steps(g: int, bidirectional: bool) -> list[tuple[Copy, ...]]:
+    there, back = Copy(HOST, g), Copy(g, HOST)
+    return [(there, back)] if bidirectional else [(there,), (back,)]
