@@ -479,6 +479,6 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
 
 
 def compare_paths(baseline: Path, new: Path, settings: GateSettings | None = None) -> Comparison:
-    from commbench.results.store import load_run
+    from commbench.report.runs import load_any
 
-    return compare_runs(load_run(baseline), load_run(new), settings)
+    return compare_runs(load_any(baseline), load_any(new), settings)

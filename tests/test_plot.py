@@ -18,7 +18,7 @@ from commbench.report.figures import (
     strategies_figure,
 )
 from commbench.report.plots import size_ticks, write_run_plots
-from commbench.results.schema import ResultRow
+from commbench.report.runs import load_any as load_run_any
 from commbench.results.store import load_run, write_results, write_run_meta
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
@@ -95,37 +95,64 @@ def test_strategies_figure_has_each_strategy_and_the_plain_op_dashed() -> None:
     assert strategies_figure([load_run(RUNS / "cpu-gloo-a")]) is None
 
 
+def p2p_row(src: int, dst: int, size: int, gbps: float, mode: str = "sequential") -> dict:
+    """A stored P2PRow (commbench.p2p.schema), as `commbench p2p` writes one."""
+    ms = size / (gbps * 1e9) * 1e3
+    return {
+        **dict.fromkeys(("peak_gbps", "ceiling_gbps", "expected_gbps", "efficiency", "p2p")),
+        **dict.fromkeys(("min_ms", "q1_ms", "q3_ms", "p95_ms", "max_ms", "mean_ms"), ms),
+        "step": 0,
+        "test": "bandwidth",
+        "mode": mode,
+        "direction": "uni",
+        "copy": "p2p",
+        "src": src,
+        "dst": dst,
+        "pair": f"{src}->{dst}",
+        "size_bytes": size,
+        "dtype": "float32",
+        "time_ms": ms,
+        "bw_gbps": gbps,
+        "link": "NV4",
+        "nvlinks": 4,
+        "path": "nvlink",
+        "suspicious": False,
+        "diagnosis": "",
+        "check": "ok",
+        "stddev_ms": 0.0,
+        "cv": 0.0,
+        "n": 3,
+        "samples_ms": [ms] * 3,
+    }
+
+
 def test_p2p_heatmap_from_a_p2p_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "p2p"
     run_dir.mkdir()
-    write_run_meta(run_dir, {"kind": "p2p", "status": "complete", "context": {"world_size": 3}})
+    context = {"device": "cuda", "device_names": ["NVIDIA A100-SXM4-80GB"] * 3, "device_count": 3}
+    write_run_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
     rows = [
-        {
-            **ResultRow.measured(
-                samples_us=[100.0, 101.0],
-                size_bytes=size,
-                busbw_factor=1.0,
-                op="p2p_copy",
-                dtype="uint8",
-                world_size=2,
-                count=size,
-                check="ok",
-            ).to_dict(),
-            "src": s,
-            "dst": d,
-            "busbw_gbps": 10.0 * s + d + size / 1e9,
-        }
+        p2p_row(s, d, size, 10.0 * s + d + size / 1e9)
         for s in range(3)
         for d in range(3)
         if s != d
         for size in (1 << 20, 1 << 30)
     ]
+    rows.append(p2p_row(0, 1, 1 << 30, 999.0, mode="concurrent"))  # not the link alone
     (run_dir / "results.json").write_text(json.dumps({"schema_version": 1, "rows": rows}))
-    (figure,) = p2p_figures([load_run(run_dir)])
+    run = load_run_any(run_dir)
+    assert op_figures([run]) == []  # copies are not an op curve
+    (figure,) = p2p_figures([run])
     heatmap = figure.heatmap
-    assert heatmap is not None and heatmap.labels == ["GPU0", "GPU1", "GPU2"]
+    assert heatmap is not None and heatmap.labels == ["cuda:0", "cuda:1", "cuda:2"]
     assert heatmap.values[0][0] is None
-    assert heatmap.values[2][1] == pytest.approx(21 + (1 << 30) / 1e9)  # the largest size
+    assert heatmap.values[2][1] == pytest.approx(21 + (1 << 30) / 1e9)  # largest size, alone
+    assert heatmap.values[0][1] == pytest.approx(1 + (1 << 30) / 1e9)
+    assert "A100" in figure.title
+    result = CliRunner().invoke(app, ["plot", str(run_dir), "-o", str(tmp_path / "f")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["p2p.png", "p2p.svg"]
+    assert (tmp_path / "f" / "p2p.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_size_ticks_are_powers_of_two_and_thinned() -> None:

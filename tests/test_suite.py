@@ -165,6 +165,73 @@ class FakeLauncher:
         )
 
 
+def p2p_row(src: int, dst: int, ms: float) -> dict[str, Any]:
+    """A stored P2PRow (commbench.p2p.schema) for one sequential copy of 64 MiB."""
+    samples = [ms * f for f in (0.99, 1.0, 1.01, 1.0, 0.995, 1.005, 1.0, 0.998)]
+    size = 64 << 20
+    return {
+        "step": src,
+        "test": "bandwidth",
+        "mode": "sequential",
+        "direction": "uni",
+        "copy": "p2p",
+        "src": src,
+        "dst": dst,
+        "pair": f"{src}->{dst}",
+        "size_bytes": size,
+        "dtype": "float32",
+        "time_ms": ms,
+        "bw_gbps": size / (ms * 1e-3) / 1e9,
+        "peak_gbps": 450.0,
+        "ceiling_gbps": 450.0,
+        "expected_gbps": 380.0,
+        "efficiency": 0.2,
+        "link": "NV18",
+        "nvlinks": 18,
+        "p2p": True,
+        "path": "nvlink",
+        "suspicious": False,
+        "diagnosis": "",
+        "check": "ok",
+        "min_ms": min(samples),
+        "q1_ms": ms,
+        "q3_ms": ms,
+        "p95_ms": max(samples),
+        "max_ms": max(samples),
+        "mean_ms": ms,
+        "stddev_ms": 0.005 * ms,
+        "cv": 0.005,
+        "n": len(samples),
+        "outliers": 0,
+        "warmup": 5,
+        "samples_ms": samples,
+    }
+
+
+class FakeP2P:
+    """Stands in for commbench.p2p.run_p2p: writes a p2p run directory as it would."""
+
+    def __init__(self, ms: float = 1.0) -> None:
+        self.ms = ms
+        self.options: list[Any] = []
+
+    def __call__(self, options: Any, out_parent: Path) -> Any:
+        from commbench.p2p import P2POutcome
+
+        self.options.append(options)
+        run_dir = new_run_dir(out_parent, "p2p")
+        context = {
+            "device": "cuda",
+            "device_names": ["NVIDIA H100 80GB HBM3"] * 2,
+            "device_count": 2,
+        }
+        write_run_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
+        rows = [p2p_row(0, 1, self.ms), p2p_row(1, 0, self.ms * 1.1)]
+        payload = {"schema_version": 1, "kind": "p2p", "rows": rows}
+        (run_dir / "results.json").write_text(json.dumps(payload))
+        return P2POutcome(run_dir=run_dir, status="complete", rows=[])
+
+
 SUITE = """
 name: unit
 collectives:
@@ -186,8 +253,11 @@ def suite_file(tmp_path: Path) -> Path:
     return path
 
 
-def run_suite_cli(monkeypatch: pytest.MonkeyPatch, launcher: FakeLauncher, *args: str) -> Any:
+def run_suite_cli(
+    monkeypatch: pytest.MonkeyPatch, launcher: FakeLauncher, *args: str, p2p: FakeP2P | None = None
+) -> Any:
     monkeypatch.setattr("commbench.launch.launcher.run_collectives", launcher)
+    monkeypatch.setattr("commbench.p2p.run_p2p", p2p or FakeP2P())
     return CliRunner().invoke(app, ["run", *args, "--device", "cuda", "--nproc", "8", "--no-plot"])
 
 
@@ -197,14 +267,13 @@ def test_suite_runs_every_section_into_one_directory(
     launcher = FakeLauncher()
     result = run_suite_cli(monkeypatch, launcher, str(suite_file), "-o", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
-    assert "p2p skipped: p2p is not available" in result.stderr
     (suite_dir,) = (tmp_path / "out").iterdir()
     record = load_suite_dir(suite_dir)
     assert [(e.name, e.status) for e in record.entries] == [
         ("collectives-float32", "complete"),
         ("collectives-bfloat16", "complete"),
         ("strategies-float32", "complete"),
-        ("p2p", "skipped"),
+        ("p2p", "complete"),
     ]
     assert record.meta["status"] == "complete" and record.meta["machine"]["backend"] == "nccl"
     first, second, strategies = launcher.calls
@@ -220,10 +289,16 @@ def test_suite_runs_every_section_into_one_directory(
         ["direct", "ring"],
         [1 << 20],
     )
-    assert sorted(load_runs(suite_dir)) == [
+    runs = load_runs(suite_dir)
+    assert sorted(runs) == [
         "collectives-bfloat16",
         "collectives-float32",
+        "p2p",
         "strategies-float32",
+    ]
+    assert [r.strategy for r in runs["p2p"].rows] == [
+        "0->1 p2p uni sequential",
+        "1->0 p2p uni sequential",
     ]
 
 
@@ -237,7 +312,7 @@ def test_suite_with_baseline_exits_like_compare(
         monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "a"), "-b", str(baseline)
     )
     assert same.exit_code == 0, same.output
-    assert same.stdout.count("PASS: no regression") == 3
+    assert same.stdout.count("PASS: no regression") == 4
 
     slow = run_suite_cli(
         monkeypatch,
@@ -255,6 +330,7 @@ def test_suite_with_baseline_exits_like_compare(
         "collectives-float32",
         "collectives-bfloat16",
         "strategies-float32",
+        "p2p",
     }
     assert "❌" in (new_dir / "comparison.md").read_text()
     assert load_suite_dir(new_dir).meta["exit_code"] == 1
@@ -352,3 +428,37 @@ def test_a_real_suite_and_its_repeat_pass_the_gate(tmp_path: Path) -> None:
     (new,) = (tmp_path / "b").iterdir()
     assert not (load_runs(new)["collectives-float32"].path / "plots").exists()
     assert (new / "comparison.md").is_file()
+
+
+def test_p2p_copies_are_gated_too(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "base"))
+    (baseline,) = (tmp_path / "base").iterdir()
+    slow = FakeP2P(ms=1.25)
+    result = run_suite_cli(
+        monkeypatch,
+        FakeLauncher(),
+        str(suite_file),
+        "-o",
+        str(tmp_path / "n"),
+        "-b",
+        str(baseline),
+        p2p=slow,
+    )
+    assert result.exit_code == 1
+    (new_dir,) = (tmp_path / "n").iterdir()
+    gate = json.loads((new_dir / "comparison.json").read_text())["entries"]
+    assert gate["p2p"]["counts"]["worse"] == 2 and gate["collectives-float32"]["exit_code"] == 0
+    assert slow.options == [{"pairs": [[0, 1]], "bidirectional": False}]
+
+
+def test_p2p_is_skipped_on_a_cpu_run(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("commbench.launch.launcher.run_collectives", FakeLauncher())
+    result = CliRunner().invoke(
+        app, ["run", str(suite_file), "-o", str(tmp_path), "--device", "cpu", "--no-plot"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "p2p skipped: p2p measures GPU copies; this suite runs on cpu" in result.stderr

@@ -20,8 +20,9 @@ from commbench import __version__
 from commbench.compare import Comparison
 from commbench.report.figures import context_title
 from commbench.report.options import Images, ReportFormat
+from commbench.report.runs import load_any
 from commbench.results.exporters import HEADERS, build_tables
-from commbench.results.store import Run, load_json, load_run
+from commbench.results.store import Run, load_json
 from commbench.sizes import format_size
 from commbench.suites.store import is_suite, load_suite_dir
 
@@ -235,11 +236,11 @@ def build_report(
             blocks += comparison_blocks(name, comparison, 2)
         for entry in record.entries:
             if entry.path:
-                run = load_run(path / entry.path)
+                run = load_any(path / entry.path)
                 blocks.append(Heading(2, f"{entry.name} ({entry.path})"))
                 blocks += run_blocks(run, 3, images, topology=not meta.get("topology_file"))
     else:
-        run = load_run(path)
+        run = load_any(path)
         blocks = [Heading(1, f"commbench report: {run.path.name}")]
         for name, comparison in comparisons or []:
             blocks += comparison_blocks(name if len(comparisons or []) > 1 else "", comparison, 2)

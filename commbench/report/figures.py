@@ -6,14 +6,13 @@ the specs, which is exactly what matplotlib is handed.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from commbench.report.runs import P2P_KIND, P2P_OP, raw_rows
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import RESULTS_JSON, Run
+from commbench.results.store import Run
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,18 +56,21 @@ class Figure:
 
 def context_title(context: dict[str, Any]) -> str:
     """`NVIDIA H100 80GB HBM3 x8 · nccl 2.21.5 · world size 8`: what a reader needs to see."""
-    names = context.get("device_names") or []
+    names = list(dict.fromkeys(str(n) for n in context.get("device_names") or []))
     world = context.get("world_size")
-    device = " / ".join(str(n) for n in names) if names else str(context.get("device") or "?")
+    count = world or context.get("device_count") or len(context.get("device_names") or [])
+    device = " / ".join(names) if names else str(context.get("device") or "?")
     if device == "cpu":
         device = "CPU"
-    parts = [f"{device} x{world}" if world else device]
-    backend = context.get("backend") or "?"
+    parts = [f"{device} x{count}" if count else device]
+    backend = context.get("backend")
     if backend == "nccl" and context.get("nccl"):
         backend = f"nccl {context['nccl']}"
-    parts.append(backend)
-    nnodes = context.get("nnodes") or 1
-    parts.append(f"world size {world}" + (f" ({nnodes} nodes)" if nnodes > 1 else ""))
+    if backend:
+        parts.append(str(backend))
+    if world:
+        nnodes = context.get("nnodes") or 1
+        parts.append(f"world size {world}" + (f" ({nnodes} nodes)" if nnodes > 1 else ""))
     return " · ".join(parts)
 
 
@@ -159,7 +161,10 @@ def _time(row: ResultRow) -> float | None:
 
 def op_figures(runs: list[Run]) -> list[Figure]:
     """Per op: busbw and latency against message size, one line per run (and variant)."""
-    ops = list(dict.fromkeys(r.op for run in runs for r in run.rows if not r.strategy))
+    # p2p copies have their own figure (the heatmap): a line per op would mix every pair.
+    ops = list(
+        dict.fromkeys(r.op for run in runs for r in run.rows if not r.strategy and r.op != P2P_OP)
+    )
     figures = []
     for op in ops:
 
@@ -183,11 +188,13 @@ def op_figures(runs: list[Run]) -> list[Figure]:
 
 def strategies_figure(runs: list[Run]) -> Figure | None:
     """All-reduce strategies side by side, with the plain all_reduce dashed for reference."""
-    runs = [run for run in runs if any(r.strategy for r in run.rows)]
+
+    def strategy(row: ResultRow) -> bool:
+        return bool(row.strategy) and row.op != P2P_OP
+
+    runs = [run for run in runs if any(strategy(r) for r in run.rows)]
     labels = run_labels(runs)
-    series = _series_for(
-        runs, labels, lambda r: bool(r.strategy), _busbw, name_of=lambda r: r.strategy
-    )
+    series = _series_for(runs, labels, strategy, _busbw, name_of=lambda r: r.strategy)
     if not series:
         return None
     reference = _series_for(
@@ -206,59 +213,32 @@ def strategies_figure(runs: list[Run]) -> Figure | None:
     )
 
 
-_PAIR_RE = re.compile(r"(\d+)\s*(?:->|→|to)\s*(\d+)")
-
-
-def _pair_of(raw: dict[str, Any]) -> tuple[int, int] | None:
-    src, dst = raw.get("src"), raw.get("dst")
-    if isinstance(src, int) and isinstance(dst, int):
-        return src, dst
-    for key in ("pair", "strategy", "op", "note"):
-        value = raw.get(key)
-        if isinstance(value, str) and (m := _PAIR_RE.search(value)):
-            return int(m.group(1)), int(m.group(2))
-    return None
-
-
 def p2p_matrix(run: Run) -> Heatmap | None:
-    """Bandwidth per (src, dst) GPU pair at the largest size measured, from a p2p run.
+    """GB/s per (src, dst) GPU pair at the largest size, as `commbench p2p --matrix` draws it:
+    unidirectional p2p bandwidth rows, each link alone (sequential) where measured."""
+    from commbench.p2p.heatmap import matrix_values
+    from commbench.p2p.schema import P2PRow
 
-    A p2p row names its pair with integer `src`/`dst` fields, or as `0->1` in `pair`,
-    `strategy`, `op` or `note`; its bandwidth is `busbw_gbps` (else `bw_gbps`/`algbw_gbps`).
-    The rows are read raw from results.json: those fields are not in `ResultRow`.
-    """
-    path = run.path / RESULTS_JSON
-    try:
-        raw_rows = json.loads(path.read_text(encoding="utf-8")).get("rows", [])
-    except (OSError, ValueError, AttributeError):
+    rows = []
+    for raw in raw_rows(run.path):
+        try:
+            rows.append(P2PRow.from_dict(raw))
+        except TypeError:
+            continue  # not a p2p row
+    gpus = [i for r in rows for i in (r.src, r.dst) if i is not None]
+    if not gpus:
         return None
-    best: dict[tuple[int, int], tuple[int, float]] = {}
-    for raw in raw_rows if isinstance(raw_rows, list) else []:
-        if not isinstance(raw, dict) or raw.get("check") == CHECK_FAILED:
-            continue
-        pair = _pair_of(raw)
-        value = next(
-            (raw[k] for k in ("busbw_gbps", "bw_gbps", "algbw_gbps") if raw.get(k) is not None),
-            None,
-        )
-        if pair is None or not isinstance(value, int | float):
-            continue
-        size = int(raw.get("size_bytes") or 0)
-        if pair not in best or size >= best[pair][0]:
-            best[pair] = (size, float(value))
-    if not best:
+    n = max(gpus) + 1
+    values, mode = matrix_values(rows, n)
+    if all(v is None for line in values for v in line):
         return None
-    n = max(max(p) for p in best) + 1
-    values: list[list[float | None]] = [[None] * n for _ in range(n)]
-    for (src, dst), (_, value) in best.items():
-        values[src][dst] = value
-    return Heatmap(labels=[f"GPU{i}" for i in range(n)], values=values, unit="GB/s")
+    return Heatmap(labels=[f"cuda:{i}" for i in range(n)], values=values, unit=f"GB/s ({mode})")
 
 
 def p2p_figures(runs: list[Run]) -> list[Figure]:
     figures = []
     for run in runs:
-        heatmap = p2p_matrix(run) if run.meta.get("kind") == "p2p" else None
+        heatmap = p2p_matrix(run) if run.meta.get("kind") == P2P_KIND else None
         if heatmap is not None:
             stem = "p2p" if len(runs) == 1 else f"p2p-{run.path.name}"
             figures.append(

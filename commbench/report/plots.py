@@ -15,7 +15,8 @@ from typing import Any
 
 from commbench.errors import UserError
 from commbench.report.figures import Figure, Heatmap, Panel, all_figures
-from commbench.results.store import Run, load_run
+from commbench.report.runs import load_any
+from commbench.results.store import Run
 from commbench.sizes import format_size
 
 FORMATS = ("png", "svg")
@@ -83,11 +84,13 @@ def _draw_heatmap(fig: Any, ax: Any, heatmap: Heatmap) -> None:
     ax.set_yticks(range(n), heatmap.labels, fontsize=8)
     ax.set_xlabel("destination")
     ax.set_ylabel("source")
+    top = max((v for row in heatmap.values for v in row if v is not None), default=0.0)
     if n <= 16:
         for i, row in enumerate(heatmap.values):
             for j, v in enumerate(row):
                 if v is not None:
-                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="w")
+                    color = "black" if v > 0.6 * top else "white"  # readable on viridis
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8, color=color)
     fig.colorbar(image, ax=ax, label=heatmap.unit)
 
 
@@ -120,7 +123,7 @@ def draw(figure: Figure) -> Any:
                 ncol=2 if len(labels) > 6 else 1,
             )
             fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
-    fig.suptitle(textwrap.fill(figure.title, 110), fontsize=11)
+    fig.suptitle(textwrap.fill(figure.title, int(fig.get_figwidth() * 11)), fontsize=11)
     if figure.heatmap is not None or len({s.label for p in figure.panels for s in p.series}) <= 1:
         fig.tight_layout()
     return fig
@@ -170,7 +173,7 @@ def plot_runs(runs: list[Run], out_dir: Path, formats: Sequence[str] = FORMATS) 
 def plot_paths(
     paths: Sequence[Path], out_dir: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
-    return plot_runs([load_run(p) for p in paths], out_dir, formats)
+    return plot_runs([load_any(p) for p in paths], out_dir, formats)
 
 
 def write_run_plots(run_dir: Path) -> str:

@@ -246,7 +246,7 @@ class StrategiesSection:
 
 @dataclass(kw_only=True, slots=True)
 class P2PSection:
-    """Passed to `commbench.p2p` as a plain mapping; validated here for types only."""
+    """Passed to `commbench.p2p.run_p2p` as a plain mapping (`P2PSettings.from_options`)."""
 
     options: dict[str, Any]
 
@@ -343,7 +343,10 @@ def _p2p(value: Any) -> P2PSection:
     options = {
         "sizes": s.get("sizes", _sizes, None),
         "pairs": s.get("pairs", _pairs, "all"),
+        "mode": s.get("mode", _choice("concurrent", "sequential", "both"), None),
         "bidirectional": s.get("bidirectional", _bool, False),
+        "host": s.get("host", _bool, None),
+        "latency": s.get("latency", _bool, None),
         "warmup": s.get("warmup", _int(0), None),
         "iters": s.get("iters", _int(1), None),
         "min_time": s.get("min_time", _float, None),

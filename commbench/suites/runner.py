@@ -2,8 +2,9 @@
 
 Collectives and strategies go through `run_collectives` (one run per dtype); the topology
 through `commbench.topology.discover`; p2p through `commbench.p2p.run_p2p(options, parent)`
-when that module exists. A section whose module is missing is skipped with a warning, never
-a crash; a run that fails does not stop the next one. With a baseline, every entry is
+(GPU runs only). A section that cannot run here (no GPU for p2p, a module missing) is
+skipped with a warning, never a crash; a run that fails does not stop the next one; Ctrl-C
+stops the suite and keeps what was measured. With a baseline, every entry is
 compared with the baseline's entry of the same name, as `commbench compare` would.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.compare import Comparison, GateSettings
-from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError
+from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted
 from commbench.results.store import atomic_write, dump_json, new_run_dir
 from commbench.suites.config import Sizes, SuiteConfig, Timing
 from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
@@ -158,6 +159,9 @@ class _Suite:
         entry.path = outcome.run_dir.name
         entry.status = outcome.status
         entry.failure = outcome.failure
+        if outcome.status == "interrupted":
+            self.save()
+            raise KeyboardInterrupt
         failed_checks = outcome.checks_failed
         if outcome.status == "complete" and failed_checks:
             entry.status = "failed"
@@ -191,26 +195,36 @@ class _Suite:
         self.save()
 
     def run_p2p(self, options: dict[str, Any]) -> None:
+        if self.machine.device != "cuda":
+            self.skip(
+                "p2p", "p2p", f"p2p measures GPU copies; this suite runs on {self.machine.device}"
+            )
+            return
         try:
-            from commbench.p2p import run_p2p  # type: ignore[attr-defined]
+            from commbench.p2p import run_p2p
         except ImportError:
             self.skip("p2p", "p2p", "p2p is not available in this commbench (no commbench.p2p)")
             return
         entry = Entry(name="p2p", section="p2p", status="running")
         self.entries.append(entry)
         self.save()
+        self.on_event("p2p: measuring")
         resolved = {
             k: v.for_device(self.machine.device) if isinstance(v, Sizes) else v
             for k, v in options.items()
         }
         try:
             outcome = run_p2p(resolved, self.path)
+        except Interrupted:
+            entry.status = "interrupted"
+            self.save()
+            raise KeyboardInterrupt from None
         except CommbenchError as exc:
             entry.status, entry.failure = "failed", str(exc)
         else:
             entry.path = Path(outcome.run_dir).name
             entry.status = str(outcome.status)
-            entry.failure = getattr(outcome, "failure", None)
+            entry.failure = outcome.failure
             if self.plot:
                 self.write_plots(Path(outcome.run_dir))
         self.on_event(f"p2p: {entry.status}" + (f" ({entry.failure})" if entry.failure else ""))
@@ -278,7 +292,7 @@ def run_suite(
     suite.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     suite.save()
     if interrupted:
-        raise KeyboardInterrupt
+        raise Interrupted(f"interrupted; what was measured is in {suite.path}")
     outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
     if baseline is not None:
         outcome.comparisons = compare_targets(baseline, suite.path, gate or config.gate)

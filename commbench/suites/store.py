@@ -20,8 +20,9 @@ from typing import Any
 
 from commbench.compare import Comparison, GateSettings, compare_runs
 from commbench.errors import EXIT_OK, UserError
+from commbench.report.runs import load_any
 from commbench.results.schema import SCHEMA_VERSION
-from commbench.results.store import Run, atomic_write, dump_json, load_json, load_run
+from commbench.results.store import Run, atomic_write, dump_json, load_json
 
 SUITE_FILE = "suite.json"
 SUITE_KIND = "suite"
@@ -95,13 +96,13 @@ def load_runs(path: Path) -> dict[str, Run]:
     """The runs at `path` by entry name: every run of a suite, or the one run directory."""
     path = Path(path)
     if not is_suite(path):
-        run = load_run(path)
+        run = load_any(path)
         return {entry_name(run): run}
     record = load_suite_dir(path)
     runs = {}
     for entry in record.entries:
         if entry.path:
-            runs[entry.name] = load_run(path / entry.path)
+            runs[entry.name] = load_any(path / entry.path)
     return runs
 
 
