@@ -3,8 +3,8 @@
     python -m pytest -m gpu tests/test_p2p_gpu.py
 
 Timing goals (commbench's d2d within 10% of a bare copy loop; pinned host copies at 85% of
-the PCIe rate) are measured by benchmarks/p2p_single_gpu.py; only the loop comparison,
-which is relative and robust, is asserted here.
+the PCIe rate) are measured by benchmarks/p2p_single_gpu.py, never asserted here: tests
+check that the copies ran, were timed and moved the right data.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.p2p import P2PSettings, run_p2p
-from commbench.p2p.measure import Buffers, CudaBackend, bare_copy_loop, time_step
+from commbench.p2p.measure import Buffers, CudaBackend, time_step
 from commbench.p2p.plan import HOST, Copy, Step
 
 pytestmark = pytest.mark.gpu
@@ -44,7 +44,6 @@ def test_device_to_device_within_one_gpu() -> None:
     assert timing.checks == [True]
     (samples,) = timing.samples_ms
     assert len(samples) == 5 and all(s > 0 for s in samples)
-    assert gbps(SIZE, sorted(samples)[2]) > 50  # any data-centre GPU copies far faster
 
 
 def test_pinned_host_copies() -> None:
@@ -55,7 +54,7 @@ def test_pinned_host_copies() -> None:
     for c in (Copy(HOST, 0), Copy(0, HOST)):
         timing = time_step(one(c), backend, buffers, warmup=2, iters=5)
         assert timing.checks == [True], c.label
-        assert gbps(SIZE, sorted(timing.samples_ms[0])[2]) > 1, c.label
+        assert all(ms > 0 for ms in timing.samples_ms[0]), c.label
 
 
 def test_small_copy_latency() -> None:
@@ -65,7 +64,7 @@ def test_small_copy_latency() -> None:
         timing = time_step(one(Copy(0, 0), size, "latency"), backend, buffers, warmup=5, iters=50)
         assert timing.checks == [True]
         median_us = sorted(timing.samples_ms[0])[25] * 1e3
-        assert 0 < median_us < 1000, size
+        assert median_us > 0, size
 
 
 class _Corrupting(CudaBackend):
@@ -79,20 +78,6 @@ def test_verification_catches_a_wrong_copy() -> None:
     backend = _Corrupting()
     timing = time_step(one(Copy(0, 0)), backend, Buffers(backend), warmup=0, iters=1)
     assert timing.checks == [False]
-
-
-def test_d2d_is_within_ten_percent_of_a_bare_copy_loop() -> None:
-    size = 256 << 20
-    backend = CudaBackend()
-    buffers = Buffers(backend)
-    src, dst = buffers.source(0, size), buffers.dest(0, size, 0)
-    ratios = []
-    for _ in range(3):
-        bare_ms = bare_copy_loop(dst, src, 20)
-        timing = time_step(one(Copy(0, 0), size), backend, buffers, warmup=2, iters=20)
-        ours_ms = sorted(timing.samples_ms[0])[10]
-        ratios.append(bare_ms / ours_ms)
-    assert max(ratios) >= 0.9, ratios
 
 
 def test_run_writes_a_complete_run_dir(tmp_path: Path) -> None:
