@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from commbench.context import comparable
 from commbench.errors import EXIT_FAILED, EXIT_OK, UserError
@@ -45,6 +45,7 @@ LATENCY_BOUND_FRACTION = 0.5
 MIN_SAMPLES = 3
 
 PointKey = tuple[str, str, str, str, int, int, bool]
+KEY_FIELDS = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes", "in_place")
 
 # comparable() keys, as the refusal message names them.
 _CONTEXT_LABELS = {
@@ -163,6 +164,10 @@ def point_key(row: ResultRow) -> PointKey:
     return (*row.key, row.in_place)
 
 
+def _key_fields(key: PointKey) -> dict[str, Any]:
+    return dict(zip(KEY_FIELDS, key))
+
+
 def _series_key(key: PointKey) -> tuple[Any, ...]:
     return key[:5] + key[6:]
 
@@ -205,15 +210,7 @@ class PointResult:
 
     @property
     def key(self) -> PointKey:
-        return (
-            self.op,
-            self.strategy,
-            self.dtype,
-            self.reduce_op,
-            self.world_size,
-            self.size_bytes,
-            self.in_place,
-        )
+        return cast(PointKey, tuple(getattr(self, name) for name in KEY_FIELDS))
 
     @property
     def failing(self) -> bool:
@@ -356,13 +353,7 @@ def _judge(
         mark, reason = Mark.same, f"{change}" + (" (noisy)" if faster else "")
 
     return PointResult(
-        op=key[0],
-        strategy=key[1],
-        dtype=key[2],
-        reduce_op=key[3],
-        world_size=key[4],
-        size_bytes=key[5],
-        in_place=key[6],
+        **_key_fields(key),
         mark=mark,
         reason=reason,
         base_busbw_gbps=base.busbw_gbps,
@@ -387,13 +378,7 @@ def _index(rows: list[ResultRow]) -> dict[PointKey, ResultRow]:
 
 def _bare(key: PointKey, mark: Mark, reason: str, row: ResultRow) -> PointResult:
     return PointResult(
-        op=key[0],
-        strategy=key[1],
-        dtype=key[2],
-        reduce_op=key[3],
-        world_size=key[4],
-        size_bytes=key[5],
-        in_place=key[6],
+        **_key_fields(key),
         mark=mark,
         reason=reason,
         base_busbw_gbps=row.busbw_gbps if mark is not Mark.new else None,

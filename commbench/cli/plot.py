@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--out",
             "-o",
-            help="Directory for the figures. Default: RUN_DIR/plots for one run, ./plots for several.",
+            help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, ./plots for several.",
         ),
         formats: str = typer.Option("png,svg", "--formats", help="Comma list: png, svg."),
     ) -> None:
@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
             from commbench.report.plots import plot_paths
 
             paths = expand_runs(runs)
-            target = out or (paths[0] / "plots" if len(paths) == 1 else Path("plots"))
+            single = runs[0] if len(runs) == 1 else None  # one run, or one suite
+            target = out or (single / "plots" if single is not None else Path("plots"))
             written = plot_paths(
                 paths, target, [f.strip() for f in formats.split(",") if f.strip()]
             )
