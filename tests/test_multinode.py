@@ -118,3 +118,51 @@ def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:
     assert meta["launch"]["debug"] is True
     logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("stderr.log"))
     assert "The debug level is set to DETAIL" in logs
+
+
+def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
+    (tmp_path / "tiny.yaml").write_text(
+        "schema_version: 1\nname: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: \"1K,64K\"\n"
+        "  dtypes: [float32]\n  iters: 3\n  warmup: 1\n"
+    )
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "commbench",
+                "run",
+                "tiny.yaml",
+                "--device",
+                "cpu",
+                "--nproc",
+                "1",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(r),
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--no-plot",
+                "-o",
+                f"node{r}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    runs = [
+        load_run(d)
+        for r in (0, 1)
+        for suite in (tmp_path / f"node{r}").iterdir()
+        for d in suite.iterdir()
+        if (d / "run.json").exists()
+    ]
+    (run,) = [r for r in runs if r.rows]
+    assert run.context["world_size"] == 2 and all(row.world_size == 2 for row in run.rows)
+    assert run.meta["launch"]["rdzv_id"] == "commbench-collectives-float32"

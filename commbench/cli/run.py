@@ -39,6 +39,19 @@ def register(app: typer.Typer) -> None:
         fmt: Format = typer.Option(
             Format.table, "--format", "-f", help="Format of the comparison on stdout."
         ),
+        nnodes: int = typer.Option(
+            None, "--nnodes", help="Nodes in a multi-node suite (run it on each)."
+        ),
+        node_rank: int = typer.Option(None, "--node-rank", help="This node's index, 0..nnodes-1."),
+        rdzv_endpoint: str = typer.Option(
+            None, "--rdzv-endpoint", help="HOST:PORT of the torchrun rendezvous."
+        ),
+        rdzv_id: str = typer.Option(
+            None, "--rdzv-id", help="Rendezvous id (the same on every node)."
+        ),
+        debug: bool = typer.Option(
+            False, "--debug", help="TORCH_DISTRIBUTED_DEBUG=DETAIL, NCCL INFO logs."
+        ),
     ) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():
@@ -46,9 +59,17 @@ def register(app: typer.Typer) -> None:
 
             from commbench.cli.collectives import CPU_DEFAULT_NPROC, visible_gpus
             from commbench.compare import parse_fraction
+            from commbench.launch.launcher import resolve_launch
             from commbench.suites.config import load_suite
             from commbench.suites.runner import Machine, run_suite
 
+            launch = resolve_launch(
+                nnodes=nnodes,
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=rdzv_id,
+                debug=debug,
+            )
             suite = load_suite(config)
             dev = device or suite.device
             gpus = visible_gpus() if dev in (None, "cuda") else 0
@@ -59,6 +80,11 @@ def register(app: typer.Typer) -> None:
                 or suite.nproc
                 or (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
                 backend=backend or suite.backend or ("nccl" if dev == "cuda" else "gloo"),
+                nnodes=launch.nnodes,
+                node_rank=launch.node_rank,
+                rdzv_endpoint=launch.rdzv_endpoint,
+                rdzv_id=launch.rdzv_id,
+                debug=launch.debug,
             )
             gate = suite.gate
             if tolerance is not None:

@@ -33,6 +33,27 @@ class Machine:
     device: str
     nproc: int
     backend: str
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the torchrun rendezvous for a multi-node suite (every node runs the suite)."""
+    rdzv_id: str = "commbench"
+    debug: bool = False
+
+    def launch(self, entry: str) -> Any:
+        """The launch options for one suite entry: a rendezvous id of its own per entry, so
+        the nodes meet again for every run of the suite."""
+        from commbench.launch.launcher import LaunchOptions
+
+        if self.rdzv_endpoint is None:
+            return LaunchOptions(debug=self.debug)
+        return LaunchOptions(
+            nnodes=self.nnodes,
+            node_rank=self.node_rank,
+            rdzv_endpoint=self.rdzv_endpoint,
+            rdzv_id=f"{self.rdzv_id}-{entry}",
+            debug=self.debug,
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -150,7 +171,9 @@ class _Suite:
         self.save()
         self.on_event(f"{name}: measuring")
         try:
-            outcome = run_collectives(settings, self.path, on_progress=self.on_progress)
+            outcome = run_collectives(
+                settings, self.path, launch=self.machine.launch(name), on_progress=self.on_progress
+            )
         except CommbenchError as exc:
             entry.status, entry.failure = "failed", str(exc)
             self.on_event(f"{name}: failed: {exc}")
