@@ -100,6 +100,26 @@ def worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def harness_cost_ns(iters: int = 200_000) -> tuple[float, float]:
+    """Per-iteration cost of commbench's CPU timer loop and of a bare loop, around a no-op:
+    what the harness itself adds, free of the network's noise. Best of 5."""
+    from commbench.timing import time_cpu
+
+    def noop() -> None:
+        pass
+
+    bare, timed = [], []
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            noop()
+        bare.append((time.perf_counter_ns() - t0) / iters)
+        t0 = time.perf_counter_ns()
+        time_cpu(noop, iters)
+        timed.append((time.perf_counter_ns() - t0) / iters)
+    return min(bare), min(timed)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
@@ -164,6 +184,18 @@ def main() -> None:
             f"{statistics.median(timer):+.1%} ({min(timer):+.0%}..{max(timer):+.0%}) | "
             f"{statistics.median(maxeff):+.1%} | {med:.1f} |"
         )
+    bare_ns, timed_ns = harness_cost_ns()
+    added_us = (timed_ns - bare_ns) / 1e3
+    lines += [
+        "",
+        f"Harness cost per iteration around a no-op (best of 5 x 200k): bare loop {bare_ns:.0f} ns, "
+        f"commbench's timer loop {timed_ns:.0f} ns: {added_us * 1e3:.0f} ns added per iteration, "
+        + ", ".join(
+            f"{added_us / statistics.median(r['bare_mean'] for r in p['rounds']):.3%} of {format_size(p['size'])}"
+            for p in data
+        )
+        + ".",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
