@@ -118,7 +118,17 @@ def test_strategies_are_probed_too() -> None:
     line = one_line_error(
         runner.invoke(
             app,
-            ["collectives", "--device", "cpu", "--strategies", "ring", "--dtype", "int32", "--reduce-op", "avg"],
+            [
+                "collectives",
+                "--device",
+                "cpu",
+                "--strategies",
+                "ring",
+                "--dtype",
+                "int32",
+                "--reduce-op",
+                "avg",
+            ],
         )
     )
     assert "cannot run the ring all-reduce with dtype int32 and reduce op avg" in line

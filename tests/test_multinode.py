@@ -122,7 +122,7 @@ def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:
 
 def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(
-        "schema_version: 1\nname: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: \"1K,64K\"\n"
+        'schema_version: 1\nname: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: "1K,64K"\n'
         "  dtypes: [float32]\n  iters: 3\n  warmup: 1\n"
     )
     port = free_port()
