@@ -7,7 +7,14 @@ from pathlib import Path
 
 import typer
 
-from commbench.cli._common import reported_errors
+from commbench.cli._common import (
+    DEBUG,
+    NNODES,
+    NODE_RANK,
+    RDZV_ENDPOINT,
+    RDZV_ID,
+    reported_errors,
+)
 from commbench.errors import Interrupted, RunFailed, UserError
 from commbench.results.exporters import Format
 
@@ -99,19 +106,11 @@ def register(app: typer.Typer) -> None:
             Path("results"), "--out", "-o", help="Parent directory of the run directory."
         ),
         fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
-        nnodes: int = typer.Option(
-            None, "--nnodes", help="Nodes in a multi-node run (run the same command on each)."
-        ),
-        node_rank: int = typer.Option(None, "--node-rank", help="This node's index, 0..nnodes-1."),
-        rdzv_endpoint: str = typer.Option(
-            None, "--rdzv-endpoint", help="HOST:PORT of the torchrun c10d rendezvous."
-        ),
-        rdzv_id: str = typer.Option(
-            None, "--rdzv-id", help="Rendezvous id (the same on every node)."
-        ),
-        debug: bool = typer.Option(
-            False, "--debug", help="TORCH_DISTRIBUTED_DEBUG=DETAIL, NCCL INFO logs in the run dir."
-        ),
+        nnodes: int = NNODES,
+        node_rank: int = NODE_RANK,
+        rdzv_endpoint: str = RDZV_ENDPOINT,
+        rdzv_id: str = RDZV_ID,
+        debug: bool = DEBUG,
         profile: bool = typer.Option(
             False, "--profile", help="torch.profiler Chrome trace per rank (untimed iterations)."
         ),

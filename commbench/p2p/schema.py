@@ -7,14 +7,13 @@ Rows are written to `results.json` (with the per-iteration samples) and `results
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from commbench.p2p.expect import Expectation, Verdict, judge
 from commbench.p2p.plan import Step
+from commbench.results.store import dicts_to_csv
 from commbench.stats import Stats
 
 SCHEMA_VERSION = 1
@@ -231,10 +230,4 @@ CSV_COLUMNS = [
 
 
 def rows_to_csv(rows: list[P2PRow]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        data = row.to_dict(samples=False)
-        writer.writerow({k: ("" if v is None else v) for k, v in data.items()})
-    return buf.getvalue()
+    return dicts_to_csv([row.to_dict(samples=False) for row in rows], CSV_COLUMNS)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from commbench.compare import Comparison, Mark, PointResult
-from commbench.results.exporters import Format
+from commbench.results.exporters import Format, group_title
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
 
@@ -25,19 +25,6 @@ SYMBOLS = {
     Mark.new: "* new",
 }
 HEADERS = ["size", "baseline", "new", "ratio", "p", "limit", "mark", "why"]
-
-
-def series_title(p: PointResult) -> str:
-    parts = [p.op]
-    if p.strategy:
-        parts.append(f"strategy={p.strategy}")
-    parts.append(p.dtype)
-    if p.reduce_op:
-        parts.append(f"op={p.reduce_op}")
-    parts.append(f"n={p.world_size}")
-    if p.in_place:
-        parts.append("in-place")
-    return "  ".join(parts)
 
 
 def _speed(busbw: float | None, time_us: float | None) -> str:
@@ -65,7 +52,7 @@ def _cells(p: PointResult) -> list[str]:
 def build_tables(comparison: Comparison) -> list[tuple[str, list[list[str]]]]:
     groups: dict[str, list[list[str]]] = {}
     for p in comparison.points:
-        groups.setdefault(series_title(p), []).append(_cells(p))
+        groups.setdefault(group_title(p), []).append(_cells(p))
     return list(groups.items())
 
 

@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import Callable
 from enum import Enum
+from typing import Protocol
 
 from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json, rows_to_csv
@@ -32,7 +33,18 @@ def _num(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
-def group_title(row: ResultRow) -> str:
+class Series(Protocol):
+    """What names a series of points: a result row, or a point the regression gate compared."""
+
+    op: str
+    strategy: str
+    dtype: str
+    reduce_op: str
+    world_size: int
+    in_place: bool
+
+
+def group_title(row: Series) -> str:
     parts = [row.op]
     if row.strategy:
         parts.append(f"strategy={row.strategy}")

@@ -73,14 +73,18 @@ def new_run_dir(parent: Path, kind: str) -> Path:
     raise UserError(f"could not create a new run directory under {parent}")
 
 
-def rows_to_csv(rows: list[ResultRow]) -> str:
+def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
+    """CSV with a fixed column order; None becomes an empty cell, unknown keys are dropped."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        data = row.to_dict(samples=False)
+    for data in records:
         writer.writerow({k: ("" if v is None else v) for k, v in data.items()})
     return buf.getvalue()
+
+
+def rows_to_csv(rows: list[ResultRow]) -> str:
+    return dicts_to_csv([row.to_dict(samples=False) for row in rows], CSV_COLUMNS)
 
 
 def write_results(run_dir: Path, rows: list[ResultRow]) -> None:
