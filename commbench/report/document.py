@@ -110,8 +110,10 @@ def topology_blocks(topology: Any, level: int) -> list[Block]:
     blocks: list[Block] = [Heading(level, "Topology")]
     if not isinstance(topology, dict) or not topology:
         return [*blocks, Para("Not recorded (no NVML on the measuring host, or an import).")]
-    if topology.get("error") or topology.get("nvml_error"):
-        blocks.append(Para(f"NVML: {topology.get('error') or topology.get('nvml_error')}"))
+    if topology.get("error"):
+        blocks.append(Para(f"Topology discovery failed: {topology['error']}"))
+    if topology.get("nvml_error"):
+        blocks.append(Para(str(topology["nvml_error"])))  # already says "NVML: ..."
     gpus = [g for g in topology.get("gpus") or [] if isinstance(g, dict)]
     if gpus:
         rows = []
