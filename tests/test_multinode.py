@@ -4,9 +4,12 @@ meeting at a c10d rendezvous on 127.0.0.1. Also --debug and --profile files."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +169,79 @@ def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
     (run,) = [r for r in runs if r.rows]
     assert run.context["world_size"] == 2 and all(row.world_size == 2 for row in run.rows)
     assert run.meta["launch"]["rdzv_id"] == "commbench-collectives-float32"
+
+
+def test_a_stopped_rank_on_another_node_is_named_with_its_host(tmp_path: Path) -> None:
+    port = free_port()
+    common = [
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--nproc",
+        "1",
+        "--device",
+        "cpu",
+        "--ops",
+        "all_reduce",
+        "--sizes",
+        "1K-16M",
+        "--iters",
+        "30",
+        "--warmup",
+        "1",
+        "--timeout",
+        "5",
+    ]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "commbench",
+                "collectives",
+                *common,
+                "--node-rank",
+                str(r),
+                "-o",
+                f"node{r}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    # wait until each node sees the other's rank through the store, mid-sweep, then stop the
+    # rank that runs on node1
+    deadline = time.monotonic() + 120
+    local: dict = {}
+    while time.monotonic() < deadline:
+        local, mirrored = {}, {}
+        for r in (0, 1):
+            for f in (tmp_path / f"node{r}").glob("*/ranks/rank*.json"):
+                try:
+                    data = json.loads(f.read_text())
+                except ValueError:
+                    continue
+                (mirrored if data.get("remote") else local)[(r, data["rank"])] = data
+        if (
+            len(local) == 2
+            and len(mirrored) == 2
+            and all(d["point"] >= 1 for d in mirrored.values())
+        ):
+            break
+        time.sleep(0.1)
+    assert len(local) == 2, [p.poll() for p in nodes]
+    ((_, victim_rank),) = [key for key in local if key[0] == 1]
+    victim_pid = local[(1, victim_rank)]["pid"]
+    os.kill(victim_pid, signal.SIGSTOP)
+    try:
+        outputs = [p.communicate(timeout=90) for p in nodes]
+    finally:
+        os.kill(victim_pid, signal.SIGCONT) if Path(f"/proc/{victim_pid}").exists() else None
+    node0_err = outputs[0][1]
+    assert nodes[0].returncode == 1 and nodes[1].returncode == 1, outputs
+    # node0 only knows the victim through the store: it still names the rank and its host
+    assert f"rank {victim_rank} (host" in node0_err and "stopped responding" in node0_err, node0_err
+    assert f"rank {victim_rank}" in outputs[1][1] and "is stopped" in outputs[1][1]

@@ -307,7 +307,8 @@ class _Watch:
                 self.done = True
         self.heartbeats = read_heartbeats(self.run_dir)
         for beat in self.heartbeats.values():
-            self.pids.add(int(beat["pid"]))
+            if not beat.get("remote"):  # a remote rank's pid means nothing on this node
+                self.pids.add(int(beat["pid"]))
         signature = (
             len(self.rows),
             tuple(
@@ -340,6 +341,8 @@ def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
     silent_after = min(STALE_AFTER, timeout / 2)
     dead: dict[int, tuple[int, str]] = {}
     for r, b in beats.items():
+        if b.get("remote"):
+            continue  # judged below, once we know this node's mirror is alive
         state = procs.state(int(b.get("pid", -1)))
         if state in ("T", "t"):
             dead[r] = (0, "is stopped (SIGSTOP or a debugger)")
@@ -347,6 +350,18 @@ def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
             dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
         elif now - b.get("mtime", now) > silent_after:
             dead[r] = (1, "stopped responding")
+    # Other nodes' ranks are known only through this node's local rank 0, which copies their
+    # heartbeats from the job's store whenever they change. A remote rank is silent if that
+    # copier went on running for a while after the rank's last change (even if the copier
+    # has died since, e.g. because the other node's launcher stopped its peer).
+    mirror_times = [
+        b["mtime"] for b in beats.values() if not b.get("remote") and b.get("local_rank", 0) == 0
+    ]
+    if mirror_times:
+        mirror_time = max(mirror_times)
+        for r, b in beats.items():
+            if b.get("remote") and mirror_time - b.get("mtime", mirror_time) > silent_after:
+                dead[r] = (1, "stopped responding (no heartbeat through the job's store)")
     live = {r: b for r, b in beats.items() if r not in dead}
     behind: dict[int, dict[str, Any]] = {}
     if live:

@@ -72,22 +72,27 @@ class Heartbeat:
     position. The launcher uses both facts to name the culprit.
     """
 
-    def __init__(self, path: Path, rank: int, host: str) -> None:
+    def __init__(self, path: Path, rank: int, host: str, local_rank: int = 0) -> None:
         self.path = path
         self.rank = rank
         self.host = host
+        self.local_rank = local_rank
         self.point = -1
         self.phase = "init"
         self.iteration = 0
         self.error = ""
+        self.share: Any = None
+        """A `StoreShare` once the process group is up: heartbeats then also cross nodes."""
+        self._mirrored: dict[int, bytes] = {}
         self._stop = threading.Event()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
         self._thread.start()
 
     def _write(self) -> None:
-        state = {
+        state: dict[str, Any] = {
             "rank": self.rank,
+            "local_rank": self.local_rank,
             "host": self.host,
             "pid": os.getpid(),
             "point": self.point,
@@ -96,14 +101,28 @@ class Heartbeat:
             "error": self.error,
             "time": time.time(),
         }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.path)
+        _replace(self.path, json.dumps(state).encode())
+        if self.share is not None:
+            self.share.publish(self.rank, json.dumps(state).encode())
+
+    def _mirror(self) -> None:
+        """Copy the other nodes' heartbeats into this node's ranks/ directory, rewriting a
+        file only when its content changed: its mtime is then when that rank last showed life,
+        by this node's clock (remote clocks may be skewed)."""
+        for rank, value in self.share.fetch_remote().items():
+            if self._mirrored.get(rank) == value:
+                continue
+            self._mirrored[rank] = value
+            data = json.loads(value)
+            data["remote"] = True
+            _replace(self.path.parent / f"rank{rank}.json", json.dumps(data).encode())
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Exception):  # a heartbeat must never kill the worker
                 self._write()
+                if self.share is not None and self.share.mirror:
+                    self._mirror()
             self._stop.wait(HEARTBEAT_INTERVAL)
 
     def stop(self, error: str = "") -> None:
@@ -115,6 +134,37 @@ class Heartbeat:
         self._thread.join(timeout=2)
         with contextlib.suppress(OSError):
             self._write()
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class StoreShare:
+    """Heartbeats through the job's c10d store (the rendezvous store torchrun runs), so the
+    launcher on every node sees every rank, and a stuck rank on another node is named with
+    its host, not just as "all my ranks are waiting". Uses its own store client, only ever
+    from the heartbeat thread."""
+
+    PREFIX = "commbench/heartbeat/"
+
+    def __init__(self, store: Any, world: int, local_ranks: set[int], mirror: bool) -> None:
+        self.store = store
+        self.world = world
+        self.local_ranks = local_ranks
+        self.mirror = mirror
+
+    def publish(self, rank: int, value: bytes) -> None:
+        self.store.set(f"{self.PREFIX}{rank}", value)
+
+    def fetch_remote(self) -> dict[int, bytes]:
+        remote = [r for r in range(self.world) if r not in self.local_ranks]
+        keys = [f"{self.PREFIX}{r}" for r in remote]
+        if not keys or not self.store.check(keys):
+            return {}  # not every rank has published yet; get would block
+        return dict(zip(remote, self.store.multi_get(keys), strict=True))
 
 
 def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:

@@ -25,7 +25,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from commbench.collectives import ops as collective_ops
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.collectives.specs import busbw_factor, plan_size
-from commbench.launch.protocol import EVENTS_FILE, SETTINGS_FILE, Heartbeat, Journal, heartbeat_path
+from commbench.launch.protocol import (
+    EVENTS_FILE,
+    SETTINGS_FILE,
+    Heartbeat,
+    Journal,
+    StoreShare,
+    heartbeat_path,
+)
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 
@@ -62,7 +69,9 @@ class Worker:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
-        self.hb = Heartbeat(heartbeat_path(run_dir, self.rank), self.rank, self.host)
+        self.hb = Heartbeat(
+            heartbeat_path(run_dir, self.rank), self.rank, self.host, self.local_rank
+        )
         if settings.device == "cuda":
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
@@ -94,6 +103,7 @@ class Worker:
             "rank": self.rank,
             "local_rank": self.local_rank,
             "host": self.host,
+            "node": int(os.environ.get("GROUP_RANK", "0")),
             "pid": os.getpid(),
             "device": str(self.device),
             "device_name": torch.cuda.get_device_name(self.device)
@@ -102,9 +112,28 @@ class Worker:
         }
         ranks: list[Any] = [None] * self.world
         dist.all_gather_object(ranks, info)
+        self._share_heartbeats(ranks)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(ranks)})
+
+    def _share_heartbeats(self, ranks: list[Any]) -> None:
+        """On a multi-node run, publish heartbeats in the job's store; each node's local rank 0
+        mirrors the other nodes' into this node's run directory for its launcher."""
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        local = {r["rank"] for r in ranks if r["node"] == node}
+        if len(local) == self.world or "MASTER_ADDR" not in os.environ:
+            return
+        try:
+            store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                is_master=False,
+                timeout=timedelta(seconds=30),
+            )
+        except Exception:  # no shared heartbeats: hangs are still named per node
+            return
+        self.hb.share = StoreShare(store, self.world, local, mirror=self.local_rank == 0)
 
     def _context(self, ranks: list[Any]) -> dict[str, Any]:
         nccl = None
@@ -121,7 +150,7 @@ class Worker:
             "device": self.s.device,
             "world_size": self.world,
             "group_size": self.group_size,
-            "nnodes": len({r["host"] for r in ranks}),
+            "nnodes": len({r["node"] for r in ranks}),
             "ranks": ranks,
         }
 
