@@ -52,11 +52,14 @@ GRAPH_OPS = 10
 
 
 def time_cuda_graph(
-    call: Callable[[], None], iters: int, tick: Tick = _no_tick
+    call: Callable[[], None], iters: int, tick: Tick = _no_tick, min_samples: int = 1
 ) -> tuple[list[float], int]:
-    """Capture `GRAPH_OPS` calls in a graph, replay it; returns (per-op samples, ops per replay)."""
+    """Capture `GRAPH_OPS` calls in a graph, replay it; returns (per-op samples, ops per replay).
+
+    At least `iters` ops run, in at least `min_samples` replays: each replay is one sample, and
+    the regression gate's significance test needs several."""
     per_graph = max(1, min(GRAPH_OPS, iters))
-    replays = max(1, math.ceil(iters / per_graph))
+    replays = max(min_samples, math.ceil(iters / per_graph))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()

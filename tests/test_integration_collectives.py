@@ -186,11 +186,14 @@ def test_a_stopped_worker_is_named_and_stopped_within_the_timeout(tmp_path: Path
     )
 
 
-def test_ctrl_c_stops_everything_and_keeps_what_was_measured(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_everything_and_keeps_what_was_measured(
+    tmp_path: Path, sig: int
+) -> None:
     proc = commbench("collectives", *SWEEP, "-o", "out")
     run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
     workers = [_pid(run_dir, 0), _pid(run_dir, 1)]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     run = load_run(run_dir)

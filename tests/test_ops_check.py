@@ -65,3 +65,20 @@ def test_async_op_waits_for_completion(world1) -> None:
     )
     call = ops.make_call("all_reduce", bufs, world1, "sum", async_op=True)
     assert ops.check("all_reduce", bufs, call, world1, "sum")
+
+
+def test_sum_pattern_stays_exact_on_large_worlds() -> None:
+    # 3 x 100 > 256: small-integer sums would round in bf16, so the check switches to one-hot
+    assert ops._pattern_kind("all_reduce", "sum", 100, torch.bfloat16) == "onehot"
+    assert ops._pattern_kind("all_reduce", "sum", 100, torch.float32) == "sum"
+    assert ops._pattern_kind("all_reduce", "sum", 50, torch.int8) == "onehot"
+    expected = ops._expected_reduction("onehot", "sum", 0, 1000, 100, torch.device("cpu"))
+    assert torch.equal(expected, torch.ones(1000, dtype=torch.float64))
+    assert ops._matches(expected.to(torch.bfloat16), expected, "sum", 100)
+
+
+def test_avg_tolerance_grows_with_the_world() -> None:
+    exact = torch.full((8,), 2.0, dtype=torch.float64)
+    off_by_some_ulps = (exact * (1 + 6 * torch.finfo(torch.float32).eps)).to(torch.float32)
+    assert not ops._matches(off_by_some_ulps, exact, "avg", 2)
+    assert ops._matches(off_by_some_ulps, exact, "avg", 24)

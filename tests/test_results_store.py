@@ -106,3 +106,34 @@ def test_exporters_share_one_table() -> None:
     assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
     assert json.loads(export(rows, Format.json))[1]["size_bytes"] == 2048
     assert export(rows, Format.csv).splitlines()[0].startswith("op,strategy,dtype")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("time_us", "abc", "'time_us' has the wrong type"),
+        ("world_size", 2.5, "'world_size'"),
+        ("samples_us", [1, "x"], "list of numbers"),
+        ("in_place", 1, "'in_place'"),
+    ],
+)
+def test_a_row_of_the_wrong_type_is_one_clear_error(
+    tmp_path: Path, field: str, value, fragment: str
+) -> None:
+    run = new_run_dir(tmp_path, "x")
+    write_run_meta(run, {"kind": "collectives"})
+    write_results(run, [make_row()])
+    data = json.loads((run / "results.json").read_text())
+    data["rows"][0][field] = value
+    (run / "results.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"rows\[0\]") as info:
+        load_run(run)
+    assert fragment in str(info.value)
+
+
+def test_every_row_field_has_a_declared_type() -> None:
+    from dataclasses import fields
+
+    from commbench.results.schema import _FIELD_TYPES
+
+    assert set(_FIELD_TYPES) == {f.name for f in fields(ResultRow)}

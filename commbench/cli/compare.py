@@ -8,6 +8,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.results.exporters import Format
+from commbench.results.store import writing
 
 
 def register(app: typer.Typer) -> None:
@@ -55,8 +56,9 @@ def register(app: typer.Typer) -> None:
             results = compare_targets(baseline, new, settings)
             text = render_many(results, fmt)
             if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(text, encoding="utf-8")
+                with writing(out):
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(text, encoding="utf-8")
             code = exit_code(results)
         typer.echo(text, nl=False)
         raise typer.Exit(code)

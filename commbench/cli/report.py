@@ -8,6 +8,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.report.options import Images, ReportFormat
+from commbench.results.store import writing
 
 
 def register(app: typer.Typer) -> None:
@@ -36,8 +37,9 @@ def register(app: typer.Typer) -> None:
                 comparisons = compare_targets(baseline, run)
             text = render_report(run, fmt, images, comparisons)
             if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(text, encoding="utf-8")
+                with writing(out):
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text(text, encoding="utf-8")
                 typer.echo(str(out), err=True)
                 return
         typer.echo(text, nl=False)

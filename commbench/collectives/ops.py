@@ -152,12 +152,17 @@ def make_call(
     if op == "sendrecv":
         nxt, prv = group.global_rank(r + 1), group.global_rank(r - 1)
 
+        p2p = [
+            dist.P2POp(dist.isend, bufs.inp, nxt, group=pg),
+            dist.P2POp(dist.irecv, bufs.out, prv, group=pg),
+        ]
+
         def sendrecv() -> None:
-            # isend/irecv are asynchronous by nature; --async-op changes nothing here.
-            reqs = [dist.isend(bufs.inp, nxt, group=pg), dist.irecv(bufs.out, prv, group=pg)]
-            for req in reqs:
-                if req is not None:
-                    req.wait()
+            # The send and the receive go out as one group: issued separately, every rank's
+            # send would wait on NCCL for a receive queued behind its peer's send (a deadlock
+            # at sizes past NCCL's buffers). --async-op changes nothing: they are async anyway.
+            for req in dist.batch_isend_irecv(p2p):
+                req.wait()
 
         return sendrecv
     if op == "barrier":
@@ -174,23 +179,44 @@ def _pattern(
     """Rank `rank`'s input values at global element indices [start, start+length), int64.
 
     'move': distinct per rank (ops that only move data: a chunk in the wrong place shows);
-    'sum': small values whose sums stay exact in bf16 up to ~80 ranks;
+    'sum': small values (1..3), whose sums are exact while 3n fits the dtype's exact integers;
+    'onehot': 1 at one rank per index, 0 elsewhere, so the sum is exactly 1 at any world size
+        (used where 'sum' would not be exact: bf16/int8/uint8 on large worlds);
     'prod': 2 at one rank per index, 1 elsewhere, so the product is exactly 2.
+    Every expected result is >= 1, so an output still holding the timed iterations' zeros fails.
     """
     idx = torch.arange(start, start + length, device=device, dtype=torch.int64)
     if kind == "move":
         return (idx + 7 * rank) % 127 + 1
     if kind == "sum":
         return (idx + rank) % 3 + 1
+    if kind == "onehot":
+        return torch.where(idx % n == rank, 1, 0)
     if kind == "prod":
         return torch.where(idx % n == rank, 2, 1)
     raise ValueError(kind)
 
 
-def _pattern_kind(op: str, reduce_op: str) -> str:
+# The largest integer up to which every integer is exact in the dtype.
+_EXACT_INT = {
+    torch.float16: 2048,
+    torch.bfloat16: 256,
+    torch.float32: 1 << 24,
+    torch.float64: 1 << 53,
+    torch.int8: 127,
+    torch.uint8: 255,
+    torch.int32: (1 << 31) - 1,
+    torch.int64: (1 << 63) - 1,
+}
+
+
+def _pattern_kind(op: str, reduce_op: str, n: int = 1, dtype: torch.dtype = torch.float32) -> str:
     if not OPS[op].reduces:
         return "move"
-    return {"sum": "sum", "avg": "sum", "prod": "prod", "max": "move", "min": "move"}[reduce_op]
+    kind = {"sum": "sum", "avg": "sum", "prod": "prod", "max": "move", "min": "move"}[reduce_op]
+    if kind == "sum" and 3 * n > _EXACT_INT.get(dtype, 1 << 24):
+        return "onehot"
+    return kind
 
 
 def _fill(t: torch.Tensor, kind: str, rank: int, offset: int, n: int) -> None:
@@ -202,28 +228,30 @@ def _fill(t: torch.Tensor, kind: str, rank: int, offset: int, n: int) -> None:
 def _expected_reduction(
     kind: str, reduce_op: str, start: int, length: int, n: int, device: torch.device
 ) -> torch.Tensor:
-    parts = [_pattern(kind, q, start, length, n, device) for q in range(n)]
-    stacked = torch.stack(parts)
-    if reduce_op in ("sum", "avg"):
-        total = stacked.sum(0).to(torch.float64)
-        return total / n if reduce_op == "avg" else total
-    if reduce_op == "prod":
-        return stacked.prod(0).to(torch.float64)
-    if reduce_op == "max":
-        return stacked.max(0).values.to(torch.float64)
-    return stacked.min(0).values.to(torch.float64)
+    # A running reduction, not a stack of n patterns: n x 128 MiB would not fit at scale.
+    acc = _pattern(kind, 0, start, length, n, device)
+    for q in range(1, n):
+        part = _pattern(kind, q, start, length, n, device)
+        if reduce_op in ("sum", "avg"):
+            acc += part
+        elif reduce_op == "prod":
+            acc *= part
+        elif reduce_op == "max":
+            torch.maximum(acc, part, out=acc)
+        else:
+            torch.minimum(acc, part, out=acc)
+    total = acc.to(torch.float64)
+    return total / n if reduce_op == "avg" else total
 
 
-def _matches(actual: torch.Tensor, expected: torch.Tensor, reduce_op: str) -> bool:
-    """Exact comparison in the dtype, except AVG on floats: NCCL divides by n (or multiplies
-    by 1/n), which is exact only for powers of two, so allow a few ulps there."""
+def _matches(actual: torch.Tensor, expected: torch.Tensor, reduce_op: str, n: int = 1) -> bool:
+    """Exact comparison in the dtype, except AVG on floats: NCCL multiplies each input by 1/n
+    and sums, which is exact only for powers of two; each of the n products and additions may
+    round by half an ulp, so allow (n + 4) half-ulps."""
     want = expected.to(actual.dtype)
     if reduce_op == "avg" and actual.is_floating_point():
-        return bool(
-            torch.allclose(
-                actual.double(), expected, rtol=4 * torch.finfo(actual.dtype).eps, atol=0
-            )
-        )
+        rtol = (n + 4) * torch.finfo(actual.dtype).eps / 2
+        return bool(torch.allclose(actual.double(), expected, rtol=rtol, atol=0))
     return bool(torch.equal(actual, want))
 
 
@@ -232,7 +260,7 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
     if op == "barrier":
         return True
     n, r = group.size, group.rank
-    kind = _pattern_kind(op, reduce_op)
+    kind = _pattern_kind(op, reduce_op, n, bufs.inp.dtype)
     count = bufs.out.numel() if op in ("all_gather", "gather") else bufs.inp.numel()
     chunk = count // n if OPS[op].split else count
     # Outputs still hold the zeros of the timed iterations and every pattern value is >= 1,
@@ -249,7 +277,7 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
         for start in range(0, count, _CHUNK):
             length = min(_CHUNK, count - start)
             exp = _expected_reduction(kind, reduce_op, start, length, n, device)
-            ok &= _matches(bufs.inp.narrow(0, start, length), exp, reduce_op)
+            ok &= _matches(bufs.inp.narrow(0, start, length), exp, reduce_op, n)
         return ok
     if op == "broadcast":
         return _compare_chunks(
@@ -260,7 +288,7 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
         for start in range(0, chunk, _CHUNK):
             length = min(_CHUNK, chunk - start)
             exp = _expected_reduction(kind, reduce_op, base + start, length, n, device)
-            ok &= _matches(bufs.out.narrow(0, start, length), exp, reduce_op)
+            ok &= _matches(bufs.out.narrow(0, start, length), exp, reduce_op, n)
         return ok
     if op in ("all_gather", "gather"):
         if op == "gather" and r != 0:

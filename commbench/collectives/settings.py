@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -67,20 +68,22 @@ class CollectivesSettings:
             raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
         if self.backend == "nccl" and self.device != "cuda":
             raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")
-        if self.graph and self.device != "cuda":
-            raise UserError("--graph needs --device cuda (CUDA graphs)")
+        if self.graph and (self.device != "cuda" or self.backend != "nccl"):
+            raise UserError(
+                "--graph needs --device cuda and --backend nccl (only NCCL is graph-capturable)"
+            )
         if self.nproc < 1:
             raise UserError("--nproc must be at least 1")
         for name in ("warmup", "iters"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "warmup" else 1):
                 raise UserError(f"--{name} must be {'>= 0' if name == 'warmup' else '>= 1'}")
-        if self.min_time <= 0:
-            raise UserError("--min-time must be positive")
+        if not math.isfinite(self.min_time) or self.min_time <= 0:
+            raise UserError("--min-time must be a positive number of seconds")
         if not 1 <= self.min_iters <= self.max_iters:
             raise UserError("need 1 <= min_iters <= max_iters")
-        if self.timeout <= 0:
-            raise UserError("--timeout must be positive")
+        if not math.isfinite(self.timeout) or self.timeout <= 0:
+            raise UserError("--timeout must be a positive number of seconds")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -89,6 +89,8 @@ def resolve_launch(
     """Explicit flags win; inside a SLURM job step the job's nodes make the rendezvous."""
     from commbench.launch.slurm import from_env
 
+    if node_rank is not None and nnodes is None:
+        raise UserError("--node-rank needs --nnodes (and --rdzv-endpoint)")
     if nnodes is not None or rdzv_endpoint is not None:
         return LaunchOptions(
             nnodes=nnodes or 1,
@@ -181,7 +183,7 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
         try:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(cache_path, json.dumps(cache))
-        except OSError:
+        except (OSError, UserError):
             pass  # a read-only home only costs the next run a probe
     if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
         raise UserError(
@@ -473,7 +475,7 @@ def run_collectives(
     probe_info = probe(settings)
     points = plan_points(settings)
     run_dir = new_run_dir(out_parent, "collectives")
-    (run_dir / SETTINGS_FILE).write_text(json.dumps(settings.to_dict(), indent=2))
+    atomic_write(run_dir / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=2))
     context: dict[str, Any] = {**host_context(), "topology": topology_snapshot()}
     meta: dict[str, Any] = {
         "kind": "collectives",
@@ -506,7 +508,7 @@ def run_collectives(
     started = time.monotonic()
     status, failure = STATUS_COMPLETE, None
     culprits: list[int] = []
-    with open(run_dir / "launcher.log", "wb") as log:
+    with open(run_dir / "launcher.log", "wb") as log, procs.termination_as_interrupt():
         proc = subprocess.Popen(
             torchrun_command(run_dir, settings, launch),
             stdin=subprocess.DEVNULL,
@@ -527,12 +529,12 @@ def run_collectives(
                     failure, culprits = _describe_hang(watch, settings.timeout)
                     status = STATUS_FAILED
                     procs.stop_all(watch.pids, grace=2.0)
-                    proc.wait(timeout=30)
+                    procs.wait_or_kill(proc, 30)
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:
             procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
-            proc.wait(timeout=30)
+            procs.wait_or_kill(proc, 30)
             status, failure = STATUS_INTERRUPTED, "interrupted"
         watch.poll(on_row)  # rows journalled just before the end
         procs.stop_all({p for p in watch.pids if procs.alive(p)}, grace=1.0)

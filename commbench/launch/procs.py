@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -72,3 +74,34 @@ def stop_all(pids: set[int], grace: float) -> None:
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     signal_all({p for p in pids if alive(p)}, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def termination_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM and SIGHUP like Ctrl-C while workers run (a CI job's timeout, a closed
+    terminal): the launcher then stops every worker and keeps what was measured, instead of
+    dying and leaving them running."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, interrupt)
+    except ValueError:  # not the main thread: leave the handlers alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for `proc`; SIGKILL it if it does not exit in time."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

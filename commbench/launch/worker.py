@@ -201,9 +201,13 @@ class Worker:
         iters = plan_iterations(s, estimate)
         dist.barrier(group=grp.handle)
         self.hb.phase = "timed"
-        if s.graph:
+        if s.graph and op == "barrier":
+            # a barrier synchronises the stream, which a graph capture forbids
+            samples = self._timer(call, iters)
+            note = "barrier cannot be captured in a CUDA graph: timed eagerly"
+        elif s.graph:
             samples, per_graph = time_cuda_graph(
-                call, iters, lambda i: setattr(self.hb, "iteration", i)
+                call, iters, lambda i: setattr(self.hb, "iteration", i), min_samples=s.min_iters
             )
             note = f"CUDA graph: {per_graph} ops per replay, samples are replay time / {per_graph}"
         else:

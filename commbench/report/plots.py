@@ -16,7 +16,7 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.report.figures import Figure, Heatmap, Panel, all_figures
 from commbench.report.runs import load_any
-from commbench.results.store import Run
+from commbench.results.store import Run, writing
 from commbench.sizes import format_size
 
 FORMATS = ("png", "svg")
@@ -145,14 +145,16 @@ def write_figures(
 ) -> list[Path]:
     """Write every figure in every format; returns the files written."""
     plt = _pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for figure in figures:
         fig = draw(figure)
         try:
             for fmt in formats:
                 path = out_dir / f"{figure.name}.{fmt}"
-                fig.savefig(path, format=fmt, dpi=DPI)
+                with writing(path):
+                    fig.savefig(path, format=fmt, dpi=DPI)
                 written.append(path)
         finally:
             plt.close(fig)

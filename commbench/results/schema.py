@@ -7,7 +7,7 @@ migrate and refuse newer ones with a message, so an old commbench never misreads
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commbench.stats import Stats
@@ -78,13 +78,26 @@ class ResultRow:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResultRow:
-        known = {f.name for f in fields(cls)}
-        # JSON has no NaN: files store null where a point has no time (not run).
-        kwargs: dict[str, Any] = {
-            k: (math.nan if v is None and k in _NAN_WHEN_NULL else v)
-            for k, v in data.items()
-            if k in known
-        }
+        """Rebuild a row from a file; a field of the wrong type is a ValueError naming it."""
+        if not isinstance(data, dict):
+            raise ValueError("a row must be an object")
+        kwargs: dict[str, Any] = {}
+        for name, kinds in _FIELD_TYPES.items():
+            if name not in data:
+                continue
+            value = data[name]
+            if value is None and name in _NAN_WHEN_NULL:
+                value = math.nan  # JSON has no NaN: files store null where a point has no time
+            if value is None and type(None) in kinds:
+                kwargs[name] = None
+                continue
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ValueError(f"field {name!r} has the wrong type ({type(value).__name__})")
+            if isinstance(value, list) and not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+            ):
+                raise ValueError("field 'samples_us' must be a list of numbers")
+            kwargs[name] = value
         return cls(**kwargs)
 
     @classmethod
@@ -154,6 +167,36 @@ _NAN_WHEN_NULL = {
     "mean_us",
     "stddev_us",
     "cv",
+}
+
+_NUM = (int, float)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "op": (str,),
+    "strategy": (str,),
+    "dtype": (str,),
+    "reduce_op": (str,),
+    "world_size": (int,),
+    "size_bytes": (int,),
+    "count": (int,),
+    "time_us": _NUM,
+    "algbw_gbps": (*_NUM, type(None)),
+    "busbw_gbps": (*_NUM, type(None)),
+    "check": (str,),
+    "min_us": _NUM,
+    "q1_us": _NUM,
+    "q3_us": _NUM,
+    "p95_us": _NUM,
+    "max_us": _NUM,
+    "mean_us": _NUM,
+    "stddev_us": _NUM,
+    "cv": _NUM,
+    "n": (int,),
+    "outliers": (int,),
+    "warmup": (int,),
+    "in_place": (bool,),
+    "requested_bytes": (int,),
+    "note": (str,),
+    "samples_us": (list,),
 }
 
 # results.csv column order: the columns the issue fixes first, then the rest of the stats.

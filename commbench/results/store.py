@@ -8,6 +8,7 @@ leaves valid files with every point measured before.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -15,6 +16,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,25 @@ RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Where commbench writes what a user asked for: an OSError (no such directory, read-only,
+    full disk) is that user's to fix, so it becomes one line and exit 2, naming the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new file, never half of one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with writing(path):
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
 
 
 def _json_default(value: Any) -> Any:
@@ -60,7 +73,8 @@ def dump_json(data: Any) -> str:
 
 def new_run_dir(parent: Path, kind: str) -> Path:
     """Create `parent/<timestamp>-<kind>[-N]`; an existing directory is never reused."""
-    parent.mkdir(parents=True, exist_ok=True)
+    with writing(parent):
+        parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"{stamp}-{kind}"
     for attempt in range(1000):
@@ -69,6 +83,8 @@ def new_run_dir(parent: Path, kind: str) -> Path:
             path.mkdir()
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
         return path
     raise UserError(f"could not create a new run directory under {parent}")
 
@@ -153,7 +169,7 @@ def load_run(path: Path) -> Run:
         for i, raw in enumerate(raw_rows):
             try:
                 rows.append(ResultRow.from_dict(raw))
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:
                 raise UserError(f"{results_path}: rows[{i}]: {exc}") from None
     return Run(path=run_dir, meta=meta, rows=rows)
 
