@@ -7,11 +7,15 @@ things keep a repeat on the same machine from failing:
 
 - latency-bound points (busbw under half the best of their series, or no busbw at all) get
   a larger tolerance: their times are a few microseconds of launch and wake-up jitter;
-- a noisy point (coefficient of variation above `noisy_cv` in either run) warns instead of
-  failing: its median moves more between runs than the samples of one run can show;
-- the baseline's own dispersion (the median cv of its points) is a floor under every
-  threshold, and when it is itself above `noisy_cv` the machine is too noisy to gate on:
-  every drop is reported as noisy, with a warning, never as a regression.
+- a noisy point (robust spread, IQR / 1.349 median, above `noisy_cv` in either run) warns
+  unless its drop exceeds twice that spread and is significant: its median moves more
+  between runs than the samples of one run can show, but a collapse still fails;
+- the baseline's own dispersion (the median robust spread of its points) is a floor under
+  every threshold, and when it is itself above `noisy_cv` the machine is too noisy to gate
+  on: every drop is reported as noisy, with a warning, never as a regression.
+
+The spread is the interquartile range rather than the standard deviation because a few
+outliers (a descheduled iteration) inflate the latter without making the median less sure.
 
 A point present in the baseline but missing, failed or not run in the new run always
 regresses. Runs whose comparability context differs are refused unless asked otherwise.
@@ -176,10 +180,25 @@ def _measured(row: ResultRow) -> bool:
     return row.check != CHECK_FAILED and math.isfinite(row.time_us) and row.time_us > 0
 
 
+# IQR / 1.349 estimates the standard deviation of normal samples, so `dispersion` reads like
+# a coefficient of variation, and the same `noisy_cv` threshold applies to it.
+IQR_TO_SIGMA = 1.349
+
+
+def dispersion(row: ResultRow) -> float | None:
+    """A point's robust spread: IQR / (1.349 x median). Equal to the cv for well-behaved
+    samples, but a few outliers do not move it (one 100x iteration among 200 sends the cv to
+    3.7 and would hide a real 30% slowdown). Rows without quartiles fall back to the cv."""
+    quartiles = (row.q1_us, row.q3_us, row.time_us)
+    if row.n >= 4 and all(math.isfinite(v) for v in quartiles) and row.time_us > 0:
+        return (row.q3_us - row.q1_us) / (IQR_TO_SIGMA * row.time_us)
+    return row.cv if row.n >= 2 and math.isfinite(row.cv) else None
+
+
 def noise_index(rows: Iterable[ResultRow]) -> float | None:
-    """The run's own dispersion: the median coefficient of variation of its measured points."""
-    cvs = [r.cv for r in rows if _measured(r) and r.n >= 2 and math.isfinite(r.cv)]
-    return statistics.median(cvs) if cvs else None
+    """The run's own dispersion: the median robust spread of its measured points."""
+    spreads = [d for r in rows if _measured(r) and (d := dispersion(r)) is not None]
+    return statistics.median(spreads) if spreads else None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -325,7 +344,11 @@ def _judge(
     ratio = base.time_us / new.time_us
     base_cv = base.cv if math.isfinite(base.cv) else None
     new_cv = new.cv if math.isfinite(new.cv) else None
-    noisy_point = max(base_cv or 0.0, new_cv or 0.0) > settings.noisy_cv
+    spread = max(dispersion(base) or 0.0, dispersion(new) or 0.0)
+    noisy_point = spread > settings.noisy_cv
+    # A noisy point still fails on a drop past twice its own spread that the samples show is
+    # no accident; smaller drops at such a point only warn.
+    noisy_limit = 2 * spread / (1 + 2 * spread) if noisy_point else 0.0
     tested = len(base.samples_us) >= MIN_SAMPLES and len(new.samples_us) >= MIN_SAMPLES
     slower = ratio < 1 - drop_limit
     faster = ratio > 1 + gain_limit
@@ -339,14 +362,21 @@ def _judge(
     if slower:
         if noisy_baseline:
             mark, reason = Mark.noisy, f"{change}, but the baseline is too noisy to gate on"
-        elif noisy_point:
-            cv = max(base_cv or 0.0, new_cv or 0.0)
-            mark, reason = Mark.noisy, f"{change}, but cv {cv:.2f} > {settings.noisy_cv:.2f}"
+        elif noisy_point and ratio >= 1 - noisy_limit:
+            mark, reason = (
+                Mark.noisy,
+                (
+                    f"{change}, within twice the point's spread "
+                    f"(robust cv {spread:.2f} > {settings.noisy_cv:.2f})"
+                ),
+            )
         elif not significant:
             mark, reason = Mark.noisy, f"{change}, not significant (p={p_value:.2g})"
         else:
             how = f"p={p_value:.2g}" if p_value is not None else "no samples: ratio alone"
-            mark, reason = Mark.worse, f"{change} beyond -{drop_limit:.0%} ({how})"
+            limit = max(drop_limit, noisy_limit)
+            mark, reason = Mark.worse, f"{change} beyond -{limit:.0%} ({how})"
+            drop_limit = limit
     elif faster and significant and not noisy_point and not noisy_baseline:
         mark, reason = Mark.better, f"{change}"
     else:

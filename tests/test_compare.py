@@ -328,3 +328,45 @@ def test_compare_needs_a_measured_baseline(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no measured points"):
         compare_runs(load_run(empty), load_run(GOLDEN))
     assert isinstance(load_run(empty), Run)
+
+
+def _row(samples: list[float], size: int = 256 << 20) -> ResultRow:
+    return ResultRow.measured(
+        samples_us=samples,
+        size_bytes=size,
+        busbw_factor=1.75,
+        op="all_reduce",
+        dtype="float32",
+        reduce_op="sum",
+        world_size=8,
+        count=size // 4,
+        check="ok",
+    )
+
+
+def _steady(center: float, n: int = 200) -> list[float]:
+    return [center * (1 + 0.02 * ((i * 37) % 11 - 5) / 5) for i in range(n)]
+
+
+def test_one_outlier_does_not_hide_a_real_slowdown() -> None:
+    from commbench.compare import compare_rows
+
+    base = _row(_steady(1000.0))
+    slow = _row([*_steady(1400.0, 199), 100_000.0])  # 40% slower, and one descheduled iteration
+    assert slow.cv > 1  # the plain cv calls this point very noisy ...
+    (point,), _, _ = compare_rows([base], [slow], GateSettings())
+    assert point.mark == Mark.worse, point.reason  # ... the robust spread does not
+
+
+def test_a_noisy_point_still_fails_on_a_collapse_but_warns_within_its_spread() -> None:
+    from commbench.compare import compare_rows
+
+    bimodal = [1000.0 if i % 2 else 1600.0 for i in range(200)]  # robust cv ~0.35
+    base = _row(bimodal)
+    quiet = _row(_steady(1000.0), size=128 << 20)  # a steady point keeps the run's floor low
+    for factor, mark in ((1.3, Mark.noisy), (3.0, Mark.worse)):
+        new = _row([v * factor for v in bimodal])
+        points, _, noisy_baseline = compare_rows([base, quiet], [new, quiet], GateSettings())
+        assert not noisy_baseline
+        point = next(p for p in points if p.size_bytes == 256 << 20)
+        assert point.mark == mark, (factor, point.reason)

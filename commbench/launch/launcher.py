@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -143,6 +144,7 @@ def _probe_cache_key(settings: CollectivesSettings) -> str:
     except importlib.metadata.PackageNotFoundError:
         torch_version = "?"
     fields = [
+        socket.gethostname(),  # a shared $HOME across nodes with different GPUs
         torch_version,
         settings.backend,
         settings.device,

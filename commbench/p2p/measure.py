@@ -129,6 +129,15 @@ class CudaBackend:
         timer.record(stream)
 
     def copy(self, stream: Any, dst: torch.Tensor, src: torch.Tensor) -> None:
+        if dst.is_cuda and src.is_cuda and dst.device != src.device:
+            # torch orders a cross-device copy after the destination's *current* stream and
+            # makes that stream wait for the copy: with the default stream there, copies into
+            # one GPU (bidirectional, a matrix column) would queue behind each other. A stream
+            # of this lane's own on the destination keeps them independent.
+            dst_stream = self.stream(dst.device.index, ("dst", id(stream)))
+            with torch.cuda.stream(stream), torch.cuda.stream(dst_stream):
+                dst.copy_(src, non_blocking=True)
+            return
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
 
