@@ -114,8 +114,8 @@ class GateSettings:
                 raise UserError(f"--{name.replace('_', '-')} must be between 0% and 100%")
         if not 0 < self.alpha < 1:
             raise UserError("--alpha must be between 0 and 1")
-        if self.noisy_cv <= 0:
-            raise UserError("--noisy-cv must be positive")
+        if not math.isfinite(self.noisy_cv) or self.noisy_cv <= 0:
+            raise UserError("--noisy-cv must be a positive number")
 
 
 # -- statistics -----------------------------------------------------------------------------

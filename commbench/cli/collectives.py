@@ -205,11 +205,14 @@ def run_and_report(
 
             backend = getattr(settings, "backend", None)
             typer.echo("\n" + render_comparison(outcome.rows, fmt, backend), nl=False)
-    noisy = [r for r in outcome.rows if r.n and r.cv > NOISY_CV]
+    from commbench.compare import dispersion
+
+    noisy = [r for r in outcome.rows if r.n and (dispersion(r) or 0.0) > NOISY_CV]
     if noisy:
         typer.echo(
-            f"commbench: warning: {len(noisy)} of {len(outcome.rows)} points are noisy (cv > {NOISY_CV:.0%}); "
-            "the median is robust, but compare such points with care or raise --min-time",
+            f"commbench: warning: {len(noisy)} of {len(outcome.rows)} points are noisy "
+            f"(robust spread, IQR/1.349 median, > {NOISY_CV:.0%}); the median is robust, but "
+            "compare such points with care or raise --min-time",
             err=True,
         )
     typer.echo(
