@@ -54,6 +54,10 @@ def parse_size(text: str) -> int:
 def _parse_range(item: str) -> list[int]:
     body, _, step = item.partition(":")
     lo_text, _, hi_text = body.partition("-")
+    if not lo_text.strip() or not hi_text.strip():
+        raise UserError(
+            f"malformed size or range {item!r}: sizes are positive, a range is LOW-HIGH"
+        )
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if lo > hi:
         raise UserError(f"size range {item!r} runs backwards ({lo_text} > {hi_text})")

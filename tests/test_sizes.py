@@ -62,6 +62,8 @@ def test_list_and_ranges_mix() -> None:
         ("1Q", "unknown unit"),
         ("4K-1K", "backwards"),
         ("0", "positive"),
+        ("-5", "sizes are positive"),
+        ("1K-", "LOW-HIGH"),
         ("1K-1M:x1", "greater than 1"),
         ("1K-1M:y2", "malformed step"),
         ("1K,,2K", "empty item"),
