@@ -26,9 +26,11 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": True, "torch": torch.__version__, "device_count": 0}
     if s.device == "cuda":
         if not torch.cuda.is_available():
+            hint = " (this torch is a CPU build)" if torch.version.cuda is None else ""
             return {
                 "ok": False,
-                "error": "--device cuda asked for, but no CUDA GPU is visible to torch",
+                "error": f"--device cuda asked for, but no CUDA GPU is visible to torch{hint}; "
+                "use --device cpu --backend gloo",
             }
         result["device_count"] = torch.cuda.device_count()
         device = torch.device("cuda", 0)
