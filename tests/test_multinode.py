@@ -25,6 +25,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_nodes(*args: str) -> list[subprocess.Popen]:
+    """Two commbench processes, one per "node": `args` plus --node-rank R and -o nodeR."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "commbench", *args, "--node-rank", str(r), "-o", f"node{r}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+
+
 def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path) -> None:
     port = free_port()
     common = [
@@ -49,25 +62,7 @@ def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path) -> None:
         "--timeout",
         "60",
     ]
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "commbench",
-                "collectives",
-                *common,
-                "--node-rank",
-                str(r),
-                "-o",
-                f"node{r}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
+    nodes = start_nodes("collectives", *common)
     outputs = [p.communicate(timeout=240) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs
     runs = [load_run(next((tmp_path / f"node{r}").iterdir())) for r in (0, 1)]
@@ -129,34 +124,19 @@ def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
         "  dtypes: [float32]\n  iters: 3\n  warmup: 1\n"
     )
     port = free_port()
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "commbench",
-                "run",
-                "tiny.yaml",
-                "--device",
-                "cpu",
-                "--nproc",
-                "1",
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(r),
-                "--rdzv-endpoint",
-                f"127.0.0.1:{port}",
-                "--no-plot",
-                "-o",
-                f"node{r}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
+    nodes = start_nodes(
+        "run",
+        "tiny.yaml",
+        "--device",
+        "cpu",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--no-plot",
+    )
     outputs = [p.communicate(timeout=240) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outputs
     runs = [
@@ -193,25 +173,7 @@ def test_a_stopped_rank_on_another_node_is_named_with_its_host(tmp_path: Path) -
         "--timeout",
         "5",
     ]
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "commbench",
-                "collectives",
-                *common,
-                "--node-rank",
-                str(r),
-                "-o",
-                f"node{r}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
+    nodes = start_nodes("collectives", *common)
     # wait until each node sees the other's rank through the store, mid-sweep, then stop the
     # rank that runs on node1
     deadline = time.monotonic() + 120
