@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -17,6 +18,11 @@ from commbench.cli._common import (
 )
 from commbench.errors import Interrupted, RunFailed, UserError
 from commbench.results.exporters import Format
+
+if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
+    from commbench.collectives.settings import CollectivesSettings
+    from commbench.launch.launcher import LaunchOptions
+    from commbench.results.schema import ResultRow
 
 CPU_DEFAULT_SIZES = "1K-1M"
 GPU_DEFAULT_SIZES = "1K-1G"
@@ -171,7 +177,11 @@ def _parse_strategies(text: str | None) -> list[str]:
 
 
 def run_and_report(
-    settings: object, out: Path, fmt: Format, launch: object = None, plot: bool = True
+    settings: CollectivesSettings,
+    out: Path,
+    fmt: Format,
+    launch: LaunchOptions | None = None,
+    plot: bool = True,
 ) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -190,14 +200,14 @@ def run_and_report(
     )
     task = progress.add_task("starting workers", total=None)
 
-    def on_progress(done: int, total: int, row: object) -> None:
+    def on_progress(done: int, total: int, row: ResultRow | None) -> None:
         label = "measuring"
         if row is not None:
-            label = f"{row.strategy or row.op} {format_size(row.size_bytes)}"  # type: ignore[attr-defined]
+            label = f"{row.strategy or row.op} {format_size(row.size_bytes)}"
         progress.update(task, completed=done, total=total, description=label)
 
     with progress:
-        outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)  # type: ignore[arg-type]
+        outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)
     if outcome.rows:
         typer.echo(export(outcome.rows, fmt), nl=False)
         if fmt in (Format.table, Format.md) and any(r.strategy for r in outcome.rows):
