@@ -106,7 +106,10 @@ def register(app: typer.Typer) -> None:
         ),
         ranks: str = typer.Option(None, "--ranks", help="Run the ops on this subgroup, e.g. 0,2."),
         timeout: float = typer.Option(
-            300.0, "--timeout", help="Seconds without progress before the run is declared hung."
+            300.0,
+            "--timeout",
+            help="Seconds without progress before the run is declared hung "
+            "(start-up, until the first point, gets at least 120 s).",
         ),
         out: Path = typer.Option(
             Path("results"), "--out", "-o", help="Parent directory of the run directory."

@@ -32,6 +32,7 @@ from commbench.launch.protocol import (
     HEARTBEAT_INTERVAL,
     LOGS_DIR,
     SETTINGS_FILE,
+    STARTUP_TIMEOUT,
     JournalReader,
     read_heartbeats,
 )
@@ -327,6 +328,16 @@ class _Watch:
             self.last_signature = signature
             self.last_progress = time.monotonic()
 
+    @property
+    def started(self) -> bool:
+        """Whether any rank has begun measuring (reached its first point)."""
+        return bool(self.rows) or any(b.get("point", -1) >= 0 for b in self.heartbeats.values())
+
+    def allowance(self, timeout: float) -> float:
+        """Seconds without progress that mean a hang, now: at least STARTUP_TIMEOUT until
+        the first point starts, `timeout` after."""
+        return timeout if self.started else max(timeout, STARTUP_TIMEOUT)
+
     def where(self, beat: dict[str, Any]) -> str:
         index = beat.get("point", -1)
         if not isinstance(index, int) or not 0 <= index < len(self.points):
@@ -533,8 +544,9 @@ def run_collectives(
                     next_scan = time.monotonic() + DESCENDANTS_SCAN
                 if returncode is not None:
                     break
-                if time.monotonic() - watch.last_progress > settings.timeout:
-                    failure, culprits = _describe_hang(watch, settings.timeout)
+                allowance = watch.allowance(settings.timeout)
+                if time.monotonic() - watch.last_progress > allowance:
+                    failure, culprits = _describe_hang(watch, allowance)
                     status = STATUS_FAILED
                     watch.pids |= procs.descendants(proc.pid)
                     procs.stop_all(watch.pids, grace=2.0)

@@ -22,6 +22,10 @@ EVENTS_FILE = "events.jsonl"
 RANKS_DIR = "ranks"
 LOGS_DIR = "logs"
 HEARTBEAT_INTERVAL = 0.5
+# Start-up (importing torch, creating the process group, the rendezvous of every node) is
+# not progress a worker can report, and on a loaded machine it alone can take tens of
+# seconds: a short --timeout meant for a stuck collective must not kill a run still starting.
+STARTUP_TIMEOUT = 120.0
 
 
 def heartbeat_path(run_dir: Path, rank: int) -> Path:

@@ -28,6 +28,7 @@ from commbench.collectives.specs import busbw_factor, plan_size
 from commbench.launch.protocol import (
     EVENTS_FILE,
     SETTINGS_FILE,
+    STARTUP_TIMEOUT,
     Heartbeat,
     Journal,
     StoreShare,
@@ -87,7 +88,8 @@ class Worker:
         # The backend's own timeout is set well past commbench's watchdog, so a hang is
         # diagnosed from the heartbeats (which rank stopped, where) before gloo or NCCL
         # abort every rank with a generic timeout.
-        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=2 * self.s.timeout + 30)}
+        backstop = 2 * max(self.s.timeout, STARTUP_TIMEOUT) + 30
+        kwargs: dict[str, Any] = {"timeout": timedelta(seconds=backstop)}
         if self.device.type == "cuda":
             kwargs["device_id"] = self.device
         dist.init_process_group(self.s.backend, **kwargs)
