@@ -136,3 +136,24 @@ def test_strategies_are_probed_too() -> None:
         )
     )
     assert "cannot run the ring all-reduce with dtype int32 and reduce op avg" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["collectives", "--iters", "abc"], "'--iters': expected a whole number"),
+        (["collectives", "--format", "csvx"], "'csvx' is not one of"),
+        (["topo", "--bogus"], "No such option: --bogus"),
+        (["compare"], "Missing argument 'baseline'"),
+    ],
+)
+def test_parse_errors_are_one_line_too(args: list[str], fragment: str) -> None:
+    """What Typer itself refuses (types, choices, unknown flags) reads like our own errors."""
+    out = subprocess.run(
+        [sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("commbench: error: ") and fragment in lines[0]
+    assert f"commbench {args[0]} --help" in lines[0]
