@@ -95,6 +95,9 @@ def test_missing_or_broken_run_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text("{")
     with pytest.raises(UserError, match="not valid JSON"):
         load_run(tmp_path)
+    (tmp_path / "run.json").write_bytes(b"\x89PNG\r\n")
+    with pytest.raises(UserError, match=r"run.json: not a run file: not UTF-8 text \(byte 0"):
+        load_run(tmp_path)
 
 
 def test_exporters_share_one_table() -> None:

@@ -107,6 +107,9 @@ def test_run_refuses_bad_yaml_with_exit_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", str(bad)])
     assert result.exit_code == 2 and "collectives.warmpu: unknown key" in result.stderr
     assert CliRunner().invoke(app, ["run", str(tmp_path / "none.yaml")]).exit_code == 2
+    bad.write_bytes(b"\xff\xfe")
+    result = CliRunner().invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2 and "bad.yaml: not a suite file: not UTF-8" in result.stderr
 
 
 def test_yaml_is_loaded_safely(tmp_path: Path) -> None:

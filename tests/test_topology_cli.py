@@ -148,7 +148,22 @@ def test_bad_snapshot_is_one_line_and_exit_2(tmp_path: Path) -> None:
     _fails_with(["topo", "--from", str(bad)], "gpus[3].memory_bytes: expected an integer")
     (tmp_path / "junk.json").write_text("not json")
     _fails_with(["topo", "--from", str(tmp_path / "junk.json")], "not valid JSON (line 1")
-    _fails_with(["topo", "--from", str(tmp_path / "none.json")], "cannot read snapshot")
+    _fails_with(["topo", "--from", str(tmp_path / "none.json")], "no such topology snapshot")
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
+    _fails_with(["topo", "--from", str(tmp_path / "binary.json")], "not UTF-8 text (byte 0: 0xff)")
+    _fails_with(["topo", "--from", str(tmp_path)], "is a directory, expected a topology snapshot")
+
+
+def test_from_a_run_json_reads_the_snapshot_it_embeds(tmp_path: Path) -> None:
+    """Every run.json keeps the topology under context.topology: `topo --from` reads it."""
+    snapshot = json.loads((FIXTURES / "snapshot_dgx1v.json").read_text())
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps({"schema_version": 1, "context": {"topology": snapshot}}))
+    result = runner.invoke(app, ["topo", "--from", str(run_json)])
+    assert result.exit_code == 0, result.output
+    assert "GPU0<->GPU3  NV2   2        yes  50.0" in result.stdout
+    run_json.write_text(json.dumps({"schema_version": 1, "context": {"topology": None}}))
+    _fails_with(["topo", "--from", str(run_json)], "context.topology: this run recorded no topology")
 
 
 def test_bad_smi_text_names_file_and_line(tmp_path: Path) -> None:
@@ -156,7 +171,7 @@ def test_bad_smi_text_names_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "topo.txt"
     bad.write_text(text.replace("PHB\t X", "PHQ\t X"))
     _fails_with(["topo", "--from-smi", str(bad)], "topo.txt: line 5: GPU1 column GPU0: 'PHQ'")
-    _fails_with(["topo", "--from-smi", str(tmp_path / "nope.txt")], "nope.txt: cannot read")
+    _fails_with(["topo", "--from-smi", str(tmp_path / "nope.txt")], "nope.txt: no such")
 
 
 def test_two_inputs_is_a_usage_error(tmp_path: Path) -> None:

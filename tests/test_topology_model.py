@@ -118,7 +118,7 @@ def test_load_snapshot_and_run_json_embedding(tmp_path: Path) -> None:
 
 
 def test_load_snapshot_errors(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="cannot read snapshot"):
+    with pytest.raises(UserError, match="no such topology snapshot"):
         load_snapshot(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{\n  "schema_version": 1,\n  "gpus": [,]\n}')

@@ -11,6 +11,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.errors import UserError
+from commbench.files import read_text
 
 
 class Format(str, Enum):
@@ -23,10 +24,7 @@ class Format(str, Enum):
 def _read_text(path: Path) -> str:
     if str(path) == "-":
         return sys.stdin.read()
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return read_text(path, "nvidia-smi topo -m output", lenient=True)
 
 
 def register(app: typer.Typer) -> None:

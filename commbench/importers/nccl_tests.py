@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.files import read_text
 from commbench.results.schema import CHECK_FAILED, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.results.store import new_run_dir, write_results, write_run_meta
 
@@ -561,12 +562,7 @@ def _json_number(value: Any) -> float:
 
 
 def parse_file(path: Path, op: str | None = None, world_size: int | None = None) -> Parsed:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    text = read_text(Path(path), "nccl-tests log", lenient=True)
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)

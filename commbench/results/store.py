@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.files import read_text
 from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
 
 RUN_FILE = "run.json"
@@ -114,10 +115,9 @@ def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
+    text = read_text(path, "run file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):

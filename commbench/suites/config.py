@@ -22,6 +22,7 @@ from commbench.compare import (
     parse_fraction,
 )
 from commbench.errors import UserError
+from commbench.files import read_text
 
 SUITE_SCHEMA_VERSION = 1
 DEVICES = ("cuda", "cpu")
@@ -411,12 +412,7 @@ def load_suite(path: Path) -> SuiteConfig:
     """Read and validate a suite file (`configs/ci.yaml`)."""
     import yaml
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such suite file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    text = read_text(Path(path), "suite file")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

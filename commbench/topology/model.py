@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from commbench.errors import UserError
+from commbench.files import read_text
 
 SCHEMA_VERSION = 1
 
@@ -241,10 +242,21 @@ class TopologySnapshot:
     def from_dict(cls, data: Any, where: str = "snapshot") -> TopologySnapshot:
         """Build from `to_dict()` output, naming the field path of anything wrong.
 
-        A run.json that embeds a snapshot under `topology` is accepted too.
+        A run.json that embeds a snapshot (under `context.topology`, or `topology`) is
+        accepted too.
         """
-        if isinstance(data, Mapping) and "gpus" not in data and "topology" in data:
-            return cls.from_dict(data["topology"], f"{where}.topology")
+        if isinstance(data, Mapping) and "gpus" not in data:
+            context = data.get("context")
+            embedded: tuple[Any, str] | None = None
+            if "topology" in data:
+                embedded = data["topology"], f"{where}.topology"
+            elif isinstance(context, Mapping) and "topology" in context:
+                embedded = context["topology"], f"{where}.context.topology"
+            if embedded is not None:
+                inner, inner_where = embedded
+                if inner is None:
+                    raise UserError(f"{inner_where}: this run recorded no topology snapshot")
+                return cls.from_dict(inner, inner_where)
         f = _Fields(data, where)
         version = f.req("schema_version", _int)
         if version > SCHEMA_VERSION:
@@ -553,10 +565,7 @@ def _nic_from(item: _Value) -> Nic:
 def load_snapshot(path: str | Path) -> TopologySnapshot:
     """Read a snapshot saved by `commbench topo --format json` (or a run.json embedding one)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read snapshot: {exc.strerror or exc}") from None
+    text = read_text(path, "topology snapshot")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
