@@ -27,6 +27,7 @@ _UNITS = {
     "tib": 1 << 40,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DISPLAY_UNITS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
 # A ceiling on the number of sizes one spec may produce: a typo like `1-1G:+1` must not
 # turn into a billion measurements.
 MAX_SIZES = 4096
@@ -37,12 +38,14 @@ def parse_size(text: str) -> int:
     match = _SIZE_RE.match(text)
     if not match:
         raise UserError(
-            f"malformed size {text!r}: expected a number with an optional unit (B, K, M, G)"
+            f"malformed size {text!r}: expected a number with an optional unit (B, K, M, G, T)"
         )
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise UserError(f"unknown unit {unit!r} in size {text!r}: use B, K/KiB, M/MiB, G/GiB")
+        raise UserError(
+            f"unknown unit {unit!r} in size {text!r}: use B, K/KiB, M/MiB, G/GiB, T/TiB"
+        )
     value = float(number) * factor
     if value != int(value):
         raise UserError(f"size {text!r} is not a whole number of bytes")
@@ -106,11 +109,19 @@ def parse_sizes(spec: str) -> list[int]:
 
 def format_size(nbytes: int) -> str:
     """Bytes -> the shortest exact binary form (`1K`, `1.5M`, `1020B`), else one decimal."""
-    for unit, factor in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for unit, factor in _DISPLAY_UNITS:
         if nbytes >= factor:
             value = nbytes / factor
             if value == int(value):
                 return f"{int(value)}{unit}"
             if (value * 10) == int(value * 10):
                 return f"{value:.1f}{unit}"
+    return f"{nbytes}B"
+
+
+def format_amount(nbytes: int) -> str:
+    """Bytes -> a rounded amount for prose (`23.5G of memory`), not a size label."""
+    for unit, factor in _DISPLAY_UNITS:
+        if nbytes >= factor:
+            return f"{nbytes / factor:.1f}{unit}"
     return f"{nbytes}B"

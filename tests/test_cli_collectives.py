@@ -39,6 +39,15 @@ def one_line_error(result) -> str:
         (["--ranks", "0,x"], "--ranks must be a comma list"),
         (["--device", "cpu", "--nproc", "2", "--ranks", "0,5"], "rank 5 is outside the world"),
         (["--device", "cpu", "--ranks", "1,1"], "lists a rank twice"),
+        (["--sizes", ""], "empty size list"),
+        (["--ops", ""], "no ops given"),
+        (["--strategies", ""], "no strategies given"),
+        (["--iters", "5", "--min-time", "1"], "--iters and --min-time both given"),
+        (["--device", "cpu", "--nproc", "100000"], "more than 8 CPU ranks per core"),
+        (
+            ["--device", "cpu", "--ops", "all_reduce", "--sizes", "4T"],
+            "needs about 24.0T of buffers",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:

@@ -33,3 +33,24 @@ def test_start_up_gets_the_start_up_allowance_then_the_timeout_applies(tmp_path:
 def test_a_timeout_longer_than_start_up_is_kept(tmp_path: Path) -> None:
     watch = _Watch(tmp_path, [])
     assert watch.allowance(STARTUP_TIMEOUT + 100) == STARTUP_TIMEOUT + 100
+
+
+def test_processes_are_found_by_their_run_marker(tmp_path: Path) -> None:
+    """Workers that outlive torchrun (re-parented to init) are found by their environment."""
+    import os
+    import subprocess
+    import sys
+
+    from commbench.launch import procs
+
+    env = {**os.environ, "COMMBENCH_RUN_DIR": str(tmp_path)}
+    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        found = procs.marked("COMMBENCH_RUN_DIR", str(tmp_path))
+        assert marked.pid in found and plain.pid not in found
+        assert procs.marked("COMMBENCH_RUN_DIR", str(tmp_path / "other")) == set()
+    finally:
+        for p in (marked, plain):
+            p.kill()
+            p.wait()

@@ -3,7 +3,7 @@ import itertools
 import pytest
 
 from commbench.errors import UserError
-from commbench.sizes import format_size, parse_size, parse_sizes
+from commbench.sizes import format_amount, format_size, parse_size, parse_sizes
 
 
 @pytest.mark.parametrize(
@@ -85,3 +85,9 @@ def test_format_size(nbytes: int, text: str) -> None:
     assert format_size(nbytes) == text
     if not text.endswith("B"):
         assert parse_size(text) == nbytes
+
+
+def test_terabytes_print_as_terabytes() -> None:
+    assert format_size(1 << 40) == "1T"
+    assert format_amount(int(23.5 * (1 << 30))) == "23.5G"
+    assert parse_size("2T") == 2 << 40

@@ -69,3 +69,24 @@ def test_partial_element_rounds_down() -> None:
 def test_too_small_rounds_up_to_one_element_per_rank() -> None:
     plan = plan_size("reduce_scatter", 2, "float32", 4)
     assert plan.count == 4 and plan.size_bytes == 16 and "rounded" in plan.note
+
+
+def test_sizes_that_round_to_one_size_are_measured_once() -> None:
+    from commbench.collectives.settings import CollectivesSettings, plan_points
+
+    settings = CollectivesSettings(
+        ops=["all_reduce", "all_gather"],
+        sizes=[1, 6, 64, 66],
+        nproc=4,
+        backend="gloo",
+        device="cpu",
+        strategies=["ring"],
+    )
+    points = plan_points(settings, group_size=4)
+    by = {}
+    for p in points:
+        by.setdefault(p.strategy or p.op, []).append(p.requested_bytes)
+    # float32: 1 and 6 both give 4 B, 64 and 66 both 64 B; all_gather rounds up to 16 B
+    # (one element per rank) for 1 and 6, and to multiples of 16 B for 64 and 66
+    assert by == {"all_reduce": [1, 64], "all_gather": [1, 64], "ring": [1, 64]}
+    assert len(plan_points(settings, group_size=1)) == len(points)

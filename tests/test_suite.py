@@ -85,6 +85,12 @@ def test_full_suite_sweeps_1k_to_1g() -> None:
         ({"topo": False}, "nothing to run"),
         ([1, 2], r"\(top level\): expected a mapping"),
         ({"schema_version": 9, "topo": True}, "schema_version: 9 is newer"),
+        ({"collectives": {"min_time": float("nan")}}, "collectives.min_time: must be positive"),
+        (
+            {"collectives": {"iters": 5, "min_time": 1}},
+            "collectives.min_time: iters and min_time both given",
+        ),
+        ({"name": "../../etc", "topo": True}, "name: '../../etc' is not a plain name"),
     ],
 )
 def test_bad_suites_name_the_key(data: Any, message: str) -> None:
@@ -376,10 +382,32 @@ def test_an_incomparable_baseline_exits_2(
         meta = json.loads((run_dir / "run.json").read_text())
         meta["context"]["world_size"] = 4
         (run_dir / "run.json").write_text(json.dumps(meta))
+    launcher = FakeLauncher()
     result = run_suite_cli(
-        monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "n"), "-b", str(baseline)
+        monkeypatch, launcher, str(suite_file), "-o", str(tmp_path / "n"), "-b", str(baseline)
     )
     assert result.exit_code == 2 and "world size differs" in result.stderr
+    assert launcher.calls == [], "refused before measuring anything"
+    assert not (tmp_path / "n").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--backend", "mpi", "--device", "cpu"], "unknown backend 'mpi'"),
+    ],
+)
+def test_bad_run_flags_are_refused_before_anything_runs(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    launcher = FakeLauncher()
+    monkeypatch.setattr("commbench.launch.launcher.run_collectives", launcher)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(suite_file), "-o", str(out), *args])
+    assert result.exit_code == 2 and message in result.stderr
+    assert launcher.calls == [] and not out.exists()
 
 
 def test_compare_run_against_its_suite_entry(

@@ -163,7 +163,9 @@ def test_from_a_run_json_reads_the_snapshot_it_embeds(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "GPU0<->GPU3  NV2   2        yes  50.0" in result.stdout
     run_json.write_text(json.dumps({"schema_version": 1, "context": {"topology": None}}))
-    _fails_with(["topo", "--from", str(run_json)], "context.topology: this run recorded no topology")
+    _fails_with(
+        ["topo", "--from", str(run_json)], "context.topology: this run recorded no topology"
+    )
 
 
 def test_bad_smi_text_names_file_and_line(tmp_path: Path) -> None:

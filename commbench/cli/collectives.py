@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command a
 CPU_DEFAULT_SIZES = "1K-1M"
 GPU_DEFAULT_SIZES = "1K-1G"
 CPU_DEFAULT_NPROC = 2
+DEFAULT_MIN_TIME = 0.2
 # A coefficient of variation above this marks a point noisy in the run's summary.
 NOISY_CV = 0.2
 
@@ -90,7 +91,9 @@ def register(app: typer.Typer) -> None:
             None, "--iters", help="Timed iterations per point. Default: fill --min-time."
         ),
         min_time: float = typer.Option(
-            0.2, "--min-time", help="Seconds of timed iterations per point (10-1000 iterations)."
+            None,
+            "--min-time",
+            help="Seconds of timed iterations per point (10-1000 iterations). Default 0.2.",
         ),
         in_place: bool = typer.Option(
             False, "--in-place", help="In-place all_gather / reduce_scatter."
@@ -142,12 +145,21 @@ def register(app: typer.Typer) -> None:
                 debug=debug,
             )
 
+            if iters is not None and min_time is not None:
+                raise UserError(
+                    "--iters and --min-time both given: --iters fixes the count, "
+                    "--min-time adapts it; give one"
+                )
             gpus = visible_gpus() if device in (None, "cuda") else 0
             dev = device or ("cuda" if gpus else "cpu")
             settings = CollectivesSettings(
-                ops=parse_ops(ops or "all") if ops or not strategies else [],
+                ops=parse_ops("all" if ops is None else ops)
+                if ops is not None or not strategies
+                else [],
                 sizes=parse_sizes(
-                    sizes or (GPU_DEFAULT_SIZES if dev == "cuda" else CPU_DEFAULT_SIZES)
+                    sizes
+                    if sizes is not None
+                    else (GPU_DEFAULT_SIZES if dev == "cuda" else CPU_DEFAULT_SIZES)
                 ),
                 nproc=nproc
                 if nproc is not None
@@ -158,7 +170,7 @@ def register(app: typer.Typer) -> None:
                 reduce_op=reduce_op,
                 warmup=warmup,
                 iters=iters,
-                min_time=min_time,
+                min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
                 in_place=in_place,
                 check=check,
                 async_op=async_op,
@@ -172,7 +184,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _parse_strategies(text: str | None) -> list[str]:
-    if not text:
+    if text is None:
         return []
     from commbench.strategies.registry import parse_strategies
 

@@ -76,8 +76,8 @@ def register(app: typer.Typer) -> None:
             machine = Machine(
                 device=dev,
                 nproc=nproc
-                or suite.nproc
-                or (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
+                if nproc is not None
+                else suite.nproc or (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
                 backend=backend or suite.backend or ("nccl" if dev == "cuda" else "gloo"),
                 nnodes=launch.nnodes,
                 node_rank=launch.node_rank,

@@ -33,6 +33,7 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
                 "use --device cpu --backend gloo",
             }
         result["device_count"] = torch.cuda.device_count()
+        result["memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
     else:

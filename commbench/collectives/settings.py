@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS
+from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError
 
 
@@ -103,14 +103,27 @@ class Point:
     requested_bytes: int
 
 
-def plan_points(settings: CollectivesSettings) -> list[Point]:
-    """The sweep in the order workers measure it; the launcher uses it for progress."""
+def plan_points(settings: CollectivesSettings, group_size: int) -> list[Point]:
+    """The sweep in the order workers measure it; the launcher uses it for progress.
+
+    Requested sizes that round to the same size for an op (`--sizes 6,1` of float32 both
+    give 4 B) are measured once, at the first of them: two rows of one size would be two
+    keys for one point in `compare`.
+    """
+
+    def distinct(op: str) -> list[int]:
+        seen: dict[int, int] = {}
+        for s in settings.sizes:
+            seen.setdefault(plan_size(op, s, settings.dtype, group_size).size_bytes, s)
+        return list(seen.values())
+
     points: list[Point] = []
     for op in settings.ops:
-        sizes = [0] if op == "barrier" else settings.sizes
+        sizes = [0] if op == "barrier" else distinct(op)
         points.extend(Point(op=op, strategy="", requested_bytes=s) for s in sizes)
     for strategy in settings.strategies:
         points.extend(
-            Point(op="all_reduce", strategy=strategy, requested_bytes=s) for s in settings.sizes
+            Point(op="all_reduce", strategy=strategy, requested_bytes=s)
+            for s in distinct("all_reduce")
         )
     return points

@@ -38,7 +38,7 @@ from commbench.launch.protocol import (
 )
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
-from commbench.sizes import format_size
+from commbench.sizes import format_amount, format_size
 
 # A heartbeat older than this means the process is not running (stopped or gone); the
 # heartbeat thread writes every HEARTBEAT_INTERVAL, so this leaves room for a loaded machine.
@@ -46,6 +46,8 @@ STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
 POLL = 0.1
 DESCENDANTS_SCAN = 2.0
 PROBE_TIMEOUT = 120.0
+# Every process of a run has this in its environment, set to the run directory.
+RUN_MARKER = "COMMBENCH_RUN_DIR"
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
@@ -278,6 +280,7 @@ def _worker_env(run_dir: Path, launch: LaunchOptions) -> dict[str, str]:
         )
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
     env["PYTHONUNBUFFERED"] = "1"
+    env[RUN_MARKER] = str(run_dir.resolve())
     env["PYTHONWARNINGS"] = env.get("PYTHONWARNINGS", "ignore::FutureWarning")
     return env
 
@@ -477,6 +480,38 @@ def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
     return "worker failure: " + "; ".join(parts), [r for r, _ in ordered]
 
 
+# More CPU ranks per core than this time the scheduler, not the backend (and a typo like
+# --nproc 100000 must not start spawning).
+MAX_CPU_RANKS_PER_CORE = 8
+# A rank holds about this many buffers of the largest size at once: input, output (all_to_all,
+# sendrecv, the ring's scratch) and the expected result of the check.
+BUFFERS_PER_RANK = 3
+
+
+def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -> None:
+    """Refuse, before launching, what this node cannot hold: too many ranks for its cores,
+    buffers larger than its memory (host memory for CPU ranks, one GPU's for GPU ranks)."""
+    cores = os.cpu_count() or 1
+    if settings.device == "cpu" and settings.nproc > MAX_CPU_RANKS_PER_CORE * cores:
+        raise UserError(
+            f"--nproc {settings.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
+            f"({cores} cores here)"
+        )
+    need = BUFFERS_PER_RANK * max(settings.sizes)
+    if settings.device == "cpu":
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        need *= settings.nproc
+        where = f"this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
+    else:
+        have = int(probe_info.get("memory_bytes") or 0)
+        where = f"one GPU's {format_amount(have)}"
+    if have and need > have:
+        raise UserError(
+            f"--sizes up to {format_size(max(settings.sizes))} needs about {format_amount(need)} "
+            f"of buffers ({BUFFERS_PER_RANK} per rank), more than {where}"
+        )
+
+
 def run_collectives(
     settings: CollectivesSettings,
     out_parent: Path,
@@ -487,7 +522,10 @@ def run_collectives(
     launch = launch or LaunchOptions()
     validate_ranks(settings, settings.nproc * launch.nnodes)
     probe_info = probe(settings)
-    points = plan_points(settings)
+    check_resources(settings, probe_info)
+    points = plan_points(
+        settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
+    )
     run_dir = new_run_dir(out_parent, "collectives")
     atomic_write(run_dir / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=2))
     context: dict[str, Any] = {**host_context(), "topology": topology_snapshot()}
@@ -559,7 +597,9 @@ def run_collectives(
             procs.wait_or_kill(proc, 30)
             status, failure = STATUS_INTERRUPTED, "interrupted"
         watch.poll(on_row)  # rows journalled just before the end
-        procs.stop_all({p for p in watch.pids if procs.alive(p)}, grace=1.0)
+        leftover = {p for p in watch.pids if procs.alive(p)}
+        leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
+        procs.stop_all(leftover, grace=1.0)
     writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
     if status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
         status = STATUS_FAILED

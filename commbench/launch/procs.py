@@ -1,7 +1,8 @@
 """Finding and stopping the processes a run started (Linux /proc; no psutil needed).
 
 torchrun starts each worker in a new session, so killing torchrun's process group does not
-reach them: the launcher tracks every descendant it has seen and stops them by pid.
+reach them: the launcher tracks every descendant it has seen and stops them by pid, and at
+the end also every process that carries the run's marker in its environment.
 """
 
 from __future__ import annotations
@@ -44,6 +45,27 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 stack.append(child)
     return found
+
+
+def marked(name: str, value: str) -> set[int]:
+    """Live processes whose environment holds `name=value`.
+
+    Workers carry their run directory in their environment: this finds those that outlived
+    torchrun (re-parented to init, so no longer its descendants), e.g. when it was stopped
+    while still spawning them.
+    """
+    needle = f"{name}={value}".encode()
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.add(int(entry.name))
+    return {p for p in found if alive(p)}
 
 
 def state(pid: int) -> str | None:

@@ -274,7 +274,7 @@ class Worker:
 
     def run(self) -> None:
         s = self.s
-        for index, point in enumerate(plan_points(s)):
+        for index, point in enumerate(plan_points(s, self.group_size)):
             self.hb.point, self.hb.iteration = index, 0
             plan = plan_size(point.op, point.requested_bytes, s.dtype, self.group_size)
             common: dict[str, Any] = {

@@ -8,6 +8,8 @@ a GPU runner and on a laptop.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -84,7 +86,7 @@ def _int(minimum: int) -> Callable[[Any, str], int]:
 def _float(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid(path, f"expected a number, got {_type_name(value)}")
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise _Invalid(path, f"must be positive, got {value}")
     return float(value)
 
@@ -99,6 +101,14 @@ def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise _Invalid(path, f"expected a string, got {_type_name(value)}")
     return value
+
+
+def _name(value: Any, path: str) -> str:
+    """A suite name: it names the suite's directory, so one plain path component."""
+    text = _str(value, path)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", text):
+        raise _Invalid(path, f"{text!r} is not a plain name (letters, digits, '_', '-', '.')")
+    return text
 
 
 def _choice(*choices: str) -> Callable[[Any, str], str]:
@@ -219,6 +229,10 @@ def _timing(section: _Section) -> Timing:
         max_iters=section.get("max_iters", _int(1), 1000),
         timeout=section.get("timeout", _float, 300.0),
     )
+    if timing.iters is not None and "min_time" in section.data:
+        raise _Invalid(
+            section.at("min_time"), "iters and min_time both given: iters fixes the count; give one"
+        )
     if timing.min_iters > timing.max_iters:
         raise _Invalid(section.at("min_iters"), "must not exceed max_iters")
     return timing
@@ -382,7 +396,7 @@ def parse_suite(data: Any, source: str = "") -> SuiteConfig:
             )
         default_name = Path(source).stem if source else "suite"
         config = SuiteConfig(
-            name=top.get("name", _str, default_name),
+            name=top.get("name", _name, default_name),
             description=top.get("description", _str, ""),
             nproc=top.get("world_size", _int(1), None),
             backend=top.get("backend", _choice("nccl", "gloo"), None),

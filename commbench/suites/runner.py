@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.compare import Comparison, GateSettings
-from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted
+from commbench.compare import Comparison, GateSettings, context_mismatches
+from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted, UserError
 from commbench.results.store import atomic_write, dump_json, new_run_dir
 from commbench.suites.config import Sizes, SuiteConfig, Timing
 from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
@@ -39,6 +39,14 @@ class Machine:
     """HOST:PORT of the torchrun rendezvous for a multi-node suite (every node runs the suite)."""
     rdzv_id: str = "commbench"
     debug: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cuda", "cpu"):
+            raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
+        if self.backend not in ("nccl", "gloo"):
+            raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
+        if self.nproc < 1:
+            raise UserError("--nproc must be at least 1")
 
     def launch(self, entry: str) -> Any:
         """The launch options for one suite entry: a rendezvous id of its own per entry, so
@@ -254,6 +262,28 @@ class _Suite:
         self.save()
 
 
+def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> None:
+    runs = load_runs(baseline)
+    if gate.allow_mismatch:
+        return
+    here = {
+        "backend": machine.backend,
+        "device": machine.device,
+        "world_size": machine.nproc * machine.nnodes,
+        "nnodes": machine.nnodes,
+    }
+    for name, run in runs.items():
+        if run.meta.get("kind") != "collectives":
+            continue  # p2p and topology entries carry no launch to hold against this one
+        mismatches = context_mismatches(run.context, here)
+        if mismatches:
+            raise UserError(
+                f"{baseline}: {name} is not comparable with this run: "
+                + "; ".join(mismatches)
+                + " (pass --allow-mismatch to compare anyway)"
+            )
+
+
 def run_suite(
     config: SuiteConfig,
     out_parent: Path,
@@ -266,8 +296,8 @@ def run_suite(
     on_progress: ProgressFn | None = None,
 ) -> SuiteOutcome:
     """Run every enabled section of `config`; compare with `baseline` when given."""
-    if baseline is not None:
-        load_runs(baseline)  # refuse a bad baseline before measuring anything
+    if baseline is not None:  # refuse a bad or incomparable baseline before measuring
+        _check_baseline(baseline, machine, gate or GateSettings())
     suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
     interrupted = False
     try:
