@@ -95,6 +95,34 @@ def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
     table = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "2"])
     assert "beta 2 GB/s" in table.stdout  # a flag overrides the fitted value
     assert "fitted to 3 direct all_reduce points" in table.stdout
+    assert "bandwidth given, worst fit error" in table.stdout
+    assert "alpha 200" not in table.stdout  # latency refitted with beta held at 2 GB/s
+    both = runner.invoke(
+        app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "2", "--latency", "5"]
+    )
+    assert both.exit_code == 0 and "latency and bandwidth given" in both.stdout
+
+
+def test_a_fit_through_two_sizes_says_it_proves_nothing(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, [1024, 1 << 20])
+    result = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M"])
+    assert result.exit_code == 0
+    assert "exact through 2 size(s) by construction" in result.stdout
+    assert "worst fit error" not in result.stdout
+
+
+def test_given_bandwidth_rescues_a_run_whose_time_does_not_grow(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, [1024, 65536, 1 << 20])
+    meta = json.loads((run_dir / "results.json").read_text())
+    for row in meta["rows"]:
+        row["time_us"] = 300.0  # flat: no bandwidth can be fitted from this
+    (run_dir / "results.json").write_text(json.dumps(meta))
+    assert "cannot fit a bandwidth" in one_line_error(
+        runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M"])
+    )
+    result = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "10"])
+    assert result.exit_code == 0, result.output
+    assert "bw 0" not in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -102,13 +130,17 @@ def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
     [
         (["--bw", "10"], "give --bw and --latency, or --from RUN"),
         (["--bw", "10", "--latency", "1", "--world", "8,x"], "comma list of integers"),
-        (["--bw", "10", "--latency", "1", "--world", "0"], "at least 1"),
+        (
+            ["--bw", "10", "--latency", "1", "--world", "0"],
+            "at least 2 (one rank has nothing to reduce)",
+        ),
         (["--bw", "0", "--latency", "1"], "bandwidth must be > 0"),
         (["--bw", "1", "--latency", "-1"], "latency must be >= 0"),
         (["--bw", "1", "--latency", "1", "--backend", "mpi"], "unknown backend"),
         (["--bw", "1", "--latency", "1", "--strategies", "tree"], "unknown strategy"),
         (["--bw", "1", "--latency", "1", "--sizes", "1K-banana"], "malformed size"),
         (["--from", "nowhere"], "not a run directory"),
+        (["--bw", "10", "--latency", "1", "--world", ""], "--world is empty"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:

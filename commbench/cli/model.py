@@ -22,9 +22,11 @@ def parse_worlds(text: str) -> list[int]:
         raise UserError(f"--world must be a comma list of integers, got {text!r}") from None
     if not worlds:
         raise UserError("--world is empty")
-    bad = [w for w in worlds if w < 1]
+    bad = [w for w in worlds if w < 2]
     if bad:
-        raise UserError(f"--world: a world size must be at least 1, got {bad[0]}")
+        raise UserError(
+            f"--world: a world size must be at least 2 (one rank has nothing to reduce), got {bad[0]}"
+        )
     return list(dict.fromkeys(worlds))
 
 
@@ -77,18 +79,17 @@ def register(app: typer.Typer) -> None:
             names = parse_strategies(strategies)
             size_list = parse_sizes(sizes)
             fitted: Fit | None = None
-            worlds = parse_worlds(world) if world else [8]
+            worlds = parse_worlds(world) if world is not None else [8]
             if from_run is not None:
                 from commbench.results.store import load_run
 
                 run = load_run(from_run)
                 run_backend = str(run.meta.get("settings", {}).get("backend") or "nccl")
                 backend = backend or run_backend
-                fitted = fit(run.rows, backend, launch)
-                if not world:
+                fitted = fit(run.rows, backend, launch, alpha_us=latency, bw_gbps=bw)
+                if world is None:
                     worlds = list(dict.fromkeys([*fitted.world_sizes, *SCALE_WORLDS]))
-                alpha = fitted.params.alpha_us if latency is None else latency
-                beta = fitted.params.bw_gbps if bw is None else bw
+                alpha, beta = fitted.params.alpha_us, fitted.params.bw_gbps
             else:
                 if bw is None or latency is None:
                     raise UserError("give --bw and --latency, or --from RUN to fit them")

@@ -215,6 +215,22 @@ class Fit:
     world_sizes: list[int]
     worst_error: float
     """Largest |model - measured| / measured over the points."""
+    fixed: tuple[str, ...] = ()
+    """Parameters the user gave ('alpha', 'beta') instead of fitting them."""
+
+    @property
+    def quality(self) -> str:
+        """How far to trust the fit, in words: two free parameters through two sizes always
+        fit exactly, which says nothing about the model."""
+        given = {"alpha": "latency", "beta": "bandwidth"}
+        held = f"{' and '.join(given[f] for f in self.fixed)} given, " if self.fixed else ""
+        free = 2 - len(self.fixed)
+        if free and len(self.sizes) <= free:
+            return (
+                f"{held}exact through {len(self.sizes)} size(s) by construction "
+                "(measure more sizes to test the model)"
+            )
+        return f"{held}worst fit error {self.worst_error:.0%}"
 
 
 def direct_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
@@ -231,19 +247,32 @@ def direct_rows(rows: Iterable[ResultRow]) -> list[ResultRow]:
     ]
 
 
-def fit(rows: Iterable[ResultRow], backend: str = "nccl", launch_us: float = 0.0) -> Fit:
+def fit(
+    rows: Iterable[ResultRow],
+    backend: str = "nccl",
+    launch_us: float = 0.0,
+    *,
+    alpha_us: float | None = None,
+    bw_gbps: float | None = None,
+) -> Fit:
     """Fit alpha and beta to the median times of the direct all-reduce rows.
 
     Least squares on relative error (each point weighted by 1/t^2), so a sweep over sizes
     three decades apart weighs its small sizes as much as its large ones. The direct cost
     is 2(n-1) x alpha + 2(n-1)/n x S / beta; lambda is taken as given. A negative alpha
-    (noise at small sizes) is clamped to 0 and beta refitted alone.
+    (noise at small sizes) is clamped to 0 and beta refitted alone. A parameter the user
+    gives (`alpha_us`, `bw_gbps`) is held, and only the other one is fitted.
     """
+    # the given values are checked like any parameters, before anything divides by them
+    Params(alpha_us=alpha_us or 0.0, bw_gbps=1.0 if bw_gbps is None else bw_gbps, backend=backend)
     points = direct_rows(rows)
     sizes = sorted({r.size_bytes for r in points})
-    if len(sizes) < 2:
+    fixed = tuple(name for name, v in (("alpha", alpha_us), ("beta", bw_gbps)) if v is not None)
+    needed = 2 - len(fixed) if len(fixed) < 2 else 1
+    if len(sizes) < needed:
         raise UserError(
-            "fitting the model needs the direct all_reduce measured at 2 sizes or more "
+            f"fitting the model needs the direct all_reduce measured at {needed} "
+            f"size{'s' if needed > 1 else ''} or more "
             f"(found {len(sizes)}); run `commbench collectives --ops all_reduce` over a size range"
         )
     xs: list[tuple[float, float]] = []
@@ -259,13 +288,22 @@ def fit(rows: Iterable[ResultRow], backend: str = "nccl", launch_us: float = 0.0
     s22 = math.fsum(x2 * x2 for _, x2 in xs)
     y1 = math.fsum(x1 for x1, _ in xs)
     y2 = math.fsum(x2 for _, x2 in xs)
-    det = s11 * s22 - s12 * s12
-    a, b = -1.0, 0.0
-    if det > 0:
-        a = (y1 * s22 - y2 * s12) / det
-        b = (s11 * y2 - s12 * y1) / det
-    if a < 0:
-        a, b = 0.0, y2 / s22
+    if alpha_us is not None and bw_gbps is not None:
+        a, b = alpha_us, 1 / (bw_gbps * 1e3)
+    elif bw_gbps is not None:
+        b = 1 / (bw_gbps * 1e3)
+        a = max(0.0, (y1 - b * s12) / s11)
+    elif alpha_us is not None:
+        a = alpha_us
+        b = (y2 - a * s12) / s22
+    else:
+        det = s11 * s22 - s12 * s12
+        a, b = -1.0, 0.0
+        if det > 0:
+            a = (y1 * s22 - y2 * s12) / det
+            b = (s11 * y2 - s12 * y1) / det
+        if a < 0:
+            a, b = 0.0, y2 / s22
     if b <= 0:
         raise UserError(
             "cannot fit a bandwidth: the direct all_reduce time does not grow with size in these results"
@@ -282,4 +320,5 @@ def fit(rows: Iterable[ResultRow], backend: str = "nccl", launch_us: float = 0.0
         sizes=sizes,
         world_sizes=sorted({r.world_size for r in points}),
         worst_error=worst,
+        fixed=fixed,
     )

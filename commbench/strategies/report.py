@@ -107,7 +107,7 @@ def _fit_or_reason(rows: list[ResultRow], backend: str) -> tuple[Fit | None, str
         return None, f"model not fitted: {exc}"
     return result, (
         f"model ({_params_text(result.params)}) fitted to {result.points} direct all_reduce "
-        f"points at {len(result.sizes)} sizes, worst fit error {result.worst_error:.0%}"
+        f"points at {len(result.sizes)} sizes, {result.quality}"
     )
 
 
@@ -282,7 +282,7 @@ def render_predictions(
         out += [
             f"{bullet}fitted to {fitted.points} direct all_reduce points "
             f"(n={','.join(map(str, fitted.world_sizes))}, {len(fitted.sizes)} sizes), "
-            f"worst fit error {fitted.worst_error:.0%}",
+            f"{fitted.quality}",
             "",
         ]
     for n in dict.fromkeys(p.world_size for p in predictions):
