@@ -367,7 +367,7 @@ def _judge(
                 Mark.noisy,
                 (
                     f"{change}, within twice the point's spread "
-                    f"(robust cv {spread:.2f} > {settings.noisy_cv:.2f})"
+                    f"(spread {spread:.2f} > {settings.noisy_cv:.2f})"
                 ),
             )
         elif not significant:
@@ -474,7 +474,7 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
             notes.append(f"the {label} did not complete ({why})")
     if noisy_baseline:
         notes.append(
-            f"the baseline is noisy (median cv {base_noise:.2f} > {settings.noisy_cv:.2f}): "
+            f"the baseline is noisy (median spread {base_noise:.2f} > {settings.noisy_cv:.2f}): "
             "this machine cannot tell a small slowdown from noise, so drops are reported as "
             "noisy, not as regressions; gate on a quieter machine or raise --min-time"
         )

@@ -185,7 +185,7 @@ def test_a_single_noisy_point_warns_instead_of_failing(tmp_path: Path) -> None:
     assert result.exit_code == 0
     (noisy,) = result.marked(Mark.noisy)
     assert (noisy.op, noisy.strategy, noisy.size_bytes) == target
-    assert noisy.new_cv is not None and noisy.new_cv > 0.2 and "cv" in noisy.reason
+    assert noisy.new_cv is not None and noisy.new_cv > 0.2 and "spread" in noisy.reason
     assert "warnings" in result.verdict
 
 

@@ -410,6 +410,25 @@ def test_bad_run_flags_are_refused_before_anything_runs(
     assert launcher.calls == [] and not out.exists()
 
 
+def test_compare_of_two_suites_judges_with_the_suites_own_tolerances(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compare A B` of suites must reach the verdict `run --baseline A` reached for B."""
+    suite_file.write_text(SUITE + "compare:\n  tolerance: 12%\n  latency_tolerance: 30%\n")
+    for name in ("a", "b"):
+        run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / name))
+    a, b = (next((tmp_path / name).iterdir()) for name in ("a", "b"))
+    result = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    assert "tolerance 12% (latency-bound 30%)" in result.stdout
+    flagged = CliRunner().invoke(app, ["compare", str(a), str(b), "-t", "3%"])
+    assert "tolerance 3% (latency-bound 30%)" in flagged.stdout  # a flag still wins
+    runs = CliRunner().invoke(
+        app, ["compare", str(load_runs(a)["p2p"].path), str(load_runs(b)["p2p"].path)]
+    )
+    assert "tolerance 5% (latency-bound 15%)" in runs.stdout  # plain runs: the defaults
+
+
 def test_compare_run_against_its_suite_entry(
     tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

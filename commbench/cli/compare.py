@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -17,20 +18,28 @@ def register(app: typer.Typer) -> None:
         baseline: Path = typer.Argument(..., help="Baseline run directory (or suite directory)."),
         new: Path = typer.Argument(..., help="New run directory (or suite directory)."),
         tolerance: str = typer.Option(
-            "5%", "--tolerance", "-t", help="Largest busbw drop accepted at bandwidth-bound sizes."
+            None,
+            "--tolerance",
+            "-t",
+            help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
+            "the suite's config says when comparing suites.",
         ),
         latency_tolerance: str = typer.Option(
-            "15%",
+            None,
             "--latency-tolerance",
-            help="Largest drop accepted at latency-bound sizes (busbw under half the peak).",
+            help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
+            "Default 15%, or the suite's.",
         ),
         alpha: float = typer.Option(
-            0.01, "--alpha", help="Significance level of the one-sided Mann-Whitney test."
+            None,
+            "--alpha",
+            help="Significance level of the one-sided Mann-Whitney test. Default 0.01.",
         ),
         noisy_cv: float = typer.Option(
-            0.2,
+            None,
             "--noisy-cv",
-            help="Coefficient of variation above which a point, or the whole baseline, only warns.",
+            help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
+            "baseline, only warns. Default 0.2.",
         ),
         allow_mismatch: bool = typer.Option(
             False,
@@ -44,15 +53,18 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             from commbench.compare import GateSettings, parse_fraction
             from commbench.report.comparison import render_many
-            from commbench.suites.store import compare_targets, exit_code
+            from commbench.suites.store import compare_targets, exit_code, recorded_gate
 
-            settings = GateSettings(
-                tolerance=parse_fraction(tolerance, "--tolerance"),
-                latency_tolerance=parse_fraction(latency_tolerance, "--latency-tolerance"),
-                alpha=alpha,
-                noisy_cv=noisy_cv,
-                allow_mismatch=allow_mismatch,
-            )
+            gate: dict[str, Any] = {**recorded_gate(baseline), **recorded_gate(new)}
+            if tolerance is not None:
+                gate["tolerance"] = parse_fraction(tolerance, "--tolerance")
+            if latency_tolerance is not None:
+                gate["latency_tolerance"] = parse_fraction(latency_tolerance, "--latency-tolerance")
+            if alpha is not None:
+                gate["alpha"] = alpha
+            if noisy_cv is not None:
+                gate["noisy_cv"] = noisy_cv
+            settings = GateSettings(**gate, allow_mismatch=allow_mismatch)
             results = compare_targets(baseline, new, settings)
             text = render_many(results, fmt)
             if out is not None:

@@ -59,7 +59,7 @@ def build_tables(comparison: Comparison) -> list[tuple[str, list[list[str]]]]:
 def summary_lines(comparison: Comparison) -> list[str]:
     lines = [f"baseline: {comparison.baseline}", f"new:      {comparison.new}"]
     noise = [
-        f"{label} median cv {value:.3f}"
+        f"{label} median spread {value:.3f}"
         for label, value in (
             ("baseline", comparison.baseline_noise),
             ("new", comparison.new_noise),
@@ -69,7 +69,7 @@ def summary_lines(comparison: Comparison) -> list[str]:
     s = comparison.settings
     lines.append(
         f"tolerance {s.tolerance:.0%} (latency-bound {s.latency_tolerance:.0%}), "
-        f"alpha {s.alpha:g}, noisy above cv {s.noisy_cv:g}"
+        f"alpha {s.alpha:g}, noisy above a spread of {s.noisy_cv:g} (IQR / 1.349 median)"
         + (f"; {', '.join(noise)}" if noise else "")
     )
     lines += [f"allowed mismatch: {m}" for m in comparison.mismatches]

@@ -136,5 +136,18 @@ def compare_targets(
     return out
 
 
+def recorded_gate(path: Path) -> dict[str, Any]:
+    """The gate a suite directory was run with (its config's `compare` section), so that
+    `commbench compare` of two suites judges them as `commbench run --baseline` did; {} for a
+    run directory."""
+    if not is_suite(Path(path)):
+        return {}
+    gate = (load_suite_dir(path).meta.get("config") or {}).get("gate") or {}
+    keys = ("tolerance", "latency_tolerance", "alpha", "noisy_cv")
+    return {
+        k: gate[k] for k in keys if isinstance(gate, dict) and isinstance(gate.get(k), float | int)
+    }
+
+
 def exit_code(results: list[tuple[str, Comparison]]) -> int:
     return max((c.exit_code for _, c in results), default=EXIT_OK)
