@@ -220,3 +220,16 @@ def test_import_command_refuses_malformed_logs(tmp_path: Path) -> None:
     assert missing.exit_code == 2
     wrong_op = CliRunner().invoke(app, ["import", "nccl-tests", str(H100), "--op", "allreduce"])
     assert wrong_op.exit_code == 2 and "unknown op" in wrong_op.stderr
+    for log in (H100, H100.with_suffix(".json")):
+        relabel = CliRunner().invoke(app, ["import", "nccl-tests", str(log), "--op", "all_gather"])
+        assert relabel.exit_code == 2
+        assert "the log measured all_reduce, not all_gather (--op)" in relabel.stderr
+    agreeing = CliRunner().invoke(
+        app, ["import", "nccl-tests", str(H100), "--op", "all_reduce", "-o", str(tmp_path)]
+    )
+    assert agreeing.exit_code == 0, agreeing.output
+    for world in ("0", "-1"):
+        bad_world = CliRunner().invoke(
+            app, ["import", "nccl-tests", str(H100), "--world-size", world]
+        )
+        assert bad_world.exit_code == 2 and "--world-size must be at least 1" in bad_world.stderr

@@ -70,6 +70,16 @@ def test_report_with_a_baseline_adds_the_gate(tmp_path: Path) -> None:
     assert "## Regression gate" in text and "**PASS: no regression in 66 points**" in text
 
 
+def test_report_against_an_incomparable_baseline_offers_a_flag_it_has() -> None:
+    refused = report(str(GOLDEN), "--baseline", str(RUNS / "cpu-gloo-a"), "--images", "none")
+    assert refused.exit_code == 2 and "pass --allow-mismatch" in refused.stderr
+    allowed = report(
+        str(GOLDEN), "--baseline", str(RUNS / "cpu-gloo-a"), "--images", "none", "--allow-mismatch"
+    )
+    assert allowed.exit_code in (0, 1) and "## Regression gate" in allowed.stdout
+    assert "allowed mismatch: backend differs" in allowed.stdout
+
+
 def test_report_of_a_noisy_cpu_run_says_so() -> None:
     text = report(str(RUNS / "cpu-gloo-a"), "--images", "none").stdout
     assert "CPU x2 · gloo · world size 2" in text and "points are noisy" in text

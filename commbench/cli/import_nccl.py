@@ -32,14 +32,15 @@ def nccl_tests(
 ) -> None:
     """Read nccl-tests results (out-of-place and in-place) into commbench run directories."""
     with reported_errors():
+        from commbench.errors import UserError
         from commbench.importers.nccl_tests import OP_NAMES, import_log
 
         if op is not None and op not in OP_NAMES.values():
-            from commbench.errors import UserError
-
             raise UserError(
                 f"--op: unknown op {op!r}; choose from: {', '.join(sorted(set(OP_NAMES.values())))}"
             )
+        if world_size is not None and world_size < 1:
+            raise UserError(f"--world-size must be at least 1, got {world_size}")
         for log in logs:
             run_dir = import_log(log, out, op=op, world_size=world_size)
             typer.echo(str(run_dir))

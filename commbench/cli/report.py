@@ -20,6 +20,11 @@ def register(app: typer.Typer) -> None:
         baseline: Path = typer.Option(
             None, "--baseline", help="Add the regression gate against this run or suite."
         ),
+        allow_mismatch: bool = typer.Option(
+            False,
+            "--allow-mismatch",
+            help="With --baseline: compare runs whose GPU model, world size, backend or topology differ.",
+        ),
         images: Images = typer.Option(
             Images.embed,
             "--images",
@@ -32,9 +37,12 @@ def register(app: typer.Typer) -> None:
 
             comparisons = None
             if baseline is not None:
-                from commbench.suites.store import compare_targets
+                from commbench.compare import GateSettings
+                from commbench.suites.store import compare_targets, recorded_gate
 
-                comparisons = compare_targets(baseline, run)
+                gate = {**recorded_gate(baseline), **recorded_gate(run)}
+                settings = GateSettings(**gate, allow_mismatch=allow_mismatch)
+                comparisons = compare_targets(baseline, run, settings)
             text = render_report(run, fmt, images, comparisons)
             if out is not None:
                 with writing(out):

@@ -229,6 +229,13 @@ def infer_world_size(op: str, algbw: float, busbw: float) -> int | None:
     return None
 
 
+def _given_op(given: str | None, logged: str | None, source: str) -> str | None:
+    """The op of a section: what the log says, else what --op says; the two must agree."""
+    if given and logged and given != logged:
+        raise UserError(f"{source}: the log measured {logged}, not {given} (--op)")
+    return logged or given
+
+
 class _TextParser:
     def __init__(self, text: str, source: str, op: str | None, world_size: int | None) -> None:
         self.lines = text.splitlines()
@@ -369,7 +376,9 @@ class _TextParser:
         if size == 0:
             section.dropped_empty += 1
             return  # nccl-tests prints zero-byte rows when a size rounds to no element
-        op = self.forced_op or section.op or op_from_text(Path(self.source).name)
+        op = _given_op(self.forced_op, section.op, self.source) or op_from_text(
+            Path(self.source).name
+        )
         if op is None:
             raise UserError(
                 f"{self.source}: cannot tell which collective this log measured "
@@ -453,8 +462,8 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
         )
     config = data.get("config") or {}
     args = data.get("args") or []
-    op = op or next((o for a in args if isinstance(a, str) and (o := op_from_text(a))), None)
-    op = op or op_from_text(Path(source).name)
+    logged = next((o for a in args if isinstance(a, str) and (o := op_from_text(a))), None)
+    op = _given_op(op, logged, source) or op_from_text(Path(source).name)
     if op is None:
         raise UserError(f"{source}: cannot tell which collective this file measured: pass --op")
     ranks = [
