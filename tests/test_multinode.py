@@ -75,6 +75,9 @@ def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path) -> None:
     assert run.meta["launch"]["nnodes"] == 2
     other = next(r for r in runs if not r.rows)
     assert other.meta["status"] == "complete" and "rank 0's node" in other.meta["note"]
+    stderr = {i: out[1] for i, out in enumerate(outputs)}
+    assert any("complete: this node did not run global rank 0" in e for e in stderr.values())
+    assert not any("complete: 0/" in e for e in stderr.values())
 
 
 def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:

@@ -107,7 +107,9 @@ def test_exporters_share_one_table() -> None:
     assert "# all_reduce  float32  op=sum  n=4" in table
     assert "### all_reduce  float32  op=sum  n=4" in md
     assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
-    assert json.loads(export(rows, Format.json))[1]["size_bytes"] == 2048
+    as_json = json.loads(export(rows, Format.json))
+    assert as_json["schema_version"] == 1 and as_json["rows"][1]["size_bytes"] == 2048
+    assert "samples_us" not in as_json["rows"][1]
     assert export(rows, Format.csv).splitlines()[0].startswith("op,strategy,dtype")
 
 

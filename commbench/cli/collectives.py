@@ -240,12 +240,15 @@ def run_and_report(
             "compare such points with care or raise --min-time",
             err=True,
         )
-    typer.echo(
-        f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points in {outcome.run_dir}",
-        err=True,
-    )
-    if outcome.meta.get("note"):
-        typer.echo(f"commbench: {outcome.meta['note']}", err=True)
+    if outcome.meta.get("note") and not outcome.rows:
+        # a node without global rank 0: its ranks measured, another node holds the rows
+        typer.echo(f"commbench: {outcome.status}: {outcome.meta['note']}", err=True)
+    else:
+        typer.echo(
+            f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points "
+            f"in {outcome.run_dir}",
+            err=True,
+        )
     if plot and outcome.status == STATUS_COMPLETE and outcome.rows:
         from commbench.report.plots import write_run_plots
 

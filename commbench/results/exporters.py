@@ -12,7 +12,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
-from commbench.results.schema import ResultRow
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import dump_json, rows_to_csv
 from commbench.sizes import format_size
 
@@ -119,7 +119,10 @@ def to_markdown(rows: list[ResultRow]) -> str:
 
 
 def to_json(rows: list[ResultRow]) -> str:
-    return dump_json([r.to_dict(samples=False) for r in rows])
+    """results.json's shape (versioned), without the per-iteration samples."""
+    return dump_json(
+        {"schema_version": SCHEMA_VERSION, "rows": [r.to_dict(samples=False) for r in rows]}
+    )
 
 
 EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {
