@@ -276,6 +276,10 @@ def test_suite_runs_every_section_into_one_directory(
     launcher = FakeLauncher()
     result = run_suite_cli(monkeypatch, launcher, str(suite_file), "-o", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
+    # what was measured is on stdout, a table per run, as `commbench collectives` prints it
+    for name in ("collectives-float32", "collectives-bfloat16", "strategies-float32"):
+        assert f"=== {name} (complete) ===" in result.stdout
+    assert "# all_reduce  float32  op=sum  n=8" in result.stdout
     (suite_dir,) = (tmp_path / "out").iterdir()
     record = load_suite_dir(suite_dir)
     assert [(e.name, e.status) for e in record.entries] == [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,6 +17,31 @@ from commbench.cli._common import (
     reported_errors,
 )
 from commbench.results.exporters import Format
+
+if TYPE_CHECKING:
+    from commbench.suites.store import Entry
+
+
+def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
+    """What the collectives and strategies runs measured, as `commbench collectives` prints
+    it: a table per run, or one CSV/JSON document of every row (op, strategy and dtype tell
+    the runs apart)."""
+    from commbench.results.exporters import export
+    from commbench.results.store import load_run
+
+    runs = [
+        (entry, load_run(suite_dir / entry.path).rows)
+        for entry in entries
+        if entry.path is not None and entry.section in ("collectives", "strategies")
+    ]
+    if fmt not in (Format.table, Format.md):
+        every = [row for _, rows in runs for row in rows]
+        return export(every, fmt) if every else ""
+    return "\n".join(
+        f"=== {entry.name} ({entry.status}) ===\n\n{export(rows, fmt)}"
+        for entry, rows in runs
+        if rows
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -108,6 +134,8 @@ def register(app: typer.Typer) -> None:
                 from commbench.report.comparison import render_many
 
                 typer.echo(render_many(outcome.comparisons, fmt), nl=False)
+            else:
+                typer.echo(_tables(outcome.path, outcome.entries, fmt), nl=False)
             for entry in outcome.failed:
                 on_event(f"{entry.name} {entry.status}: {entry.failure}")
             on_event(f"suite written to {outcome.path}")
