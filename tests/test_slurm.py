@@ -129,3 +129,28 @@ def test_slurm_script_runs_one_task_per_node() -> None:
         "srun --ntasks-per-node=1 commbench collectives --sizes 1K-1G --ops all_reduce",
     ]:
         assert line in script
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--", "collectives", "--sizes", "1X"], "unknown unit 'X'"),
+        (["--", "collectives", "--bogus"], "the wrapped command: No such option: --bogus"),
+        (["--", "collectives", "--iters", "many"], "'--iters': expected a whole number"),
+        (["--", "compare", "a", "b"], "runs collectives or run on every node, not 'compare'"),
+        (["--", "run", "missing.yaml"], "missing.yaml: no such suite file"),
+        (["--time", "abc"], "is not a SLURM time"),
+        (["--job-name", "a;rm -rf /"], "--job-name 'a;rm -rf /'"),
+    ],
+)
+def test_slurm_script_refuses_what_would_fail_on_the_nodes(args: list[str], fragment: str) -> None:
+    """A job that waited in the queue must not die on a typo the submit host could see."""
+    result = CliRunner().invoke(app, ["slurm-script", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and fragment in result.stderr
+
+
+@pytest.mark.parametrize("time_limit", ["30", "00:30:00", "1-00", "2-12:00:00", "90:00"])
+def test_slurm_times_are_accepted_in_every_form(time_limit: str) -> None:
+    result = CliRunner().invoke(app, ["slurm-script", "--time", time_limit])
+    assert result.exit_code == 0 and f"#SBATCH --time={time_limit}" in result.stdout

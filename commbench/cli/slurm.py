@@ -2,9 +2,53 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from commbench.cli._common import reported_errors
+
+_SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
+_PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
+# The commands that run across the nodes of a job (the others run on one machine).
+_WRAPPABLE = ("collectives", "run")
+
+
+def _check_wrapped(ctx: typer.Context, args: list[str]) -> None:
+    """Parse the command the script will run, as it will be parsed on the nodes: a typo must
+    fail here, not after the job waited in the queue."""
+    from commbench.cli import _click_exceptions, usage_line
+    from commbench.errors import UserError
+
+    name, rest = args[0], args[1:]
+    if name not in _WRAPPABLE:
+        raise UserError(
+            f"slurm-script runs {' or '.join(_WRAPPABLE)} on every node, not {name!r}: "
+            "e.g. `commbench slurm-script -N 2 -- collectives --sizes 1K-1G`"
+        )
+    group = ctx.parent.command if ctx.parent is not None else None
+    command = group.get_command(ctx.parent, name) if group is not None else None  # type: ignore[attr-defined]
+    if command is None:
+        return
+    try:
+        wrapped = command.make_context(name, list(rest), parent=ctx.parent)
+    except _click_exceptions().UsageError as exc:
+        raise UserError(
+            "the wrapped command: " + usage_line(exc).removeprefix("commbench: error: ")
+        ) from None
+    params = wrapped.params
+    if name == "collectives":
+        from commbench.collectives.specs import parse_ops
+        from commbench.sizes import parse_sizes
+
+        if params.get("sizes") is not None:
+            parse_sizes(params["sizes"])
+        if params.get("ops") is not None:
+            parse_ops(params["ops"])
+    elif name == "run" and params.get("config") is not None:
+        from commbench.suites.config import load_suite
+
+        load_suite(params["config"])
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +79,19 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--nodes must be at least 1")
             if gpus_per_node < 0:
                 raise UserError("--gpus-per-node must be >= 0")
+            if not _SLURM_TIME.fullmatch(time_limit):
+                raise UserError(
+                    f"--time {time_limit!r} is not a SLURM time (MM, MM:SS, HH:MM:SS, D-HH, "
+                    "D-HH:MM or D-HH:MM:SS)"
+                )
+            for flag, value in (("--job-name", job_name), ("--partition", partition)):
+                if value is not None and not _PLAIN.fullmatch(value):
+                    raise UserError(
+                        f"{flag} {value!r}: use letters, digits, '_', '-', '.' (and ',' for "
+                        "partitions)"
+                    )
             args = list(ctx.args) or ["collectives"]
+            _check_wrapped(ctx, args)
             typer.echo(
                 sbatch_script(
                     nodes=nodes,
