@@ -54,3 +54,47 @@ def test_processes_are_found_by_their_run_marker(tmp_path: Path) -> None:
         for p in (marked, plain):
             p.kill()
             p.wait()
+
+
+def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_path: Path) -> None:
+    """The other node's watchdog may stop its stuck rank before ours fires: our ranks then
+    only report a reset connection, and the rank that went silent is the cause to name."""
+    import os
+    import time
+
+    from commbench.launch.launcher import _describe_crash
+
+    path = heartbeat_path(tmp_path, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "rank": 0,
+                "local_rank": 0,
+                "pid": 1,
+                "point": 3,
+                "phase": "timed",
+                "host": "n0",
+                "error": "RuntimeError: Connection reset by peer",
+            }
+        )
+    )
+    remote = heartbeat_path(tmp_path, 1)
+    remote.write_text(
+        json.dumps(
+            {"rank": 1, "pid": 7, "point": 3, "phase": "timed", "host": "n1", "remote": True}
+        )
+    )
+    stale = time.time() - 6
+    os.utime(remote, (stale, stale))
+    watch = _Watch(tmp_path, [])
+    watch.poll(lambda row: None)
+    failure, culprits = _describe_crash(watch, 1, timeout=5)
+    assert culprits[0] == 1
+    assert failure.startswith("worker failure: rank 1 (host n1) stopped responding")
+    assert "rank 0 (host n0, exit 1) RuntimeError: Connection reset by peer" in failure
+    # with the remote rank still fresh, our rank's error is all there is to say
+    os.utime(remote)
+    watch.poll(lambda row: None)
+    failure, culprits = _describe_crash(watch, 1, timeout=5)
+    assert culprits == [0] and "rank 1" not in failure

@@ -463,10 +463,17 @@ def test_topology_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.integration
-def test_a_real_suite_and_its_repeat_pass_the_gate(tmp_path: Path) -> None:
+def test_a_real_suite_and_its_repeat_go_through_the_gate(tmp_path: Path) -> None:
+    """The whole path, for real: run, plot, run again against it, gate, write the verdict.
+
+    The suite's gate only fails a 90% drop here: whether the *default* gate passes a repeat
+    on a noisy machine is a statistical property, measured by
+    benchmarks/gate_false_positives.py, not a fact one pair of runs can assert.
+    """
     path = tmp_path / "tiny.yaml"
     path.write_text(
         "name: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: 4K,256K\n  min_time: 0.05\n"
+        "compare:\n  tolerance: 90%\n  latency_tolerance: 90%\n"
     )
     first = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "a")])
     assert first.exit_code == 0, first.output
@@ -477,8 +484,8 @@ def test_a_real_suite_and_its_repeat_pass_the_gate(tmp_path: Path) -> None:
     again = CliRunner().invoke(
         app, ["run", str(path), "-o", str(tmp_path / "b"), "--baseline", str(base), "--no-plot"]
     )
-    # A repeat on the same (noisy, shared) machine must pass.
     assert again.exit_code == 0, again.output
+    assert "tolerance 90% (latency-bound 90%)" in again.stdout
     (new,) = (tmp_path / "b").iterdir()
     assert not (load_runs(new)["collectives-float32"].path / "plots").exists()
     assert (new / "comparison.md").is_file()

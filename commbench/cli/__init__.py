@@ -73,10 +73,9 @@ _REWORDED = (
 def _click_exceptions() -> ModuleType:
     """The click exceptions Typer raises: recent Typer vendors its own copy of click."""
     try:
-        from typer._click import exceptions
+        return importlib.import_module("typer._click.exceptions")
     except ImportError:  # Typer before it vendored click
-        from click import exceptions
-    return exceptions
+        return importlib.import_module("click.exceptions")
 
 
 def usage_line(exc: Any) -> str:

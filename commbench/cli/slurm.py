@@ -26,9 +26,10 @@ def _check_wrapped(ctx: typer.Context, args: list[str]) -> None:
             f"slurm-script runs {' or '.join(_WRAPPABLE)} on every node, not {name!r}: "
             "e.g. `commbench slurm-script -N 2 -- collectives --sizes 1K-1G`"
         )
-    group = ctx.parent.command if ctx.parent is not None else None
-    command = group.get_command(ctx.parent, name) if group is not None else None  # type: ignore[attr-defined]
-    if command is None:
+    parent = ctx.parent
+    get_command = getattr(parent.command, "get_command", None) if parent is not None else None
+    command = get_command(parent, name) if get_command is not None else None
+    if command is None:  # not under the commbench group (called directly): nothing to parse
         return
     try:
         wrapped = command.make_context(name, list(rest), parent=ctx.parent)

@@ -351,6 +351,31 @@ class _Watch:
         return f"{what}{size} ({beat.get('phase')}, iteration {beat.get('iteration')})"
 
 
+REMOTE_SILENT = "stopped responding (no heartbeat through the job's store)"
+
+
+def _silent_remotes(watch: _Watch, silent_after: float) -> list[int]:
+    """Other nodes' ranks that went silent.
+
+    They are known only through this node's local rank 0, which copies their heartbeats from
+    the job's store whenever they change. A remote rank is silent if that copier went on
+    running for a while after the rank's last change (even if the copier has died since,
+    e.g. because the other node's launcher stopped its peer).
+    """
+    beats = watch.heartbeats
+    mirror_times = [
+        b["mtime"] for b in beats.values() if not b.get("remote") and b.get("local_rank", 0) == 0
+    ]
+    if not mirror_times:
+        return []
+    mirror_time = max(mirror_times)
+    return sorted(
+        r
+        for r, b in beats.items()
+        if b.get("remote") and mirror_time - b.get("mtime", mirror_time) > silent_after
+    )
+
+
 def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
     """Name the rank(s) that stopped the run: stopped processes first, then silent ones, then
     ranks that are gone, then ranks behind the others; if every rank waits at the same
@@ -369,18 +394,8 @@ def _describe_hang(watch: _Watch, timeout: float) -> tuple[str, list[int]]:
             dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
         elif now - b.get("mtime", now) > silent_after:
             dead[r] = (1, "stopped responding")
-    # Other nodes' ranks are known only through this node's local rank 0, which copies their
-    # heartbeats from the job's store whenever they change. A remote rank is silent if that
-    # copier went on running for a while after the rank's last change (even if the copier
-    # has died since, e.g. because the other node's launcher stopped its peer).
-    mirror_times = [
-        b["mtime"] for b in beats.values() if not b.get("remote") and b.get("local_rank", 0) == 0
-    ]
-    if mirror_times:
-        mirror_time = max(mirror_times)
-        for r, b in beats.items():
-            if b.get("remote") and mirror_time - b.get("mtime", mirror_time) > silent_after:
-                dead[r] = (1, "stopped responding (no heartbeat through the job's store)")
+    for r in _silent_remotes(watch, silent_after):
+        dead[r] = (1, REMOTE_SILENT)
     live = {r: b for r, b in beats.items() if r not in dead}
     behind: dict[int, dict[str, Any]] = {}
     if live:
@@ -416,10 +431,13 @@ _EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 
 
-def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
+def _describe_crash(watch: _Watch, returncode: int, timeout: float) -> tuple[str, list[int]]:
     """Name the failed ranks from the heartbeats and torchrun's failure summary, the root
     cause first: a rank killed by a signal, else one that raised an error of its own; ranks
-    that only lost their peer or got torchrun's SIGTERM come last, marked as consequences."""
+    that only lost their peer or got torchrun's SIGTERM come last, marked as consequences.
+    When this node's ranks only lost their peers, a rank on another node that had gone
+    silent is named first: the other node's watchdog may have stopped it before this one's
+    fired."""
     failures: dict[int, dict[str, str]] = {}
     log = watch.run_dir / "launcher.log"
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -462,6 +480,16 @@ def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
 
     ordered = sorted(failures.items(), key=cause_first)
     parts = []
+    culprits = []
+    if all(is_consequence(info) for info in failures.values()):
+        now = time.time()
+        for r in _silent_remotes(watch, min(STALE_AFTER, timeout / 2)):
+            b = watch.heartbeats[r]
+            culprits.append(r)
+            parts.append(
+                f"rank {r} (host {b.get('host')}) {REMOTE_SILENT}: last heartbeat "
+                f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
+            )
     for r, info in ordered:
         beat = watch.heartbeats.get(r, {})
         code = exitcode(info)
@@ -477,7 +505,7 @@ def _describe_crash(watch: _Watch, returncode: int) -> tuple[str, list[int]]:
         host = f"host {beat.get('host')}, " if beat else ""
         at = f" at {watch.where(beat)}" if beat else ""
         parts.append(f"rank {r} ({host}exit {code}) {how}{at}")
-    return "worker failure: " + "; ".join(parts), [r for r, _ in ordered]
+    return "worker failure: " + "; ".join(parts), culprits + [r for r, _ in ordered]
 
 
 # More CPU ranks per core than this time the scheduler, not the backend (and a typo like
@@ -603,7 +631,7 @@ def run_collectives(
     writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
     if status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
         status = STATUS_FAILED
-        failure, culprits = _describe_crash(watch, proc.returncode)
+        failure, culprits = _describe_crash(watch, proc.returncode, settings.timeout)
     if not writer and launch.nnodes > 1:
         meta["note"] = (
             "this node did not run global rank 0: the results are in the run directory on rank 0's node"

@@ -1,0 +1,78 @@
+"""How often the regression gate fails a plain repeat: its false-positive rate on this machine.
+
+    python benchmarks/gate_false_positives.py --repeats 4 --out results/reference/gate-false-positives-cpu
+
+Runs a suite (`configs/ci.yaml` by default) `--repeats` times, each a separate
+`commbench run`, then compares every ordered pair of repeats with the suite's own gate (as
+`commbench run --baseline` would). Nothing changed between the runs, so every failing
+comparison is a false positive. Prints markdown: one line per pair (exit code, worse / noisy
+points, baseline noise) and the rate. A unit test cannot assert this: it is a property of
+the gate on a machine's noise, so it is measured here and recorded with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+from commbench.compare import GateSettings, Mark
+from commbench.suites.store import compare_targets, exit_code, recorded_gate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("configs/ci.yaml"))
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=Path("results/gate-false-positives"))
+    args = parser.parse_args(argv)
+    if args.repeats < 2:
+        parser.error("--repeats must be at least 2")
+
+    suites: list[Path] = []
+    for i in range(args.repeats):
+        parent = args.out / f"repeat{i}"
+        cmd = [sys.executable, "-m", "commbench", "run", str(args.config), "-o", str(parent)]
+        done = subprocess.run([*cmd, "--no-plot"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            return done.returncode
+        (suite,) = parent.iterdir()
+        suites.append(suite)
+        print(f"repeat {i}: {suite}", file=sys.stderr)
+
+    gate = GateSettings(**recorded_gate(suites[0]))
+    lines = [
+        f"# Gate false positives: {args.repeats} repeats of `{args.config}`",
+        "",
+        f"Gate: tolerance {gate.tolerance:.0%} (latency-bound {gate.latency_tolerance:.0%}), "
+        f"alpha {gate.alpha:g}, noisy above a spread of {gate.noisy_cv:g}.",
+        "",
+        "| baseline | new | exit | points | worse | noisy | baseline noise |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    failing = 0
+    pairs = list(itertools.permutations(range(len(suites)), 2))
+    for a, b in pairs:
+        results = compare_targets(suites[a], suites[b], gate)
+        code = exit_code(results)
+        failing += code != 0
+        points = sum(len(c.points) for _, c in results)
+        worse = sum(len(c.marked(Mark.worse)) for _, c in results)
+        noisy = sum(len(c.marked(Mark.noisy)) for _, c in results)
+        noise = [c.baseline_noise for _, c in results if c.baseline_noise is not None]
+        shown = f"{max(noise):.2f}" if noise else "-"
+        lines.append(f"| {a} | {b} | {code} | {points} | {worse} | {noisy} | {shown} |")
+    lines += [
+        "",
+        f"**{failing} of {len(pairs)} comparisons failed** (every one a false positive: "
+        "nothing changed between the runs).",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
