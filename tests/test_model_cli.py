@@ -139,7 +139,7 @@ def test_given_bandwidth_rescues_a_run_whose_time_does_not_grow(tmp_path: Path) 
         (["--bw", "1", "--latency", "1", "--backend", "mpi"], "unknown backend"),
         (["--bw", "1", "--latency", "1", "--strategies", "tree"], "unknown strategy"),
         (["--bw", "1", "--latency", "1", "--sizes", "1K-banana"], "malformed size"),
-        (["--from", "nowhere"], "not a run directory"),
+        (["--from", "nowhere"], "no such run directory"),
         (["--bw", "10", "--latency", "1", "--world", ""], "--world is empty"),
     ],
 )

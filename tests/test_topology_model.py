@@ -113,7 +113,9 @@ def test_load_snapshot_and_run_json_embedding(tmp_path: Path) -> None:
     assert load_snapshot(run).to_dict() == data
     data["pairs"][0]["nvlinks"] = -2
     run.write_text(json.dumps({"topology": data}))
-    with pytest.raises(UserError, match=r"run.json.topology.pairs\[0\].nvlinks: must be >= 0"):
+    with pytest.raises(
+        UserError, match=r"run.json: snapshot.topology.pairs\[0\].nvlinks: must be >= 0"
+    ):
         load_snapshot(run)
 
 

@@ -74,6 +74,8 @@ def dump_json(data: Any) -> str:
 
 def new_run_dir(parent: Path, kind: str) -> Path:
     """Create `parent/<timestamp>-<kind>[-N]`; an existing directory is never reused."""
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"cannot write under {parent}: it is a file, not a directory")
     with writing(parent):
         parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -155,9 +157,13 @@ class Run:
 def load_run(path: Path) -> Run:
     """Read a run directory (or its run.json). Raises UserError naming what is wrong."""
     path = Path(path)
+    if path.is_file() and path.name != RUN_FILE:
+        raise UserError(f"{path}: not a run directory (a run is a directory holding {RUN_FILE})")
     run_dir = path.parent if path.is_file() else path
     if not run_dir.is_dir():
-        raise UserError(f"{path}: not a run directory")
+        raise UserError(f"{path}: no such run directory")
+    if not (run_dir / RUN_FILE).is_file():
+        raise UserError(f"{path}: not a run directory (no {RUN_FILE} in it)")
     meta = _load_json(run_dir / RUN_FILE)
     results_path = run_dir / RESULTS_JSON
     rows: list[ResultRow] = []

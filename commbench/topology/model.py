@@ -572,4 +572,4 @@ def load_snapshot(path: str | Path) -> TopologySnapshot:
         raise UserError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
-    return TopologySnapshot.from_dict(data, where=str(path))
+    return TopologySnapshot.from_dict(data, where=f"{path}: snapshot")
