@@ -153,7 +153,7 @@ def test_strategies_are_probed_too() -> None:
         (["collectives", "--iters", "abc"], "'--iters': expected a whole number"),
         (["collectives", "--format", "csvx"], "'csvx' is not one of"),
         (["topo", "--bogus"], "No such option: --bogus"),
-        (["compare"], "Missing argument 'baseline'"),
+        (["compare"], "Missing argument 'BASELINE'"),
     ],
 )
 def test_parse_errors_are_one_line_too(args: list[str], fragment: str) -> None:

@@ -61,29 +61,45 @@ def register(app: typer.Typer) -> None:
             None,
             "--sizes",
             "-s",
+            metavar="SIZES",
             help=f"Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
         ),
         ops: str = typer.Option(
-            None, "--ops", help="Comma list of ops, or 'all' (the default unless --strategies)."
+            None,
+            "--ops",
+            metavar="OPS",
+            help="Comma list of ops, or 'all' (the default unless --strategies).",
         ),
         strategies: str = typer.Option(
-            None, "--strategies", help="All-reduce strategies to compare: 'all' or a comma list."
+            None,
+            "--strategies",
+            metavar="NAMES",
+            help="All-reduce strategies to compare: 'all' or a comma list.",
         ),
         nproc: int = typer.Option(
             None, "--nproc", "-n", help="Workers per node. Default: every visible GPU, else 2."
         ),
         backend: str = typer.Option(
-            None, "--backend", help="nccl or gloo. Default: nccl on GPUs, gloo on CPU."
+            None,
+            "--backend",
+            metavar="nccl|gloo",
+            help="nccl or gloo. Default: nccl on GPUs, gloo on CPU.",
         ),
         device: str = typer.Option(
-            None, "--device", help="cuda or cpu. Default: cuda when a GPU is visible."
+            None,
+            "--device",
+            metavar="cuda|cpu",
+            help="cuda or cpu. Default: cuda when a GPU is visible.",
         ),
         dtype: str = typer.Option(
             "float32",
             "--dtype",
+            metavar="DTYPE",
             help="float32, float16, bfloat16, float64, int32, int64, int8, uint8.",
         ),
-        reduce_op: str = typer.Option("sum", "--reduce-op", help="sum, avg, max, min or prod."),
+        reduce_op: str = typer.Option(
+            "sum", "--reduce-op", metavar="sum|avg|max|min|prod", help="sum, avg, max, min or prod."
+        ),
         warmup: int = typer.Option(
             None, "--warmup", help="Warm-up iterations per point. Default adapts (2-20)."
         ),
@@ -107,7 +123,9 @@ def register(app: typer.Typer) -> None:
         graph: bool = typer.Option(
             False, "--graph", help="Time CUDA-graph replays (launch overhead out)."
         ),
-        ranks: str = typer.Option(None, "--ranks", help="Run the ops on this subgroup, e.g. 0,2."),
+        ranks: str = typer.Option(
+            None, "--ranks", metavar="RANKS", help="Run the ops on this subgroup, e.g. 0,2."
+        ),
         timeout: float = typer.Option(
             300.0,
             "--timeout",

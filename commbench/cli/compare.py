@@ -15,8 +15,12 @@ from commbench.results.store import writing
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
-        baseline: Path = typer.Argument(..., help="Baseline run directory (or suite directory)."),
-        new: Path = typer.Argument(..., help="New run directory (or suite directory)."),
+        baseline: Path = typer.Argument(
+            ..., metavar="BASELINE", help="Baseline run directory (or suite directory)."
+        ),
+        new: Path = typer.Argument(
+            ..., metavar="NEW", help="New run directory (or suite directory)."
+        ),
         tolerance: str = typer.Option(
             None,
             "--tolerance",

@@ -18,7 +18,9 @@ import_app = typer.Typer(
 @import_app.command("nccl-tests")
 def nccl_tests(
     logs: list[Path] = typer.Argument(
-        ..., help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files."
+        ...,
+        metavar="LOG",
+        help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
     ),
     out: Path = typer.Option(
         Path("results"), "--out", "-o", help="Parent directory of the run directories."

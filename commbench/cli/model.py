@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option(
             None,
             "--backend",
+            metavar="nccl|gloo",
             help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
         ),
         strategies: str = typer.Option(

@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         mode: str = typer.Option(
             "both",
             "--mode",
+            metavar="concurrent|sequential|both",
             help="concurrent (all copies at once), sequential (one at a time) or both.",
         ),
         bidirectional: bool = typer.Option(

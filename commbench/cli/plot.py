@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
     @app.command("plot")
     def plot(
         runs: list[Path] = typer.Argument(
-            ..., help="Run directories; several draw one line per run on each chart."
+            ...,
+            metavar="RUN_DIR",
+            help="Run directories; several draw one line per run on each chart.",
         ),
         out: Path = typer.Option(
             None,

@@ -14,7 +14,9 @@ from commbench.results.store import writing
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
-        run: Path = typer.Argument(..., help="Run directory or suite directory."),
+        run: Path = typer.Argument(
+            ..., metavar="RUN_DIR", help="Run directory or suite directory."
+        ),
         fmt: ReportFormat = typer.Option(ReportFormat.md, "--format", "-f", help="md or html."),
         out: Path = typer.Option(None, "--out", "-o", help="Write here instead of stdout."),
         baseline: Path = typer.Option(

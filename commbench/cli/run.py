@@ -47,7 +47,9 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
-        config: Path = typer.Argument(..., help="Suite file, e.g. configs/ci.yaml."),
+        config: Path = typer.Argument(
+            ..., metavar="SUITE.yaml", help="Suite file, e.g. configs/ci.yaml."
+        ),
         baseline: Path = typer.Option(
             None,
             "--baseline",
@@ -60,8 +62,12 @@ def register(app: typer.Typer) -> None:
         nproc: int = typer.Option(
             None, "--nproc", "-n", help="Workers per node (overrides the suite's world_size)."
         ),
-        device: str = typer.Option(None, "--device", help="cuda or cpu (overrides the suite)."),
-        backend: str = typer.Option(None, "--backend", help="nccl or gloo (overrides the suite)."),
+        device: str = typer.Option(
+            None, "--device", metavar="cuda|cpu", help="cuda or cpu (overrides the suite)."
+        ),
+        backend: str = typer.Option(
+            None, "--backend", metavar="nccl|gloo", help="nccl or gloo (overrides the suite)."
+        ),
         tolerance: str = typer.Option(
             None, "--tolerance", "-t", help="Override the suite's compare.tolerance, e.g. 5%."
         ),
