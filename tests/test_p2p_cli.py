@@ -59,6 +59,14 @@ def test_dry_run_explains_the_puzzle() -> None:
     assert "# sequential: one copy at a time" in out
 
 
+def test_a_tiny_copy_is_called_latency_bound() -> None:
+    """The bandwidth model leaves out a copy's fixed cost: at 1 KiB it must say so."""
+    tiny = invoke("--dry-run", "--topology", DGX1V, "--dst", "1", "--size", "1K")
+    assert tiny.exit_code == 0 and "latency-bound at this size" in tiny.stdout
+    big = invoke("--dry-run", "--topology", DGX1V, "--dst", "1", "--size", "64M")
+    assert big.exit_code == 0 and "latency-bound" not in big.stdout
+
+
 def test_dry_run_json_on_a_dgx1v() -> None:
     result = invoke("--dry-run", "--topology", DGX1V, "--format", "json", "--mode", "concurrent")
     assert result.exit_code == 0, result.output
@@ -120,6 +128,7 @@ def test_dry_run_without_a_gpu_or_topology_is_one_line() -> None:
         (["--size", "abc"], "malformed size 'abc'"),
         (["--mode", "fast"], "--mode 'fast': choose concurrent, sequential or both"),
         (["--matrix", "--src", "1"], "--matrix measures every pair; it takes no --src"),
+        (["--size", "999999T"], "--size 999999T is more than GPU 0's memory (15.8G)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -481,6 +481,12 @@ def _share(
     return out
 
 
+# A copy that the links would finish faster than this is dominated by its fixed cost, which
+# the bandwidth model leaves out (a cudaMemcpyAsync between GPUs costs microseconds however
+# small): the bandwidth figures then are bounds, not expectations.
+LATENCY_BOUND_S = 20e-6
+
+
 def _fluid(
     routes: list[Route],
     size: int,
@@ -571,6 +577,12 @@ def expect_step(
                 )
         if route.assumed:
             parts.append("rates assumed, not known (see `commbench topo`)")
+        if t_typ[i] is not None and t_typ[i] < LATENCY_BOUND_S:
+            parts.append(
+                "latency-bound at this size: a copy's fixed cost (launch, DMA setup, "
+                "completion; microseconds) dwarfs its transfer, so expect far less than "
+                "this bandwidth"
+            )
         out.append(
             Expectation(
                 pair=route.copy.label,

@@ -34,6 +34,7 @@ from commbench.results.store import (
     new_run_dir,
     write_run_meta,
 )
+from commbench.sizes import format_amount, format_size
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 
 STATUS_RUNNING = "running"
@@ -103,6 +104,20 @@ def nvml_sees_none(snapshot: TopologySnapshot) -> bool:
     return not snapshot.gpus and not (snapshot.nvml_error or "").startswith("NVML:")
 
 
+def check_fits(the_plan: Plan, snapshot: TopologySnapshot) -> None:
+    """Refuse a copy larger than a GPU it touches can hold (a source and a destination of
+    that size live on the GPUs at each end), before allocating or predicting anything."""
+    memory = {g.index: g.memory_bytes for g in snapshot.gpus if g.memory_bytes}
+    for step in the_plan.steps:
+        for gpu in step.devices:
+            have = memory.get(gpu)
+            if have and step.size_bytes > have:
+                raise UserError(
+                    f"--size {format_size(step.size_bytes)} is more than GPU {gpu}'s memory "
+                    f"({format_amount(have)})"
+                )
+
+
 def dry_run(settings: P2PSettings, snapshot: TopologySnapshot) -> DryRun:
     if not snapshot.gpus:
         raise UserError(
@@ -110,6 +125,7 @@ def dry_run(settings: P2PSettings, snapshot: TopologySnapshot) -> DryRun:
             f"({snapshot.no_gpu_message}); pass --topology SNAPSHOT.json"
         )
     the_plan = plan(settings, len(snapshot.gpus))
+    check_fits(the_plan, snapshot)
     return DryRun(
         snapshot=snapshot,
         plan=the_plan,
@@ -226,6 +242,7 @@ def _run(
 ) -> P2POutcome:
     snapshot, topo_notes = _topology_for(snapshot, measurer)
     the_plan = plan(settings, measurer.device_count)
+    check_fits(the_plan, snapshot)
     notes = the_plan.notes + topo_notes
     steps = the_plan.steps
     fabric = Fabric(snapshot)
