@@ -16,18 +16,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _each_process(name: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, the bytes of /proc/<pid>/<name>) for every process that is still there."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), (entry / name).read_bytes()
+            except OSError:
+                continue  # gone since the listing, or not ours to read
+
+
 def _ppid_map() -> dict[int, int]:
     parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
+    for pid, raw in _each_process("stat"):
+        stat = raw.decode(errors="replace")
         # the command name may contain spaces and parentheses: split after the last ')'
         fields = stat[stat.rfind(")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
+        parents[pid] = int(fields[1])
     return parents
 
 
@@ -55,17 +60,11 @@ def marked(name: str, value: str) -> set[int]:
     while still spawning them.
     """
     needle = f"{name}={value}".encode()
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.add(int(entry.name))
-    return {p for p in found if alive(p)}
+    return {
+        pid
+        for pid, environ in _each_process("environ")
+        if needle in environ.split(b"\0") and alive(pid)
+    }
 
 
 def state(pid: int) -> str | None:

@@ -577,7 +577,8 @@ def expect_step(
                 )
         if route.assumed:
             parts.append("rates assumed, not known (see `commbench topo`)")
-        if t_typ[i] is not None and t_typ[i] < LATENCY_BOUND_S:
+        finish = t_typ[i]
+        if finish is not None and finish < LATENCY_BOUND_S:
             parts.append(
                 "latency-bound at this size: a copy's fixed cost (launch, DMA setup, "
                 "completion; microseconds) dwarfs its transfer, so expect far less than "
