@@ -56,6 +56,8 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         assert row.world_size == 2
         assert row.check == ("n/a" if row.op == "barrier" else "ok"), row
         assert row.n == 5 and len(row.samples_us) == 5 and row.time_us > 0
+        # torch's all_reduce/broadcast/reduce write into their input: nccl-tests' in-place
+        assert row.in_place == (row.op in ("all_reduce", "broadcast", "reduce")), row
     ctx = run.context
     assert ctx["backend"] == "gloo" and ctx["world_size"] == 2 and ctx["torch"]
     assert ctx["device_names"] == ["cpu"] and len(ctx["ranks"]) == 2

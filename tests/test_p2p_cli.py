@@ -63,6 +63,7 @@ def test_a_tiny_copy_is_called_latency_bound() -> None:
     """The bandwidth model leaves out a copy's fixed cost: at 1 KiB it must say so."""
     tiny = invoke("--dry-run", "--topology", DGX1V, "--dst", "1", "--size", "1K")
     assert tiny.exit_code == 0 and "latency-bound at this size" in tiny.stdout
+    assert "no expectation" in tiny.stdout and " 22.5 " not in tiny.stdout
     big = invoke("--dry-run", "--topology", DGX1V, "--dst", "1", "--size", "64M")
     assert big.exit_code == 0 and "latency-bound" not in big.stdout
 

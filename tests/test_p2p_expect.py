@@ -141,6 +141,8 @@ def test_dgx1v_fan_out_splits_the_pcie_link_among_staged_copies() -> None:
     for pair in ("0->5", "0->6", "0->7"):
         assert e[pair].path == "staged"
         assert e[pair].ceiling_gbps == pytest.approx(15.754 / 3, abs=1e-3)
+        # staged copies reach ~60% of the link alone, and share that when together
+        assert e[pair].expected_gbps == pytest.approx(0.6 * 15.754 / 3, abs=1e-3)
         assert "shares cuda:0's PCIe Gen3 x16 link, outbound with" in e[pair].diagnosis
         assert "in concurrent mode: 5.3 GB/s at most" in e[pair].diagnosis
         assert "inter-socket link from NUMA node 0 to 1" in e[pair].diagnosis
@@ -158,7 +160,8 @@ def test_nvswitch_ports_are_shared_by_every_copy_from_one_gpu() -> None:
     assert e["0->3"].ceiling_gbps == pytest.approx(450.0 / 7)
     assert "shares cuda:0's NVLinks, outbound with" in e["0->3"].diagnosis
     assert e["total"].ceiling_gbps == pytest.approx(450.0)
-    assert e["total"].peak_gbps == pytest.approx(3150.0)
+    # seven copies through one GPU's ports cannot add up seven port peaks
+    assert e["total"].peak_gbps == pytest.approx(450.0)
     # An imported matrix lists no per-GPU links: NV18 to everyone can only be switch links.
     smi = parse_nvidia_smi((FIXTURES / "topology/smi_h100_nvswitch_nv18_13nics.txt").read_text())
     imported = by_pair(smi, fan_out(1, 2))

@@ -95,7 +95,7 @@ def test_missing_or_broken_run_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"not a run directory \(no run.json in it\)"):
         load_run(tmp_path)
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(UserError, match="notes.txt: not a run directory"):
+    with pytest.raises(UserError, match=r"notes\.txt: not a run directory"):
         load_run(tmp_path / "notes.txt")
     (tmp_path / "run.json").write_text("{")
     with pytest.raises(UserError, match="not valid JSON"):

@@ -24,7 +24,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from commbench.collectives import ops as collective_ops
 from commbench.collectives.settings import CollectivesSettings, plan_points
-from commbench.collectives.specs import busbw_factor, plan_size
+from commbench.collectives.specs import OPS, busbw_factor, plan_size
 from commbench.launch.protocol import (
     EVENTS_FILE,
     SETTINGS_FILE,
@@ -287,7 +287,10 @@ class Worker:
                 "world_size": self.group_size,
                 "size_bytes": plan.size_bytes,
                 "count": plan.count,
-                "in_place": s.in_place and point.op in ("all_gather", "reduce_scatter"),
+                # torch's all_reduce, broadcast and reduce write into their input: in-place in
+                # nccl-tests' terms, so they join nccl-tests' in-place column in `compare`
+                "in_place": OPS[point.op].in_place == "always"
+                or (s.in_place and OPS[point.op].in_place == "optional"),
                 "requested_bytes": plan.requested_bytes,
             }
             if point.op == "sendrecv" and self.group_size < 2:

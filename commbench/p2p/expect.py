@@ -529,8 +529,14 @@ def expect_step(
     routes = [fabric.route(c) for c in step.copies]
     res = fabric.resources
     peak_caps = {name: r.capacity for name, r in res.items()}
+    # A resource typically delivers its efficiency, or less when a copy through it cannot do
+    # better (three copies staged through host memory share ~60% of the link, not ~85%)
     typ_caps = {
-        name: (None if r.capacity is None else r.capacity * r.efficiency) for name, r in res.items()
+        name: None
+        if r.capacity is None
+        else r.capacity
+        * min([r.efficiency, *(rt.efficiency for rt in routes if name in rt.resources)])
+        for name, r in res.items()
     }
     own_peak = [r.peak_gbps for r in routes]
     own_typ = [None if r.peak_gbps is None else r.peak_gbps * r.efficiency for r in routes]
@@ -578,11 +584,12 @@ def expect_step(
         if route.assumed:
             parts.append("rates assumed, not known (see `commbench topo`)")
         finish = t_typ[i]
-        if finish is not None and finish < LATENCY_BOUND_S:
+        latency_bound = finish is not None and finish < LATENCY_BOUND_S
+        if latency_bound:
             parts.append(
                 "latency-bound at this size: a copy's fixed cost (launch, DMA setup, "
-                "completion; microseconds) dwarfs its transfer, so expect far less than "
-                "this bandwidth"
+                "completion; microseconds) dwarfs its transfer, which the bandwidth model "
+                "leaves out: no expectation, the ceiling is only a bound"
             )
         out.append(
             Expectation(
@@ -596,8 +603,8 @@ def expect_step(
                 p2p=route.p2p,
                 peak_gbps=route.peak_gbps,
                 ceiling_gbps=ceiling,
-                expected_gbps=_gbps(size, t_typ[i]),
-                expected_ms=None if t_typ[i] is None else (t_typ[i] or 0.0) * 1e3,
+                expected_gbps=None if latency_bound else _gbps(size, finish),
+                expected_ms=None if latency_bound or finish is None else finish * 1e3,
                 shared_with=shared,
                 bottleneck=bottleneck,
                 assumed=route.assumed,
@@ -619,11 +626,19 @@ def _total(
     makespan = max((t for t in t_peak if t is not None), default=None) if known else None
     typ_known = all(t is not None for t in t_typ)
     typ_span = max((t for t in t_typ if t is not None), default=None) if typ_known else None
+    if typ_span is not None and typ_span < LATENCY_BOUND_S:
+        typ_span = None  # latency-bound: see expect_step
+    ceiling = _gbps(nbytes, makespan)
+    # copies that share a link cannot add up their peaks: the physical limit of the set is
+    # what the links allow together, the ceiling
     peaks = [c.peak_gbps for c in copies]
     peak = (
-        math.fsum(p for p in peaks if p is not None) if all(p is not None for p in peaks) else None
+        ceiling
+        if ceiling is not None
+        else math.fsum(p for p in peaks if p is not None)
+        if all(p is not None for p in peaks)
+        else None
     )
-    ceiling = _gbps(nbytes, makespan)
     shared = sorted({c.bottleneck for c in copies if c.shared_with})
     what = f"{len(copies)} copies at once"
     if shared:
