@@ -195,6 +195,19 @@ def dispersion(row: ResultRow) -> float | None:
     return row.cv if row.n >= 2 and math.isfinite(row.cv) else None
 
 
+def noisy_warning(rows: Sequence[ResultRow], threshold: float = DEFAULT_NOISY_CV) -> str | None:
+    """One sentence on the points whose robust spread is past `threshold`, or None: the
+    same words on the command line and in reports."""
+    noisy = [r for r in rows if r.n and (dispersion(r) or 0.0) > threshold]
+    if not noisy:
+        return None
+    return (
+        f"{len(noisy)} of {len(rows)} points are noisy (robust spread, IQR/1.349 median, "
+        f"> {threshold:.0%}); the median is robust, but compare such points with care or "
+        "raise --min-time"
+    )
+
+
 def noise_index(rows: Iterable[ResultRow]) -> float | None:
     """The run's own dispersion: the median robust spread of its measured points."""
     spreads = [d for r in rows if _measured(r) and (d := dispersion(r)) is not None]

@@ -28,8 +28,6 @@ CPU_DEFAULT_SIZES = "1K-1M"
 GPU_DEFAULT_SIZES = "1K-1G"
 CPU_DEFAULT_NPROC = 2
 DEFAULT_MIN_TIME = 0.2
-# A coefficient of variation above this marks a point noisy in the run's summary.
-NOISY_CV = 0.2
 
 
 def visible_gpus() -> int:
@@ -248,16 +246,11 @@ def run_and_report(
 
             backend = getattr(settings, "backend", None)
             typer.echo("\n" + render_comparison(outcome.rows, fmt, backend), nl=False)
-    from commbench.compare import dispersion
+    from commbench.compare import noisy_warning
 
-    noisy = [r for r in outcome.rows if r.n and (dispersion(r) or 0.0) > NOISY_CV]
-    if noisy:
-        typer.echo(
-            f"commbench: warning: {len(noisy)} of {len(outcome.rows)} points are noisy "
-            f"(robust spread, IQR/1.349 median, > {NOISY_CV:.0%}); the median is robust, but "
-            "compare such points with care or raise --min-time",
-            err=True,
-        )
+    warning = noisy_warning(outcome.rows)
+    if warning:
+        typer.echo(f"commbench: warning: {warning}", err=True)
     if outcome.meta.get("note") and not outcome.rows:
         # a node without global rank 0: its ranks measured, another node holds the rows
         typer.echo(f"commbench: {outcome.status}: {outcome.meta['note']}", err=True)

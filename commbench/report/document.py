@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench import __version__
-from commbench.compare import Comparison
+from commbench.compare import Comparison, noisy_warning
 from commbench.report.figures import context_title
 from commbench.report.options import Images, ReportFormat
 from commbench.report.runs import load_any
@@ -25,8 +24,6 @@ from commbench.results.exporters import HEADERS, build_tables
 from commbench.results.store import Run, load_json
 from commbench.sizes import format_size
 from commbench.suites.store import is_suite, load_suite_dir
-
-NOISY_CV = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,15 +150,11 @@ def result_blocks(run: Run, level: int) -> list[Block]:
         return [*blocks, Para("No measured points.")]
     for title, cells in build_tables(run.rows):
         blocks += [Heading(level + 1, title), Table(list(HEADERS), cells)]
-    noisy = [r for r in run.rows if r.n > 1 and math.isfinite(r.cv) and r.cv > NOISY_CV]
-    if noisy:
-        blocks.append(
-            Para(
-                f"{len(noisy)} of {len(run.rows)} points are noisy (cv > {NOISY_CV:.0%}): the "
-                "median is robust, but compare such points with care."
-            )
-        )
-    notes = sorted({f"{r.op} {format_size(r.size_bytes)}: {r.note}" for r in run.rows if r.note})
+    warning = noisy_warning(run.rows)
+    if warning:
+        blocks.append(Para(warning + "."))
+    noted = sorted({(r.op, r.size_bytes, r.note) for r in run.rows if r.note})
+    notes = [f"{op} {format_size(size)}: {note}" for op, size, note in noted]
     if notes:
         blocks.append(
             Bullets(notes[:20] + ([f"... {len(notes) - 20} more"] if len(notes) > 20 else []))
