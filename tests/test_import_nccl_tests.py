@@ -65,6 +65,8 @@ def test_older_format_with_error_column_and_no_redop() -> None:
         rows[(1 << 30, False)].busbw_gbps == 212.88 and rows[(1 << 30, True)].busbw_gbps == 220.61
     )
     assert {r.check for r in parsed.rows} == {"skipped"}  # validation: 0 prints N/A
+    # nccl-tests prints all_gather's count per rank (32 B at n=8: 1); commbench counts S
+    assert rows[(32, False)].count == 8 and rows[(1 << 30, False)].count == (1 << 30) // 4
     assert {r.reduce_op for r in parsed.rows} == {""}
     assert section.avg_busbw == pytest.approx(58.2651)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commbench.collectives.specs import DTYPES as ELEMENT_BYTES
 from commbench.errors import UserError
 from commbench.files import read_text
 from commbench.results.schema import CHECK_FAILED, CHECK_OK, CHECK_SKIPPED, ResultRow
@@ -172,6 +173,9 @@ def _row(
     warmup: int,
     samples: list[float] | None = None,
 ) -> ResultRow:
+    # nccl-tests prints some ops' count per rank (all_gather: S / n elements); commbench's
+    # count is always S's elements, so rows join and read alike whatever their source
+    count = size // ELEMENT_BYTES[dtype] if dtype in ELEMENT_BYTES else count
     if samples:
         factor = busbw / algbw if algbw else None
         return ResultRow.measured(
@@ -640,7 +644,11 @@ def import_log(
         "failure": None,
         "points_total": len(rows),
         "points_done": len(rows),
-        "notes": [f"dropped {dropped} zero-byte rows"] if dropped else [],
+        "notes": [
+            "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
+            "ranks by default), not commbench's median of per-iteration maxima",
+            *([f"dropped {dropped} zero-byte rows"] if dropped else []),
+        ],
     }
     write_run_meta(run_dir, meta)
     write_results(run_dir, rows)

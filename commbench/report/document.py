@@ -91,7 +91,9 @@ def context_rows(run: Run) -> list[list[str]]:
         ["CUDA", _fmt(ctx.get("cuda"))],
         ["driver", _fmt(ctx.get("driver"))],
         ["commbench", _fmt(ctx.get("commbench"))],
-        ["started", _fmt(ctx.get("started_at") or meta.get("imported_at"))],
+        ["started", _fmt(ctx.get("started_at"))]
+        if ctx.get("started_at") or not meta.get("imported_at")
+        else ["imported", _fmt(meta.get("imported_at"))],
         ["duration", f"{meta['duration_s']:.1f} s" if meta.get("duration_s") else "-"],
         ["command", _fmt(ctx.get("command"))],
     ]
