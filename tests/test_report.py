@@ -82,7 +82,7 @@ def test_report_against_an_incomparable_baseline_offers_a_flag_it_has() -> None:
 
 def test_report_of_a_noisy_cpu_run_says_so() -> None:
     text = report(str(RUNS / "cpu-gloo-a"), "--images", "none").stdout
-    assert "CPU x2 · gloo · world size 2" in text and "points are noisy" in text
+    assert "CPU · gloo · world size 2" in text and "points are noisy" in text
     assert "Not recorded" in text or "No GPU visible" in text
 
 

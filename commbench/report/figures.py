@@ -23,6 +23,9 @@ class Series:
     x: list[int]
     y: list[float]
     dashed: bool = False
+    band: list[tuple[float, float]] | None = None
+    """Per point, the interquartile range of the metric (q1..q3 of the samples): the noise a
+    reader must see before reading a gap between two lines as a difference."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -60,9 +63,8 @@ def context_title(context: dict[str, Any]) -> str:
     world = context.get("world_size")
     count = world or context.get("device_count") or len(context.get("device_names") or [])
     device = " / ".join(names) if names else str(context.get("device") or "?")
-    if device == "cpu":
-        device = "CPU"
-    parts = [f"{device} x{count}" if count else device]
+    # ranks on CPU cores are not devices: the world size below says how many
+    parts = ["CPU"] if device == "cpu" else [f"{device} x{count}" if count else device]
     backend = context.get("backend")
     if backend == "nccl" and context.get("nccl"):
         backend = f"nccl {context['nccl']}"
@@ -119,6 +121,7 @@ def _series_for(
     select: Any,
     metric: Any,
     name_of: Any = None,
+    band: Any = None,
 ) -> list[Series]:
     """One series per (run, name, variant) among the rows `select` keeps, sorted by size."""
     groups: dict[tuple[int, str, tuple[str, str, int, bool]], list[ResultRow]] = {}
@@ -141,11 +144,13 @@ def _series_for(
         extra = _variant_label(variant, varying[i])
         if extra:
             parts.append(extra)
+        bands = [band(r) for r in rows] if band is not None else []
         series.append(
             Series(
                 label=" · ".join(parts) or labels[i],
                 x=[r.size_bytes for r in rows],
                 y=[float(metric(r)) for r in rows],
+                band=bands if bands and all(b is not None for b in bands) else None,
             )
         )
     return series
@@ -159,11 +164,33 @@ def _time(row: ResultRow) -> float | None:
     return row.time_us
 
 
+def _quartiles_known(row: ResultRow) -> bool:
+    return row.n >= 4 and all(math.isfinite(v) and v > 0 for v in (row.q1_us, row.q3_us))
+
+
+def _time_band(row: ResultRow) -> tuple[float, float] | None:
+    return (row.q1_us, row.q3_us) if _quartiles_known(row) else None
+
+
+def _busbw_band(row: ResultRow) -> tuple[float, float] | None:
+    """busbw is inversely proportional to time: the slow quartile gives the low edge."""
+    busbw = _busbw(row)
+    if busbw is None or not _quartiles_known(row):
+        return None
+    return (busbw * row.time_us / row.q3_us, busbw * row.time_us / row.q1_us)
+
+
 def op_figures(runs: list[Run]) -> list[Figure]:
     """Per op: busbw and latency against message size, one line per run (and variant)."""
     # p2p copies have their own figure (the heatmap): a line per op would mix every pair.
+    # barrier moves no bytes: a size axis means nothing for it (its latency is in the tables)
     ops = list(
-        dict.fromkeys(r.op for run in runs for r in run.rows if not r.strategy and r.op != P2P_OP)
+        dict.fromkeys(
+            r.op
+            for run in runs
+            for r in run.rows
+            if not r.strategy and r.op not in (P2P_OP, "barrier")
+        )
     )
     figures = []
     for op in ops:
@@ -175,10 +202,10 @@ def op_figures(runs: list[Run]) -> list[Figure]:
         having = [run for run in runs if any(select(r) and _plotted(r) for r in run.rows)]
         labels = run_labels(having)
         panels = []
-        bus = _series_for(having, labels, select, _busbw)
+        bus = _series_for(having, labels, select, _busbw, band=_busbw_band)
         if bus:
             panels.append(Panel(title="bus bandwidth", ylabel="busbw (GB/s)", series=bus))
-        lat = _series_for(having, labels, select, _time)
+        lat = _series_for(having, labels, select, _time, band=_time_band)
         if lat:
             panels.append(Panel(title="latency", ylabel="time (us)", series=lat, ylog=True))
         if panels:
@@ -194,7 +221,9 @@ def strategies_figure(runs: list[Run]) -> Figure | None:
 
     runs = [run for run in runs if any(strategy(r) for r in run.rows)]
     labels = run_labels(runs)
-    series = _series_for(runs, labels, strategy, _busbw, name_of=lambda r: r.strategy)
+    series = _series_for(
+        runs, labels, strategy, _busbw, name_of=lambda r: r.strategy, band=_busbw_band
+    )
     if not series:
         return None
     reference = _series_for(

@@ -45,14 +45,20 @@ def size_ticks(lo: int, hi: int) -> list[int]:
 
 
 def _draw_panel(ax: Any, panel: Panel) -> None:
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.ticker import (
+        FixedLocator,
+        FuncFormatter,
+        LogLocator,
+        NullFormatter,
+        NullLocator,
+    )
 
     xs = [x for s in panel.series for x in s.x if x > 0]
     for s in panel.series:
         points = [(x, y) for x, y in zip(s.x, s.y) if x > 0]
         if not points:
             continue
-        ax.plot(
+        (line,) = ax.plot(
             [p[0] for p in points],
             [p[1] for p in points],
             marker="o",
@@ -61,6 +67,16 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             linestyle="--" if s.dashed else "-",
             label=s.label,
         )
+        if s.band is not None:
+            kept = [(x, b) for x, b in zip(s.x, s.band) if x > 0]
+            ax.fill_between(
+                [x for x, _ in kept],
+                [lo for _, (lo, _) in kept],
+                [hi for _, (_, hi) in kept],
+                color=line.get_color(),
+                alpha=0.15,
+                linewidth=0,
+            )
     ax.set_xscale("log", base=2)
     if xs:
         ax.xaxis.set_major_locator(FixedLocator(size_ticks(min(xs), max(xs))))
@@ -68,6 +84,10 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
     if panel.ylog:
         ax.set_yscale("log")
+        # plain numbers (600, 6000), not 6x10^3: readers compare them with their own logs
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(panel.ylabel)
     ax.set_title(panel.title, fontsize=10)
@@ -103,7 +123,8 @@ def draw(figure: Figure) -> Any:
     else:
         cols = max(1, len(figure.panels))
         labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
-        legend_rows = len(labels) if len(labels) > 1 else 0
+        ncol = 2 if len(labels) > 3 else 1
+        legend_rows = math.ceil(len(labels) / ncol) if len(labels) > 1 else 0
         height = 4.6 + 0.22 * legend_rows
         fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
         for ax, panel in zip(axes[0], figure.panels):
@@ -120,7 +141,7 @@ def draw(figure: Figure) -> Any:
                 loc="lower center",
                 fontsize=8,
                 frameon=False,
-                ncol=2 if len(labels) > 6 else 1,
+                ncol=ncol,
             )
             fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
     fig.suptitle(textwrap.fill(figure.title, int(fig.get_figwidth() * 11)), fontsize=11)
