@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
@@ -80,14 +81,28 @@ def build_tables(rows: list[ResultRow]) -> list[tuple[str, list[list[str]]]]:
     return list(groups.items())
 
 
+_ROUNDED = re.compile(r"^rounded from \d+ B (to .+)$")
+
+
 def _notes(rows: list[ResultRow]) -> list[str]:
-    seen: dict[str, None] = {}
+    """The footnotes: one line per op and rounding rule (a sweep rounds most of its sizes
+    the same way), one per other note."""
+    groups: dict[tuple[str, str], list[ResultRow]] = {}
     for row in rows:
         if row.note:
-            seen.setdefault(
-                f"{row.op} {format_size(row.requested_bytes or row.size_bytes)}: {row.note}"
+            match = _ROUNDED.match(row.note)
+            rule = match.group(1) if match else row.note
+            groups.setdefault((row.strategy or row.op, rule), []).append(row)
+    out = []
+    for (name, rule), group in groups.items():
+        first = group[0]
+        if len(group) > 1 and rule != first.note:
+            out.append(f"{name}: {len(group)} sizes rounded {rule} (the size column is what moved)")
+        else:
+            out.extend(
+                f"{name} {format_size(r.requested_bytes or r.size_bytes)}: {r.note}" for r in group
             )
-    return list(seen)
+    return out
 
 
 def to_table(rows: list[ResultRow]) -> str:
