@@ -103,6 +103,15 @@ def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
     assert both.exit_code == 0 and "latency and bandwidth given" in both.stdout
 
 
+def test_nccl_predictions_say_what_the_ring_only_model_leaves_out() -> None:
+    nccl = runner.invoke(app, ["model", "--world", "8", "--bw", "100", "--latency", "5"])
+    assert "NCCL also has a tree algorithm" in nccl.stdout
+    gloo = runner.invoke(
+        app, ["model", "--world", "8", "--bw", "1", "--latency", "50", "--backend", "gloo"]
+    )
+    assert gloo.exit_code == 0 and "tree algorithm" not in gloo.stdout
+
+
 def test_a_fit_through_two_sizes_says_it_proves_nothing(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, [1024, 1 << 20])
     result = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M"])

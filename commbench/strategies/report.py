@@ -92,9 +92,22 @@ def _params_text(params: Params) -> str:
     return text
 
 
+# What the ring-only model of NCCL leaves out, where it matters: a reader must not take a
+# latency-bound "winner" over direct for what NCCL would do.
+NCCL_CAVEAT = (
+    "NCCL also has a tree algorithm (about 2 log2(n) steps) and low-latency protocols "
+    "(LL, LL128), which it picks at small sizes and large n: there its all_reduce beats this "
+    "ring-only model of direct, and a latency-bound win over direct (ring_naive's, say) "
+    "is the model's, not NCCL's"
+)
+
+
 def _legend(strategies: Sequence[str], backend: str, fmt: Format) -> list[str]:
     bullet = "  - " if fmt == Format.md else "  "
-    return [f"{bullet}{s}: {STRUCTURE[backend][s]}" for s in strategies]
+    lines = [f"{bullet}{s}: {STRUCTURE[backend][s]}" for s in strategies]
+    if backend == "nccl" and "direct" in strategies:
+        lines.append(f"{bullet}note: {NCCL_CAVEAT}")
+    return lines
 
 
 # --- measured ----------------------------------------------------------------------------
