@@ -117,6 +117,9 @@ def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:
     assert any(str(n).startswith("commbench: all_reduce") for n in labels)
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["launch"]["debug"] is True
+    # the run records the knobs its workers ran with, --debug's included
+    assert meta["context"]["env"]["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    assert meta["context"]["env"]["NCCL_DEBUG"] == "INFO"
     logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("stderr.log"))
     assert "The debug level is set to DETAIL" in logs
 

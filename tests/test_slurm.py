@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -126,9 +128,14 @@ def test_slurm_script_runs_one_task_per_node() -> None:
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --gpus-per-node=8",
         "#SBATCH --partition=gpu",
-        "srun --ntasks-per-node=1 commbench collectives --sizes 1K-1G --ops all_reduce",
+        "#SBATCH --exclusive",  # the nodes to itself, every CPU and all memory for the task
+        "#SBATCH --mem=0",
+        "srun --ntasks-per-node=1 --cpu-bind=none commbench collectives --sizes 1K-1G --ops all_reduce",
     ]:
         assert line in script
+
+
+CI_SUITE = str(Path(__file__).parent.parent / "configs" / "ci.yaml")
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,11 @@ def test_slurm_script_runs_one_task_per_node() -> None:
         (["--", "run", "missing.yaml"], "missing.yaml: no such suite file"),
         (["--time", "abc"], "is not a SLURM time"),
         (["--job-name", "a;rm -rf /"], "--job-name 'a;rm -rf /'"),
+        (["--", "collectives", "--iters", "5", "--min-time", "1"], "--iters and --min-time"),
+        (["-N", "2", "--", "collectives", "--nproc", "2", "--ranks", "0,5"], "rank 5 is outside"),
+        (["--", "collectives", "--nnodes", "4"], "--nnodes: the script builds the rendezvous"),
+        (["--gpus-per-node", "0", "--", "collectives", "--backend", "nccl"], "needs GPUs"),
+        (["--", "run", CI_SUITE, "--baseline", "/nonexist"], "no such run directory"),
     ],
 )
 def test_slurm_script_refuses_what_would_fail_on_the_nodes(args: list[str], fragment: str) -> None:

@@ -131,9 +131,11 @@ def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
 class FakeLauncher:
     """Writes golden rows (scaled by `speed`) where run_collectives would measure them."""
 
-    def __init__(self, speed: float = 1.0) -> None:
+    def __init__(self, speed: float = 1.0, elsewhere_dtypes: tuple[str, ...] = ()) -> None:
         self.speed = speed
         self.calls: list[Any] = []
+        self.elsewhere_dtypes = elsewhere_dtypes
+        """Runs whose global rank 0 is on another node: no rows here, as on a real node."""
 
     def __call__(self, settings: Any, out_parent: Path, **_: Any) -> Outcome:
         self.calls.append(settings)
@@ -143,6 +145,8 @@ class FakeLauncher:
         else:
             wanted = [r for r in golden.rows if r.op in settings.ops and not r.strategy]
         rows = [self.scaled(r) for r in wanted]
+        held = settings.dtype not in self.elsewhere_dtypes
+        rows = rows if held else []
         run_dir = new_run_dir(out_parent, "collectives")
         meta = {
             "kind": "collectives",
@@ -152,6 +156,7 @@ class FakeLauncher:
             "context": golden.context,
             "points_total": len(rows),
             "points_done": len(rows),
+            "holds_results": held,
         }
         write_run_meta(run_dir, meta)
         write_results(run_dir, rows)
@@ -431,6 +436,30 @@ def test_compare_of_two_suites_judges_with_the_suites_own_tolerances(
         app, ["compare", str(load_runs(a)["p2p"].path), str(load_runs(b)["p2p"].path)]
     )
     assert "tolerance 5% (latency-bound 15%)" in runs.stdout  # plain runs: the defaults
+
+
+def test_a_node_gates_only_the_runs_it_holds(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a multi-node suite, global rank 0 (and so the rows) may land on either node, entry
+    by entry: a node must not fail the job for the entries the other node holds and gates."""
+    run_suite_cli(monkeypatch, FakeLauncher(), str(suite_file), "-o", str(tmp_path / "base"))
+    (baseline,) = (tmp_path / "base").iterdir()
+    here = FakeLauncher(elsewhere_dtypes=("bfloat16",))
+    result = run_suite_cli(
+        monkeypatch, here, str(suite_file), "-o", str(tmp_path / "n"), "-b", str(baseline)
+    )
+    assert result.exit_code == 0, result.output
+    assert "collectives-bfloat16: gated on the node that ran global rank 0" in result.stderr
+    (new_dir,) = (tmp_path / "n").iterdir()
+    gated = json.loads((new_dir / "comparison.json").read_text())["entries"]
+    assert "collectives-bfloat16" not in gated and "collectives-float32" in gated
+    # what this node holds is still gated: a slow float32 run fails here
+    slow = FakeLauncher(speed=0.5, elsewhere_dtypes=("bfloat16",))
+    result = run_suite_cli(
+        monkeypatch, slow, str(suite_file), "-o", str(tmp_path / "s"), "-b", str(baseline)
+    )
+    assert result.exit_code == 1
 
 
 def test_compare_run_against_its_suite_entry(

@@ -14,7 +14,10 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
 _WRAPPABLE = ("collectives", "run")
 
 
-def _check_wrapped(ctx: typer.Context, args: list[str]) -> None:
+_SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
+
+
+def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_node: int) -> None:
     """Parse the command the script will run, as it will be parsed on the nodes: a typo must
     fail here, not after the job waited in the queue."""
     from commbench.cli import _click_exceptions, usage_line
@@ -38,7 +41,16 @@ def _check_wrapped(ctx: typer.Context, args: list[str]) -> None:
             "the wrapped command: " + usage_line(exc).removeprefix("commbench: error: ")
         ) from None
     params = wrapped.params
+    given = [f"--{k.replace('_', '-')}" for k in _SLURM_OWNS if params.get(k) is not None]
+    if given:
+        raise UserError(
+            f"{', '.join(given)}: the script builds the rendezvous from the SLURM job; "
+            "leave these out"
+        )
+    if params.get("backend") == "nccl" and gpus_per_node == 0:
+        raise UserError("--backend nccl needs GPUs, and the script asks for --gpus-per-node 0")
     if name == "collectives":
+        from commbench.cli.collectives import CPU_DEFAULT_NPROC, parse_ranks
         from commbench.collectives.specs import parse_ops
         from commbench.sizes import parse_sizes
 
@@ -46,10 +58,20 @@ def _check_wrapped(ctx: typer.Context, args: list[str]) -> None:
             parse_sizes(params["sizes"])
         if params.get("ops") is not None:
             parse_ops(params["ops"])
-    elif name == "run" and params.get("config") is not None:
+        if params.get("iters") is not None and params.get("min_time") is not None:
+            raise UserError("--iters and --min-time both given: give one")
+        world = nodes * (params.get("nproc") or gpus_per_node or CPU_DEFAULT_NPROC)
+        bad = [r for r in parse_ranks(params.get("ranks")) or [] if not 0 <= r < world]
+        if bad:
+            raise UserError(f"--ranks: rank {bad[0]} is outside the job's world (0..{world - 1})")
+    elif name == "run":
         from commbench.suites.config import load_suite
+        from commbench.suites.store import load_runs
 
-        load_suite(params["config"])
+        if params.get("config") is not None:
+            load_suite(params["config"])
+        if params.get("baseline") is not None:
+            load_runs(params["baseline"])
 
 
 def register(app: typer.Typer) -> None:
@@ -92,7 +114,7 @@ def register(app: typer.Typer) -> None:
                         "partitions)"
                     )
             args = list(ctx.args) or ["collectives"]
-            _check_wrapped(ctx, args)
+            _check_wrapped(ctx, args, nodes, gpus_per_node)
             typer.echo(
                 sbatch_script(
                     nodes=nodes,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point, plan_points
-from commbench.context import host_context, topology_snapshot
+from commbench.context import env_knobs, host_context, topology_snapshot
 from commbench.errors import UserError
 from commbench.launch import procs
 from commbench.launch.protocol import (
@@ -556,7 +556,13 @@ def run_collectives(
     )
     run_dir = new_run_dir(out_parent, "collectives")
     atomic_write(run_dir / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=2))
-    context: dict[str, Any] = {**host_context(), "topology": topology_snapshot()}
+    worker_env = _worker_env(run_dir, launch)
+    # the knobs the workers ran with (--debug's included), not only the launcher's own
+    context: dict[str, Any] = {
+        **host_context(),
+        "env": env_knobs(worker_env),
+        "topology": topology_snapshot(),
+    }
     meta: dict[str, Any] = {
         "kind": "collectives",
         "run_id": run_dir.name,
@@ -594,7 +600,7 @@ def run_collectives(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_worker_env(run_dir, launch),
+            env=worker_env,
             start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
         )
         watch.pids.add(proc.pid)
@@ -632,6 +638,7 @@ def run_collectives(
     if status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
         status = STATUS_FAILED
         failure, culprits = _describe_crash(watch, proc.returncode, settings.timeout)
+    meta["holds_results"] = writer
     if not writer and launch.nnodes > 1:
         meta["note"] = (
             "this node did not run global rank 0: the results are in the run directory on rank 0's node"

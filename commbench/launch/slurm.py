@@ -144,6 +144,11 @@ def sbatch_script(
         else "# (no GPUs requested: CPU/gloo run)",
         f"#SBATCH --time={time_limit}",
         "#SBATCH --output=%x-%j.out",
+        # A benchmark wants the nodes to itself (no neighbour's traffic in the numbers), and
+        # its one task per node runs a worker per GPU plus the torchrun agent: every CPU and
+        # all memory, not the one CPU a task gets by default.
+        "#SBATCH --exclusive",
+        "#SBATCH --mem=0",
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
@@ -155,7 +160,7 @@ def sbatch_script(
         "# Uncomment to pin the network interfaces NCCL/gloo use:",
         "# export NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0",
         "set -euo pipefail",
-        f"srun --ntasks-per-node=1 commbench {quoted}",
+        f"srun --ntasks-per-node=1 --cpu-bind=none commbench {quoted}",
         "",
     ]
     return "\n".join(lines)

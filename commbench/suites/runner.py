@@ -146,6 +146,8 @@ class _Suite:
         self.path = new_run_dir(out_parent, f"suite-{config.name}")
         self.entries: list[Entry] = []
         self.warnings: list[str] = []
+        self.held_elsewhere: list[str] = []
+        """Entries whose rows another node holds (it ran global rank 0): it gates them."""
         self.meta: dict[str, Any] = {
             "name": config.name,
             "description": config.description,
@@ -190,6 +192,8 @@ class _Suite:
         entry.path = outcome.run_dir.name
         entry.status = outcome.status
         entry.failure = outcome.failure
+        if outcome.meta.get("holds_results") is False:
+            self.held_elsewhere.append(name)
         if outcome.status == "interrupted":
             self.save()
             raise KeyboardInterrupt
@@ -348,7 +352,16 @@ def run_suite(
         raise Interrupted(f"interrupted; what was measured is in {suite.path}")
     outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
     if baseline is not None:
-        outcome.comparisons = compare_targets(baseline, suite.path, gate or config.gate)
+        comparisons = compare_targets(baseline, suite.path, gate or config.gate)
+        if suite.held_elsewhere:
+            # Each node of a multi-node suite gates what it holds; the job fails if any does.
+            outcome.comparisons = [(n, c) for n, c in comparisons if n not in suite.held_elsewhere]
+            suite.warn(
+                f"{', '.join(suite.held_elsewhere)}: gated on the node that ran global rank 0, "
+                "which holds the results"
+            )
+        else:
+            outcome.comparisons = comparisons
         write_comparison(suite.path, baseline, outcome.comparisons)
         suite.meta["baseline"] = str(baseline)
         suite.meta["exit_code"] = outcome.exit_code
