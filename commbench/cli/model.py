@@ -40,10 +40,14 @@ def register(app: typer.Typer) -> None:
             help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
         ),
         bw: float = typer.Option(
-            None, "--bw", help="Link bandwidth in GB/s (beta). Overrides the fitted value."
+            None,
+            "--bw",
+            help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while the latency is fitted.",
         ),
         latency: float = typer.Option(
-            None, "--latency", help="Latency per step in us (alpha). Overrides the fitted value."
+            None,
+            "--latency",
+            help="Latency per step in us (alpha). Needed without --from; with it, held while the bandwidth is fitted.",
         ),
         launch: float = typer.Option(
             0.0, "--launch", help="Cost of one host-side launch/sync in us (default 0)."

@@ -30,7 +30,9 @@ def _topology_words(snapshot: object, path: Path | None) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("p2p")
     def p2p(
-        src: str = typer.Option(None, "--src", help="Source GPU (CUDA ordinal). Default 0."),
+        src: str = typer.Option(
+            None, "--src", metavar="GPU", help="Source GPU (CUDA ordinal). Default 0."
+        ),
         dst: str = typer.Option(
             None, "--dst", help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."
         ),

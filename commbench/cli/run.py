@@ -60,7 +60,10 @@ def register(app: typer.Typer) -> None:
             Path("results/suites"), "--out", "-o", help="Parent directory of the suite directory."
         ),
         nproc: int = typer.Option(
-            None, "--nproc", "-n", help="Workers per node (overrides the suite's world_size)."
+            None,
+            "--nproc",
+            "-n",
+            help="Workers per node (overrides the suite's world_size key, which is per node too).",
         ),
         device: str = typer.Option(
             None, "--device", metavar="cuda|cpu", help="cuda or cpu (overrides the suite)."

@@ -86,7 +86,11 @@ def register(app: typer.Typer) -> None:
             8, "--gpus-per-node", help="GPUs per node (0 for a CPU/gloo run)."
         ),
         partition: str = typer.Option(None, "--partition", "-p", help="SLURM partition."),
-        time_limit: str = typer.Option("00:30:00", "--time", help="Time limit (HH:MM:SS)."),
+        time_limit: str = typer.Option(
+            "00:30:00",
+            "--time",
+            help="Time limit in any SLURM form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.",
+        ),
         job_name: str = typer.Option("commbench", "--job-name", help="Job name."),
     ) -> None:
         """Print an sbatch script that runs commbench on every node of a SLURM job.

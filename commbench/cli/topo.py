@@ -31,7 +31,11 @@ def register(app: typer.Typer) -> None:
     @app.command("topo")
     def topo(
         fmt: Format = typer.Option(
-            Format.table, "--format", "-f", help="table (readable) or json (the snapshot)."
+            Format.table,
+            "--format",
+            "-f",
+            help="table (readable) or json (the snapshot). With --out, the file gets this "
+            "format and stdout the table.",
         ),
         from_snapshot: Path | None = typer.Option(
             None,
