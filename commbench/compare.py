@@ -28,7 +28,6 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any, cast
 
 from commbench.context import comparable
@@ -104,7 +103,8 @@ class GateSettings:
     alpha: float = DEFAULT_ALPHA
     """Significance level of the one-sided Mann-Whitney test."""
     noisy_cv: float = DEFAULT_NOISY_CV
-    """Coefficient of variation above which a point (or a whole baseline) is noisy."""
+    """Robust spread (`dispersion`, IQR / 1.349 median) above which a point, or a whole
+    baseline, is noisy. Named for the coefficient of variation it stands in for."""
     allow_mismatch: bool = False
     """Compare runs whose comparability context differs, instead of refusing."""
 
@@ -506,7 +506,3 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
     )
 
 
-def compare_paths(baseline: Path, new: Path, settings: GateSettings | None = None) -> Comparison:
-    from commbench.report.runs import load_any
-
-    return compare_runs(load_any(baseline), load_any(new), settings)

@@ -1,7 +1,8 @@
 """Errors the CLI turns into one line and an exit code, instead of a traceback.
 
-The core raises these; only `commbench.cli.main` catches them. Anything else is a
-bug and keeps its traceback.
+The core raises these; the CLI catches them (each command through
+`commbench.cli._common.reported_errors`, `commbench.cli.main` as the last resort). Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ class Stats:
     stddev: float
     """Sample standard deviation (n-1)."""
     cv: float
-    """Coefficient of variation, stddev / mean: the noise flag."""
+    """Coefficient of variation, stddev / mean, as nccl-tests users expect it. The gate
+    judges noise by the robust spread instead (`commbench.compare.dispersion`): one
+    descheduled iteration moves the cv, not the interquartile range."""
     outliers: int
     """Samples outside the 1.5 x IQR fences (Tukey), as hyperfine and pytest-benchmark count them."""
 

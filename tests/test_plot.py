@@ -210,7 +210,9 @@ def test_plot_refuses_bad_input(tmp_path: Path) -> None:
 
 
 def test_write_run_plots_never_raises(tmp_path: Path) -> None:
-    assert write_run_plots(tmp_path / "nothing-here").startswith("no plots:")
+    plots = write_run_plots(tmp_path / "nothing-here")
+    assert plots.problem is not None and plots.written == []
+    assert str(plots).startswith("no plots:")
     assert all_figures([]) == []
 
 

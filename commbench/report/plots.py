@@ -10,6 +10,7 @@ import io
 import math
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,14 +200,28 @@ def plot_paths(
     return plot_runs([load_any(p) for p in paths], out_dir, formats)
 
 
-def write_run_plots(run_dir: Path) -> str:
-    """Plot a finished run into RUN_DIR/plots; one line saying what happened, never raising
-    for a plotting problem: a run that measured fine must not fail on its pictures."""
+@dataclass(frozen=True, slots=True)
+class RunPlots:
+    """What plotting a finished run did: the files, or why there are none."""
+
+    run_dir: Path
+    written: list[Path]
+    problem: str | None = None
+
+    def __str__(self) -> str:
+        if self.problem is not None:
+            return f"no plots: {self.problem}"
+        figures = len({p.stem for p in self.written})
+        return f"{figures} plot(s) in {self.run_dir / 'plots'}"
+
+
+def write_run_plots(run_dir: Path) -> RunPlots:
+    """Plot a finished run into RUN_DIR/plots, never raising for a plotting problem: a run
+    that measured fine must not fail on its pictures."""
     try:
         written = plot_paths([run_dir], run_dir / "plots", ("png", "svg"))
     except UserError as exc:
-        return f"no plots: {exc}"
+        return RunPlots(run_dir, [], str(exc))
     except (OSError, ValueError, RuntimeError) as exc:  # a matplotlib or disk problem
-        return f"no plots: {type(exc).__name__}: {exc}"
-    figures = len({p.stem for p in written})
-    return f"{figures} plot(s) in {run_dir / 'plots'}"
+        return RunPlots(run_dir, [], f"{type(exc).__name__}: {exc}")
+    return RunPlots(run_dir, written)

@@ -6,7 +6,6 @@ posts always show the same columns. `csv` and `json` are the stable machine form
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -152,4 +151,4 @@ def export(rows: list[ResultRow], fmt: Format) -> str:
     return EXPORTERS[Format(fmt)](rows)
 
 
-__all__ = ["EXPORTERS", "Format", "build_tables", "export", "json"]
+__all__ = ["EXPORTERS", "Format", "build_tables", "export"]

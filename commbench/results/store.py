@@ -14,7 +14,6 @@ import io
 import json
 import math
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -116,7 +115,8 @@ def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     atomic_write(run_dir / RUN_FILE, dump_json({"schema_version": SCHEMA_VERSION, **meta}))
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def load_json(path: Path) -> dict[str, Any]:
+    """Read any commbench JSON file: UserError when missing, malformed or too new."""
     text = read_text(path, "run file")
     try:
         data = json.loads(text)
@@ -133,11 +133,6 @@ def _load_json(path: Path) -> dict[str, Any]:
             f"({SCHEMA_VERSION}); upgrade commbench"
         )
     return data
-
-
-def load_json(path: Path) -> dict[str, Any]:
-    """Read any commbench JSON file: UserError when missing, malformed or too new."""
-    return _load_json(path)
 
 
 @dataclass(slots=True)
@@ -164,11 +159,11 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: no such run directory")
     if not (run_dir / RUN_FILE).is_file():
         raise UserError(f"{path}: not a run directory (no {RUN_FILE} in it)")
-    meta = _load_json(run_dir / RUN_FILE)
+    meta = load_json(run_dir / RUN_FILE)
     results_path = run_dir / RESULTS_JSON
     rows: list[ResultRow] = []
     if results_path.exists():
-        data = _load_json(results_path)
+        data = load_json(results_path)
         raw_rows = data.get("rows")
         if not isinstance(raw_rows, list):
             raise UserError(f"{results_path}: 'rows' must be a list")
@@ -179,6 +174,3 @@ def load_run(path: Path) -> Run:
                 raise UserError(f"{results_path}: rows[{i}]: {exc}") from None
     return Run(path=run_dir, meta=meta, rows=rows)
 
-
-def host_name() -> str:
-    return socket.gethostname()

@@ -212,9 +212,9 @@ class _Suite:
     def write_plots(self, run_dir: Path) -> None:
         from commbench.report.plots import write_run_plots
 
-        message = write_run_plots(run_dir)
-        if message.startswith("no plots"):
-            self.warn(f"{run_dir.name}: {message}")
+        plots = write_run_plots(run_dir)
+        if plots.problem is not None:
+            self.warn(f"{run_dir.name}: {plots}")
 
     def run_topology(self) -> None:
         try:
