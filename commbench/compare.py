@@ -504,5 +504,3 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         noisy_baseline=noisy_baseline,
         notes=notes,
     )
-
-

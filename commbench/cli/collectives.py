@@ -26,18 +26,7 @@ if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command a
 
 CPU_DEFAULT_SIZES = "1K-1M"
 GPU_DEFAULT_SIZES = "1K-1G"
-CPU_DEFAULT_NPROC = 2
 DEFAULT_MIN_TIME = 0.2
-
-
-def visible_gpus() -> int:
-    """GPUs NVML can see, honouring CUDA_VISIBLE_DEVICES; 0 without a driver. No torch."""
-    try:
-        from commbench.topology import discover
-
-        return len(discover().gpus)
-    except Exception:
-        return 0
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
@@ -148,6 +137,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
+            from commbench.collectives.placement import resolve_placement
             from commbench.collectives.settings import CollectivesSettings
             from commbench.collectives.specs import parse_ops
             from commbench.launch.launcher import resolve_launch
@@ -166,8 +156,7 @@ def register(app: typer.Typer) -> None:
                     "--iters and --min-time both given: --iters fixes the count, "
                     "--min-time adapts it; give one"
                 )
-            gpus = visible_gpus() if device in (None, "cuda") else 0
-            dev = device or ("cuda" if gpus else "cpu")
+            place = resolve_placement(device, nproc, backend)
             settings = CollectivesSettings(
                 ops=parse_ops("all" if ops is None else ops)
                 if ops is not None or not strategies
@@ -175,13 +164,11 @@ def register(app: typer.Typer) -> None:
                 sizes=parse_sizes(
                     sizes
                     if sizes is not None
-                    else (GPU_DEFAULT_SIZES if dev == "cuda" else CPU_DEFAULT_SIZES)
+                    else (GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES)
                 ),
-                nproc=nproc
-                if nproc is not None
-                else (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
-                backend=backend or ("nccl" if dev == "cuda" else "gloo"),
-                device=dev,
+                nproc=place.nproc,
+                backend=place.backend,
+                device=place.device,
                 dtype=dtype,
                 reduce_op=reduce_op,
                 warmup=warmup,

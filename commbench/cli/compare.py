@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -55,20 +54,21 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fail (exit 1) when the new run is significantly slower than the baseline; 2 = incomparable."""
         with reported_errors():
-            from commbench.compare import GateSettings, parse_fraction
+            from commbench.compare import parse_fraction
             from commbench.report.comparison import render_many
-            from commbench.suites.store import compare_targets, exit_code, recorded_gate
+            from commbench.suites.store import compare_targets, exit_code, gate_for
 
-            gate: dict[str, Any] = {**recorded_gate(baseline), **recorded_gate(new)}
-            if tolerance is not None:
-                gate["tolerance"] = parse_fraction(tolerance, "--tolerance")
-            if latency_tolerance is not None:
-                gate["latency_tolerance"] = parse_fraction(latency_tolerance, "--latency-tolerance")
-            if alpha is not None:
-                gate["alpha"] = alpha
-            if noisy_cv is not None:
-                gate["noisy_cv"] = noisy_cv
-            settings = GateSettings(**gate, allow_mismatch=allow_mismatch)
+            settings = gate_for(
+                baseline,
+                new,
+                allow_mismatch=allow_mismatch,
+                tolerance=None if tolerance is None else parse_fraction(tolerance, "--tolerance"),
+                latency_tolerance=None
+                if latency_tolerance is None
+                else parse_fraction(latency_tolerance, "--latency-tolerance"),
+                alpha=alpha,
+                noisy_cv=noisy_cv,
+            )
             results = compare_targets(baseline, new, settings)
             text = render_many(results, fmt)
             if out is not None:

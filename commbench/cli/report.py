@@ -39,11 +39,9 @@ def register(app: typer.Typer) -> None:
 
             comparisons = None
             if baseline is not None:
-                from commbench.compare import GateSettings
-                from commbench.suites.store import compare_targets, recorded_gate
+                from commbench.suites.store import compare_targets, gate_for
 
-                gate = {**recorded_gate(baseline), **recorded_gate(run)}
-                settings = GateSettings(**gate, allow_mismatch=allow_mismatch)
+                settings = gate_for(baseline, run, allow_mismatch=allow_mismatch)
                 comparisons = compare_targets(baseline, run, settings)
             text = render_report(run, fmt, images, comparisons)
             if out is not None:

@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             from dataclasses import replace
 
-            from commbench.cli.collectives import CPU_DEFAULT_NPROC, visible_gpus
+            from commbench.collectives.placement import resolve_placement
             from commbench.compare import parse_fraction
             from commbench.launch.launcher import resolve_launch
             from commbench.suites.config import load_suite
@@ -105,15 +105,15 @@ def register(app: typer.Typer) -> None:
                 debug=debug,
             )
             suite = load_suite(config)
-            dev = device or suite.device
-            gpus = visible_gpus() if dev in (None, "cuda") else 0
-            dev = dev or ("cuda" if gpus else "cpu")
+            place = resolve_placement(
+                device or suite.device,
+                nproc if nproc is not None else suite.nproc,
+                backend or suite.backend,
+            )
             machine = Machine(
-                device=dev,
-                nproc=nproc
-                if nproc is not None
-                else suite.nproc or (gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC),
-                backend=backend or suite.backend or ("nccl" if dev == "cuda" else "gloo"),
+                device=place.device,
+                nproc=place.nproc,
+                backend=place.backend,
                 nnodes=launch.nnodes,
                 node_rank=launch.node_rank,
                 rdzv_endpoint=launch.rdzv_endpoint,

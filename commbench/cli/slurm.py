@@ -50,7 +50,8 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
     if params.get("backend") == "nccl" and gpus_per_node == 0:
         raise UserError("--backend nccl needs GPUs, and the script asks for --gpus-per-node 0")
     if name == "collectives":
-        from commbench.cli.collectives import CPU_DEFAULT_NPROC, parse_ranks
+        from commbench.cli.collectives import parse_ranks
+        from commbench.collectives.placement import CPU_DEFAULT_NPROC
         from commbench.collectives.specs import parse_ops
         from commbench.sizes import parse_sizes
 

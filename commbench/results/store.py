@@ -173,4 +173,3 @@ def load_run(path: Path) -> Run:
             except (TypeError, ValueError) as exc:
                 raise UserError(f"{results_path}: rows[{i}]: {exc}") from None
     return Run(path=run_dir, meta=meta, rows=rows)
-

@@ -136,17 +136,34 @@ def compare_targets(
     return out
 
 
+_GATE_KEYS = ("tolerance", "latency_tolerance", "alpha", "noisy_cv")
+
+
 def recorded_gate(path: Path) -> dict[str, Any]:
-    """The gate a suite directory was run with (its config's `compare` section), so that
-    `commbench compare` of two suites judges them as `commbench run --baseline` did; {} for a
+    """The gate a suite directory was run with (its config's `compare` section); {} for a
     run directory."""
     if not is_suite(Path(path)):
         return {}
     gate = (load_suite_dir(path).meta.get("config") or {}).get("gate") or {}
-    keys = ("tolerance", "latency_tolerance", "alpha", "noisy_cv")
     return {
-        k: gate[k] for k in keys if isinstance(gate, dict) and isinstance(gate.get(k), float | int)
+        k: gate[k]
+        for k in _GATE_KEYS
+        if isinstance(gate, dict) and isinstance(gate.get(k), float | int)
     }
+
+
+def gate_for(
+    baseline: Path, new: Path, *, allow_mismatch: bool = False, **given: float | None
+) -> GateSettings:
+    """The gate to judge `new` against `baseline` with: what the suites' configs gave
+    `commbench run --baseline` (so `compare` of two suites reaches its verdict), under the
+    values given on the command line (None: not given)."""
+    unknown = set(given) - set(_GATE_KEYS)
+    if unknown:
+        raise TypeError(f"not gate settings: {sorted(unknown)}")
+    gate = {**recorded_gate(baseline), **recorded_gate(new)}
+    gate.update({k: v for k, v in given.items() if v is not None})
+    return GateSettings(**gate, allow_mismatch=allow_mismatch)
 
 
 def exit_code(results: list[tuple[str, Comparison]]) -> int:
