@@ -540,7 +540,9 @@ def test_p2p_copies_are_gated_too(
     )
     assert result.exit_code == 1
     (new_dir,) = (tmp_path / "n").iterdir()
-    gate = json.loads((new_dir / "comparison.json").read_text())["entries"]
+    comparison = json.loads((new_dir / "comparison.json").read_text())
+    assert comparison["schema_version"] == 1
+    gate = comparison["entries"]
     assert gate["p2p"]["counts"]["worse"] == 2 and gate["collectives-float32"]["exit_code"] == 0
     assert slow.options == [{"pairs": [[0, 1]], "bidirectional": False}]
 

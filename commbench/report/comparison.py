@@ -6,14 +6,12 @@ decision (every number the gate used), `csv` one line per point.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Callable
 
 from commbench.compare import Comparison, Mark, PointResult
 from commbench.results.exporters import Format, group_title
-from commbench.results.store import dump_json
+from commbench.results.store import dicts_to_csv, dump_json
 from commbench.sizes import format_size
 
 SYMBOLS = {
@@ -147,12 +145,7 @@ CSV_COLUMNS = [
 
 
 def to_csv(comparison: Comparison) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for p in comparison.points:
-        writer.writerow({k: ("" if v is None else v) for k, v in p.to_dict().items()})
-    return buf.getvalue()
+    return dicts_to_csv([p.to_dict() for p in comparison.points], CSV_COLUMNS)
 
 
 RENDERERS: dict[Format, Callable[[Comparison], str]] = {

@@ -18,6 +18,7 @@ from typing import Any
 
 from commbench.compare import Comparison, GateSettings, context_mismatches
 from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted, UserError
+from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import atomic_write, dump_json, new_run_dir
 from commbench.suites.config import Sizes, SuiteConfig, Timing
 from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
@@ -373,7 +374,11 @@ def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Compar
     """comparison.json (every decision) and comparison.md (what CI publishes)."""
     from commbench.report.comparison import to_markdown
 
-    payload = {"baseline": str(baseline), "entries": {n: c.to_dict() for n, c in results}}
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "baseline": str(baseline),
+        "entries": {n: c.to_dict() for n, c in results},
+    }
     atomic_write(path / "comparison.json", dump_json(payload))
     parts = [f"# commbench gate: {path.name} vs {baseline}\n"]
     parts += [f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results]
