@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from commbench.cli._common import reported_errors
 from commbench.errors import RunFailed, UserError
 from commbench.results.exporters import Format
+
+if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML behind them)
+    from commbench.p2p.plan import Step
+    from commbench.p2p.settings import P2PSettings
+    from commbench.topology import TopologySnapshot
 
 
 def _src(text: str | None) -> int:
@@ -20,8 +26,8 @@ def _src(text: str | None) -> int:
     return int(text)
 
 
-def _topology_words(snapshot: object, path: Path | None) -> str:
-    gpus = getattr(snapshot, "gpus", [])
+def _topology_words(snapshot: TopologySnapshot, path: Path | None) -> str:
+    gpus = snapshot.gpus
     names = sorted({g.name for g in gpus})
     what = f"{len(gpus)}x {names[0]}" if len(names) == 1 else f"{len(gpus)} GPUs"
     return f"{what} ({path.name if path else 'this machine'})"
@@ -121,7 +127,9 @@ def register(app: typer.Typer) -> None:
             _measure(settings, snapshot, out, fmt)
 
 
-def _measure(settings: object, snapshot: object, out: Path, fmt: Format) -> None:
+def _measure(
+    settings: P2PSettings, snapshot: TopologySnapshot | None, out: Path, fmt: Format
+) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from commbench.p2p.render import render_rows
@@ -137,12 +145,12 @@ def _measure(settings: object, snapshot: object, out: Path, fmt: Format) -> None
     )
     task = progress.add_task("p2p", total=None)
 
-    def on_step(done: int, total: int, step: object) -> None:
-        label = f"{getattr(step, 'mode', '')} {getattr(step, 'label', '')}"
+    def on_step(done: int, total: int, step: Step) -> None:
+        label = f"{step.mode} {step.label}"
         progress.update(task, completed=done, total=total, description=label)
 
     with progress:
-        outcome = run_p2p(settings, out, snapshot=snapshot, on_step=on_step)  # type: ignore[arg-type]
+        outcome = run_p2p(settings, out, snapshot=snapshot, on_step=on_step)
     typer.echo(render_rows(outcome.rows, fmt), nl=False)
     for note in outcome.notes:
         typer.echo(f"commbench: {note}", err=True)
