@@ -23,6 +23,16 @@ from commbench.collectives.specs import OPS
 # several GiB of index tensors.
 _CHUNK = 1 << 24
 
+
+# Called once per chunk of check work. The worker points it at its heartbeat: checking a
+# 1 GiB buffer on a CPU takes many seconds with no collective in flight, and the watchdog
+# must see that as progress, not as a hang.
+def _no_progress() -> None:
+    pass
+
+
+progress: Callable[[], None] = _no_progress
+
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -185,6 +195,7 @@ def _pattern(
     'prod': 2 at one rank per index, 1 elsewhere, so the product is exactly 2.
     Every expected result is >= 1, so an output still holding the timed iterations' zeros fails.
     """
+    progress()
     idx = torch.arange(start, start + length, device=device, dtype=torch.int64)
     if kind == "move":
         return (idx + 7 * rank) % 127 + 1

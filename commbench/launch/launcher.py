@@ -9,6 +9,7 @@ and returns.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -25,11 +26,12 @@ from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
-from commbench.errors import UserError
+from commbench.errors import CommbenchError, RunFailed, UserError
 from commbench.launch import procs
 from commbench.launch.protocol import (
     EVENTS_FILE,
     HEARTBEAT_INTERVAL,
+    LAUNCHER_PID_ENV,
     LOGS_DIR,
     SETTINGS_FILE,
     STARTUP_TIMEOUT,
@@ -45,6 +47,8 @@ from commbench.sizes import format_amount, format_size
 STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
 POLL = 0.1
 DESCENDANTS_SCAN = 2.0
+# Seconds torchrun may take to exit after its workers finished before it is stopped.
+AGENT_LINGER = 10.0
 PROBE_TIMEOUT = 120.0
 # Every process of a run has this in its environment, set to the run directory.
 RUN_MARKER = "COMMBENCH_RUN_DIR"
@@ -281,6 +285,7 @@ def _worker_env(run_dir: Path, launch: LaunchOptions) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here to skip its warning
     env["PYTHONUNBUFFERED"] = "1"
     env[RUN_MARKER] = str(run_dir.resolve())
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
     env["PYTHONWARNINGS"] = env.get("PYTHONWARNINGS", "ignore::FutureWarning")
     return env
 
@@ -322,7 +327,7 @@ class _Watch:
             len(self.rows),
             tuple(
                 sorted(
-                    (r, b.get("point"), b.get("phase"), b.get("iteration"))
+                    (r, b.get("point"), b.get("phase"), b.get("iteration"), b.get("ticks"))
                     for r, b in self.heartbeats.items()
                 )
             ),
@@ -330,6 +335,14 @@ class _Watch:
         if signature != self.last_signature:
             self.last_signature = signature
             self.last_progress = time.monotonic()
+
+    def local_workers_alive(self) -> bool:
+        """Whether any of this node's workers is still running (not a zombie)."""
+        return any(
+            procs.alive(int(b.get("pid", -1)))
+            for b in self.heartbeats.values()
+            if not b.get("remote")
+        )
 
     @property
     def started(self) -> bool:
@@ -454,6 +467,10 @@ def _describe_crash(watch: _Watch, returncode: int, timeout: float) -> tuple[str
         if beat.get("error"):
             failures.setdefault(r, {})["error"] = str(beat["error"])
     if not failures:
+        if returncode < 0:
+            with contextlib.suppress(ValueError):
+                how = signal.Signals(-returncode).name
+                return f"torchrun (the agent, not a worker) was killed by {how}", []
         tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
             f"torchrun exited with {returncode}"
         ]
@@ -605,6 +622,8 @@ def run_collectives(
         )
         watch.pids.add(proc.pid)
         next_scan = 0.0
+        finished = 0.0
+        agent_stuck = False
         try:
             while True:
                 returncode = proc.poll()
@@ -616,6 +635,17 @@ def run_collectives(
                     next_scan = time.monotonic() + DESCENDANTS_SCAN
                 if returncode is not None:
                     break
+                if watch.done and not watch.local_workers_alive():
+                    # every row is in and the workers have exited, but torchrun lingers
+                    # (stopped, wedged): the measurement is whole, only the agent is stuck
+                    finished = finished or time.monotonic()
+                    if time.monotonic() - finished > AGENT_LINGER:
+                        agent_stuck = True
+                        procs.stop_all({proc.pid} | procs.descendants(proc.pid), grace=2.0)
+                        procs.wait_or_kill(proc, 10)
+                        break
+                    time.sleep(POLL)
+                    continue
                 allowance = watch.allowance(settings.timeout)
                 if time.monotonic() - watch.last_progress > allowance:
                     failure, culprits = _describe_hang(watch, allowance)
@@ -626,51 +656,70 @@ def run_collectives(
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:
-            watch.pids |= procs.descendants(proc.pid)
-            procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
-            procs.wait_or_kill(proc, 30)
+            with procs.interrupts_ignored():
+                watch.pids |= procs.descendants(proc.pid)
+                procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
+                procs.wait_or_kill(proc, 30)
             status, failure = STATUS_INTERRUPTED, "interrupted"
-        watch.poll(on_row)  # rows journalled just before the end
+        except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
+            with procs.interrupts_ignored():
+                watch.pids |= procs.descendants(proc.pid)
+                procs.stop_all(watch.pids | {proc.pid}, grace=2.0)
+                procs.wait_or_kill(proc, 30)
+            status, failure = STATUS_FAILED, f"stopped the run: {exc}"
+        with procs.interrupts_ignored(), contextlib.suppress(CommbenchError):
+            watch.poll(on_row)  # rows journalled just before the end
         leftover = {p for p in watch.pids if procs.alive(p)}
         leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
-        procs.stop_all(leftover, grace=1.0)
-    writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
-    if status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
-        status = STATUS_FAILED
-        failure, culprits = _describe_crash(watch, proc.returncode, settings.timeout)
-    meta["holds_results"] = writer
-    if not writer and launch.nnodes > 1:
-        meta["note"] = (
-            "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+        with procs.interrupts_ignored():
+            procs.stop_all(leftover, grace=1.0)
+    # a second Ctrl-C or a SIGTERM now would leave run.json saying "running": it waits
+    with procs.interrupts_ignored():
+        writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
+        if agent_stuck:
+            meta["note"] = (
+                f"torchrun (pid {proc.pid}) did not exit {AGENT_LINGER:.0f} s after its workers "
+                "finished and was stopped; every point was measured"
+            )
+        elif status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
+            status = STATUS_FAILED
+            failure, culprits = _describe_crash(watch, proc.returncode, settings.timeout)
+        meta["holds_results"] = writer
+        if not writer and launch.nnodes > 1:
+            meta["note"] = (
+                "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+            )
+        ctx = watch.worker_context
+        context.update({k: v for k, v in ctx.items() if k != "ranks"})
+        context["ranks"] = ctx.get("ranks", [])
+        context["hosts"] = (
+            sorted({r["host"] for r in context["ranks"]}) if context["ranks"] else [context["host"]]
         )
-    ctx = watch.worker_context
-    context.update({k: v for k, v in ctx.items() if k != "ranks"})
-    context["ranks"] = ctx.get("ranks", [])
-    context["hosts"] = (
-        sorted({r["host"] for r in context["ranks"]}) if context["ranks"] else [context["host"]]
-    )
-    context["device_names"] = (
-        sorted({r["device_name"] for r in context["ranks"]}) if context["ranks"] else []
-    )
-    context["driver"] = (context.get("topology") or {}).get("host", {}).get("driver_version")
-    context["probe"] = probe_info
-    meta.update(
-        status=status,
-        failure=failure,
-        failed_ranks=culprits,
-        points_done=len(watch.rows),
-        duration_s=round(time.monotonic() - started, 3),
-        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        context=context,
-    )
-    write_run_meta(run_dir, meta)
-    write_results(run_dir, watch.rows)
-    return Outcome(
-        run_dir=run_dir,
-        status=status,
-        rows=watch.rows,
-        points_total=len(points),
-        failure=failure,
-        failed_ranks=culprits,
-        meta=meta,
-    )
+        context["device_names"] = (
+            sorted({r["device_name"] for r in context["ranks"]}) if context["ranks"] else []
+        )
+        context["driver"] = (context.get("topology") or {}).get("host", {}).get("driver_version")
+        context["probe"] = probe_info
+        meta.update(
+            status=status,
+            failure=failure,
+            failed_ranks=culprits,
+            points_done=len(watch.rows),
+            duration_s=round(time.monotonic() - started, 3),
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            context=context,
+        )
+        try:
+            write_run_meta(run_dir, meta)
+            write_results(run_dir, watch.rows)
+        except UserError as exc:  # not bad input: the run's own directory failed under it
+            raise RunFailed(f"{failure or status}; and {exc}") from None
+        return Outcome(
+            run_dir=run_dir,
+            status=status,
+            rows=watch.rows,
+            points_total=len(points),
+            failure=failure,
+            failed_ranks=culprits,
+            meta=meta,
+        )

@@ -98,6 +98,23 @@ def stop_all(pids: set[int], grace: float) -> None:
 
 
 @contextlib.contextmanager
+def interrupts_ignored() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait while the launcher stops the workers and writes down
+    what happened: a second Ctrl-C must not leave run.json saying "running"."""
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to defer
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def termination_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM and SIGHUP like Ctrl-C while workers run (a CI job's timeout, a closed
     terminal): the launcher then stops every worker and keeps what was measured, instead of

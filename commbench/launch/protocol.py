@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from commbench.launch import procs
+
 SETTINGS_FILE = "settings.json"
 EVENTS_FILE = "events.jsonl"
 RANKS_DIR = "ranks"
@@ -26,6 +28,10 @@ HEARTBEAT_INTERVAL = 0.5
 # not progress a worker can report, and on a loaded machine it alone can take tens of
 # seconds: a short --timeout meant for a stuck collective must not kill a run still starting.
 STARTUP_TIMEOUT = 120.0
+# A worker's exit status when it stopped because its launcher died.
+LAUNCHER_GONE_EXIT = 3
+# The launcher's pid, in each worker's environment.
+LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
 
 
 def heartbeat_path(run_dir: Path, rank: int) -> Path:
@@ -74,16 +80,30 @@ class Heartbeat:
     nanoseconds inside the timed loops. A rank that is stopped (SIGSTOP) or dead stops
     refreshing its file; a rank stuck in a collective keeps refreshing it with the same
     position. The launcher uses both facts to name the culprit.
+
+    The thread also watches the launcher (`launcher_pid`): a launcher killed outright
+    (SIGKILL, OOM) cannot stop its workers, so they stop themselves rather than hold the
+    GPUs and measure for nobody.
     """
 
-    def __init__(self, path: Path, rank: int, host: str, local_rank: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        rank: int,
+        host: str,
+        local_rank: int = 0,
+        launcher_pid: int | None = None,
+    ) -> None:
         self.path = path
+        self.launcher_pid = launcher_pid
         self.rank = rank
         self.host = host
         self.local_rank = local_rank
         self.point = -1
         self.phase = "init"
         self.iteration = 0
+        self.ticks = 0
+        """Work done outside iterations (the check's chunks): progress the watchdog can see."""
         self.error = ""
         self.share: Any = None
         """A `StoreShare` once the process group is up: heartbeats then also cross nodes."""
@@ -102,6 +122,7 @@ class Heartbeat:
             "point": self.point,
             "phase": self.phase,
             "iteration": self.iteration,
+            "ticks": self.ticks,
             "error": self.error,
             "time": time.time(),
         }
@@ -127,7 +148,15 @@ class Heartbeat:
                 self._write()
                 if self.share is not None and self.share.mirror:
                     self._mirror()
+            if self.launcher_pid is not None and not procs.alive(self.launcher_pid):
+                self.error = f"its launcher (pid {self.launcher_pid}) is gone"
+                with contextlib.suppress(Exception):
+                    self._write()
+                os._exit(LAUNCHER_GONE_EXIT)
             self._stop.wait(HEARTBEAT_INTERVAL)
+
+    def tick(self) -> None:
+        self.ticks += 1
 
     def stop(self, error: str = "") -> None:
         if error:

@@ -27,6 +27,7 @@ from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.collectives.specs import OPS, busbw_factor, plan_size
 from commbench.launch.protocol import (
     EVENTS_FILE,
+    LAUNCHER_PID_ENV,
     SETTINGS_FILE,
     STARTUP_TIMEOUT,
     Heartbeat,
@@ -70,8 +71,13 @@ class Worker:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.host = socket.gethostname()
+        launcher = os.environ.get(LAUNCHER_PID_ENV)
         self.hb = Heartbeat(
-            heartbeat_path(run_dir, self.rank), self.rank, self.host, self.local_rank
+            heartbeat_path(run_dir, self.rank),
+            self.rank,
+            self.host,
+            self.local_rank,
+            launcher_pid=int(launcher) if launcher else None,
         )
         if settings.device == "cuda":
             torch.cuda.set_device(self.local_rank)
@@ -80,6 +86,7 @@ class Worker:
             self.device = torch.device("cpu")
         self.dtype = collective_ops.TORCH_DTYPES[settings.dtype]
         self.journal: Journal | None = None
+        collective_ops.progress = self.hb.tick
         self.profile_parts: list[Path] = []
 
     # -- setup ------------------------------------------------------------------------------
@@ -178,6 +185,7 @@ class Worker:
         """Time one point on this member rank: (samples_us, warmup, check_ok, note)."""
         assert self.group is not None
         grp, s = self.group, self.s
+        self.hb.phase = "setup"  # allocating a large buffer takes a while: a phase of its own
         bufs = collective_ops.make_buffers(op, count, self.dtype, self.device, grp, s.in_place)
         if strategy:
             from commbench.strategies import make_strategy_call

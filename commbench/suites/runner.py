@@ -18,6 +18,7 @@ from typing import Any
 
 from commbench.compare import Comparison, GateSettings, context_mismatches
 from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted, UserError
+from commbench.launch import procs
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import atomic_write, dump_json, new_run_dir
 from commbench.suites.config import Sizes, SuiteConfig, Timing
@@ -306,45 +307,50 @@ def run_suite(
     suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
     interrupted = False
     try:
-        if config.topo:
-            suite.run_topology()
-        if config.collectives:
-            c = config.collectives
-            for dtype in c.dtypes:
-                settings = _collectives_settings(
-                    machine,
-                    c.timing,
-                    ops=c.ops,
-                    strategies=[],
-                    sizes=c.sizes.for_device(machine.device),
-                    dtype=dtype,
-                    reduce_op=c.reduce_op,
-                    in_place=c.in_place,
-                    check=c.check,
-                )
-                suite.run_collectives(f"collectives-{dtype}", "collectives", settings)
-        if config.strategies:
-            s = config.strategies
-            why = _strategies_available(s.names)
-            for dtype in s.dtypes:
-                name = f"strategies-{dtype}"
-                if why:
-                    suite.skip(name, "strategies", why)
-                    continue
-                settings = _collectives_settings(
-                    machine,
-                    s.timing,
-                    ops=[],
-                    strategies=s.names,
-                    sizes=s.sizes.for_device(machine.device),
-                    dtype=dtype,
-                    reduce_op=s.reduce_op,
-                )
-                suite.run_collectives(name, "strategies", settings)
-        if config.p2p:
-            suite.run_p2p(config.p2p.options)
+        # SIGTERM (a CI job's timeout) and SIGHUP end a suite like Ctrl-C: saved, exit 130
+        with procs.termination_as_interrupt():
+            if config.topo:
+                suite.run_topology()
+            if config.collectives:
+                c = config.collectives
+                for dtype in c.dtypes:
+                    settings = _collectives_settings(
+                        machine,
+                        c.timing,
+                        ops=c.ops,
+                        strategies=[],
+                        sizes=c.sizes.for_device(machine.device),
+                        dtype=dtype,
+                        reduce_op=c.reduce_op,
+                        in_place=c.in_place,
+                        check=c.check,
+                    )
+                    suite.run_collectives(f"collectives-{dtype}", "collectives", settings)
+            if config.strategies:
+                s = config.strategies
+                why = _strategies_available(s.names)
+                for dtype in s.dtypes:
+                    name = f"strategies-{dtype}"
+                    if why:
+                        suite.skip(name, "strategies", why)
+                        continue
+                    settings = _collectives_settings(
+                        machine,
+                        s.timing,
+                        ops=[],
+                        strategies=s.names,
+                        sizes=s.sizes.for_device(machine.device),
+                        dtype=dtype,
+                        reduce_op=s.reduce_op,
+                    )
+                    suite.run_collectives(name, "strategies", settings)
+            if config.p2p:
+                suite.run_p2p(config.p2p.options)
     except KeyboardInterrupt:
         interrupted = True
+        for entry in suite.entries:
+            if entry.status == "running":  # stopped before its launch reported back
+                entry.status, entry.failure = "interrupted", "interrupted"
     failed = [e for e in suite.entries if e.status not in ("complete", "skipped")]
     suite.meta["status"] = "interrupted" if interrupted else ("failed" if failed else "complete")
     suite.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
