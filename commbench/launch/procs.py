@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def _each_process(name: str) -> Iterator[tuple[int, bytes]]:
@@ -98,24 +99,29 @@ def stop_all(pids: set[int], grace: float) -> None:
 
 
 @contextlib.contextmanager
-def interrupts_ignored() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait while the launcher stops the workers and writes down
-    what happened: a second Ctrl-C must not leave run.json saying "running"."""
+def _signals_handled(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
+    """`handler` for `signals` inside the block, the previous handlers after it. Off the main
+    thread (where Python cannot set handlers) the block runs with the handlers as they are."""
     previous = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, signal.SIG_IGN)
-    except ValueError:  # not the main thread: nothing to defer
+        for sig in signals:
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:
         pass
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
-@contextlib.contextmanager
-def termination_as_interrupt() -> Iterator[None]:
+def interrupts_ignored() -> contextlib.AbstractContextManager[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait while the launcher stops the workers and writes down
+    what happened: a second Ctrl-C must not leave run.json saying "running"."""
+    return _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), signal.SIG_IGN)
+
+
+def termination_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """Treat SIGTERM and SIGHUP like Ctrl-C while workers run (a CI job's timeout, a closed
     terminal): the launcher then stops every worker and keeps what was measured, instead of
     dying and leaving them running."""
@@ -123,17 +129,7 @@ def termination_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {}
-    try:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, interrupt)
-    except ValueError:  # not the main thread: leave the handlers alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _signals_handled((signal.SIGTERM, signal.SIGHUP), interrupt)
 
 
 def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
