@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from commbench.launch.launcher import _Watch
 from commbench.launch.protocol import STARTUP_TIMEOUT, heartbeat_path
+from commbench.launch.watchdog import Watch
 
 
 def _beat(run_dir: Path, rank: int, point: int, phase: str) -> None:
@@ -16,7 +16,7 @@ def _beat(run_dir: Path, rank: int, point: int, phase: str) -> None:
 
 
 def test_start_up_gets_the_start_up_allowance_then_the_timeout_applies(tmp_path: Path) -> None:
-    watch = _Watch(tmp_path, [])
+    watch = Watch(tmp_path, [])
     watch.poll(lambda row: None)
     assert not watch.started
     assert watch.allowance(4) == STARTUP_TIMEOUT  # nobody reported in yet
@@ -31,7 +31,7 @@ def test_start_up_gets_the_start_up_allowance_then_the_timeout_applies(tmp_path:
 
 
 def test_a_timeout_longer_than_start_up_is_kept(tmp_path: Path) -> None:
-    watch = _Watch(tmp_path, [])
+    watch = Watch(tmp_path, [])
     assert watch.allowance(STARTUP_TIMEOUT + 100) == STARTUP_TIMEOUT + 100
 
 
@@ -62,7 +62,7 @@ def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_pa
     import os
     import time
 
-    from commbench.launch.launcher import _describe_crash
+    from commbench.launch.watchdog import describe_crash
 
     path = heartbeat_path(tmp_path, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,14 +87,14 @@ def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_pa
     )
     stale = time.time() - 6
     os.utime(remote, (stale, stale))
-    watch = _Watch(tmp_path, [])
+    watch = Watch(tmp_path, [])
     watch.poll(lambda row: None)
-    failure, culprits = _describe_crash(watch, 1, timeout=5)
+    failure, culprits = describe_crash(watch, 1, timeout=5)
     assert culprits[0] == 1
     assert failure.startswith("worker failure: rank 1 (host n1) stopped responding")
     assert "rank 0 (host n0, exit 1) RuntimeError: Connection reset by peer" in failure
     # with the remote rank still fresh, our rank's error is all there is to say
     os.utime(remote)
     watch.poll(lambda row: None)
-    failure, culprits = _describe_crash(watch, 1, timeout=5)
+    failure, culprits = describe_crash(watch, 1, timeout=5)
     assert culprits == [0] and "rank 1" not in failure

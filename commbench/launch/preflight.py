@@ -1,0 +1,145 @@
+"""What is refused before a launch: settings the installed torch cannot run (probed in a
+throw-away process, cached), ranks outside the world, more than the node can hold.
+
+Every check here runs before a run directory exists, so bad input leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from commbench.collectives.settings import CollectivesSettings
+from commbench.errors import UserError
+from commbench.results.store import atomic_write
+from commbench.sizes import format_amount, format_size
+
+PROBE_TIMEOUT = 120.0
+
+
+def _probe_cache_key(settings: CollectivesSettings) -> str:
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "?"
+    fields = [
+        socket.gethostname(),  # a shared $HOME across nodes with different GPUs
+        torch_version,
+        settings.backend,
+        settings.device,
+        settings.dtype,
+        settings.reduce_op,
+        ",".join(sorted(settings.ops)),
+        ",".join(sorted(settings.strategies)),
+        str(settings.in_place),
+        str(settings.async_op),
+        os.environ.get("CUDA_VISIBLE_DEVICES", "*"),
+    ]
+    return "|".join(fields)
+
+
+def _probe_cache() -> Path:
+    base = os.environ.get("COMMBENCH_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "commbench"
+    )
+    return Path(base) / "probe-v1.json"
+
+
+def probe(settings: CollectivesSettings) -> dict[str, Any]:
+    """Validate the settings against the installed torch in a throw-away process.
+
+    A successful probe is cached per torch version and combination, so repeated runs (a
+    suite, a CI job) pay for it once.
+    """
+    key = _probe_cache_key(settings)
+    cache_path = _probe_cache()
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    result = cache.get(key) if isinstance(cache, dict) else None
+    if result is None:
+        result = _run_probe(settings)
+        cache[key] = result
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(cache_path, json.dumps(cache))
+        except (OSError, UserError):
+            pass  # a read-only home only costs the next run a probe
+    if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
+        raise UserError(
+            f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
+        )
+    return result
+
+
+def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe"],
+            input=json.dumps(settings.to_dict()),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"probing the {settings.backend} backend took over {PROBE_TIMEOUT:.0f} s"
+        ) from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"could not probe torch.distributed: {tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    if not result.get("ok"):
+        raise UserError(str(result.get("error")))
+    return result
+
+
+def validate_ranks(settings: CollectivesSettings, world_size: int) -> None:
+    if settings.ranks is None:
+        return
+    if len(set(settings.ranks)) != len(settings.ranks):
+        raise UserError(f"--ranks lists a rank twice: {settings.ranks}")
+    bad = [r for r in settings.ranks if not 0 <= r < world_size]
+    if bad:
+        raise UserError(f"--ranks: rank {bad[0]} is outside the world (0..{world_size - 1})")
+
+
+# More CPU ranks per core than this time the scheduler, not the backend (and a typo like
+# --nproc 100000 must not start spawning).
+MAX_CPU_RANKS_PER_CORE = 8
+# A rank holds about this many buffers of the largest size at once: input, output (all_to_all,
+# sendrecv, the ring's scratch) and the expected result of the check.
+BUFFERS_PER_RANK = 3
+
+
+def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -> None:
+    """Refuse, before launching, what this node cannot hold: too many ranks for its cores,
+    buffers larger than its memory (host memory for CPU ranks, one GPU's for GPU ranks)."""
+    cores = os.cpu_count() or 1
+    if settings.device == "cpu" and settings.nproc > MAX_CPU_RANKS_PER_CORE * cores:
+        raise UserError(
+            f"--nproc {settings.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
+            f"({cores} cores here)"
+        )
+    need = BUFFERS_PER_RANK * max(settings.sizes)
+    if settings.device == "cpu":
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        need *= settings.nproc
+        where = f"this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
+    else:
+        have = int(probe_info.get("memory_bytes") or 0)
+        where = f"one GPU's {format_amount(have)}"
+    if have and need > have:
+        raise UserError(
+            f"--sizes up to {format_size(max(settings.sizes))} needs about {format_amount(need)} "
+            f"of buffers ({BUFFERS_PER_RANK} per rank), more than {where}"
+        )

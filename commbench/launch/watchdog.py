@@ -1,0 +1,268 @@
+"""Watching a running sweep: the launcher's poll state, and the diagnosis of a hang or a
+crash from the heartbeats, /proc and torchrun's failure summary.
+
+The root cause comes first in every message: a stopped, dead or silent rank before the
+ranks that only lost their peers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from commbench.collectives.settings import Point
+from commbench.launch import procs
+from commbench.launch.protocol import (
+    EVENTS_FILE,
+    HEARTBEAT_INTERVAL,
+    STARTUP_TIMEOUT,
+    JournalReader,
+    read_heartbeats,
+)
+from commbench.results.schema import ResultRow
+from commbench.results.store import write_results
+from commbench.sizes import format_size
+
+# A heartbeat older than this means the process is not running (stopped or gone); the
+# heartbeat thread writes every HEARTBEAT_INTERVAL, so this leaves room for a loaded machine.
+STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
+
+
+class Watch:
+    """The state the poll loop keeps between iterations."""
+
+    def __init__(self, run_dir: Path, points: list[Point]) -> None:
+        self.run_dir = run_dir
+        self.points = points
+        self.reader = JournalReader(run_dir / EVENTS_FILE)
+        self.rows: list[ResultRow] = []
+        self.worker_context: dict[str, Any] = {}
+        self.done = False
+        self.failed_checks: list[int] = []
+        self.pids: set[int] = set()
+        self.last_signature: Any = None
+        self.last_progress = time.monotonic()
+        self.heartbeats: dict[int, dict[str, Any]] = {}
+
+    def poll(self, on_row: Callable[[ResultRow], None]) -> None:
+        for event in self.reader.read():
+            kind = event.get("type")
+            if kind == "context":
+                self.worker_context = {k: v for k, v in event.items() if k != "type"}
+            elif kind == "row":
+                row = ResultRow.from_dict(event["row"])
+                self.rows.append(row)
+                self.failed_checks.extend(event.get("failed_ranks", []))
+                write_results(self.run_dir, self.rows)
+                on_row(row)
+            elif kind == "done":
+                self.done = True
+        self.heartbeats = read_heartbeats(self.run_dir)
+        for beat in self.heartbeats.values():
+            if not beat.get("remote"):  # a remote rank's pid means nothing on this node
+                self.pids.add(int(beat["pid"]))
+        signature = (
+            len(self.rows),
+            tuple(
+                sorted(
+                    (r, b.get("point"), b.get("phase"), b.get("iteration"), b.get("ticks"))
+                    for r, b in self.heartbeats.items()
+                )
+            ),
+        )
+        if signature != self.last_signature:
+            self.last_signature = signature
+            self.last_progress = time.monotonic()
+
+    def local_workers_alive(self) -> bool:
+        """Whether any of this node's workers is still running (not a zombie)."""
+        return any(
+            procs.alive(int(b.get("pid", -1)))
+            for b in self.heartbeats.values()
+            if not b.get("remote")
+        )
+
+    @property
+    def started(self) -> bool:
+        """Whether any rank has begun measuring (reached its first point)."""
+        return bool(self.rows) or any(b.get("point", -1) >= 0 for b in self.heartbeats.values())
+
+    def allowance(self, timeout: float) -> float:
+        """Seconds without progress that mean a hang, now: at least STARTUP_TIMEOUT until
+        the first point starts, `timeout` after."""
+        return timeout if self.started else max(timeout, STARTUP_TIMEOUT)
+
+    def where(self, beat: dict[str, Any]) -> str:
+        index = beat.get("point", -1)
+        if not isinstance(index, int) or not 0 <= index < len(self.points):
+            return f"phase {beat.get('phase')}"
+        p = self.points[index]
+        what = p.strategy or p.op
+        size = "" if p.op == "barrier" else f" {format_size(p.requested_bytes)}"
+        return f"{what}{size} ({beat.get('phase')}, iteration {beat.get('iteration')})"
+
+
+REMOTE_SILENT = "stopped responding (no heartbeat through the job's store)"
+
+
+def _silent_remotes(watch: Watch, silent_after: float) -> list[int]:
+    """Other nodes' ranks that went silent.
+
+    They are known only through this node's local rank 0, which copies their heartbeats from
+    the job's store whenever they change. A remote rank is silent if that copier went on
+    running for a while after the rank's last change (even if the copier has died since,
+    e.g. because the other node's launcher stopped its peer).
+    """
+    beats = watch.heartbeats
+    mirror_times = [
+        b["mtime"] for b in beats.values() if not b.get("remote") and b.get("local_rank", 0) == 0
+    ]
+    if not mirror_times:
+        return []
+    mirror_time = max(mirror_times)
+    return sorted(
+        r
+        for r, b in beats.items()
+        if b.get("remote") and mirror_time - b.get("mtime", mirror_time) > silent_after
+    )
+
+
+def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
+    """Name the rank(s) that stopped the run: stopped processes first, then silent ones, then
+    ranks that are gone, then ranks behind the others; if every rank waits at the same
+    place, say so."""
+    now = time.time()
+    beats = watch.heartbeats
+    silent_after = min(STALE_AFTER, timeout / 2)
+    dead: dict[int, tuple[int, str]] = {}
+    for r, b in beats.items():
+        if b.get("remote"):
+            continue  # judged below, once we know this node's mirror is alive
+        state = procs.state(int(b.get("pid", -1)))
+        if state in ("T", "t"):
+            dead[r] = (0, "is stopped (SIGSTOP or a debugger)")
+        elif state in (None, "Z", "X"):
+            dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
+        elif now - b.get("mtime", now) > silent_after:
+            dead[r] = (1, "stopped responding")
+    for r in _silent_remotes(watch, silent_after):
+        dead[r] = (1, REMOTE_SILENT)
+    live = {r: b for r, b in beats.items() if r not in dead}
+    behind: dict[int, dict[str, Any]] = {}
+    if live:
+        furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
+        behind = {
+            r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
+        }
+    parts = []
+    culprits = []
+    for r, (_, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
+        b = beats[r]
+        culprits.append(r)
+        parts.append(
+            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: last heartbeat "
+            f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
+        )
+    for r, b in sorted(behind.items()):
+        culprits.append(r)
+        parts.append(
+            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) is behind the others at {watch.where(b)}"
+        )
+    if not parts:
+        where = (
+            watch.where(next(iter(beats.values()))) if beats else "start-up (no worker reported in)"
+        )
+        parts.append(f"all ranks are waiting at {where}: a backend or network hang")
+    return f"no progress for {timeout:.0f} s; " + "; ".join(parts), culprits
+
+
+_PEER_LOST = re.compile(r"Connection (reset|closed)|peer|Broken pipe|Timed out waiting", re.I)
+_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
+
+
+def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, list[int]]:
+    """Name the failed ranks from the heartbeats and torchrun's failure summary, the root
+    cause first: a rank killed by a signal, else one that raised an error of its own; ranks
+    that only lost their peer or got torchrun's SIGTERM come last, marked as consequences.
+    When this node's ranks only lost their peers, a rank on another node that had gone
+    silent is named first: the other node's watchdog may have stopped it before this one's
+    fired."""
+    failures: dict[int, dict[str, str]] = {}
+    log = watch.run_dir / "launcher.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    current: int | None = None
+    for line in text.splitlines():
+        if m := _RANK_RE.match(line):
+            current = int(m.group(1))
+            failures.setdefault(current, {})
+        elif current is not None and (m := _EXIT_RE.match(line)):
+            failures[current]["exitcode"] = m.group(1)
+        elif current is not None and (m := _TRACE_RE.match(line)):
+            failures[current]["traceback"] = m.group(1).strip()
+    for r, beat in watch.heartbeats.items():
+        if beat.get("error"):
+            failures.setdefault(r, {})["error"] = str(beat["error"])
+    if not failures:
+        if returncode < 0:
+            with contextlib.suppress(ValueError):
+                how = signal.Signals(-returncode).name
+                return f"torchrun (the agent, not a worker) was killed by {how}", []
+        tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
+            f"torchrun exited with {returncode}"
+        ]
+        return f"the launcher failed: {tail[0].strip()}", []
+
+    def exitcode(info: dict[str, str]) -> int:
+        try:
+            return int(info.get("exitcode") or 1)
+        except ValueError:
+            return 1
+
+    def is_consequence(info: dict[str, str]) -> bool:
+        code = exitcode(info)
+        if code < 0 and code != -signal.SIGTERM:
+            return False
+        message = info.get("error", "") + " " + info.get("traceback", "")
+        return code == -signal.SIGTERM or bool(_PEER_LOST.search(message)) or not info.get("error")
+
+    def cause_first(item: tuple[int, dict[str, str]]) -> tuple[int, int]:
+        r, info = item
+        code = exitcode(info)
+        signalled = code < 0 and code != -signal.SIGTERM
+        return (0 if signalled else 2 if is_consequence(info) else 1, r)
+
+    ordered = sorted(failures.items(), key=cause_first)
+    parts = []
+    culprits = []
+    if all(is_consequence(info) for info in failures.values()):
+        now = time.time()
+        for r in _silent_remotes(watch, min(STALE_AFTER, timeout / 2)):
+            b = watch.heartbeats[r]
+            culprits.append(r)
+            parts.append(
+                f"rank {r} (host {b.get('host')}) {REMOTE_SILENT}: last heartbeat "
+                f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
+            )
+    for r, info in ordered:
+        beat = watch.heartbeats.get(r, {})
+        code = exitcode(info)
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = (info.get("error") or info.get("traceback") or f"exited with {code}")[:300]
+        if is_consequence(info) and len(ordered) > 1:
+            how += " (a consequence: it lost its peer or was stopped by torchrun)"
+        host = f"host {beat.get('host')}, " if beat else ""
+        at = f" at {watch.where(beat)}" if beat else ""
+        parts.append(f"rank {r} ({host}exit {code}) {how}{at}")
+    return "worker failure: " + "; ".join(parts), culprits + [r for r, _ in ordered]
