@@ -259,7 +259,8 @@ def run_collectives(
         try:
             while True:
                 returncode = proc.poll()
-                watch.poll(on_row)
+                with procs.interrupts_deferred():
+                    watch.poll(on_row)
                 if time.monotonic() >= next_scan:
                     # a /proc scan costs ~2 ms of a core the workers are measuring on: not
                     # every poll; the stop paths below scan again before they signal

@@ -121,6 +121,21 @@ def interrupts_ignored() -> contextlib.AbstractContextManager[None]:
     return _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP inside the block raise KeyboardInterrupt at its end, not in
+    the middle: reading the journal must not consume a row and then drop it."""
+    caught: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        caught.append(signum)
+
+    with _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), note):
+        yield
+    if caught:
+        raise KeyboardInterrupt(signal.Signals(caught[0]).name)
+
+
 def termination_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """Treat SIGTERM and SIGHUP like Ctrl-C while workers run (a CI job's timeout, a closed
     terminal): the launcher then stops every worker and keeps what was measured, instead of
