@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import typer
 
 from commbench.errors import CommbenchError
+
+if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
+    from rich.progress import Progress
 
 
 @contextmanager
@@ -22,6 +27,21 @@ def reported_errors() -> Iterator[None]:
     except CommbenchError as exc:
         typer.echo(f"commbench: error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
+
+
+def progress_bar() -> Progress:
+    """The bar a long command shows on stderr while it measures: transient (the table it
+    prints after replaces it), and off when stderr is not a terminal (CI logs, pipes)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
 
 
 # The multi-node options `collectives` and `run` share (torchrun's c10d rendezvous). Inside a

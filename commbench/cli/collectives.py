@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
+    progress_bar,
     reported_errors,
 )
 from commbench.errors import Interrupted, RunFailed, UserError
@@ -202,20 +202,11 @@ def run_and_report(
     plot: bool = True,
 ) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from commbench.launch.launcher import STATUS_COMPLETE, STATUS_INTERRUPTED, run_collectives
     from commbench.results.exporters import export
     from commbench.sizes import format_size
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
+    progress = progress_bar()
     task = progress.add_task("starting workers", total=None)
 
     def on_progress(done: int, total: int, row: ResultRow | None) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.cli._common import reported_errors
+from commbench.cli._common import progress_bar, reported_errors
 from commbench.errors import RunFailed, UserError
 from commbench.results.exporters import Format
 
@@ -130,19 +129,10 @@ def register(app: typer.Typer) -> None:
 def _measure(
     settings: P2PSettings, snapshot: TopologySnapshot | None, out: Path, fmt: Format
 ) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from commbench.p2p.render import render_rows
     from commbench.p2p.run import run_p2p
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        disable=not sys.stderr.isatty(),
-    )
+    progress = progress_bar()
     task = progress.add_task("p2p", total=None)
 
     def on_step(done: int, total: int, step: Step) -> None:
