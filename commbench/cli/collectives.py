@@ -29,6 +29,16 @@ GPU_DEFAULT_SIZES = "1K-1G"
 DEFAULT_MIN_TIME = 0.2
 
 
+def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
+    """`--iters` fixes the count and `--min-time` adapts it: both at once is a contradiction
+    the settings could not record honestly."""
+    if iters is not None and min_time is not None:
+        raise UserError(
+            "--iters and --min-time both given: --iters fixes the count, "
+            "--min-time adapts it; give one"
+        )
+
+
 def parse_ranks(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -151,11 +161,7 @@ def register(app: typer.Typer) -> None:
                 debug=debug,
             )
 
-            if iters is not None and min_time is not None:
-                raise UserError(
-                    "--iters and --min-time both given: --iters fixes the count, "
-                    "--min-time adapts it; give one"
-                )
+            check_iteration_flags(iters, min_time)
             place = resolve_placement(device, nproc, backend)
             settings = CollectivesSettings(
                 ops=parse_ops("all" if ops is None else ops)

@@ -50,7 +50,7 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
     if params.get("backend") == "nccl" and gpus_per_node == 0:
         raise UserError("--backend nccl needs GPUs, and the script asks for --gpus-per-node 0")
     if name == "collectives":
-        from commbench.cli.collectives import parse_ranks
+        from commbench.cli.collectives import check_iteration_flags, parse_ranks
         from commbench.collectives.placement import CPU_DEFAULT_NPROC
         from commbench.collectives.specs import parse_ops
         from commbench.sizes import parse_sizes
@@ -59,8 +59,7 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
             parse_sizes(params["sizes"])
         if params.get("ops") is not None:
             parse_ops(params["ops"])
-        if params.get("iters") is not None and params.get("min_time") is not None:
-            raise UserError("--iters and --min-time both given: give one")
+        check_iteration_flags(params.get("iters"), params.get("min_time"))
         world = nodes * (params.get("nproc") or gpus_per_node or CPU_DEFAULT_NPROC)
         bad = [r for r in parse_ranks(params.get("ranks")) or [] if not 0 <= r < world]
         if bad:
