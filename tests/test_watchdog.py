@@ -1,11 +1,23 @@
-"""The watchdog's rule for how long silence may last before a run is declared hung."""
+"""The watchdog's rule for how long silence may last before a run is declared hung, and
+what a rank's heartbeat says of how it ended."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
-from commbench.launch.protocol import STARTUP_TIMEOUT, heartbeat_path
+import pytest
+
+from commbench.launch.protocol import (
+    LAUNCHER_GONE_EXIT,
+    STARTUP_TIMEOUT,
+    Heartbeat,
+    heartbeat_path,
+)
 from commbench.launch.watchdog import Watch
 
 
@@ -98,3 +110,64 @@ def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_pa
     watch.poll(lambda row: None)
     failure, culprits = describe_crash(watch, 1, timeout=5)
     assert culprits == [0] and "rank 1" not in failure
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_a_rank_that_dies_after_its_launcher_names_the_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its peer noticed the dead launcher first and left; this rank only saw the reset."""
+    monkeypatch.setattr(Heartbeat, "_run", lambda self: None)  # the thread would _exit us
+    dead = _dead_pid()
+    hb = Heartbeat(heartbeat_path(tmp_path, 1), rank=1, host="h", launcher_pid=dead)
+    hb.stop(error="RuntimeError: Connection reset by peer")
+    error = json.loads(heartbeat_path(tmp_path, 1).read_text())["error"]
+    assert error.startswith(f"its launcher (pid {dead}) is gone")
+    assert "Connection reset by peer" in error
+
+
+def test_a_rank_that_fails_under_a_live_launcher_keeps_its_own_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Heartbeat, "_run", lambda self: None)
+    hb = Heartbeat(heartbeat_path(tmp_path, 0), rank=0, host="h", launcher_pid=os.getpid())
+    hb.stop(error="RuntimeError: Connection reset by peer")
+    assert json.loads(heartbeat_path(tmp_path, 0).read_text())["error"] == (
+        "RuntimeError: Connection reset by peer"
+    )
+
+
+_TERMINATED_RANK = """
+import os, signal, sys, time
+from pathlib import Path
+from commbench.launch.protocol import Heartbeat
+Heartbeat._run = lambda self: None  # only the SIGTERM path is under test
+hb = Heartbeat(Path(sys.argv[1]), rank=1, host="h", launcher_pid=int(sys.argv[2]))
+hb.record_termination()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("launcher_alive", [False, True])
+def test_a_rank_stopped_by_sigterm_names_a_vanished_launcher(
+    tmp_path: Path, launcher_alive: bool
+) -> None:
+    """torchrun's agent SIGTERMs the ranks left when one exits; with the launcher gone that
+    is the cause to record. Otherwise SIGTERM must kill the rank as it always did."""
+    launcher = os.getpid() if launcher_alive else _dead_pid()
+    path = heartbeat_path(tmp_path, 1)
+    child = subprocess.run(
+        [sys.executable, "-c", _TERMINATED_RANK, str(path), str(launcher)], timeout=60
+    )
+    if launcher_alive:
+        assert child.returncode == -signal.SIGTERM and not path.exists()
+    else:
+        assert child.returncode == LAUNCHER_GONE_EXIT
+        error = json.loads(path.read_text())["error"]
+        assert error == f"its launcher (pid {launcher}) is gone (then: stopped by SIGTERM)"

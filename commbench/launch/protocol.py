@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -148,17 +149,45 @@ class Heartbeat:
                 self._write()
                 if self.share is not None and self.share.mirror:
                     self._mirror()
-            if self.launcher_pid is not None and not procs.alive(self.launcher_pid):
-                self.error = f"its launcher (pid {self.launcher_pid}) is gone"
+            if self.launcher_gone():
+                self.error = self._gone_message()
                 with contextlib.suppress(Exception):
                     self._write()
                 os._exit(LAUNCHER_GONE_EXIT)
             self._stop.wait(HEARTBEAT_INTERVAL)
 
+    def launcher_gone(self) -> bool:
+        return self.launcher_pid is not None and not procs.alive(self.launcher_pid)
+
+    def _gone_message(self) -> str:
+        return f"its launcher (pid {self.launcher_pid}) is gone"
+
+    def record_termination(self) -> None:
+        """Install a SIGTERM handler (main thread only) for the one case the heartbeat
+        would otherwise lose: torchrun's agent stopping this rank because a peer left when
+        the launcher vanished. The record then names the launcher; any other SIGTERM ends
+        the process exactly as the default action would."""
+
+        def on_term(signum: int, frame: object) -> None:
+            if self.launcher_gone():
+                self.error = f"{self._gone_message()} (then: stopped by SIGTERM)"
+                with contextlib.suppress(Exception):
+                    self._write()
+                os._exit(LAUNCHER_GONE_EXIT)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+
     def tick(self) -> None:
         self.ticks += 1
 
     def stop(self, error: str = "") -> None:
+        """Record the end. A rank whose peer noticed the vanished launcher first dies of a
+        reset connection before its own thread looks: the launcher is then still the cause,
+        and the one to name, with the error it saw kept behind it."""
+        if error and self.launcher_gone():
+            error = f"{self._gone_message()} (then: {error})"
         if error:
             self.error = error
         else:
