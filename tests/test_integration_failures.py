@@ -49,15 +49,31 @@ def test_workers_stop_themselves_when_the_launcher_is_killed(tmp_path: Path) -> 
         assert _gone_within([agent], 30), "torchrun outlived its workers"
     finally:
         procs.stop_all({p for p in [*workers, agent] if procs.alive(p)}, grace=1.0)
-    beat = json.loads((run_dir / "ranks" / "rank1.json").read_text())
-    assert "launcher" in beat["error"] and "is gone" in beat["error"]
+    # the first rank to notice names the launcher; a peer may be stopped by torchrun's agent
+    # (SIGTERM, no record) or die of the reset connection, which it then blames on the launcher
+    errors = [
+        json.loads((run_dir / "ranks" / f"rank{r}.json").read_text())["error"] for r in (0, 1)
+    ]
+    gone = [e for e in errors if e.startswith("its launcher (pid ") and "is gone" in e]
+    assert gone, errors
+    assert all(e in gone or e == "" for e in errors), errors
 
 
 def test_results_that_cannot_be_written_stop_the_run_with_exit_1(tmp_path: Path) -> None:
     proc = commbench("collectives", *SWEEP, "-o", "out")
     run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
     workers = [_pid(run_dir, 0), _pid(run_dir, 1)]
-    (run_dir / f".results.json.{proc.pid}.tmp").mkdir()  # the next atomic write fails
+    # the next atomic write of results.json fails; the launcher may be writing it right now
+    # (its own temporary file is there for the fsync): wait for that write to end
+    blocker = run_dir / f".results.json.{proc.pid}.tmp"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            blocker.mkdir()
+            break
+        except FileExistsError:
+            assert time.monotonic() < deadline, "the launcher's temporary file never went"
+            time.sleep(0.001)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert "stopped the run: cannot write" in err and "Traceback" not in err
@@ -82,7 +98,9 @@ def test_a_wedged_torchrun_does_not_fail_a_whole_run(tmp_path: Path) -> None:
     """All rows in, workers gone, the agent stopped: the measurement is whole."""
     args = ["--ops", "all_reduce", "--sizes", "1K-64K", "--iters", "20", "--device", "cpu"]
     proc = commbench("collectives", *args, "--timeout", "60", "-o", "out")
-    run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
+    # the journal exists once the process group is up (the agent's store is no longer needed):
+    # stopping the agent then leaves the whole sweep, not its last ~0.5 s, to outrun the test
+    run_dir = _wait_for_rows(tmp_path / "out", 0, proc)
     agent = _agent(_pid(run_dir, 0))
     os.kill(agent, signal.SIGSTOP)
     try:

@@ -8,16 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from commbench.launch.protocol import (
-    LAUNCHER_GONE_EXIT,
-    STARTUP_TIMEOUT,
-    Heartbeat,
-    heartbeat_path,
-)
+from commbench.launch import procs
+from commbench.launch.protocol import STARTUP_TIMEOUT, Heartbeat, heartbeat_path
 from commbench.launch.watchdog import Watch
 
 
@@ -49,12 +46,6 @@ def test_a_timeout_longer_than_start_up_is_kept(tmp_path: Path) -> None:
 
 def test_processes_are_found_by_their_run_marker(tmp_path: Path) -> None:
     """Workers that outlive torchrun (re-parented to init) are found by their environment."""
-    import os
-    import subprocess
-    import sys
-
-    from commbench.launch import procs
-
     env = {**os.environ, "COMMBENCH_RUN_DIR": str(tmp_path)}
     marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -142,32 +133,20 @@ def test_a_rank_that_fails_under_a_live_launcher_keeps_its_own_error(
     )
 
 
-_TERMINATED_RANK = """
-import os, signal, sys, time
-from pathlib import Path
-from commbench.launch.protocol import Heartbeat
-Heartbeat._run = lambda self: None  # only the SIGTERM path is under test
-hb = Heartbeat(Path(sys.argv[1]), rank=1, host="h", launcher_pid=int(sys.argv[2]))
-hb.record_termination()
-os.kill(os.getpid(), signal.SIGTERM)
-time.sleep(30)
-"""
-
-
-@pytest.mark.parametrize("launcher_alive", [False, True])
-def test_a_rank_stopped_by_sigterm_names_a_vanished_launcher(
-    tmp_path: Path, launcher_alive: bool
-) -> None:
-    """torchrun's agent SIGTERMs the ranks left when one exits; with the launcher gone that
-    is the cause to record. Otherwise SIGTERM must kill the rank as it always did."""
-    launcher = os.getpid() if launcher_alive else _dead_pid()
-    path = heartbeat_path(tmp_path, 1)
-    child = subprocess.run(
-        [sys.executable, "-c", _TERMINATED_RANK, str(path), str(launcher)], timeout=60
-    )
-    if launcher_alive:
-        assert child.returncode == -signal.SIGTERM and not path.exists()
-    else:
-        assert child.returncode == LAUNCHER_GONE_EXIT
-        error = json.loads(path.read_text())["error"]
-        assert error == f"its launcher (pid {launcher}) is gone (then: stopped by SIGTERM)"
+def test_a_stopped_process_is_killed_outright_and_a_running_one_terminated() -> None:
+    """Resumed to act on SIGTERM, a SIGSTOPped rank would run on for a moment: finish its
+    collective, publish a fresh heartbeat, and hide that it was the one that stopped."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stopped, running = subprocess.Popen(sleeper), subprocess.Popen(sleeper)
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while procs.state(stopped.pid) not in ("T", "t") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        procs.stop_all({stopped.pid, running.pid}, grace=30)
+        assert stopped.wait(10) == -signal.SIGKILL
+        assert running.wait(10) == -signal.SIGTERM
+    finally:
+        for p in (stopped, running):
+            p.kill()
+            p.wait()

@@ -89,9 +89,12 @@ def signal_all(pids: set[int], sig: int) -> None:
 
 
 def stop_all(pids: set[int], grace: float) -> None:
-    """SIGTERM (and SIGCONT, so stopped processes can act on it), then SIGKILL after `grace`."""
-    signal_all(pids, signal.SIGTERM)
-    signal_all(pids, signal.SIGCONT)
+    """SIGTERM, then SIGKILL after `grace`. A stopped process (SIGSTOP, a debugger) is killed
+    outright: resumed to act on SIGTERM, it would run on for a moment (finish a collective,
+    publish a fresh heartbeat to the other nodes) and blur which rank stopped the run."""
+    stopped = {p for p in pids if state(p) in ("T", "t")}
+    signal_all(stopped, signal.SIGKILL)
+    signal_all(pids - stopped, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -110,26 +109,31 @@ class Heartbeat:
         """A `StoreShare` once the process group is up: heartbeats then also cross nodes."""
         self._mirrored: dict[int, bytes] = {}
         self._stop = threading.Event()
+        # the thread and stop() write through one temporary file: interleaved, a write that
+        # lands after the one recording the cause would erase it
+        self._writing = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
         self._thread.start()
 
     def _write(self) -> None:
-        state: dict[str, Any] = {
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "host": self.host,
-            "pid": os.getpid(),
-            "point": self.point,
-            "phase": self.phase,
-            "iteration": self.iteration,
-            "ticks": self.ticks,
-            "error": self.error,
-            "time": time.time(),
-        }
-        _replace(self.path, json.dumps(state).encode())
+        with self._writing:  # the file only: a store that stalls must not stall the others
+            state: dict[str, Any] = {
+                "rank": self.rank,
+                "local_rank": self.local_rank,
+                "host": self.host,
+                "pid": os.getpid(),
+                "point": self.point,
+                "phase": self.phase,
+                "iteration": self.iteration,
+                "ticks": self.ticks,
+                "error": self.error,
+                "time": time.time(),
+            }
+            data = json.dumps(state).encode()
+            _replace(self.path, data)
         if self.share is not None:
-            self.share.publish(self.rank, json.dumps(state).encode())
+            self.share.publish(self.rank, data)
 
     def _mirror(self) -> None:
         """Copy the other nodes' heartbeats into this node's ranks/ directory, rewriting a
@@ -162,23 +166,6 @@ class Heartbeat:
     def _gone_message(self) -> str:
         return f"its launcher (pid {self.launcher_pid}) is gone"
 
-    def record_termination(self) -> None:
-        """Install a SIGTERM handler (main thread only) for the one case the heartbeat
-        would otherwise lose: torchrun's agent stopping this rank because a peer left when
-        the launcher vanished. The record then names the launcher; any other SIGTERM ends
-        the process exactly as the default action would."""
-
-        def on_term(signum: int, frame: object) -> None:
-            if self.launcher_gone():
-                self.error = f"{self._gone_message()} (then: stopped by SIGTERM)"
-                with contextlib.suppress(Exception):
-                    self._write()
-                os._exit(LAUNCHER_GONE_EXIT)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_term)
-
     def tick(self) -> None:
         self.ticks += 1
 
@@ -194,7 +181,7 @@ class Heartbeat:
             self.phase = "done"
         self._stop.set()
         self._thread.join(timeout=2)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):  # a store gone with its host must not mask the cause
             self._write()
 
 

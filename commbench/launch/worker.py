@@ -79,7 +79,6 @@ class Worker:
             self.local_rank,
             launcher_pid=int(launcher) if launcher else None,
         )
-        self.hb.record_termination()
         if settings.device == "cuda":
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
