@@ -131,11 +131,15 @@ def test_yaml_is_loaded_safely(tmp_path: Path) -> None:
 class FakeLauncher:
     """Writes golden rows (scaled by `speed`) where run_collectives would measure them."""
 
-    def __init__(self, speed: float = 1.0, elsewhere_dtypes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, speed: float = 1.0, elsewhere_dtypes: tuple[str, ...] = (), stop_after: int = 0
+    ) -> None:
         self.speed = speed
         self.calls: list[Any] = []
         self.elsewhere_dtypes = elsewhere_dtypes
         """Runs whose global rank 0 is on another node: no rows here, as on a real node."""
+        self.stop_after = stop_after
+        """The run of this number is complete, but a SIGTERM came while it was wound up."""
 
     def __call__(self, settings: Any, out_parent: Path, **_: Any) -> Outcome:
         self.calls.append(settings)
@@ -161,7 +165,12 @@ class FakeLauncher:
         write_run_meta(run_dir, meta)
         write_results(run_dir, rows)
         return Outcome(
-            run_dir=run_dir, status="complete", rows=rows, points_total=len(rows), meta=meta
+            run_dir=run_dir,
+            status="complete",
+            rows=rows,
+            points_total=len(rows),
+            meta=meta,
+            stop_requested=len(self.calls) == self.stop_after,
         )
 
     def scaled(self, r: ResultRow) -> ResultRow:
@@ -318,6 +327,20 @@ def test_suite_runs_every_section_into_one_directory(
         "0->1 p2p uni sequential",
         "1->0 p2p uni sequential",
     ]
+
+
+def test_a_stop_held_while_a_run_was_wound_up_still_stops_the_suite(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI job cancelled as an entry finished: that entry is whole, nothing more runs."""
+    launcher = FakeLauncher(stop_after=1)
+    result = run_suite_cli(monkeypatch, launcher, str(suite_file), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 130, result.output
+    assert len(launcher.calls) == 1
+    (suite_dir,) = (tmp_path / "out").iterdir()
+    record = load_suite_dir(suite_dir)
+    assert [(e.name, e.status) for e in record.entries] == [("collectives-float32", "complete")]
+    assert record.meta["status"] == "interrupted"
 
 
 def test_suite_with_baseline_exits_like_compare(

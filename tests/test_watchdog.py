@@ -150,3 +150,13 @@ def test_a_stopped_process_is_killed_outright_and_a_running_one_terminated() -> 
         for p in (stopped, running):
             p.kill()
             p.wait()
+
+
+def test_stop_signals_are_held_until_the_record_is_written_and_not_lost() -> None:
+    caught: list[int] = []
+    with procs.interrupts_held(caught):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # delivered, and would have ended the test here
+    assert caught == [signal.SIGTERM, signal.SIGINT]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back

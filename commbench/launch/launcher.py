@@ -126,6 +126,9 @@ class Outcome:
     failure: str | None = None
     failed_ranks: list[int] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    stop_requested: bool = False
+    """Ctrl-C or SIGTERM arrived while the run was being wound up: its record is whole, but
+    whoever runs more after it (a suite) should stop."""
 
     @property
     def checks_failed(self) -> list[ResultRow]:
@@ -242,6 +245,7 @@ def run_collectives(
 
     started = time.monotonic()
     status, failure = STATUS_COMPLETE, None
+    held: list[int] = []  # stop signals that came while the run was being wound up
     culprits: list[int] = []
     with open(run_dir / "launcher.log", "wb") as log, procs.termination_as_interrupt():
         proc = subprocess.Popen(
@@ -289,25 +293,25 @@ def run_collectives(
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:
-            with procs.interrupts_ignored():
+            with procs.interrupts_held(held):
                 watch.pids |= procs.descendants(proc.pid)
                 procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
                 procs.wait_or_kill(proc, 30)
             status, failure = STATUS_INTERRUPTED, "interrupted"
         except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
-            with procs.interrupts_ignored():
+            with procs.interrupts_held(held):
                 watch.pids |= procs.descendants(proc.pid)
                 procs.stop_all(watch.pids | {proc.pid}, grace=2.0)
                 procs.wait_or_kill(proc, 30)
             status, failure = STATUS_FAILED, f"stopped the run: {exc}"
-        with procs.interrupts_ignored(), contextlib.suppress(CommbenchError):
-            watch.poll(on_row)  # rows journalled just before the end
-        leftover = {p for p in watch.pids if procs.alive(p)}
-        leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
-        with procs.interrupts_ignored():
+        with procs.interrupts_held(held):
+            with contextlib.suppress(CommbenchError):
+                watch.poll(on_row)  # rows journalled just before the end
+            leftover = {p for p in watch.pids if procs.alive(p)}
+            leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
             procs.stop_all(leftover, grace=1.0)
     # a second Ctrl-C or a SIGTERM now would leave run.json saying "running": it waits
-    with procs.interrupts_ignored():
+    with procs.interrupts_held(held):
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
             meta["note"] = (
@@ -355,4 +359,5 @@ def run_collectives(
             failure=failure,
             failed_ranks=culprits,
             meta=meta,
+            stop_requested=bool(held),
         )

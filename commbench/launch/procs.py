@@ -118,10 +118,17 @@ def _signals_handled(signals: tuple[signal.Signals, ...], handler: Any) -> Itera
             signal.signal(sig, old)
 
 
-def interrupts_ignored() -> contextlib.AbstractContextManager[None]:
+def interrupts_held(caught: list[int] | None = None) -> contextlib.AbstractContextManager[None]:
     """Ctrl-C, SIGTERM and SIGHUP wait while the launcher stops the workers and writes down
-    what happened: a second Ctrl-C must not leave run.json saying "running"."""
-    return _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), signal.SIG_IGN)
+    what happened: a second Ctrl-C must not leave run.json saying "running". They are not
+    dropped: each lands in `caught`, so a suite still stops after a run that was finishing
+    when its job was cancelled."""
+    sink = caught if caught is not None else []
+
+    def note(signum: int, frame: object) -> None:
+        sink.append(signum)
+
+    return _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), note)
 
 
 @contextlib.contextmanager

@@ -208,6 +208,8 @@ class _Suite:
             + (f" ({entry.failure})" if entry.failure else "")
         )
         self.save()
+        if outcome.stop_requested:
+            raise KeyboardInterrupt
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
 
