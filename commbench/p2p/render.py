@@ -16,6 +16,7 @@ from commbench.p2p.expect import Expectation, StepExpectation
 from commbench.p2p.schema import P2PRow, rows_to_csv
 from commbench.results.exporters import Format
 from commbench.results.store import dump_json
+from commbench.tables import markdown_table, text_table
 
 Table = tuple[str, list[str], list[list[str]]]
 
@@ -239,29 +240,10 @@ def _drop_empty(table: Table) -> Table:
 def render_tables(tables: Sequence[Table], fmt: Format) -> str:
     out: list[str] = []
     for title, headers, cells in tables:
+        words = (0, len(headers) - 1)  # the pair and the diagnosis
         if Format(fmt) is Format.md:
-            out.append(f"### {title}\n")
-            out.append("| " + " | ".join(headers) + " |")
-            out.append("|" + "|".join("---" if h == "diagnosis" else "---:" for h in headers) + "|")
-            out.extend(
-                "| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in cells
-            )
+            out += [f"### {title}\n", *markdown_table(headers, cells, left=words)]
         else:
-            widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-            out.append(f"# {title}")
-            last = len(headers) - 1
-            out.append(
-                "  ".join(
-                    h.ljust(w) if i in (0, last) else h.rjust(w)
-                    for i, (h, w) in enumerate(zip(headers, widths))
-                ).rstrip()
-            )
-            for line in cells:
-                out.append(
-                    "  ".join(
-                        c.ljust(w) if i in (0, last) else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(line, widths))
-                    ).rstrip()
-                )
+            out += [f"# {title}", *text_table(headers, cells, left=words)]
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -13,6 +13,7 @@ from commbench.compare import Comparison, Mark, PointResult
 from commbench.results.exporters import Format, group_title
 from commbench.results.store import dicts_to_csv, dump_json
 from commbench.sizes import format_size
+from commbench.tables import markdown_table, text_table
 
 SYMBOLS = {
     Mark.better: "+ better",
@@ -75,25 +76,14 @@ def summary_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _aligned(cells: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
-
-    # Every column right-aligned but the last (free text).
-    def line(row: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == len(row) - 1 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths))
-        ).rstrip()
-
-    return [line(HEADERS), *(line(c) for c in cells)]
+WORDS = (6, 7)
+"""The columns of words (mark, why): left-aligned."""
 
 
 def to_table(comparison: Comparison) -> str:
     out: list[str] = []
     for title, cells in build_tables(comparison):
-        out.append(f"# {title}")
-        out.extend(_aligned(cells))
-        out.append("")
+        out += [f"# {title}", *text_table(HEADERS, cells, left=WORDS), ""]
     out.extend(summary_lines(comparison))
     out.append(comparison.verdict)
     return "\n".join(out) + "\n"
@@ -109,11 +99,7 @@ def to_markdown(comparison: Comparison, heading: str = "##") -> str:
     out.extend(f"- {_md_escape(line)}" for line in summary_lines(comparison))
     out.append("")
     for title, cells in build_tables(comparison):
-        out.append(f"{heading}# {title}\n")
-        out.append("| " + " | ".join(HEADERS) + " |")
-        out.append("|" + "|".join("---:" if i < 6 else "---" for i in range(len(HEADERS))) + "|")
-        out.extend("| " + " | ".join(_md_escape(c) for c in line) + " |" for line in cells)
-        out.append("")
+        out += [f"{heading}# {title}\n", *markdown_table(HEADERS, cells, left=WORDS), ""]
     return "\n".join(out).rstrip() + "\n"
 
 

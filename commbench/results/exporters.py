@@ -15,6 +15,7 @@ from typing import Protocol
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import dump_json, rows_to_csv
 from commbench.sizes import format_size
+from commbench.tables import markdown_table, text_table
 
 
 class Format(str, Enum):
@@ -107,11 +108,7 @@ def _notes(rows: list[ResultRow]) -> list[str]:
 def to_table(rows: list[ResultRow]) -> str:
     out: list[str] = []
     for title, cells in build_tables(rows):
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
-        out.append(f"# {title}")
-        out.append("  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)))
-        out.extend("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
-        out.append("")
+        out += [f"# {title}", *text_table(HEADERS, cells), ""]
     notes = _notes(rows)
     if notes:
         out.append("* " + "\n* ".join(notes))
@@ -121,11 +118,7 @@ def to_table(rows: list[ResultRow]) -> str:
 def to_markdown(rows: list[ResultRow]) -> str:
     out: list[str] = []
     for title, cells in build_tables(rows):
-        out.append(f"### {title}\n")
-        out.append("| " + " | ".join(HEADERS) + " |")
-        out.append("|" + "|".join("---:" for _ in HEADERS) + "|")
-        out.extend("| " + " | ".join(line) + " |" for line in cells)
-        out.append("")
+        out += [f"### {title}\n", *markdown_table(HEADERS, cells), ""]
     notes = _notes(rows)
     if notes:
         out.extend(f"- \\* {n}" for n in notes)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from commbench.tables import text_table
 from commbench.topology.model import UNKNOWN_LABEL, Pair, TopologySnapshot
 
 # nvidia-smi's own legend, current wording.
@@ -34,11 +35,7 @@ LEGEND = (
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=False)]
-    out = []
-    for row in (headers, *rows):
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
-    return out
+    return text_table(headers, rows, left=range(len(headers)))
 
 
 def _or(value: object, unknown: str = "unknown") -> str:
