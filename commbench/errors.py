@@ -30,6 +30,11 @@ class RunFailed(CommbenchError):
 
     exit_code = EXIT_FAILED
 
+    def __init__(self, message: str, *, stop_requested: bool = False) -> None:
+        super().__init__(message)
+        self.stop_requested = stop_requested
+        """Ctrl-C or SIGTERM came as it failed: whoever would run more after it should not."""
+
 
 class Interrupted(CommbenchError):
     """Ctrl-C or SIGTERM: everything was stopped; what was measured is on disk."""

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.errors import UserError
+from commbench.errors import RunFailed, UserError
 from commbench.launch.launcher import Outcome
 from commbench.results.schema import ResultRow
 from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
@@ -341,6 +341,23 @@ def test_a_stop_held_while_a_run_was_wound_up_still_stops_the_suite(
     record = load_suite_dir(suite_dir)
     assert [(e.name, e.status) for e in record.entries] == [("collectives-float32", "complete")]
     assert record.meta["status"] == "interrupted"
+
+
+def test_a_stop_held_while_a_failed_run_was_wound_up_still_stops_the_suite(
+    tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Any] = []
+
+    def failing(settings: Any, out_parent: Path, **_: Any) -> Outcome:
+        calls.append(settings)
+        raise RunFailed("complete; and cannot write results.json", stop_requested=True)
+
+    result = run_suite_cli(monkeypatch, failing, str(suite_file), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 130, result.output
+    assert len(calls) == 1
+    (suite_dir,) = (tmp_path / "out").iterdir()
+    record = load_suite_dir(suite_dir)
+    assert [(e.name, e.status) for e in record.entries] == [("collectives-float32", "failed")]
 
 
 def test_suite_with_baseline_exits_like_compare(

@@ -143,6 +143,7 @@ def test_a_stopped_process_is_killed_outright_and_a_running_one_terminated() -> 
         deadline = time.monotonic() + 10
         while procs.state(stopped.pid) not in ("T", "t") and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert procs.state(stopped.pid) in ("T", "t")
         procs.stop_all({stopped.pid, running.pid}, grace=30)
         assert stopped.wait(10) == -signal.SIGKILL
         assert running.wait(10) == -signal.SIGTERM
@@ -152,11 +153,34 @@ def test_a_stopped_process_is_killed_outright_and_a_running_one_terminated() -> 
             p.wait()
 
 
-def test_stop_signals_are_held_until_the_record_is_written_and_not_lost() -> None:
-    caught: list[int] = []
-    with procs.interrupts_held(caught):
-        os.kill(os.getpid(), signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGINT)
+def test_the_first_stop_signal_interrupts_and_later_ones_are_held_not_lost() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    signals = procs.StopSignals()
+    with signals.installed():
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler raises in here
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while the record is written
+        os.kill(os.getpid(), signal.SIGHUP)
         time.sleep(0.05)  # delivered, and would have ended the test here
-    assert caught == [signal.SIGTERM, signal.SIGINT]
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
+    assert signals.held == [signal.SIGINT, signal.SIGHUP]
+    assert signal.getsignal(signal.SIGTERM) == before  # given back
+
+
+def test_a_stop_signal_inside_deferred_is_raised_at_its_end() -> None:
+    signals = procs.StopSignals()
+    reached_end = False
+    with signals.installed(), pytest.raises(KeyboardInterrupt), signals.deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        reached_end = True  # the journal read is not cut in the middle
+    assert reached_end and signals.held == []
+
+
+def test_after_hold_every_stop_signal_is_only_recorded() -> None:
+    signals = procs.StopSignals()
+    with signals.installed():
+        signals.hold()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    assert signals.held == [signal.SIGTERM]

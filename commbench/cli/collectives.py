@@ -244,7 +244,7 @@ def run_and_report(
             f"in {outcome.run_dir}",
             err=True,
         )
-    if plot and outcome.status == STATUS_COMPLETE and outcome.rows:
+    if plot and outcome.status == STATUS_COMPLETE and outcome.rows and not outcome.stop_requested:
         from commbench.report.plots import write_run_plots
 
         typer.echo(f"commbench: {write_run_plots(outcome.run_dir)}", err=True)
@@ -258,3 +258,5 @@ def run_and_report(
     if failed:
         where = ", ".join(f"{r.strategy or r.op} {format_size(r.size_bytes)}" for r in failed[:5])
         raise RunFailed(f"wrong result at {len(failed)} point(s): {where}")
+    if outcome.stop_requested:  # it came as the run was wound up: the record is whole
+        raise Interrupted(f"interrupted; every point was measured and is in {outcome.run_dir}")

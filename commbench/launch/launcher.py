@@ -245,9 +245,9 @@ def run_collectives(
 
     started = time.monotonic()
     status, failure = STATUS_COMPLETE, None
-    held: list[int] = []  # stop signals that came while the run was being wound up
     culprits: list[int] = []
-    with open(run_dir / "launcher.log", "wb") as log, procs.termination_as_interrupt():
+    signals = procs.StopSignals()
+    with open(run_dir / "launcher.log", "wb") as log, signals.installed():
         proc = subprocess.Popen(
             torchrun_command(run_dir, settings, launch),
             stdin=subprocess.DEVNULL,
@@ -263,7 +263,7 @@ def run_collectives(
         try:
             while True:
                 returncode = proc.poll()
-                with procs.interrupts_deferred():
+                with signals.deferred():
                     watch.poll(on_row)
                 if time.monotonic() >= next_scan:
                     # a /proc scan costs ~2 ms of a core the workers are measuring on: not
@@ -292,26 +292,25 @@ def run_collectives(
                     procs.wait_or_kill(proc, 30)
                     break
                 time.sleep(POLL)
-        except KeyboardInterrupt:
-            with procs.interrupts_held(held):
-                watch.pids |= procs.descendants(proc.pid)
-                procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
-                procs.wait_or_kill(proc, 30)
+        except KeyboardInterrupt:  # the signal handler now holds any further ones
+            watch.pids |= procs.descendants(proc.pid)
+            procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
+            procs.wait_or_kill(proc, 30)
             status, failure = STATUS_INTERRUPTED, "interrupted"
         except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
-            with procs.interrupts_held(held):
-                watch.pids |= procs.descendants(proc.pid)
-                procs.stop_all(watch.pids | {proc.pid}, grace=2.0)
-                procs.wait_or_kill(proc, 30)
+            signals.hold()
+            watch.pids |= procs.descendants(proc.pid)
+            procs.stop_all(watch.pids | {proc.pid}, grace=2.0)
+            procs.wait_or_kill(proc, 30)
             status, failure = STATUS_FAILED, f"stopped the run: {exc}"
-        with procs.interrupts_held(held):
-            with contextlib.suppress(CommbenchError):
-                watch.poll(on_row)  # rows journalled just before the end
-            leftover = {p for p in watch.pids if procs.alive(p)}
-            leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
-            procs.stop_all(leftover, grace=1.0)
-    # a second Ctrl-C or a SIGTERM now would leave run.json saying "running": it waits
-    with procs.interrupts_held(held):
+        # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
+        # it is held, and reported as `stop_requested`
+        signals.hold()
+        with contextlib.suppress(CommbenchError):
+            watch.poll(on_row)  # rows journalled just before the end
+        leftover = {p for p in watch.pids if procs.alive(p)}
+        leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
+        procs.stop_all(leftover, grace=1.0)
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
             meta["note"] = (
@@ -350,7 +349,9 @@ def run_collectives(
             write_run_meta(run_dir, meta)
             write_results(run_dir, watch.rows)
         except UserError as exc:  # not bad input: the run's own directory failed under it
-            raise RunFailed(f"{failure or status}; and {exc}") from None
+            raise RunFailed(
+                f"{failure or status}; and {exc}", stop_requested=bool(signals.held)
+            ) from None
         return Outcome(
             run_dir=run_dir,
             status=status,
@@ -359,5 +360,5 @@ def run_collectives(
             failure=failure,
             failed_ranks=culprits,
             meta=meta,
-            stop_requested=bool(held),
+            stop_requested=bool(signals.held),
         )

@@ -101,12 +101,17 @@ def stop_all(pids: set[int], grace: float) -> None:
     signal_all({p for p in pids if alive(p)}, signal.SIGKILL)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _signals_handled(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
     """`handler` for `signals` inside the block, the previous handlers after it. Off the main
     thread (where Python cannot set handlers) the block runs with the handlers as they are."""
     previous = {}
     try:
+        # inside the try: a pending signal runs its old handler as a new one is set, and a
+        # KeyboardInterrupt then must still put back the ones already replaced
         for sig in signals:
             previous[sig] = signal.signal(sig, handler)
     except ValueError:
@@ -118,32 +123,49 @@ def _signals_handled(signals: tuple[signal.Signals, ...], handler: Any) -> Itera
             signal.signal(sig, old)
 
 
-def interrupts_held(caught: list[int] | None = None) -> contextlib.AbstractContextManager[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait while the launcher stops the workers and writes down
-    what happened: a second Ctrl-C must not leave run.json saying "running". They are not
-    dropped: each lands in `caught`, so a suite still stops after a run that was finishing
-    when its job was cancelled."""
-    sink = caught if caught is not None else []
+class StopSignals:
+    """Ctrl-C, SIGTERM and SIGHUP over a whole launch, through one handler that is never
+    swapped, so no signal falls in a gap between two.
 
-    def note(signum: int, frame: object) -> None:
-        sink.append(signum)
+    The first raises KeyboardInterrupt (a CI job's timeout or a closed terminal is taken like
+    Ctrl-C: the launcher stops every worker and keeps what was measured); inside `deferred()`
+    it is raised at the block's end instead (reading the journal must not consume a row and
+    drop it). From then on, and after `hold()`, signals only land in `held`: the launcher is
+    stopping the workers and writing down what happened, and a second Ctrl-C must not leave
+    run.json saying "running". They are not dropped: a suite still stops after a run that was
+    finishing when its job was cancelled.
+    """
 
-    return _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), note)
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self._mode = "raise"  # or "defer", "hold"
 
+    def installed(self) -> contextlib.AbstractContextManager[None]:
+        return _signals_handled(STOP_SIGNALS, self._on_signal)
 
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP inside the block raise KeyboardInterrupt at its end, not in
-    the middle: reading the journal must not consume a row and then drop it."""
-    caught: list[int] = []
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self._mode == "raise":
+            self._mode = "hold"
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        self.held.append(signum)
 
-    def note(signum: int, frame: object) -> None:
-        caught.append(signum)
+    def hold(self) -> None:
+        self._mode = "hold"
 
-    with _signals_handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), note):
-        yield
-    if caught:
-        raise KeyboardInterrupt(signal.Signals(caught[0]).name)
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        if self._mode != "raise":
+            yield
+            return
+        self._mode = "defer"
+        try:
+            yield
+        finally:
+            if self._mode == "defer":
+                self._mode = "raise"
+        if self.held:
+            self._mode = "hold"
+            raise KeyboardInterrupt(signal.Signals(self.held.pop(0)).name)
 
 
 def termination_as_interrupt() -> contextlib.AbstractContextManager[None]:

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from commbench.compare import Comparison, GateSettings, context_mismatches
-from commbench.errors import EXIT_FAILED, EXIT_OK, CommbenchError, Interrupted, UserError
+from commbench.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommbenchError,
+    Interrupted,
+    RunFailed,
+    UserError,
+)
 from commbench.launch import procs
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import atomic_write, dump_json, new_run_dir
@@ -190,6 +197,8 @@ class _Suite:
             entry.status, entry.failure = "failed", str(exc)
             self.on_event(f"{name}: failed: {exc}")
             self.save()
+            if isinstance(exc, RunFailed) and exc.stop_requested:
+                raise KeyboardInterrupt from None
             return
         entry.path = outcome.run_dir.name
         entry.status = outcome.status
@@ -208,7 +217,7 @@ class _Suite:
             + (f" ({entry.failure})" if entry.failure else "")
         )
         self.save()
-        if outcome.stop_requested:
+        if outcome.stop_requested:  # asked to stop: its plots can be made later (`plot`)
             raise KeyboardInterrupt
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
