@@ -257,6 +257,13 @@ def run_collectives(
             start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
         )
         watch.pids.add(proc.pid)
+
+        def stop_run(grace: float) -> None:
+            """torchrun and every process it was seen to start (scanned once more now)."""
+            watch.pids |= procs.descendants(proc.pid)
+            procs.stop_all(watch.pids, grace=grace)
+            procs.wait_or_kill(proc, 30)
+
         next_scan = 0.0
         finished = 0.0
         agent_stuck = False
@@ -287,21 +294,15 @@ def run_collectives(
                 if time.monotonic() - watch.last_progress > allowance:
                     failure, culprits = describe_hang(watch, allowance)
                     status = STATUS_FAILED
-                    watch.pids |= procs.descendants(proc.pid)
-                    procs.stop_all(watch.pids, grace=2.0)
-                    procs.wait_or_kill(proc, 30)
+                    stop_run(grace=2.0)
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:  # the signal handler now holds any further ones
-            watch.pids |= procs.descendants(proc.pid)
-            procs.stop_all(watch.pids | {proc.pid}, grace=5.0)
-            procs.wait_or_kill(proc, 30)
+            stop_run(grace=5.0)
             status, failure = STATUS_INTERRUPTED, "interrupted"
         except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
             signals.hold()
-            watch.pids |= procs.descendants(proc.pid)
-            procs.stop_all(watch.pids | {proc.pid}, grace=2.0)
-            procs.wait_or_kill(proc, 30)
+            stop_run(grace=2.0)
             status, failure = STATUS_FAILED, f"stopped the run: {exc}"
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
