@@ -184,3 +184,15 @@ def test_after_hold_every_stop_signal_is_only_recorded() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
     assert signals.held == [signal.SIGTERM]
+
+
+def test_torchrun_killed_before_any_worker_failed_is_named_as_the_agent(tmp_path: Path) -> None:
+    from commbench.launch.watchdog import describe_crash
+
+    watch = Watch(tmp_path, [])
+    watch.poll(lambda row: None)
+    assert describe_crash(watch, -signal.SIGKILL, timeout=5) == (
+        "torchrun (the agent, not a worker) was killed by SIGKILL",
+        [],
+    )
+    assert describe_crash(watch, -40, timeout=5)[0].endswith("was killed by signal 40")

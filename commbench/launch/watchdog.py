@@ -7,7 +7,6 @@ ranks that only lost their peers.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 import time
@@ -31,6 +30,19 @@ from commbench.sizes import format_size
 # A heartbeat older than this means the process is not running (stopped or gone); the
 # heartbeat thread writes every HEARTBEAT_INTERVAL, so this leaves room for a loaded machine.
 STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
+
+
+def _silent_after(timeout: float) -> float:
+    """Seconds without a heartbeat that make a rank silent: the hang and the crash
+    diagnosis must agree on it."""
+    return min(STALE_AFTER, timeout / 2)
+
+
+def _killed_by(signum: int) -> str:
+    try:
+        return f"killed by {signal.Signals(signum).name}"
+    except ValueError:
+        return f"killed by signal {signum}"
 
 
 class Watch:
@@ -138,7 +150,7 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     place, say so."""
     now = time.time()
     beats = watch.heartbeats
-    silent_after = min(STALE_AFTER, timeout / 2)
+    silent_after = _silent_after(timeout)
     dead: dict[int, tuple[int, str]] = {}
     for r, b in beats.items():
         if b.get("remote"):
@@ -211,9 +223,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
             failures.setdefault(r, {})["error"] = str(beat["error"])
     if not failures:
         if returncode < 0:
-            with contextlib.suppress(ValueError):
-                how = signal.Signals(-returncode).name
-                return f"torchrun (the agent, not a worker) was killed by {how}", []
+            return f"torchrun (the agent, not a worker) was {_killed_by(-returncode)}", []
         tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
             f"torchrun exited with {returncode}"
         ]
@@ -243,7 +253,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     culprits = []
     if all(is_consequence(info) for info in failures.values()):
         now = time.time()
-        for r in _silent_remotes(watch, min(STALE_AFTER, timeout / 2)):
+        for r in _silent_remotes(watch, _silent_after(timeout)):
             b = watch.heartbeats[r]
             culprits.append(r)
             parts.append(
@@ -254,10 +264,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         beat = watch.heartbeats.get(r, {})
         code = exitcode(info)
         if code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
+            how = _killed_by(-code)
         else:
             how = (info.get("error") or info.get("traceback") or f"exited with {code}")[:300]
         if is_consequence(info) and len(ordered) > 1:
