@@ -150,6 +150,8 @@ CI_SUITE = str(Path(__file__).parent.parent / "configs" / "ci.yaml")
         (["--job-name", "a;rm -rf /"], "--job-name 'a;rm -rf /'"),
         (["--", "collectives", "--iters", "5", "--min-time", "1"], "--iters and --min-time"),
         (["-N", "2", "--", "collectives", "--nproc", "2", "--ranks", "0,5"], "rank 5 is outside"),
+        # CPU ranks in a GPU job: 2 per node, as `collectives --device cpu` places them there
+        (["-N", "2", "--", "collectives", "--device", "cpu", "--ranks", "5"], "(0..3)"),
         (["--", "collectives", "--nnodes", "4"], "--nnodes: the script builds the rendezvous"),
         (["--gpus-per-node", "0", "--", "collectives", "--backend", "nccl"], "needs GPUs"),
         (["--", "run", CI_SUITE, "--baseline", "/nonexist"], "no such run directory"),

@@ -51,7 +51,7 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         raise UserError("--backend nccl needs GPUs, and the script asks for --gpus-per-node 0")
     if name == "collectives":
         from commbench.cli.collectives import check_iteration_flags, parse_ranks
-        from commbench.collectives.placement import CPU_DEFAULT_NPROC
+        from commbench.collectives.placement import placement_for
         from commbench.collectives.specs import parse_ops
         from commbench.sizes import parse_sizes
 
@@ -60,7 +60,8 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         if params.get("ops") is not None:
             parse_ops(params["ops"])
         check_iteration_flags(params.get("iters"), params.get("min_time"))
-        world = nodes * (params.get("nproc") or gpus_per_node or CPU_DEFAULT_NPROC)
+        place = placement_for(gpus_per_node, params.get("device"), params.get("nproc"))
+        world = nodes * place.nproc
         bad = [r for r in parse_ranks(params.get("ranks")) or [] if not 0 <= r < world]
         if bad:
             raise UserError(f"--ranks: rank {bad[0]} is outside the job's world (0..{world - 1})")

@@ -34,6 +34,14 @@ def resolve_placement(
 ) -> Placement:
     """Fill in what was not given (None) from this machine's GPUs."""
     gpus = visible_gpus() if device in (None, "cuda") else 0
+    return placement_for(gpus, device, nproc, backend)
+
+
+def placement_for(
+    gpus: int, device: str | None = None, nproc: int | None = None, backend: str | None = None
+) -> Placement:
+    """Fill in what was not given (None) for a node with `gpus` GPUs: this machine's, or
+    the nodes a SLURM script will ask for."""
     dev = device or ("cuda" if gpus else "cpu")
     if nproc is None:
         nproc = gpus if dev == "cuda" and gpus else CPU_DEFAULT_NPROC
