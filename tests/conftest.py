@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,50 @@ def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture
 def no_gpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@contextlib.contextmanager
+def held_port(lo: int = 0, hi: int = 0) -> Iterator[int]:
+    """A TCP port that no other process can take until the block ends, yet a server started
+    inside the block (a torchrun rendezvous) can bind and listen on.
+
+    Choosing a free port and letting it go before the server binds it leaves a window for
+    anything else to take it: an outgoing connection's ephemeral port, another test's choice,
+    another user's daemon. So the port stays bound, by a socket that never listens. It binds
+    first without SO_REUSEADDR, which fails on a port anybody holds in any way, and only then
+    sets SO_REUSEADDR: a server that sets it too (torch's TCPStore does, as do libuv and
+    slurmd) may bind beside a socket that is not listening, while every other bind, the
+    kernel's own choices for port 0 and for connect() included, keeps off the port.
+    With `hi`, the port is drawn from lo..hi-1; without, the kernel picks it.
+    """
+    candidates = random.sample(range(lo, hi), hi - lo) if hi else [0]
+    for port in candidates:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            sock.close()
+            continue
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            yield sock.getsockname()[1]
+        finally:
+            sock.close()
+        return
+    raise RuntimeError(f"no free TCP port in {lo}..{hi - 1}")
+
+
+@pytest.fixture(scope="session")
+def hold_port() -> Callable[..., AbstractContextManager[int]]:
+    """`held_port` for fixtures of any scope: `with hold_port(lo, hi) as port: ...`."""
+    return held_port
+
+
+@pytest.fixture
+def free_port() -> Iterator[int]:
+    """A port for one test's rendezvous, held (see `held_port`) until the test ends."""
+    with held_port() as port:
+        yield port
 
 
 def has_cuda() -> bool:

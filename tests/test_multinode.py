@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,6 @@ import pytest
 from commbench.results.store import load_run
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_nodes(*args: str) -> list[subprocess.Popen]:
@@ -38,8 +31,8 @@ def start_nodes(*args: str) -> list[subprocess.Popen]:
     ]
 
 
-def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path) -> None:
-    port = free_port()
+def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path, free_port: int) -> None:
+    port = free_port
     common = [
         "--nnodes",
         "2",
@@ -124,12 +117,12 @@ def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:
     assert "The debug level is set to DETAIL" in logs
 
 
-def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
+def test_a_suite_runs_across_two_nodes(tmp_path: Path, free_port: int) -> None:
     (tmp_path / "tiny.yaml").write_text(
         'schema_version: 1\nname: tiny\ncollectives:\n  ops: [all_reduce]\n  sizes: "1K,64K"\n'
         "  dtypes: [float32]\n  iters: 3\n  warmup: 1\n"
     )
-    port = free_port()
+    port = free_port
     nodes = start_nodes(
         "run",
         "tiny.yaml",
@@ -157,8 +150,10 @@ def test_a_suite_runs_across_two_nodes(tmp_path: Path) -> None:
     assert run.meta["launch"]["rdzv_id"] == "commbench-collectives-float32"
 
 
-def test_a_stopped_rank_on_another_node_is_named_with_its_host(tmp_path: Path) -> None:
-    port = free_port()
+def test_a_stopped_rank_on_another_node_is_named_with_its_host(
+    tmp_path: Path, free_port: int
+) -> None:
+    port = free_port
     common = [
         "--nnodes",
         "2",
