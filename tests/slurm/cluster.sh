@@ -12,14 +12,16 @@
 # directories, and its own munged with its own key and socket (a cluster already running is
 # free to use the system munged and its key). A daemon counts as up only when its own pid
 # listens on its own port: on a busy port slurmd dies, and a stranger's slurmd on that port
-# would otherwise answer our slurmctld's pings. Stopping touches only the processes this
+# would otherwise answer our slurmctld's pings (the cluster looked idle, and srun then failed);
+# a port taken between choice and bind costs one more attempt with other ports. Stopping touches only the processes this
 # cluster started (pid files checked against their command line, then anything carrying this
 # cluster's mark in its environment), and /etc/hosts gets back exactly what it held before.
 set -euo pipefail
 cmd=${1:?start|stop}
 dir=${2:?state directory}
 first_job_id=${3:-1}
-mkdir -p "$dir"
+[ "$cmd" = start ] && mkdir -p "$dir"
+[ -d "$dir" ] || exit 0  # stop: nothing was started there
 dir=$(cd "$dir" && pwd)
 conf="$dir/slurm.conf"
 vars="$dir/cluster.vars"      # what `stop` needs to find this cluster's pieces again
@@ -135,9 +137,20 @@ trap 'stop' EXIT  # a start that fails leaves nothing behind
 mkdir -p "$dir/state" "$dir/spool"
 hosts_add
 
+# Each daemon runs in the foreground of its own session, in the background of this script, so
+# its pid is known at once ($!), also when it dies before writing a pid file (slurmd does on a
+# taken port), and the checks and `stop` watch that very process.
+launch() {  # launch PIDFILE LOG COMMAND...
+    local pidfile=$1 log=$2
+    shift 2
+    setsid env "$mark" "$@" </dev/null >>"$log" 2>&1 &
+    echo $! >"$pidfile"
+}
+
 dd if=/dev/urandom of="$munge_dir/munge.key" bs=1024 count=1 status=none
 chmod 0400 "$munge_dir/munge.key"
-env "$mark" munged --socket="$munge_dir/munge.socket" --key-file="$munge_dir/munge.key" \
+launch "$munge_dir/munged.pid" "$dir/munged.out" munged --foreground \
+    --socket="$munge_dir/munge.socket" --key-file="$munge_dir/munge.key" \
     --pid-file="$munge_dir/munged.pid" --log-file="$dir/munged.log" \
     --seed-file="$munge_dir/munged.seed"
 for _ in $(seq 50); do
@@ -244,9 +257,9 @@ for attempt in 1 2 3; do
     pick_ports
     write_conf
     # -f: each daemon's command line names our slurm.conf, which `stop` checks before killing
-    env "$mark" slurmctld -f "$conf" -c -i
-    env "$mark" slurmd -f "$conf" -N "$node1"
-    env "$mark" slurmd -f "$conf" -N "$node2"
+    launch "$dir/slurmctld.pid" "$dir/slurmctld.out" slurmctld -D -f "$conf" -c -i
+    launch "$dir/slurmd.$node1.pid" "$dir/slurmd.$node1.out" slurmd -D -f "$conf" -N "$node1"
+    launch "$dir/slurmd.$node2.pid" "$dir/slurmd.$node2.out" slurmd -D -f "$conf" -N "$node2"
     if wait_up; then
         trap - EXIT
         echo "export SLURM_CONF=$conf"
