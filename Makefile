@@ -30,11 +30,13 @@ bench: install
 
 # A real SLURM for the multi-node integration test (Debian/Ubuntu, as root). Without it
 # that one test is skipped, except under CI=true where it fails.
+# (iproute2's `ss` is how the test's cluster checks that each daemon listens on its own port.)
 slurm-deps:
-	@if command -v slurmd >/dev/null && command -v munged >/dev/null; then exit 0; fi; \
+	@if command -v slurmd >/dev/null && command -v munged >/dev/null && command -v ss >/dev/null; \
+		then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			slurmd slurmctld slurm-client munge >/dev/null; \
+			slurmd slurmctld slurm-client munge iproute2 >/dev/null; \
 	else echo "slurm-deps: not root or no apt-get; the SLURM test will be skipped"; fi
 
 clean:

@@ -108,7 +108,9 @@ def slurm(
     tmp_path_factory: pytest.TempPathFactory,
     hold_port: Callable[[int, int], AbstractContextManager[int]],
 ) -> Iterator[Cluster]:
-    missing = [b for b in ("slurmctld", "slurmd", "munged", "srun") if shutil.which(b) is None]
+    missing = [
+        b for b in ("slurmctld", "slurmd", "munged", "srun", "ss") if shutil.which(b) is None
+    ]
     if missing or os.geteuid() != 0:
         reason = f"needs root and SLURM ({', '.join(missing) or 'not root'} missing)"
         if os.environ.get("CI"):
