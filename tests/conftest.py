@@ -40,8 +40,8 @@ def held_port(lo: int = 0, hi: int = 0) -> Iterator[int]:
     anything else to take it: an outgoing connection's ephemeral port, another test's choice,
     another user's daemon. So the port stays bound, by a socket that never listens. It binds
     first without SO_REUSEADDR, which fails on a port anybody holds in any way, and only then
-    sets SO_REUSEADDR: a server that sets it too (torch's TCPStore does, as do libuv and
-    slurmd) may bind beside a socket that is not listening, while every other bind, the
+    sets SO_REUSEADDR: a server that sets it too (torch's TCPStore does, with or without
+    libuv) may bind beside a socket that is not listening, while every other bind, the
     kernel's own choices for port 0 and for connect() included, keeps off the port.
     With `hi`, the port is drawn from lo..hi-1; without, the kernel picks it.
     """
