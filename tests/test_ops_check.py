@@ -72,17 +72,19 @@ def test_sum_pattern_stays_exact_on_large_worlds() -> None:
     assert ops._pattern_kind("all_reduce", "sum", 100, torch.bfloat16) == "ones"
     assert ops._pattern_kind("all_reduce", "sum", 100, torch.float32) == "sum"
     assert ops._pattern_kind("all_reduce", "sum", 50, torch.int8) == "ones"
-    expected = ops._reduced_table("ones", "sum", 100)
-    assert set(expected.tolist()) == {1.0, 2.0}  # exact in any dtype, and not constant
-    assert ops._verify(expected.to(torch.bfloat16), 0, expected)
+    expected = ops._Table("ones", "sum", 100)
+    assert set(expected.host().tolist()) == {1.0, 2.0}  # exact in any dtype, and not constant
+    assert ops._verify(expected.host().to(torch.bfloat16), 0, expected)
 
 
 def test_avg_tolerance_grows_with_the_world() -> None:
-    exact = torch.full((ops._PERIOD,), 2.0, dtype=torch.float64)
-    off_by_some_ulps = torch.full((8,), 2 * (1 + 6 * torch.finfo(torch.float32).eps))
-    assert not ops._verify(off_by_some_ulps, 0, exact, avg_of=2)
-    assert ops._verify(off_by_some_ulps, 0, exact, avg_of=24)
-    assert not ops._verify(off_by_some_ulps, 0, exact)  # anything but AVG is exact
+    expected = ops._Table("sum", "avg", 2)
+    exact = expected.host()[:8].to(torch.float32)
+    off_by_some_ulps = exact * (1 + 6 * torch.finfo(torch.float32).eps)
+    assert ops._verify(exact, 0, expected, avg_of=2)
+    assert not ops._verify(off_by_some_ulps, 0, expected, avg_of=2)
+    assert ops._verify(off_by_some_ulps, 0, expected, avg_of=24)
+    assert not ops._verify(off_by_some_ulps, 0, expected)  # anything but AVG is exact
 
 
 # --- the guarantees, at world sizes 2-4 --------------------------------------------------------

@@ -257,6 +257,31 @@ def _reduced_table(kind: str, reduce_op: str, n: int) -> torch.Tensor:
     return total / n if reduce_op == "avg" else total
 
 
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One table of the check: rank `who`'s input (an int) or the reduction `who` (a reduce
+    op's name) of pattern `kind` at world size `n`."""
+
+    kind: str
+    who: int | str
+    n: int
+
+    def host(self) -> torch.Tensor:
+        """float64, on the host (AVG divided by n)."""
+        if isinstance(self.who, str):
+            return _reduced_table(self.kind, self.who, self.n)
+        return _input_table(self.kind, self.who, self.n).to(torch.float64)
+
+    def on(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Converted to the buffer's dtype, on its device; kept, so a sweep converts once."""
+        return _converted(self, dtype, device)
+
+
+@lru_cache(maxsize=64)
+def _converted(table: _Table, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return table.host().to(dtype).to(device)
+
+
 # The largest integer up to which every integer is exact in the dtype.
 _EXACT_INT = {
     torch.float16: 2048,
@@ -286,9 +311,12 @@ def _rolled(values: torch.Tensor, start: int) -> torch.Tensor:
 
 
 def _tiled(values: torch.Tensor, start: int, length: int) -> torch.Tensor:
-    """The values at global indices [start, start + length), contiguous (length <= _ROW)."""
-    row = _rolled(values, start)
-    return row.repeat(-(-length // _PERIOD)).narrow(0, 0, length)
+    """The values at global indices [start, start + length), contiguous (length <= _ROW);
+    a view of the table when they do not wrap around the period."""
+    phase = start % _PERIOD
+    if phase + length <= _PERIOD:
+        return values.narrow(0, phase, length)
+    return _rolled(values, start).repeat(-(-length // _PERIOD)).narrow(0, 0, length)
 
 
 def _each_chunk(t: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
@@ -296,11 +324,14 @@ def _each_chunk(t: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
     return [(s, t.narrow(0, s, min(_CHUNK, t.numel() - s))) for s in range(0, t.numel(), _CHUNK)]
 
 
-def _fill(t: torch.Tensor, table: torch.Tensor) -> None:
-    """t[i] = table[i mod _PERIOD], one broadcast copy per chunk."""
-    values = table.to(device=t.device, dtype=t.dtype)
+def _fill(t: torch.Tensor, table: _Table) -> None:
+    """t[i] = the table's entry i mod _PERIOD: one broadcast copy per chunk."""
+    values = table.on(t.dtype, t.device)
     for offset, seg in _each_chunk(t):
         progress()
+        if seg.numel() <= _PERIOD:
+            seg.copy_(_tiled(values, offset, seg.numel()))
+            continue
         row = _rolled(values, offset)
         whole = seg.numel() // _PERIOD * _PERIOD
         seg.narrow(0, 0, whole).view(-1, _PERIOD).copy_(row.expand(whole // _PERIOD, _PERIOD))
@@ -359,12 +390,12 @@ def _avg_bounds(
     return lo, hi
 
 
-def _verify(t: torch.Tensor, start: int, expected: torch.Tensor, avg_of: int = 0) -> bool:
+def _verify(t: torch.Tensor, start: int, expected: _Table, avg_of: int = 0) -> bool:
     """Compare every element of `t`, holding global indices [start, start + numel), with the
-    float64 table `expected` converted to t's dtype; exactly, except an AVG over `avg_of`
-    ranks on floats, which first tries the exact value (always right for gloo and for
-    powers of two) and falls back to the tolerance of `_avg_bounds`."""
-    values = expected.to(t.dtype).to(t.device)
+    `expected` table in t's dtype; exactly, except an AVG over `avg_of` ranks on floats,
+    which first tries the exact value (always right for gloo and for powers of two) and
+    falls back to the tolerance of `_avg_bounds`."""
+    values = expected.on(t.dtype, t.device)
     tolerant = avg_of > 0 and t.is_floating_point()
     bounds = None
     for offset, seg in _each_chunk(t):
@@ -374,7 +405,7 @@ def _verify(t: torch.Tensor, start: int, expected: torch.Tensor, avg_of: int = 0
         if not tolerant:
             return False
         if bounds is None:
-            lo, hi = _avg_bounds(expected, t.dtype, avg_of)
+            lo, hi = _avg_bounds(expected.host(), t.dtype, avg_of)
             bounds = (lo.to(t.device), hi.to(t.device))
         if not _within_periodic(seg, *bounds, start + offset):
             return False
@@ -391,34 +422,35 @@ def check(op: str, bufs: Buffers, call: Callable[[], None], group: Group, reduce
     chunk = count // n if OPS[op].split else count
     # Outputs still hold the zeros of the timed iterations and every expected value is >= 1,
     # so an element the op failed to write can never pass.
-    _fill(bufs.inp, _input_table(kind, r, n))
+    _fill(bufs.inp, _Table(kind, r, n))
     call()
     if bufs.out.is_cuda:
         torch.cuda.synchronize(bufs.out.device)
 
-    def sent_by(rank: int) -> torch.Tensor:
-        return _input_table(kind, rank, n).to(torch.float64)
-
+    reduced = _Table(kind, reduce_op, n)
     avg_of = n if reduce_op == "avg" else 0
     if op in ("all_reduce", "reduce"):
         if op == "reduce" and r != 0:
             return True  # only the root's buffer is defined
-        return _verify(bufs.inp, 0, _reduced_table(kind, reduce_op, n), avg_of)
+        return _verify(bufs.inp, 0, reduced, avg_of)
     if op == "broadcast":
-        return _verify(bufs.inp, 0, sent_by(0))
+        return _verify(bufs.inp, 0, _Table(kind, 0, n))
     if op == "reduce_scatter":
-        return _verify(bufs.out, r * chunk, _reduced_table(kind, reduce_op, n), avg_of)
+        return _verify(bufs.out, r * chunk, reduced, avg_of)
     if op in ("all_gather", "gather"):
         if op == "gather" and r != 0:
             return True
-        return all(_verify(bufs.out.narrow(0, s * chunk, chunk), 0, sent_by(s)) for s in range(n))
+        return all(
+            _verify(bufs.out.narrow(0, s * chunk, chunk), 0, _Table(kind, s, n)) for s in range(n)
+        )
     if op == "all_to_all":
         # Output chunk s on rank r is rank s's input chunk r.
         return all(
-            _verify(bufs.out.narrow(0, s * chunk, chunk), r * chunk, sent_by(s)) for s in range(n)
+            _verify(bufs.out.narrow(0, s * chunk, chunk), r * chunk, _Table(kind, s, n))
+            for s in range(n)
         )
     if op == "scatter":
-        return _verify(bufs.out, r * chunk, sent_by(0))
+        return _verify(bufs.out, r * chunk, _Table(kind, 0, n))
     if op == "sendrecv":
-        return _verify(bufs.out, 0, sent_by((r - 1) % n))
+        return _verify(bufs.out, 0, _Table(kind, (r - 1) % n, n))
     raise ValueError(op)
