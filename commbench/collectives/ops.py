@@ -20,8 +20,8 @@ import torch.distributed as dist
 
 from commbench.collectives.specs import OPS
 
-# Elements processed at a time when filling/verifying, so a 1 GiB check does not allocate
-# several GiB of index tensors.
+# Elements filled or verified at a time: one heartbeat tick each (below), and on a GPU one
+# host synchronisation each, when torch.equal returns its answer.
 _CHUNK = 1 << 24
 
 
@@ -221,7 +221,8 @@ def _input_table(kind: str, rank: int, n: int) -> torch.Tensor:
         world size (used where 'sum' would not be exact: bf16/int8/uint8 on large worlds);
     'prod': 2 at one or two ranks per index, 1 elsewhere, so the product is exactly 2 or 4.
     Every expected result is >= 1, so an output still holding the timed iterations' zeros
-    fails; and every reduction varies along the buffer, so a chunk in the wrong place shows.
+    fails; and every reduction varies along the buffer, so a chunk in the wrong place shows
+    (max and min up to 135 ranks; beyond, every element's maximum is 127, its minimum 1).
     A second sequence, w*w mod _PERIOD, decides where a sum of n consecutive 'sum' values
     or the number of ranks holding a 1 or a 2 changes: with w alone, n = 3 would sum to 6
     everywhere. Callers must not modify the cached table.
