@@ -68,17 +68,188 @@ def test_async_op_waits_for_completion(world1) -> None:
 
 
 def test_sum_pattern_stays_exact_on_large_worlds() -> None:
-    # 3 x 100 > 256: small-integer sums would round in bf16, so the check switches to one-hot
-    assert ops._pattern_kind("all_reduce", "sum", 100, torch.bfloat16) == "onehot"
+    # 3 x 100 > 256: small-integer sums would round in bf16, so the check switches to ones
+    assert ops._pattern_kind("all_reduce", "sum", 100, torch.bfloat16) == "ones"
     assert ops._pattern_kind("all_reduce", "sum", 100, torch.float32) == "sum"
-    assert ops._pattern_kind("all_reduce", "sum", 50, torch.int8) == "onehot"
-    expected = ops._expected_reduction("onehot", "sum", 0, 1000, 100, torch.device("cpu"))
-    assert torch.equal(expected, torch.ones(1000, dtype=torch.float64))
-    assert ops._matches(expected.to(torch.bfloat16), expected, "sum", 100)
+    assert ops._pattern_kind("all_reduce", "sum", 50, torch.int8) == "ones"
+    expected = ops._Table("ones", "sum", 100)
+    assert set(expected.host().tolist()) == {1.0, 2.0}  # exact in any dtype, and not constant
+    assert ops._verify(expected.host().to(torch.bfloat16), 0, expected)
 
 
 def test_avg_tolerance_grows_with_the_world() -> None:
-    exact = torch.full((8,), 2.0, dtype=torch.float64)
-    off_by_some_ulps = (exact * (1 + 6 * torch.finfo(torch.float32).eps)).to(torch.float32)
-    assert not ops._matches(off_by_some_ulps, exact, "avg", 2)
-    assert ops._matches(off_by_some_ulps, exact, "avg", 24)
+    expected = ops._Table("sum", "avg", 2)
+    exact = expected.host()[:8].to(torch.float32)
+    off_by_some_ulps = exact * (1 + 6 * torch.finfo(torch.float32).eps)
+    assert ops._verify(exact, 0, expected, avg_of=2)
+    assert not ops._verify(off_by_some_ulps, 0, expected, avg_of=2)
+    assert ops._verify(off_by_some_ulps, 0, expected, avg_of=24)
+    assert not ops._verify(off_by_some_ulps, 0, expected)  # anything but AVG is exact
+
+
+# --- the guarantees, at world sizes 2-4 --------------------------------------------------------
+#
+# The check of one rank needs the other ranks only through the op's output, so a world of n
+# is simulated here: every rank's input is what the check itself filled in (captured by a call
+# that only copies it), the op's true output is computed from those inputs with plain tensor
+# arithmetic, and the call under test writes that output, or a corrupted copy, into the
+# rank's buffer. The check must accept the true output and reject every corruption.
+
+CASES = [  # (dtype, reduce_op): every dtype and every reduce op at least once
+    ("float32", "sum"),
+    ("bfloat16", "sum"),
+    ("float16", "avg"),
+    ("float64", "avg"),
+    ("int8", "max"),
+    ("uint8", "min"),
+    ("int32", "prod"),
+    ("bfloat16", "prod"),
+    ("int64", "sum"),
+]
+
+
+def _group(n: int, r: int) -> ops.Group:
+    return ops.Group(handle=None, ranks=list(range(n)), rank=r)
+
+
+def _inputs(op: str, count: int, dtype: torch.dtype, n: int, reduce_op: str) -> list[torch.Tensor]:
+    """Each rank's input as the check fills it."""
+    out = []
+    for q in range(n):
+        bufs = ops.make_buffers(op, count, dtype, torch.device("cpu"), _group(n, q), False)
+        seen: list[torch.Tensor] = []
+        ops.check(op, bufs, lambda b=bufs, s=seen: s.append(b.inp.clone()), _group(n, q), reduce_op)
+        out.append(seen[0])
+    return out
+
+
+def _true_output(op: str, inputs: list[torch.Tensor], r: int, reduce_op: str) -> torch.Tensor:
+    """What rank r's output buffer holds after a correct `op`."""
+    n, dtype = len(inputs), inputs[0].dtype
+    stack = torch.stack([x.double() for x in inputs])
+    reduced = {
+        "sum": stack.sum(0),
+        "avg": stack.sum(0) / n,
+        "prod": stack.prod(0),
+        "max": stack.amax(0),
+        "min": stack.amin(0),
+    }[reduce_op].to(dtype)
+    chunk = inputs[0].numel() // n
+    if op in ("all_reduce", "reduce"):
+        return reduced
+    if op == "reduce_scatter":
+        return reduced[r * chunk : (r + 1) * chunk]
+    if op == "broadcast":
+        return inputs[0]
+    if op in ("all_gather", "gather"):
+        return torch.cat(inputs)
+    if op == "all_to_all":
+        return torch.cat([x[r * chunk : (r + 1) * chunk] for x in inputs])
+    if op == "scatter":
+        return inputs[0][r * chunk : (r + 1) * chunk]
+    if op == "sendrecv":
+        return inputs[(r - 1) % n]
+    raise ValueError(op)
+
+
+def _corruptions(
+    op: str, inputs: list[torch.Tensor], r: int, reduce_op: str
+) -> dict[str, torch.Tensor]:
+    """Wrong outputs the check must reject, by name."""
+    n, good = len(inputs), _true_output(op, inputs, r, reduce_op)
+    bad = {"zeros": torch.zeros_like(good)}
+    for where in (0, good.numel() // 2, good.numel() - 1):
+        off = good.clone()
+        off[where] += 1
+        bad[f"element {where} off by one"] = off
+    half = good.numel() // 2
+    bad["halves swapped"] = torch.cat((good[half:], good[:half]))
+    if op in ("all_gather", "gather", "all_to_all"):
+        parts = list(good.chunk(n))
+        parts[0], parts[1] = parts[1], parts[0]
+        bad["chunks 0 and 1 swapped"] = torch.cat(parts)
+    if op in ("reduce_scatter", "scatter"):
+        bad["the next rank's chunk"] = _true_output(op, inputs, (r + 1) % n, reduce_op)
+    if op == "broadcast":
+        bad["a non-root rank's data"] = inputs[1]
+    if op == "sendrecv":
+        bad["its own data"] = inputs[r]
+    return bad
+
+
+def _check_with_output(
+    op: str, count: int, dtype: torch.dtype, n: int, r: int, reduce_op: str, output: torch.Tensor
+) -> bool:
+    bufs = ops.make_buffers(op, count, dtype, torch.device("cpu"), _group(n, r), False)
+    return ops.check(op, bufs, lambda: bufs.out.copy_(output), _group(n, r), reduce_op)
+
+
+def _assert_guarantees(
+    op: str, dtype: str, reduce_op: str, n: int, count: int, ranks: list[int] | None = None
+) -> None:
+    torch_dtype = ops.TORCH_DTYPES[dtype]
+    inputs = _inputs(op, count, torch_dtype, n, reduce_op)
+    if not ops.OPS[op].reduces:  # data that only moves is distinct per rank
+        assert all(not torch.equal(inputs[a], inputs[b]) for a in range(n) for b in range(a))
+    if op in ("reduce", "gather"):
+        ranks = [0]  # only the root's output is defined
+    for r in range(n) if ranks is None else ranks:
+        good = _true_output(op, inputs, r, reduce_op)
+        assert _check_with_output(op, count, torch_dtype, n, r, reduce_op, good), (op, r)
+        for name, bad in _corruptions(op, inputs, r, reduce_op).items():
+            assert not torch.equal(bad, good), (op, r, name, "the pattern repeats")
+            ok = _check_with_output(op, count, torch_dtype, n, r, reduce_op, bad)
+            assert not ok, (op, r, name)
+
+
+ALL_CHECKED = [*CHECKED, "sendrecv"]
+
+
+@pytest.mark.parametrize("op", ALL_CHECKED)
+@pytest.mark.parametrize(("dtype", "reduce_op"), CASES)
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("per_rank", [360, 1001])
+def test_the_check_accepts_the_true_result_and_rejects_corruptions(
+    op: str, dtype: str, reduce_op: str, n: int, per_rank: int
+) -> None:
+    # 360 elements per rank: chunks a multiple of 3, which a pattern of period 3 could not
+    # tell apart when swapped; 1001: chunks at odd offsets (unaligned for wide comparisons)
+    _assert_guarantees(op, dtype, reduce_op, n, per_rank * n)
+
+
+@pytest.mark.parametrize("op", ALL_CHECKED)
+@pytest.mark.parametrize(("dtype", "reduce_op"), [("float32", "sum"), ("int8", "max")])
+def test_large_buffers_are_checked_piece_by_piece(
+    monkeypatch: pytest.MonkeyPatch, op: str, dtype: str, reduce_op: str
+) -> None:
+    # Scaled down: rows of one period, chunks of two rows and a bit, so buffers span several
+    # chunks, each starting at another phase of the pattern, with whole rows and a tail.
+    monkeypatch.setattr(ops, "_ROW", ops._PERIOD)
+    monkeypatch.setattr(ops, "_CHUNK", 2 * ops._PERIOD + 5)
+    _assert_guarantees(op, dtype, reduce_op, 2, 2 * (5 * ops._PERIOD + 3))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_avg_accepts_nccl_rounding(dtype: str) -> None:
+    """NCCL averages as a sum of inputs premultiplied by 1/n, rounding at every step: at
+    n = 3 that is not the correctly rounded average, and must still pass."""
+    n, count, torch_dtype = 3, 3 * 1001, ops.TORCH_DTYPES[dtype]
+    inputs = _inputs("all_reduce", count, torch_dtype, n, "avg")
+    scale = torch.tensor(1 / n, dtype=torch_dtype)
+    premul = inputs[0] * scale
+    for x in inputs[1:]:
+        premul = premul + x * scale
+    assert not torch.equal(premul, _true_output("all_reduce", inputs, 0, "avg"))
+    assert _check_with_output("all_reduce", count, torch_dtype, n, 0, "avg", premul)
+    premul[5] = premul[5] * (1 + 8 * torch.finfo(torch_dtype).eps)  # past (n + 4) half-ulps
+    assert not _check_with_output("all_reduce", count, torch_dtype, n, 0, "avg", premul)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize(
+    ("dtype", "reduce_op", "n"),
+    [("bfloat16", "sum", 100), ("int8", "sum", 50), ("int8", "prod", 64), ("float32", "max", 16)],
+)
+def test_large_worlds_keep_the_guarantees(op: str, dtype: str, reduce_op: str, n: int) -> None:
+    # sums past the dtype's exact integers switch to 'ones' (1 or 2 ranks hold a 1 per index)
+    _assert_guarantees(op, dtype, reduce_op, n, 64 * n, ranks=[0, n - 1])
