@@ -36,6 +36,7 @@ from commbench.results.store import (
 )
 from commbench.sizes import format_amount, format_size
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
+from commbench.torch_version import require_torch
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
@@ -220,6 +221,7 @@ def run_p2p(
     settings = options if isinstance(options, P2PSettings) else P2PSettings.from_options(options)
     snapshot = snapshot if snapshot is not None else discover()
     if measurer is None:
+        require_torch()
         if nvml_sees_none(snapshot):
             raise UserError(NO_GPU)
         from commbench.p2p.measure import TorchMeasurer
