@@ -57,13 +57,22 @@ def time_cuda_graph(
     """Capture `GRAPH_OPS` calls in a graph, replay it; returns (per-op samples, ops per replay).
 
     At least `iters` ops run, in at least `min_samples` replays: each replay is one sample, and
-    the regression gate's significance test needs several."""
+    the regression gate's significance test needs several.
+
+    One eager call on the capture's side stream always comes first, whatever `--warmup` said:
+    NCCL connects lazily, and its first call on a stream sets up connections and allocates
+    memory, which a capture forbids. The capture is thread-local, as nccl-tests' is, so a
+    stray allocation or sync elsewhere in the process (NCCL's proxy, P2P pre-connect) does not
+    invalidate it; global mode would."""
     per_graph = max(1, min(GRAPH_OPS, iters))
     replays = max(min_samples, math.ceil(iters / per_graph))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    side.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
         for _ in range(per_graph):
             call()
     torch.cuda.current_stream().wait_stream(side)
