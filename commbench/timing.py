@@ -2,8 +2,9 @@
 
 CPU: a monotonic high-resolution clock around the completed op. CUDA: events recorded on
 the current stream before and after each op; torch orders the current stream after the
-collective's own stream, so the pair brackets the collective as the GPU ran it, and no host
-synchronisation happens until the last event. Graph mode replays a captured sequence of ops
+collective's own stream, so the pair brackets the collective as the GPU ran it; the host
+only queries end events between iterations (never inside a pair) and waits on them after the
+last enqueue, so the heartbeat follows the GPU. Graph mode replays a captured sequence of ops
 and divides each replay's time by the ops in it, taking launch overhead out of the number.
 """
 
@@ -34,15 +35,30 @@ def time_cpu(call: Callable[[], None], iters: int, tick: Tick = _no_tick) -> lis
 
 
 def time_cuda(call: Callable[[], None], iters: int, tick: Tick = _no_tick) -> list[float]:
+    """Events around each op; `tick(i)` once iteration i-1 has completed on the GPU.
+
+    The host enqueues far ahead of the GPU, so ticking at enqueue would report the last
+    iteration enqueued, then one long silence while a long phase (1 GiB, a slow link) runs.
+    Ticks follow the end events instead: a non-blocking query after each enqueue (outside any
+    start/end pair, so no sample pays for it), then a wait on each remaining event in turn.
+    A hang is then seen at the iteration really stuck, and a slow phase keeps ticking."""
     stream = torch.cuda.current_stream()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    tick(0)
+    done = 0  # iterations known to have completed
     for i in range(iters):
-        tick(i)
         starts[i].record(stream)
         call()
         ends[i].record(stream)
-    ends[-1].synchronize()
+        while done <= i and ends[done].query():
+            done += 1
+            if done < iters:
+                tick(done)
+    for k in range(done, iters):
+        ends[k].synchronize()
+        if k + 1 < iters:
+            tick(k + 1)
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 

@@ -11,7 +11,7 @@ import torch
 
 from commbench.collectives.settings import CollectivesSettings
 from commbench.launch.launcher import run_collectives
-from commbench.timing import time_cuda_graph
+from commbench.timing import time_cuda, time_cuda_graph
 
 pytestmark = pytest.mark.gpu
 
@@ -30,6 +30,15 @@ def heavy() -> tuple[torch.Tensor, list[torch.cuda.Event], Callable[[], None]]:
         done.append(e)
 
     return x, done, call
+
+
+def test_ticks_come_after_the_previous_iteration_completed_on_the_gpu() -> None:
+    _, done, call = heavy()
+    seen: list[tuple[int, bool]] = []
+    samples = time_cuda(call, 20, lambda i: seen.append((i, i == 0 or done[i - 1].query())))
+    assert [i for i, _ in seen] == list(range(20))
+    assert all(ok for _, ok in seen), seen
+    assert len(samples) == 20 and all(s > 0 for s in samples)
 
 
 def test_graph_captures_with_no_warmup_before_it() -> None:

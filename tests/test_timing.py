@@ -129,3 +129,35 @@ def test_graph_runs_one_eager_call_on_the_side_stream_then_captures_thread_local
     assert cuda.log[begin + 1 : end] == [("call", "side", "thread_local")] * per_graph
     assert all(entry[0] != "call" for entry in cuda.log[end:])  # then only replays
     assert len(samples) >= 1 and per_graph == min(iters, timing.GRAPH_OPS)
+
+
+# --- the heartbeat follows the GPU, not the enqueue ----------------------------------------------
+
+
+def ticks_of(cuda: FakeCuda, iters: int) -> list[tuple[int, int]]:
+    """time_cuda's ticks, each with how many iterations had completed when it came."""
+    ticks: list[tuple[int, int]] = []
+    timing.time_cuda(cuda.op, iters, lambda i: ticks.append((i, cuda.done // 2)))
+    return ticks
+
+
+@pytest.mark.parametrize("lag", [0, 1, 6, 1000])
+def test_each_iteration_ticks_once_and_only_after_the_previous_one_completed(
+    fake: Any, lag: int
+) -> None:
+    ticks = ticks_of(fake(lag=lag), 10)
+    assert [i for i, _ in ticks] == list(range(10))
+    assert all(completed >= i for i, completed in ticks), ticks
+
+
+def test_a_hang_is_reported_at_the_iteration_really_stuck(fake: Any) -> None:
+    # the host enqueues all 10 iterations long before the GPU gets to the 6th, which hangs
+    cuda = fake(lag=1000, stuck=5)
+    ticks: list[int] = []
+    with pytest.raises(Hang):
+        timing.time_cuda(cuda.op, 10, ticks.append)
+    assert ticks[-1] == 5
+
+
+def test_no_iterations_no_wait(fake: Any) -> None:
+    assert timing.time_cuda(fake().op, 0) == []
