@@ -47,7 +47,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from commbench.timing import GRAPH_OPS, time_cpu, time_cuda, time_cuda_graph
+    from commbench.timing import GRAPH_OPS, capture, time_cpu, time_cuda, time_cuda_graph
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     cuda = args.backend == "nccl"
@@ -75,20 +75,6 @@ def worker(args: argparse.Namespace) -> None:
             dist.all_reduce(x)
         return (time.perf_counter_ns() - t0) / 1e3 / n
 
-    def captured(call: Any) -> Any:
-        """`GRAPH_OPS` calls in a CUDA graph, captured as commbench captures them."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            call()
-        side.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            for _ in range(GRAPH_OPS):
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        return graph
-
     def bare_graph(graph: Any, n: int) -> float:
         replays = max(1, n // GRAPH_OPS)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -111,7 +97,7 @@ def worker(args: argparse.Namespace) -> None:
             call()
         (est,) = max_over_ranks([statistics.median(time_cuda(call, 5) if cuda else timer(call, 5))])
         n = max(10, min(1000, math.ceil(args.min_time * 1e6 / max(est, 1e-3))))
-        graph = captured(call) if args.graph else None
+        graph = capture(call, GRAPH_OPS) if args.graph else None
         rounds = []
         for _ in range(args.rounds):
             dist.barrier()

@@ -67,6 +67,22 @@ def time_cuda(call: Callable[[], None], iters: int, tick: Tick = _no_tick) -> li
 GRAPH_OPS = 10
 
 
+def capture(call: Callable[[], None], ops: int) -> torch.cuda.CUDAGraph:
+    """`ops` calls captured in a CUDA graph, after one eager call on the capture stream (see
+    `time_cuda_graph`)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    side.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+        for _ in range(ops):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph
+
+
 def time_cuda_graph(
     call: Callable[[], None], iters: int, tick: Tick = _no_tick, min_samples: int = 1
 ) -> tuple[list[float], int]:
@@ -82,16 +98,7 @@ def time_cuda_graph(
     invalidate it; global mode would."""
     per_graph = max(1, min(GRAPH_OPS, iters))
     replays = max(min_samples, math.ceil(iters / per_graph))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    side.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-        for _ in range(per_graph):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
+    graph = capture(call, per_graph)
     graph.replay()  # one untimed replay: first-launch costs out of the samples
     samples = time_cuda(graph.replay, replays, tick)
     return [s / per_graph for s in samples], per_graph
