@@ -156,6 +156,8 @@ def test_a_request_past_free_memory_is_refused_on_a_real_gpu() -> None:
         app, ["collectives", "--nproc", "1", "--ops", "all_reduce", "--sizes", half]
     )
     assert result.exit_code == 2 and "free of" in result.stderr, result.output
-    result = CliRunner().invoke(app, ["p2p", "--src", "0", "--size", half])
+    # one GPU: a copy within it holds 2 x half; more: a bidirectional pair holds 2 x half on each
+    both = ["--bidirectional"] if torch.cuda.device_count() > 1 else []
+    result = CliRunner().invoke(app, ["p2p", "--src", "0", "--size", half, *both])
     assert result.exit_code == 2 and "free of" in result.stderr, result.output
     assert not Path("results").exists()
