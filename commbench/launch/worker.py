@@ -107,7 +107,7 @@ class Worker:
             # Group order and this rank's place in it come from the process group itself:
             # new_group sorts its ranks, so `--ranks 2,0` is the group [0, 2], whatever the
             # order typed.
-            order = dist.get_process_group_ranks(handle) if handle else members
+            order = dist.get_process_group_ranks(handle) if handle is not None else members
             self.group = collective_ops.Group(
                 handle=handle, ranks=list(order), rank=dist.get_rank(handle)
             )
