@@ -19,8 +19,13 @@ Two differences are reported separately, each as the median over rounds of a per
 The median (commbench's headline) is shown beside the means: on a machine with bimodal
 iteration times it sits well below any mean.
 
+`--graph` (NCCL only) compares commbench's `--graph` timer (`time_cuda_graph`: capture, then
+one event pair per replay) with a bare loop of replays of the same captured graph between two
+events; both divide by the ops per replay.
+
     python benchmarks/harness_overhead.py                       # CPU, gloo, 2 ranks
     python benchmarks/harness_overhead.py --backend nccl --nproc 1   # one GPU
+    python benchmarks/harness_overhead.py --backend nccl --nproc 1 --graph --json out.json
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from commbench.timing import time_cpu, time_cuda
+    from commbench.timing import GRAPH_OPS, capture, time_cpu, time_cuda, time_cuda_graph
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     cuda = args.backend == "nccl"
@@ -69,19 +75,33 @@ def worker(args: argparse.Namespace) -> None:
             dist.all_reduce(x)
         return (time.perf_counter_ns() - t0) / 1e3 / n
 
-    timer = time_cuda if cuda else time_cpu
+    def bare_graph(graph: Any, n: int) -> float:
+        replays = max(1, n // GRAPH_OPS)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / (replays * GRAPH_OPS)
+
+    def graph_timer(call: Any, n: int) -> list[float]:
+        return time_cuda_graph(call, n)[0]
+
+    timer = (graph_timer if args.graph else time_cuda) if cuda else time_cpu
     out = []
     for size in args.sizes:
         x = torch.zeros(size // 4, dtype=torch.float32, device=device)
         call = lambda x=x: dist.all_reduce(x)  # noqa: E731
         for _ in range(5):
             call()
-        (est,) = max_over_ranks([statistics.median(timer(call, 5))])
+        (est,) = max_over_ranks([statistics.median(time_cuda(call, 5) if cuda else timer(call, 5))])
         n = max(10, min(1000, math.ceil(args.min_time * 1e6 / max(est, 1e-3))))
+        graph = capture(call, GRAPH_OPS) if args.graph else None
         rounds = []
         for _ in range(args.rounds):
             dist.barrier()
-            (b,) = max_over_ranks([bare(x, n)])
+            (b,) = max_over_ranks([bare_graph(graph, n) if graph is not None else bare(x, n)])
             dist.barrier()
             own = timer(call, n)
             (own_mean,) = max_over_ranks([statistics.fmean(own)])
@@ -129,7 +149,13 @@ def main() -> None:
     p.add_argument("--min-time", type=float, default=0.2)
     p.add_argument("--output", default=None, help=argparse.SUPPRESS)
     p.add_argument("--markdown", default=None, help="Also write the table to this file.")
+    p.add_argument("--json", default=None, help="Also write the figures to this file.")
+    p.add_argument(
+        "--graph", action="store_true", help="Time CUDA-graph replays (NCCL only), as --graph."
+    )
     args = p.parse_args()
+    if args.graph and args.backend != "nccl":
+        p.error("--graph needs --backend nccl")
     if os.environ.get("COMMBENCH_BENCH_WORKER"):
         args.sizes = [int(s) for s in args.sizes.split(",")]
         worker(args)
@@ -157,6 +183,7 @@ def main() -> None:
             str(args.min_time),
             "--output",
             str(output),
+            *(["--graph"] if args.graph else []),
         ]
         env = {
             **os.environ,
@@ -166,12 +193,14 @@ def main() -> None:
         subprocess.run(cmd, check=True, env=env)
         data = json.loads(output.read_text())
     lines = [
-        f"harness overhead: all_reduce float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds",
+        f"harness overhead: all_reduce float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds"
+        + (", CUDA graph replays" if args.graph else ""),
         "",
         "| size | iters/round | bare mean us | commbench mean us | timer overhead (range) "
         "| per-iteration max effect | commbench median us |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    figures: list[dict[str, Any]] = []
     for point in data:
         rounds = point["rounds"]
         timer = [r["cb_rank_mean"] / r["bare_mean"] - 1 for r in rounds]
@@ -179,6 +208,18 @@ def main() -> None:
         bare = statistics.median(r["bare_mean"] for r in rounds)
         cb = statistics.median(r["cb_rank_mean"] for r in rounds)
         med = statistics.median(r["cb_median"] for r in rounds)
+        figures.append(
+            {
+                "size": point["size"],
+                "iters": point["iters"],
+                "bare_mean_us": bare,
+                "commbench_mean_us": cb,
+                "commbench_median_us": med,
+                "timer_overhead": statistics.median(timer),
+                "per_iteration_max_effect": statistics.median(maxeff),
+                "rounds": rounds,
+            }
+        )
         lines.append(
             f"| {format_size(point['size'])} | {point['iters']} | {bare:.1f} | {cb:.1f} | "
             f"{statistics.median(timer):+.1%} ({min(timer):+.0%}..{max(timer):+.0%}) | "
@@ -200,6 +241,16 @@ def main() -> None:
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text)
+    if args.json:
+        report = {
+            "backend": args.backend,
+            "nproc": args.nproc,
+            "graph": args.graph,
+            "rounds": args.rounds,
+            "harness_ns_per_iteration": timed_ns - bare_ns,
+            "sizes": figures,
+        }
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
             from commbench.compare import parse_fraction
             from commbench.launch.launcher import resolve_launch
             from commbench.suites.config import load_suite
-            from commbench.suites.runner import Machine, run_suite
+            from commbench.suites.runner import Machine, require_suite_torch, run_suite
 
             launch = resolve_launch(
                 nnodes=nnodes,
@@ -105,6 +105,7 @@ def register(app: typer.Typer) -> None:
                 debug=debug,
             )
             suite = load_suite(config)
+            require_suite_torch(suite)
             place = resolve_placement(
                 device or suite.device,
                 nproc if nproc is not None else suite.nproc,

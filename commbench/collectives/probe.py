@@ -5,7 +5,8 @@ dispatch) and would leave the other ranks waiting in the collective. Rather than
 table of what each backend version supports, run every requested op once, at world size 1,
 in a throw-away process (the launcher itself never imports torch or touches a GPU).
 
-Protocol: settings JSON on stdin; one JSON object on stdout.
+Protocol: settings JSON on stdin; one JSON object on stdout. `--memory 0,1,...` instead
+reports only those GPUs' free and total memory (what changes between runs, never cached).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
 
     from commbench.collectives import ops as collective_ops
     from commbench.collectives.settings import CollectivesSettings
+    from commbench.launch.preflight import buffer_gpus
 
     s = CollectivesSettings.from_dict(settings_dict)
     result: dict[str, Any] = {"ok": True, "torch": torch.__version__, "device_count": 0}
@@ -33,7 +35,8 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
                 "use --device cpu --backend gloo",
             }
         result["device_count"] = torch.cuda.device_count()
-        result["memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+        # before this process's NCCL work below takes memory of its own on GPU 0
+        result["memory"] = gpu_memory([g for g in buffer_gpus(s) if g < result["device_count"]])
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
     else:
@@ -78,7 +81,23 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def gpu_memory(devices: list[int]) -> dict[str, list[int]]:
+    """(free, total) bytes per GPU, keyed by ordinal (a string: this goes through JSON)."""
+    import torch
+
+    return {str(d): list(torch.cuda.mem_get_info(d)) for d in devices}
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--memory"]:
+        try:
+            devices = [int(d) for d in sys.argv[2].split(",") if d]
+            mem: dict[str, Any] = {"ok": True, "memory": gpu_memory(devices)}
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            mem = {"ok": False, "error": f"could not ask the GPUs for their free memory: {why}"}
+        sys.stdout.write(json.dumps(mem) + "\n")
+        return
     settings = json.loads(sys.stdin.read())
     try:
         out = probe(settings)

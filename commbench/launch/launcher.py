@@ -34,6 +34,7 @@ from commbench.launch.protocol import (
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
+from commbench.torch_version import require_torch
 
 POLL = 0.1
 DESCENDANTS_SCAN = 2.0
@@ -200,6 +201,7 @@ def run_collectives(
 ) -> Outcome:
     """Validate, launch torchrun, watch it, and return what was measured."""
     launch = launch or LaunchOptions()
+    require_torch()
     validate_ranks(settings, settings.nproc * launch.nnodes)
     probe_info = probe(settings)
     check_resources(settings, probe_info)

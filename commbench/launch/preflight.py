@@ -17,6 +17,7 @@ from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
+from commbench.gpu_memory import COLLECTIVES_RESERVE, COLLECTIVES_RESERVE_FOR, refuse_if_short
 from commbench.results.store import atomic_write
 from commbench.sizes import format_amount, format_size
 
@@ -66,7 +67,8 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
     result = cache.get(key) if isinstance(cache, dict) else None
     if result is None:
         result = _run_probe(settings)
-        cache[key] = result
+        # free memory changes from one run to the next: never cached
+        cache[key] = {k: v for k, v in result.items() if k != "memory"}
         try:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(cache_path, json.dumps(cache))
@@ -76,23 +78,50 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
         raise UserError(
             f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
         )
+    if settings.device == "cuda" and "memory" not in result:
+        result = {**result, "memory": _query_memory(buffer_gpus(settings))}
     return result
 
 
+def _query_memory(devices: list[int]) -> dict[str, Any]:
+    """Free and total memory of `devices`, asked in a throw-away process (the launcher never
+    touches a GPU: a CUDA context here would hold memory for the whole run)."""
+    args = ["--memory", ",".join(map(str, devices))]
+    answer = _probe_process(args, "", "asking the GPUs for their free memory")
+    memory: dict[str, Any] = answer["memory"]
+    return memory
+
+
+def buffer_gpus(settings: CollectivesSettings) -> list[int]:
+    """Local GPU indices whose ranks hold the large buffers: every one of this node's, or with
+    `--ranks` those of the members (rank r runs on local GPU r mod nproc on every node, as
+    torchrun numbers ranks node after node)."""
+    if settings.device != "cuda":
+        return []
+    if settings.ranks is None:
+        return list(range(settings.nproc))
+    return sorted({r % settings.nproc for r in settings.ranks})
+
+
 def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
+    return _probe_process(
+        [], json.dumps(settings.to_dict()), f"probing the {settings.backend} backend"
+    )
+
+
+def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
+    """Run `commbench.collectives.probe` with `args`; its JSON answer, or a UserError."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe"],
-            input=json.dumps(settings.to_dict()),
+            [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe", *args],
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise UserError(
-            f"probing the {settings.backend} backend took over {PROBE_TIMEOUT:.0f} s"
-        ) from None
+        raise UserError(f"{doing} took over {PROBE_TIMEOUT:.0f} s") from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -117,29 +146,40 @@ def validate_ranks(settings: CollectivesSettings, world_size: int) -> None:
 # --nproc 100000 must not start spawning).
 MAX_CPU_RANKS_PER_CORE = 8
 # A rank holds about this many buffers of the largest size at once: input, output (all_to_all,
-# sendrecv, the ring's scratch) and the expected result of the check.
+# sendrecv, the ring's scratch) and room for the check (its temporaries are chunked; see
+# `commbench.gpu_memory.COLLECTIVES_RESERVE` for what else a GPU keeps).
 BUFFERS_PER_RANK = 3
 
 
 def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -> None:
     """Refuse, before launching, what this node cannot hold: too many ranks for its cores,
-    buffers larger than its memory (host memory for CPU ranks, one GPU's for GPU ranks)."""
+    buffers larger than its memory (host memory for CPU ranks; for GPU ranks, the free memory
+    of each GPU that holds buffers, less a reserve)."""
     cores = os.cpu_count() or 1
     if settings.device == "cpu" and settings.nproc > MAX_CPU_RANKS_PER_CORE * cores:
         raise UserError(
             f"--nproc {settings.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
             f"({cores} cores here)"
         )
-    need = BUFFERS_PER_RANK * max(settings.sizes)
-    if settings.device == "cpu":
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        need *= settings.nproc
-        where = f"this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
-    else:
-        have = int(probe_info.get("memory_bytes") or 0)
-        where = f"one GPU's {format_amount(have)}"
-    if have and need > have:
+    per_rank = BUFFERS_PER_RANK * max(settings.sizes)
+    request = f"--sizes up to {format_size(max(settings.sizes))}"
+    if settings.device == "cuda":
+        memory = {
+            int(gpu): (int(free_total[0]), int(free_total[1]))
+            for gpu, free_total in (probe_info.get("memory") or {}).items()
+        }
+        refuse_if_short(
+            {gpu: per_rank for gpu in buffer_gpus(settings)},
+            memory,
+            COLLECTIVES_RESERVE,
+            f"{request} ({BUFFERS_PER_RANK} buffers per rank)",
+            COLLECTIVES_RESERVE_FOR,
+        )
+        return
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = per_rank * settings.nproc
+    if need > have:
         raise UserError(
-            f"--sizes up to {format_size(max(settings.sizes))} needs about {format_amount(need)} "
-            f"of buffers ({BUFFERS_PER_RANK} per rank), more than {where}"
+            f"{request} needs about {format_amount(need)} of buffers ({BUFFERS_PER_RANK} per "
+            f"rank), more than this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
         )

@@ -102,11 +102,15 @@ class Worker:
         dist.init_process_group(self.s.backend, **kwargs)
         members = self.s.ranks if self.s.ranks else list(range(self.world))
         handle = dist.new_group(members) if self.s.ranks else None  # every rank must call new_group
-        self.group = (
-            collective_ops.Group(handle=handle, ranks=members, rank=members.index(self.rank))
-            if self.rank in members
-            else None
-        )
+        self.group = None
+        if self.rank in members:
+            # Group order and this rank's place in it come from the process group itself:
+            # new_group sorts its ranks, so `--ranks 2,0` is the group [0, 2], whatever the
+            # order typed.
+            order = dist.get_process_group_ranks(handle) if handle is not None else members
+            self.group = collective_ops.Group(
+                handle=handle, ranks=list(order), rank=dist.get_rank(handle)
+            )
         self.group_size = len(members)
         info = {
             "rank": self.rank,

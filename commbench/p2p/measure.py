@@ -91,6 +91,9 @@ class CudaBackend:
     def device_names(self) -> list[str]:
         return [torch.cuda.get_device_name(i) for i in range(self.device_count)]
 
+    def memory(self, devices: list[int]) -> dict[int, tuple[int, int]]:
+        return {d: torch.cuda.mem_get_info(d) for d in devices if 0 <= d < self.device_count}
+
     def context(self) -> dict[str, Any]:
         return {
             "torch": torch.__version__,
@@ -170,13 +173,19 @@ class CpuBackend:
         self,
         device_count: int = 2,
         copy_fn: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+        memory: dict[int, tuple[int, int]] | None = None,
     ) -> None:
         self.device_count = device_count
         self.copy_fn = copy_fn
         self.gates = 0
+        self._memory = memory or {}
+        """(free, total) the pretend GPUs report; unknown (no preflight) by default."""
 
     def device_names(self) -> list[str]:
         return ["cpu"] * self.device_count
+
+    def memory(self, devices: list[int]) -> dict[int, tuple[int, int]]:
+        return {d: m for d, m in self._memory.items() if d in devices}
 
     def context(self) -> dict[str, Any]:
         return {"torch": torch.__version__, "device": "cpu", "device_count": self.device_count}
@@ -386,6 +395,9 @@ class TorchMeasurer:
 
     def context(self) -> dict[str, Any]:
         return dict(self.backend.context())
+
+    def memory(self, devices: list[int]) -> dict[int, tuple[int, int]]:
+        return dict(self.backend.memory(devices))
 
     def measure(self, step: Step) -> StepTiming:
         self.buffers.keep_only(step.size_bytes)

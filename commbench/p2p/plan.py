@@ -186,3 +186,29 @@ def plan(settings: P2PSettings, n: int) -> Plan:
 def _host_steps(g: int, bidirectional: bool) -> list[tuple[Copy, ...]]:
     there, back = Copy(HOST, g), Copy(g, HOST)
     return [(there, back)] if bidirectional else [(there,), (back,)]
+
+
+def gpu_buffer_bytes(steps: list[Step]) -> dict[int, int]:
+    """The most bytes of copy buffers each GPU holds at once over a run of `steps`.
+
+    Mirrors `commbench.p2p.measure.Buffers`: one source per (GPU, size) and one destination per
+    (GPU, size, slot), the slot counting the copies into that GPU within a step; buffers of a
+    size stay allocated across the steps of that size. So a copy within one GPU, or a
+    bidirectional pair, holds 2 x size on each GPU, not 1 x.
+    """
+    held: dict[int, dict[int, set[tuple[str, int]]]] = {}  # size -> GPU -> buffers
+    for step in steps:
+        per_gpu = held.setdefault(step.size_bytes, {})
+        slots: dict[int, int] = {}
+        for c in step.copies:
+            if c.src is not None:
+                per_gpu.setdefault(c.src, set()).add(("src", 0))
+            if c.dst is not None:
+                slot = slots.get(c.dst, 0)
+                slots[c.dst] = slot + 1
+                per_gpu.setdefault(c.dst, set()).add(("dst", slot))
+    need: dict[int, int] = {}
+    for size, per_gpu in held.items():
+        for gpu, buffers in per_gpu.items():
+            need[gpu] = max(need.get(gpu, 0), size * len(buffers))
+    return need

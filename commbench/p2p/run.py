@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 from commbench.context import host_context
 from commbench.errors import Interrupted, UserError
+from commbench.gpu_memory import P2P_RESERVE, P2P_RESERVE_FOR, GpuMemory, refuse_if_short
 from commbench.p2p.expect import Fabric, StepExpectation, expect_plan, expect_step
-from commbench.p2p.plan import Plan, Step, plan
+from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
 from commbench.p2p.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -34,8 +35,9 @@ from commbench.results.store import (
     new_run_dir,
     write_run_meta,
 )
-from commbench.sizes import format_amount, format_size
+from commbench.sizes import format_size
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
+from commbench.torch_version import require_torch
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
@@ -64,6 +66,10 @@ class Measurer(Protocol):
     def context(self) -> dict[str, Any]: ...
 
     def measure(self, step: Step) -> Timing: ...
+
+    def memory(self, devices: list[int]) -> GpuMemory:
+        """(free, total) bytes of those GPUs, where known."""
+        ...
 
     def close(self) -> None: ...
 
@@ -104,18 +110,26 @@ def nvml_sees_none(snapshot: TopologySnapshot) -> bool:
     return not snapshot.gpus and not (snapshot.nvml_error or "").startswith("NVML:")
 
 
-def check_fits(the_plan: Plan, snapshot: TopologySnapshot) -> None:
-    """Refuse a copy larger than a GPU it touches can hold (a source and a destination of
-    that size live on the GPUs at each end), before allocating or predicting anything."""
-    memory = {g.index: g.memory_bytes for g in snapshot.gpus if g.memory_bytes}
-    for step in the_plan.steps:
-        for gpu in step.devices:
-            have = memory.get(gpu)
-            if have and step.size_bytes > have:
-                raise UserError(
-                    f"--size {format_size(step.size_bytes)} is more than GPU {gpu}'s memory "
-                    f"({format_amount(have)})"
-                )
+def snapshot_memory(snapshot: TopologySnapshot) -> GpuMemory:
+    """Each GPU's total memory as its free memory: all a snapshot (maybe of another machine)
+    can tell."""
+    return {g.index: (g.memory_bytes, g.memory_bytes) for g in snapshot.gpus if g.memory_bytes}
+
+
+def check_fits(the_plan: Plan, memory: GpuMemory) -> None:
+    """Refuse, before allocating or predicting anything, copies whose buffers do not fit in a
+    GPU's free memory less `P2P_RESERVE` (a copy within one GPU or a bidirectional pair holds
+    a source and a destination there: 2 x size)."""
+    if not the_plan.steps:
+        return
+    largest = max(step.size_bytes for step in the_plan.steps)
+    refuse_if_short(
+        gpu_buffer_bytes(the_plan.steps),
+        memory,
+        P2P_RESERVE,
+        f"--size {format_size(largest)} (copy sources and destinations)",
+        P2P_RESERVE_FOR,
+    )
 
 
 def dry_run(settings: P2PSettings, snapshot: TopologySnapshot) -> DryRun:
@@ -125,7 +139,7 @@ def dry_run(settings: P2PSettings, snapshot: TopologySnapshot) -> DryRun:
             f"({snapshot.no_gpu_message}); pass --topology SNAPSHOT.json"
         )
     the_plan = plan(settings, len(snapshot.gpus))
-    check_fits(the_plan, snapshot)
+    check_fits(the_plan, snapshot_memory(snapshot))
     return DryRun(
         snapshot=snapshot,
         plan=the_plan,
@@ -220,6 +234,7 @@ def run_p2p(
     settings = options if isinstance(options, P2PSettings) else P2PSettings.from_options(options)
     snapshot = snapshot if snapshot is not None else discover()
     if measurer is None:
+        require_torch()
         if nvml_sees_none(snapshot):
             raise UserError(NO_GPU)
         from commbench.p2p.measure import TorchMeasurer
@@ -242,7 +257,8 @@ def _run(
 ) -> P2POutcome:
     snapshot, topo_notes = _topology_for(snapshot, measurer)
     the_plan = plan(settings, measurer.device_count)
-    check_fits(the_plan, snapshot)
+    devices = sorted({gpu for step in the_plan.steps for gpu in step.devices})
+    check_fits(the_plan, {**snapshot_memory(snapshot), **measurer.memory(devices)})
     notes = the_plan.notes + topo_notes
     steps = the_plan.steps
     fabric = Fabric(snapshot)

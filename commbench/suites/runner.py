@@ -30,6 +30,7 @@ from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import atomic_write, dump_json, new_run_dir
 from commbench.suites.config import Sizes, SuiteConfig, Timing
 from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
+from commbench.torch_version import require_torch
 
 EventFn = Callable[[str], None]
 ProgressFn = Callable[[int, int, Any], None]
@@ -301,6 +302,13 @@ def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> Non
             )
 
 
+def require_suite_torch(config: SuiteConfig) -> None:
+    """Refuse a missing or too old torch before the first section, not in each one (a suite
+    of topology only needs none)."""
+    if config.collectives or config.strategies or config.p2p:
+        require_torch()
+
+
 def run_suite(
     config: SuiteConfig,
     out_parent: Path,
@@ -313,6 +321,7 @@ def run_suite(
     on_progress: ProgressFn | None = None,
 ) -> SuiteOutcome:
     """Run every enabled section of `config`; compare with `baseline` when given."""
+    require_suite_torch(config)
     if baseline is not None:  # refuse a bad or incomparable baseline before measuring
         _check_baseline(baseline, machine, gate or GateSettings())
     suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
