@@ -150,3 +150,166 @@ def test_checking_a_large_buffer_shows_as_progress(monkeypatch: pytest.MonkeyPat
     bufs = ops.make_buffers("all_reduce", 10_000, torch.float32, torch.device("cpu"), group, False)
     assert ops.check("all_reduce", bufs, lambda: None, group, "sum")
     assert len(calls) >= 10
+
+
+# -- stop signals over the whole command ---------------------------------------------------
+
+
+def _child_running(parent: int, module: str, limit: float = 120) -> int:
+    """The pid of `parent`'s descendant running `python -m module`, once it is there."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for pid in procs.descendants(parent):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if module.encode() in argv:
+                return pid
+        time.sleep(0.01)
+    raise AssertionError(f"no {module} process appeared")
+
+
+def _stopped(pid: int) -> None:
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while procs.state(pid) not in ("T", "t"):
+        assert time.monotonic() < deadline, f"{pid} did not stop"
+        time.sleep(0.01)
+
+
+def test_sigterm_while_the_backend_is_probed_ends_like_ctrl_c(tmp_path: Path) -> None:
+    """The probe runs before the launch's own handler: SIGTERM then must not kill the
+    launcher outright (143, no message) and orphan the probe."""
+    env = {**os.environ, "COMMBENCH_CACHE_DIR": str(tmp_path / "cache")}  # no cache: it probes
+    proc = commbench("collectives", *SWEEP, "-o", "out", env=env)
+    probe = _child_running(proc.pid, "commbench.collectives.probe")
+    _stopped(probe)  # held in the probe: the signal cannot land before or after it
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if procs.alive(probe):
+            os.kill(probe, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["commbench: interrupted"]
+    assert not _running(probe)
+    assert not (tmp_path / "out").exists()  # interrupted before the run directory
+
+
+def test_sigterm_while_plots_are_drawn_ends_like_ctrl_c(tmp_path: Path) -> None:
+    args = ["--ops", "all_reduce,broadcast,all_gather", "--sizes", "1K,4K", "--iters", "5"]
+    proc = commbench("collectives", *args, "--device", "cpu", "--nproc", "2", "-o", "out")
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "out").glob("*/plots")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no plots directory appeared"
+        time.sleep(0.005)
+    _stopped(proc.pid)  # drawing a figure takes far longer than it took to see its directory
+    proc.send_signal(signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (run_dir,) = (tmp_path / "out").iterdir()
+    lines = [ln for ln in err.splitlines() if "interrupted" in ln]
+    assert lines == [
+        f"commbench: error: interrupted while plotting; every point was measured and is in out/{run_dir.name}"
+    ], err
+    assert "Traceback" not in err
+    assert load_run(run_dir).meta["status"] == "complete"
+    assert not procs.marked("COMMBENCH_RUN_DIR", str(run_dir.resolve()))
+
+
+def test_sigterm_while_plot_draws_ends_like_ctrl_c(tmp_path: Path) -> None:
+    run = Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a"
+    proc = commbench("plot", str(run), "-o", "plots")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "plots").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no plots directory appeared"
+        time.sleep(0.005)
+    _stopped(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["commbench: interrupted"]
+
+
+# -- which rank stopped the run ------------------------------------------------------------
+
+
+def _worker_of_rank(launcher: int, rank: int, limit: float = 120) -> int:
+    """The pid of the worker torchrun started for `rank`, as soon as it exists."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for pid in procs.descendants(launcher):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in env and any(
+                e.startswith(b"TORCHELASTIC_RUN_ID=") for e in env
+            ):
+                return pid
+        time.sleep(0.01)
+    raise AssertionError(f"no worker for rank {rank} appeared")
+
+
+def test_a_worker_stopped_during_start_up_is_named(tmp_path: Path) -> None:
+    """Stopped while importing torch, it has no heartbeat: /proc still knows its rank."""
+    proc = commbench("collectives", *SWEEP, "--timeout", "4", "-o", "out")
+    victim = _worker_of_rank(proc.pid, 1)
+    _stopped(victim)
+    try:
+        (run_dir,) = (tmp_path / "out").iterdir()
+        assert not (run_dir / "ranks" / "rank1.json").exists()  # stopped before its heartbeat
+        # the start-up allowance (120 s) is for slow start-ups, not for stopped processes
+        _, err = proc.communicate(timeout=100)
+    finally:
+        if procs.alive(victim):
+            os.kill(victim, signal.SIGKILL)
+    assert proc.returncode == 1, err
+    assert "rank 1 (pid " in err and "is stopped (SIGSTOP or a debugger) during start-up" in err
+    assert "backend or network hang" not in err
+    run = load_run(run_dir)
+    assert run.meta["status"] == "failed" and run.meta["failed_ranks"][0] == 1
+    assert not _running(victim)
+
+
+def test_sigterm_to_one_worker_names_it_not_its_peer(tmp_path: Path) -> None:
+    """torchrun SIGTERMs the survivors: only those are consequences, not the rank someone
+    else signalled first."""
+    proc = commbench("collectives", *SWEEP, "-o", "out")
+    run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
+    os.kill(_pid(run_dir, 1), signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("commbench: error:")]
+    cause, *others = line.removeprefix("commbench: error: worker failure: ").split("; ")
+    assert cause.startswith("rank 1 (") and "killed by SIGTERM (not sent by torchrun)" in cause
+    assert all(part.startswith("rank 0 (") and "a consequence" in part for part in others), line
+    run = load_run(run_dir)
+    assert run.meta["failed_ranks"][0] == 1
+
+
+# -- the run directory deleted under a run -------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["run directory", "its parent"])
+def test_a_deleted_run_directory_stops_the_run_with_one_line(tmp_path: Path, what: str) -> None:
+    import shutil
+
+    proc = commbench("collectives", *SWEEP, "--timeout", "60", "-o", "out")
+    run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
+    workers = [_pid(run_dir, 0), _pid(run_dir, 1)]
+    shutil.rmtree(run_dir if what == "run directory" else tmp_path / "out")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert err.splitlines()[-1] == (
+        f"commbench: error: stopped the run: the run directory out/{run_dir.name} "
+        "was deleted or replaced"
+    ), err
+    assert "Traceback" not in err
+    assert not any(_running(p) for p in workers)
+    assert not run_dir.exists()  # nothing written into it again
