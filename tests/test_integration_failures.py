@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from test_integration_collectives import SWEEP, _pid, _running, _wait_for_rows, commbench
+from typer.testing import CliRunner
 
+from commbench.cli import app
 from commbench.collectives import ops
 from commbench.launch import procs
 from commbench.results.store import load_run
@@ -57,6 +59,20 @@ def test_workers_stop_themselves_when_the_launcher_is_killed(tmp_path: Path) -> 
     gone = [e for e in errors if e.startswith("its launcher (pid ") and "is gone" in e]
     assert gone, errors
     assert all(e in gone or e == "" for e in errors), errors
+    # run.json still says "running": every reader must see the launcher is gone
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    why = f"its launcher (pid {proc.pid}) is gone"
+    assert load_run(run_dir).meta["status"] == "interrupted"
+    cli = CliRunner()
+    report = cli.invoke(app, ["report", str(run_dir)])
+    assert report.exit_code == 0 and f"interrupted: {why}" in report.stdout
+    compared = cli.invoke(app, ["compare", str(run_dir), str(run_dir)])
+    assert compared.exit_code == 1
+    assert compared.stdout.splitlines()[-1].startswith(f"FAIL: the new run was interrupted ({why})")
+    plotted = cli.invoke(app, ["plot", str(run_dir), "--formats", "svg"])
+    assert plotted.exit_code == 0
+    assert f"commbench: warning: {run_dir} was interrupted ({why})" in plotted.stderr
+    assert not list(run_dir.rglob(".*.tmp"))  # nothing half-written left behind
 
 
 def test_results_that_cannot_be_written_stop_the_run_with_exit_1(tmp_path: Path) -> None:
