@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -286,7 +287,8 @@ def test_a_worker_stopped_during_start_up_is_named(tmp_path: Path) -> None:
         if procs.alive(victim):
             os.kill(victim, signal.SIGKILL)
     assert proc.returncode == 1, err
-    assert "rank 1 (pid " in err and "is stopped (SIGSTOP or a debugger) during start-up" in err
+    assert f"rank 1 (host {socket.gethostname()}, pid {victim}) is stopped (SIGSTOP or a " in err
+    assert "during start-up, before its first heartbeat" in err
     assert "backend or network hang" not in err
     run = load_run(run_dir)
     assert run.meta["status"] == "failed" and run.meta["failed_ranks"][0] == 1

@@ -268,3 +268,21 @@ def test_ignored_stop_signals_stay_ignored() -> None:
     finally:
         signal.signal(signal.SIGHUP, hup)
         signal.signal(signal.SIGTERM, term)
+
+
+def test_workers_remove_the_temporary_files_of_a_vanished_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed in the middle of rewriting the results, a launcher cannot clean up after itself."""
+    from commbench.results.store import temp_name
+
+    monkeypatch.setattr(Heartbeat, "_run", lambda self: None)
+    dead = _dead_pid()
+    mine = [temp_name(tmp_path / n, dead) for n in ("run.json", "results.json", "results.csv")]
+    other = temp_name(tmp_path / "results.json", os.getpid())
+    for path in [*mine, other]:
+        path.write_text("half")
+    hb = Heartbeat(heartbeat_path(tmp_path, 0), rank=0, host="h", launcher_pid=dead)
+    hb._remove_launcher_temps()
+    assert not any(p.exists() for p in mine)
+    assert other.exists()  # another writer's

@@ -23,7 +23,7 @@ from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
-from commbench.errors import CommbenchError, RunFailed, UserError
+from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError
 from commbench.launch import procs
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
@@ -367,6 +367,8 @@ def run_collectives(
     stop_requested = bool(signals.held)
     if gone is not None:  # nothing was written: say why once
         why = failure if failure and gone in failure else "; ".join(x for x in (failure, gone) if x)
+        if status == STATUS_INTERRUPTED:
+            raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
     if unwritable is not None:
         raise RunFailed(f"{failure or status}; and {unwritable}", stop_requested=stop_requested)

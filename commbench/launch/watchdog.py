@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -244,7 +245,8 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     for r, pid in sorted(unbeaten.items()):
         culprits.append(r)
         parts.append(
-            f"rank {r} (pid {pid}) is stopped (SIGSTOP or a debugger) during start-up, "
+            f"rank {r} (host {socket.gethostname()}, pid {pid}) is stopped (SIGSTOP or a "
+            "debugger) during start-up, "
             "before its first heartbeat"
         )
     for r, (_, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
