@@ -43,6 +43,10 @@ def test_workers_stop_themselves_when_the_launcher_is_killed(tmp_path: Path) -> 
     """SIGKILL leaves no launcher to stop them: they must not measure on for nobody."""
     proc = commbench("collectives", *SWEEP, "-o", "out", start_new_session=True)
     run_dir = _wait_for_rows(tmp_path / "out", 1, proc)
+    deadline = time.monotonic() + 60
+    while not load_run(run_dir).rows:  # journalled, and written by the launcher too
+        assert time.monotonic() < deadline, "the launcher never wrote the journalled row"
+        time.sleep(0.05)
     workers = [_pid(run_dir, 0), _pid(run_dir, 1)]
     agent = _agent(workers[0])
     proc.kill()
@@ -172,19 +176,20 @@ def test_checking_a_large_buffer_shows_as_progress(monkeypatch: pytest.MonkeyPat
 # -- stop signals over the whole command ---------------------------------------------------
 
 
-def _child_running(parent: int, module: str, limit: float = 120) -> int:
-    """The pid of `parent`'s descendant running `python -m module`, once it is there."""
+def _descendant(parent: int, proc_file: str, *needles: bytes, limit: float = 120) -> int:
+    """The first descendant of `parent` whose /proc/<pid>/<proc_file> (cmdline, environ)
+    holds every one of `needles` as an entry, as soon as there is one."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         for pid in procs.descendants(parent):
             try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                entries = Path(f"/proc/{pid}/{proc_file}").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if module.encode() in argv:
+            if all(n in entries for n in needles):
                 return pid
         time.sleep(0.01)
-    raise AssertionError(f"no {module} process appeared")
+    raise AssertionError(f"no process with {needles} appeared")
 
 
 def _stopped(pid: int) -> None:
@@ -200,7 +205,7 @@ def test_sigterm_while_the_backend_is_probed_ends_like_ctrl_c(tmp_path: Path) ->
     launcher outright (143, no message) and orphan the probe."""
     env = {**os.environ, "COMMBENCH_CACHE_DIR": str(tmp_path / "cache")}  # no cache: it probes
     proc = commbench("collectives", *SWEEP, "-o", "out", env=env)
-    probe = _child_running(proc.pid, "commbench.collectives.probe")
+    probe = _descendant(proc.pid, "cmdline", b"commbench.collectives.probe")
     _stopped(probe)  # held in the probe: the signal cannot land before or after it
     try:
         proc.send_signal(signal.SIGTERM)
@@ -256,21 +261,9 @@ def test_sigterm_while_plot_draws_ends_like_ctrl_c(tmp_path: Path) -> None:
 # -- which rank stopped the run ------------------------------------------------------------
 
 
-def _worker_of_rank(launcher: int, rank: int, limit: float = 120) -> int:
+def _worker_of_rank(launcher: int, rank: int) -> int:
     """The pid of the worker torchrun started for `rank`, as soon as it exists."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        for pid in procs.descendants(launcher):
-            try:
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"RANK={rank}".encode() in env and any(
-                e.startswith(b"TORCHELASTIC_RUN_ID=") for e in env
-            ):
-                return pid
-        time.sleep(0.01)
-    raise AssertionError(f"no worker for rank {rank} appeared")
+    return _descendant(launcher, "environ", f"RANK={rank}".encode(), f"LOCAL_RANK={rank}".encode())
 
 
 def test_a_worker_stopped_during_start_up_is_named(tmp_path: Path) -> None:
