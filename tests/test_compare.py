@@ -402,6 +402,7 @@ def test_a_new_run_that_did_not_finish_never_passes(
     cli = CliRunner().invoke(app, ["compare", str(GOLDEN), str(new)])
     assert cli.exit_code == 1
     assert cli.stdout.splitlines()[-1] == result.verdict
+    assert cli.stderr.splitlines() == [f"commbench: error: {new}: {result.incomplete}"]
 
 
 def test_an_unfinished_baseline_is_a_note_not_a_failure(tmp_path: Path) -> None:
