@@ -245,6 +245,7 @@ def run_collectives(
 
     started = time.monotonic()
     status, failure = STATUS_COMPLETE, None
+    launcher_failed = False  # the launcher stopped the run itself (it could not write)
     culprits: list[int] = []
     signals = procs.StopSignals()
     with open(run_dir / "launcher.log", "wb") as log, signals.installed():
@@ -311,6 +312,7 @@ def run_collectives(
             # a write that failed because the directory went is said as such, like a deletion
             # the poll saw first: one cause, one wording
             status, failure = STATUS_FAILED, f"stopped the run: {watch.run_dir_problem() or exc}"
+            launcher_failed = True
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
         signals.hold()
@@ -366,7 +368,10 @@ def run_collectives(
     # could land there
     stop_requested = bool(signals.held)
     if gone is not None:  # nothing was written: say why once
-        why = failure if failure and gone in failure else "; ".join(x for x in (failure, gone) if x)
+        if launcher_failed:  # a write that failed while the directory was being deleted
+            why = f"stopped the run: {gone}"
+        else:
+            why = "; ".join(x for x in (failure, gone) if x)
         if status == STATUS_INTERRUPTED:
             raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
