@@ -269,6 +269,9 @@ class Comparison:
     noisy_baseline: bool = False
     """The baseline is too noisy to gate on: drops are warnings, not regressions."""
     notes: list[str] = field(default_factory=list)
+    incomplete: str | None = None
+    """Why the new run cannot pass whatever its points say: it failed, was interrupted, or
+    is (or was left) running. Its points are still compared and shown."""
 
     def marked(self, *marks: Mark) -> list[PointResult]:
         return [p for p in self.points if p.mark in marks]
@@ -279,13 +282,15 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FAILED if self.regressions else EXIT_OK
+        return EXIT_FAILED if self.regressions or self.incomplete else EXIT_OK
 
     @property
     def verdict(self) -> str:
         worse, missing = len(self.marked(Mark.worse)), len(self.marked(Mark.missing))
         noisy = len(self.marked(Mark.noisy))
         judged = len([p for p in self.points if p.mark is not Mark.new])
+        if self.incomplete:
+            return f"FAIL: {self.incomplete}; {worse} worse, {missing} missing of {judged} points"
         if worse or missing:
             parts = [f"{worse} worse"] if worse else []
             parts += [f"{missing} missing"] if missing else []
@@ -307,6 +312,7 @@ class Comparison:
             "noisy_baseline": self.noisy_baseline,
             "mismatches": self.mismatches,
             "notes": self.notes,
+            "incomplete": self.incomplete,
             "counts": counts,
             "points": [p.to_dict() for p in self.points],
         }
@@ -480,11 +486,12 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         raise UserError(f"{base.path}: the baseline has no measured points")
     points, base_noise, noisy_baseline = compare_rows(base.rows, new.rows, settings)
     notes = []
-    for run, label in ((base, "baseline"), (new, "new run")):
-        status = run.meta.get("status")
-        if status not in (None, "complete"):
-            why = run.meta.get("failure") or status
-            notes.append(f"the {label} did not complete ({why})")
+    if base.unfinished:
+        notes.append(f"the baseline {base.unfinished}")
+    incomplete = None
+    # "missing": a suite entry the new suite lacks, whose baseline points are judged missing
+    if new.unfinished and new.meta.get("status") != "missing":
+        incomplete = f"the new run {new.unfinished}"
     if noisy_baseline:
         notes.append(
             f"the baseline is noisy (median spread {base_noise:.2f} > {settings.noisy_cv:.2f}): "
@@ -503,4 +510,5 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         new_noise=noise_index(new.rows),
         noisy_baseline=noisy_baseline,
         notes=notes,
+        incomplete=incomplete,
     )

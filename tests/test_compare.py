@@ -370,3 +370,43 @@ def test_a_noisy_point_still_fails_on_a_collapse_but_warns_within_its_spread() -
         assert not noisy_baseline
         point = next(p for p in points if p.size_bytes == 256 << 20)
         assert point.mark == mark, (factor, point.reason)
+
+
+# -- a new run that did not finish ---------------------------------------------------------
+
+
+def _with_status(run_dir: Path, status: str, failure: str | None) -> Path:
+    record = json.loads((run_dir / "run.json").read_text())
+    record.update(status=status, failure=failure)
+    record.pop("launcher", None)
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("status", "failure", "verdict"),
+    [
+        ("failed", "worker failure: rank 1 killed by SIGKILL", "FAIL: the new run failed (worker"),
+        ("interrupted", "interrupted", "FAIL: the new run was interrupted (interrupted)"),
+        ("running", None, "FAIL: the new run has not finished (no launcher is recorded"),
+    ],
+)
+def test_a_new_run_that_did_not_finish_never_passes(
+    tmp_path: Path, status: str, failure: str | None, verdict: str
+) -> None:
+    """Every point it has is as fast as the baseline's: it still must not pass."""
+    new = _with_status(derive(tmp_path, "same", lambda r: r), status, failure)
+    result = compare(GOLDEN, new)
+    assert not result.regressions
+    assert result.exit_code == 1 and result.verdict.startswith(verdict), result.verdict
+    cli = CliRunner().invoke(app, ["compare", str(GOLDEN), str(new)])
+    assert cli.exit_code == 1
+    assert cli.stdout.splitlines()[-1] == result.verdict
+    assert cli.stderr.splitlines() == [f"commbench: error: {new}: {result.incomplete}"]
+
+
+def test_an_unfinished_baseline_is_a_note_not_a_failure(tmp_path: Path) -> None:
+    base = _with_status(derive(tmp_path, "base", lambda r: r), "failed", "worker failure")
+    result = compare(base, GOLDEN)
+    assert result.exit_code == 0
+    assert "the baseline failed (worker failure)" in result.notes

@@ -1,6 +1,8 @@
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,70 @@ def test_every_row_field_has_a_declared_type() -> None:
     from commbench.results.schema import _FIELD_TYPES
 
     assert set(_FIELD_TYPES) == {f.name for f in fields(ResultRow)}
+
+
+# -- what a failed write or a vanished writer leaves -----------------------------------------
+
+
+def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A full disk fails the write after the temporary file exists: it must go too. (A file
+    size limit fails the write the same way, without root or a small filesystem.)"""
+    import resource
+
+    from commbench.results.store import atomic_write
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # Python ignores SIGXFSZ: EFBIG
+    try:
+        with pytest.raises(UserError, match=r"cannot write .*results\.json: File too large"):
+            atomic_write(tmp_path / "results.json", "x" * 10_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _left_running_by_a_process_that_exited(run_dir: Path) -> int:
+    """run.json saying "running", written by a process that is gone now; its pid."""
+    code = (
+        "import os, sys; from pathlib import Path; "
+        "from commbench.results.store import write_run_meta; "
+        "write_run_meta(Path(sys.argv[1]), {'kind': 'collectives', 'status': 'running'}); "
+        "print(os.getpid())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout)
+
+
+def test_a_run_whose_launcher_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
+    pid = _left_running_by_a_process_that_exited(tmp_path)
+    run = load_run(tmp_path)
+    assert run.meta["status"] == "interrupted"
+    assert run.meta["failure"] == f"its launcher (pid {pid}) is gone"
+    assert run.unfinished == f"was interrupted (its launcher (pid {pid}) is gone)"
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "running"  # untouched
+
+
+def test_a_run_whose_launcher_runs_is_running(tmp_path: Path) -> None:
+    write_run_meta(tmp_path, {"kind": "collectives", "status": "running"})  # this process
+    run = load_run(tmp_path)
+    assert run.meta["status"] == "running" and not run.meta.get("failure")
+    write_run_meta(tmp_path, {"kind": "collectives", "status": "complete"})
+    assert "launcher" not in json.loads((tmp_path / "run.json").read_text())
+    assert load_run(tmp_path).unfinished is None
+
+
+def test_a_reused_pid_or_another_host_is_not_taken_for_the_launcher(tmp_path: Path) -> None:
+    write_run_meta(tmp_path, {"kind": "collectives", "status": "running"})
+    record = json.loads((tmp_path / "run.json").read_text())
+    record["launcher"]["start_ticks"] -= 1  # this pid, but a process started earlier
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    assert load_run(tmp_path).meta["status"] == "interrupted"
+    record["launcher"].update(host="elsewhere", pid=7)
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    run = load_run(tmp_path)
+    assert run.meta["status"] == "running"
+    assert run.meta["failure"] == (
+        "its launcher (pid 7) runs on host elsewhere: whether it still runs cannot be told from here"
+    )

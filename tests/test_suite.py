@@ -596,3 +596,29 @@ def test_p2p_is_skipped_on_a_cpu_run(
     )
     assert result.exit_code == 0, result.output
     assert "p2p skipped: p2p measures GPU copies; this suite runs on cpu" in result.stderr
+
+
+def test_a_suite_left_running_by_a_vanished_launcher_reads_as_interrupted(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys; from pathlib import Path; "
+        "from commbench.suites.store import Entry, write_suite; "
+        "write_suite(Path(sys.argv[1]), {'name': 'ci', 'status': 'running'}, "
+        "[Entry(name='collectives-float32', section='collectives', status='complete'), "
+        "Entry(name='strategies-float32', section='strategies', status='running')]); "
+        "print(os.getpid())"
+    )
+    pid = int(
+        subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    record = load_suite_dir(tmp_path)
+    why = f"its launcher (pid {pid}) is gone"
+    assert (record.meta["status"], record.meta["failure"]) == ("interrupted", why)
+    assert [(e.status, e.failure) for e in record.entries] == [
+        ("complete", None),
+        ("interrupted", why),
+    ]

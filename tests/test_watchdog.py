@@ -196,3 +196,96 @@ def test_torchrun_killed_before_any_worker_failed_is_named_as_the_agent(tmp_path
         [],
     )
     assert describe_crash(watch, -40, timeout=5)[0].endswith("was killed by signal 40")
+
+
+_SUMMARY = """\
+W1122 18:40:30.474000 5939 api.py:1028] Sending process 5943 closing signal SIGTERM
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+commbench.launch.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-22_18:40:30
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 5943)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 5943
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_18:40:30
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 5944)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 5944
+============================================================
+"""
+
+
+def test_a_sigterm_torchrun_did_not_send_is_the_cause(tmp_path: Path) -> None:
+    """Both ranks died of SIGTERM; torchrun's log shows it sent only rank 0's."""
+    from commbench.launch.watchdog import describe_crash
+
+    (tmp_path / "launcher.log").write_text(_SUMMARY)
+    watch = Watch(tmp_path, [])
+    watch.poll(lambda row: None)
+    failure, culprits = describe_crash(watch, 1, timeout=5)
+    assert culprits == [1, 0]
+    assert failure == (
+        "worker failure: rank 1 (exit -15) killed by SIGTERM (not sent by torchrun); "
+        "rank 0 (exit -15) killed by SIGTERM (a consequence: it lost its peer or was stopped "
+        "by torchrun)"
+    )
+    # torchrun closing both (it was itself told to stop): neither is the cause
+    (tmp_path / "launcher.log").write_text(
+        _SUMMARY.replace(
+            "5943 closing", "5944 closing signal SIGTERM\nW1122 Sending process 5943 closing"
+        )
+    )
+    failure, _ = describe_crash(watch, 1, timeout=5)
+    assert "not sent by torchrun" not in failure and failure.count("a consequence") == 2
+
+
+def test_ignored_stop_signals_stay_ignored() -> None:
+    """nohup ignores SIGHUP so that a closed terminal does not end the command: neither the
+    launch's handler nor the command-wide one may undo that."""
+    hup, term = signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        signals = procs.StopSignals()
+        with signals.installed():
+            try:
+                os.kill(os.getpid(), signal.SIGHUP)
+                time.sleep(0.05)
+            except KeyboardInterrupt:  # not let through: pytest would end the whole session
+                pytest.fail("an ignored SIGHUP interrupted the launch")
+        assert signals.held == []
+        procs.interrupt_on_termination()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGHUP, hup)
+        signal.signal(signal.SIGTERM, term)
+
+
+def test_workers_remove_the_temporary_files_of_a_vanished_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed in the middle of rewriting the results, a launcher cannot clean up after itself."""
+    from commbench.results.store import temp_name
+
+    monkeypatch.setattr(Heartbeat, "_run", lambda self: None)
+    dead = _dead_pid()
+    mine = [temp_name(tmp_path / n, dead) for n in ("run.json", "results.json", "results.csv")]
+    other = temp_name(tmp_path / "results.json", os.getpid())
+    for path in [*mine, other]:
+        path.write_text("half")
+    hb = Heartbeat(heartbeat_path(tmp_path, 0), rank=0, host="h", launcher_pid=dead)
+    hb._remove_launcher_temps()
+    assert not any(p.exists() for p in mine)
+    assert other.exists()  # another writer's

@@ -90,6 +90,9 @@ def usage_line(exc: Any) -> str:
 
 def main() -> None:
     """Console-script entry point: one line and an exit code for every known error."""
+    from commbench.launch.procs import interrupt_on_termination
+
+    interrupt_on_termination()  # SIGTERM/SIGHUP end any command like Ctrl-C, start to exit
     errors = _click_exceptions()
     try:
         code = app(standalone_mode=False)

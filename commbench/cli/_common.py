@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.errors import CommbenchError
+from commbench.errors import EXIT_INTERRUPTED, CommbenchError
 
 if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
     from rich.progress import Progress
@@ -20,13 +20,18 @@ def reported_errors() -> Iterator[None]:
     """Turn a known error into one line on stderr and its exit code.
 
     Commands wrap their core calls in this, so CliRunner tests see exactly what a user
-    sees; `commbench.cli.main` catches the same errors as a last resort.
+    sees; `commbench.cli.main` catches the same errors as a last resort. Ctrl-C (and SIGTERM,
+    SIGHUP: `main` makes them KeyboardInterrupt) that no core code turned into `Interrupted`
+    ends here too, with the one line `main` prints for it (Typer would exit 130 silently).
     """
     try:
         yield
     except CommbenchError as exc:
         typer.echo(f"commbench: error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("commbench: interrupted", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def progress_bar() -> Progress:

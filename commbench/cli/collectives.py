@@ -247,7 +247,13 @@ def run_and_report(
     if plot and outcome.status == STATUS_COMPLETE and outcome.rows and not outcome.stop_requested:
         from commbench.report.plots import write_run_plots
 
-        typer.echo(f"commbench: {write_run_plots(outcome.run_dir)}", err=True)
+        try:
+            plots = write_run_plots(outcome.run_dir)
+        except KeyboardInterrupt:  # the record is whole: say so, not just "interrupted"
+            raise Interrupted(
+                f"interrupted while plotting; every point was measured and is in {outcome.run_dir}"
+            ) from None
+        typer.echo(f"commbench: {plots}", err=True)
     if outcome.status == STATUS_INTERRUPTED:
         raise Interrupted(
             f"interrupted; the {len(outcome.rows)} points measured are in {outcome.run_dir}"

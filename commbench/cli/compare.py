@@ -77,4 +77,7 @@ def register(app: typer.Typer) -> None:
                     out.write_text(text, encoding="utf-8")
             code = exit_code(results)
         typer.echo(text, nl=False)
+        for _, result in results:  # whatever the format: csv has no verdict line to say it
+            if result.incomplete:
+                typer.echo(f"commbench: error: {result.new}: {result.incomplete}", err=True)
         raise typer.Exit(code)

@@ -40,13 +40,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plot busbw and latency against message size per op, the strategies and the p2p heatmap."""
         with reported_errors():
-            from commbench.report.plots import plot_paths
+            from commbench.report.plots import plot_runs
+            from commbench.report.runs import load_any
 
-            paths = expand_runs(runs)
+            loaded = [load_any(p) for p in expand_runs(runs)]
+            for run in loaded:  # its points are drawn, but they are not a finished run's
+                if run.unfinished:
+                    typer.echo(f"commbench: warning: {run.path} {run.unfinished}", err=True)
             single = runs[0] if len(runs) == 1 else None  # one run, or one suite
             target = out or (single / "plots" if single is not None else Path("plots"))
-            written = plot_paths(
-                paths, target, [f.strip() for f in formats.split(",") if f.strip()]
+            written = plot_runs(
+                loaded, target, [f.strip() for f in formats.split(",") if f.strip()]
             )
         for path in written:
             typer.echo(str(path))

@@ -23,7 +23,7 @@ from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
-from commbench.errors import CommbenchError, RunFailed, UserError
+from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError
 from commbench.launch import procs
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
@@ -247,6 +247,7 @@ def run_collectives(
 
     started = time.monotonic()
     status, failure = STATUS_COMPLETE, None
+    launcher_failed = False  # the launcher stopped the run itself (it could not write)
     culprits: list[int] = []
     signals = procs.StopSignals()
     with open(run_dir / "launcher.log", "wb") as log, signals.installed():
@@ -259,6 +260,7 @@ def run_collectives(
             start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
         )
         watch.pids.add(proc.pid)
+        watch.agent_pid = proc.pid
 
         def stop_run(grace: float) -> None:
             """torchrun and every process it was seen to start (scanned once more now)."""
@@ -293,8 +295,12 @@ def run_collectives(
                     time.sleep(POLL)
                     continue
                 allowance = watch.allowance(settings.timeout)
-                if time.monotonic() - watch.last_progress > allowance:
-                    failure, culprits = describe_hang(watch, allowance)
+                stalled = time.monotonic() - watch.last_progress > allowance
+                # a worker stopped for --timeout is no slow start-up, whatever the allowance
+                if stalled or watch.stopped_ranks(longer_than=settings.timeout):
+                    failure, culprits = describe_hang(
+                        watch, allowance if stalled else settings.timeout
+                    )
                     status = STATUS_FAILED
                     stop_run(grace=2.0)
                     break
@@ -305,14 +311,17 @@ def run_collectives(
         except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
             signals.hold()
             stop_run(grace=2.0)
-            status, failure = STATUS_FAILED, f"stopped the run: {exc}"
+            # a write that failed because the directory went is said as such, like a deletion
+            # the poll saw first: one cause, one wording
+            status, failure = STATUS_FAILED, f"stopped the run: {watch.run_dir_problem() or exc}"
+            launcher_failed = True
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
         signals.hold()
-        with contextlib.suppress(CommbenchError):
+        with contextlib.suppress(CommbenchError):  # RunDirGone included
             watch.poll(on_row)  # rows journalled just before the end
         leftover = {p for p in watch.pids if procs.alive(p)}
-        leftover |= procs.marked(RUN_MARKER, str(run_dir.resolve()))
+        leftover |= procs.marked(RUN_MARKER, worker_env[RUN_MARKER])  # run_dir may be gone
         procs.stop_all(leftover, grace=1.0)
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
@@ -348,20 +357,35 @@ def run_collectives(
             finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             context=context,
         )
-        try:
-            write_run_meta(run_dir, meta)
-            write_results(run_dir, watch.rows)
-        except UserError as exc:  # not bad input: the run's own directory failed under it
-            raise RunFailed(
-                f"{failure or status}; and {exc}", stop_requested=bool(signals.held)
-            ) from None
-        return Outcome(
-            run_dir=run_dir,
-            status=status,
-            rows=watch.rows,
-            points_total=len(points),
-            failure=failure,
-            failed_ranks=culprits,
-            meta=meta,
-            stop_requested=bool(signals.held),
-        )
+        gone = watch.run_dir_problem()
+        unwritable = None
+        if gone is None:  # never write into a directory that replaced ours
+            try:
+                write_run_meta(run_dir, meta)
+                write_results(run_dir, watch.rows)
+            except UserError as exc:  # not bad input: the run's own directory failed under it
+                unwritable = str(exc)
+    # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
+    # and one that came while the record was written is in `held`, read after the last one
+    # could land there
+    stop_requested = bool(signals.held)
+    if gone is not None:  # nothing was written: say why once
+        if launcher_failed:  # a write that failed while the directory was being deleted
+            why = f"stopped the run: {gone}"
+        else:
+            why = "; ".join(x for x in (failure, gone) if x)
+        if status == STATUS_INTERRUPTED:
+            raise Interrupted(why)
+        raise RunFailed(why, stop_requested=stop_requested)
+    if unwritable is not None:
+        raise RunFailed(f"{failure or status}; and {unwritable}", stop_requested=stop_requested)
+    return Outcome(
+        run_dir=run_dir,
+        status=status,
+        rows=watch.rows,
+        points_total=len(points),
+        failure=failure,
+        failed_ranks=culprits,
+        meta=meta,
+        stop_requested=stop_requested,
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -68,6 +69,16 @@ def marked(name: str, value: str) -> set[int]:
     }
 
 
+def environ(pid: int) -> dict[str, str] | None:
+    """The environment `pid` was started with, or None if it is gone or not ours to read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}
+
+
 def state(pid: int) -> str | None:
     """The process state letter (R, S, T = stopped, Z = zombie, ...) or None if gone."""
     try:
@@ -75,6 +86,48 @@ def state(pid: int) -> str | None:
     except OSError:
         return None
     return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22), or None if
+    it is gone: with the pid, it tells a process from a later one that reused its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def identity(pid: int | None = None) -> dict[str, Any]:
+    """What names a process beyond its pid: host, boot and start time. Recorded by whoever
+    writes a record saying "running", so a reader can tell whether that writer still is."""
+    pid = os.getpid() if pid is None else pid
+    return {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "boot_id": _boot_id(),
+        "start_ticks": start_ticks(pid),
+    }
+
+
+def still_running(record: Any) -> bool | None:
+    """Whether the process `identity()` recorded is still running: None when this host cannot
+    tell (another host, or a record without the fields)."""
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return None
+    if record.get("host") != socket.gethostname() or not record.get("boot_id"):
+        return None
+    if record["boot_id"] != _boot_id():
+        return False  # the machine rebooted since
+    started = start_ticks(record["pid"])
+    return started is not None and started == record.get("start_ticks") and alive(record["pid"])
 
 
 def alive(pid: int) -> bool:
@@ -113,6 +166,8 @@ def _signals_handled(signals: tuple[signal.Signals, ...], handler: Any) -> Itera
         # inside the try: a pending signal runs its old handler as a new one is set, and a
         # KeyboardInterrupt then must still put back the ones already replaced
         for sig in signals:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # nohup's SIGHUP, a background job's SIGINT: ignored on purpose
             previous[sig] = signal.signal(sig, handler)
     except ValueError:
         pass
@@ -168,15 +223,30 @@ class StopSignals:
             raise KeyboardInterrupt(signal.Signals(self.held.pop(0)).name)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+_TERMINATION = (signal.SIGTERM, signal.SIGHUP)
+
+
 def termination_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """Treat SIGTERM and SIGHUP like Ctrl-C while workers run (a CI job's timeout, a closed
     terminal): the launcher then stops every worker and keeps what was measured, instead of
     dying and leaving them running."""
+    return _signals_handled(_TERMINATION, _interrupt)
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    return _signals_handled((signal.SIGTERM, signal.SIGHUP), interrupt)
+def interrupt_on_termination() -> None:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, like Ctrl-C, from now until the process
+    ends. The command line calls this first, so a command is covered from its start to its
+    exit, not only while workers run: a signal while the backend is probed or plots are drawn
+    stops the probe's child and the command the way Ctrl-C does (exit 130, one line) instead
+    of killing the launcher outright and leaving its child behind. `StopSignals` refines it
+    while a launch runs and gives it back after."""
+    for sig in _TERMINATION:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(sig, _interrupt)
 
 
 def wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:

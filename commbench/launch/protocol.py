@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.launch import procs
+from commbench.results.store import RESULTS_CSV, RESULTS_JSON, RUN_FILE, atomic_write, temp_name
 
 SETTINGS_FILE = "settings.json"
 EVENTS_FILE = "events.jsonl"
@@ -157,8 +158,19 @@ class Heartbeat:
                 self.error = self._gone_message()
                 with contextlib.suppress(Exception):
                     self._write()
+                    self._remove_launcher_temps()
                 os._exit(LAUNCHER_GONE_EXIT)
             self._stop.wait(HEARTBEAT_INTERVAL)
+
+    def _remove_launcher_temps(self) -> None:
+        """A launcher killed in the middle of rewriting the results leaves its temporary
+        file in the run directory, and cannot remove it: its workers, the last processes of
+        the run, do."""
+        if self.launcher_pid is None:
+            return
+        run_dir = self.path.parent.parent
+        for name in (RUN_FILE, RESULTS_JSON, RESULTS_CSV):
+            temp_name(run_dir / name, self.launcher_pid).unlink(missing_ok=True)
 
     def launcher_gone(self) -> bool:
         return self.launcher_pid is not None and not procs.alive(self.launcher_pid)
@@ -186,9 +198,7 @@ class Heartbeat:
 
 
 def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write(path, data, durable=False)  # twice a second: no fsync
 
 
 class StoreShare:

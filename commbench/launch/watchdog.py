@@ -7,14 +7,17 @@ ranks that only lost their peers.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import Point
+from commbench.errors import CommbenchError
 from commbench.launch import procs
 from commbench.launch.protocol import (
     EVENTS_FILE,
@@ -45,11 +48,28 @@ def _killed_by(signum: int) -> str:
         return f"killed by signal {signum}"
 
 
+class RunDirGone(CommbenchError):
+    """The run directory was deleted, moved or replaced under a running launch: nothing the
+    run measures from now on can be kept, and nothing must be written into a stranger's
+    directory of the same name."""
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 class Watch:
     """The state the poll loop keeps between iterations."""
 
     def __init__(self, run_dir: Path, points: list[Point]) -> None:
         self.run_dir = run_dir
+        self._dir_identity = _identity(run_dir)
+        self.agent_pid: int | None = None
+        """torchrun's own pid: a stopped agent is not a stopped rank (its workers go on)."""
+        self.stopped_since: dict[int, float] = {}
+        """Local processes of the run seen stopped (SIGSTOP, a debugger), and since when."""
+        self._ranks_by_pid: dict[int, int] = {}
         self.points = points
         self.reader = JournalReader(run_dir / EVENTS_FILE)
         self.rows: list[ResultRow] = []
@@ -61,7 +81,23 @@ class Watch:
         self.last_progress = time.monotonic()
         self.heartbeats: dict[int, dict[str, Any]] = {}
 
+    def run_dir_problem(self) -> str | None:
+        """Why the run directory is no longer the one this launch created, if it is not.
+        Checked every poll: deleted with its parent or alone, it must stop the run at once
+        and the same way (the workers' files vanish with it, so it shows neither as a write
+        error nor as progress, only later as a "hang")."""
+        try:
+            same = _identity(self.run_dir) == self._dir_identity
+        except FileNotFoundError:
+            same = False
+        except OSError as exc:
+            return f"the run directory {self.run_dir} cannot be reached: {exc.strerror or exc}"
+        return None if same else f"the run directory {self.run_dir} was deleted or replaced"
+
     def poll(self, on_row: Callable[[ResultRow], None]) -> None:
+        problem = self.run_dir_problem()
+        if problem:
+            raise RunDirGone(problem)
         for event in self.reader.read():
             kind = event.get("type")
             if kind == "context":
@@ -90,6 +126,37 @@ class Watch:
         if signature != self.last_signature:
             self.last_signature = signature
             self.last_progress = time.monotonic()
+        self._note_stopped()
+
+    def _note_stopped(self) -> None:
+        now = time.monotonic()
+        for pid in self.pids - {self.agent_pid}:
+            if procs.state(pid) in ("T", "t"):
+                self.stopped_since.setdefault(pid, now)
+            else:
+                self.stopped_since.pop(pid, None)
+
+    def rank_of(self, pid: int) -> int | None:
+        """The global rank a local process runs (its heartbeat, else the RANK torchrun put in
+        its environment: a worker stopped while importing torch has no heartbeat yet)."""
+        for rank, beat in self.heartbeats.items():
+            if not beat.get("remote") and beat.get("pid") == pid:
+                return rank
+        if pid not in self._ranks_by_pid and pid != self.agent_pid:
+            value = (procs.environ(pid) or {}).get("RANK", "")
+            if value.isascii() and value.isdigit():
+                self._ranks_by_pid[pid] = int(value)
+        return self._ranks_by_pid.get(pid)
+
+    def stopped_ranks(self, longer_than: float = 0.0) -> dict[int, int]:
+        """rank -> pid of this node's workers stopped for more than `longer_than` seconds."""
+        now = time.monotonic()
+        out: dict[int, int] = {}
+        for pid, since in sorted(self.stopped_since.items(), key=lambda kv: kv[1]):
+            rank = self.rank_of(pid)
+            if rank is not None and now - since > longer_than and procs.state(pid) in ("T", "t"):
+                out.setdefault(rank, pid)
+        return out
 
     def local_workers_alive(self) -> bool:
         """Whether any of this node's workers is still running (not a zombie)."""
@@ -164,6 +231,8 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
             dead[r] = (1, "stopped responding")
     for r in _silent_remotes(watch, silent_after):
         dead[r] = (1, REMOTE_SILENT)
+    # stopped before its first heartbeat (while importing torch, say): known from /proc only
+    unbeaten = {r: pid for r, pid in watch.stopped_ranks().items() if r not in beats}
     live = {r: b for r, b in beats.items() if r not in dead}
     behind: dict[int, dict[str, Any]] = {}
     if live:
@@ -173,6 +242,13 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
         }
     parts = []
     culprits = []
+    for r, pid in sorted(unbeaten.items()):
+        culprits.append(r)
+        parts.append(
+            f"rank {r} (host {socket.gethostname()}, pid {pid}) is stopped (SIGSTOP or a "
+            "debugger) during start-up, "
+            "before its first heartbeat"
+        )
     for r, (_, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
         b = beats[r]
         culprits.append(r)
@@ -195,7 +271,9 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
 
 _PEER_LOST = re.compile(r"Connection (reset|closed)|peer|Broken pipe|Timed out waiting", re.I)
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
-_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+# torchrun's agent logs every worker it terminates itself as it winds the others down
+_CLOSING_RE = re.compile(r"Sending process (\d+) closing signal (\w+)")
 _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 
 
@@ -209,6 +287,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     failures: dict[int, dict[str, str]] = {}
     log = watch.run_dir / "launcher.log"
     text = log.read_text(errors="replace") if log.exists() else ""
+    closed_by_torchrun = {int(m.group(1)) for m in _CLOSING_RE.finditer(text)}
     current: int | None = None
     for line in text.splitlines():
         if m := _RANK_RE.match(line):
@@ -216,6 +295,8 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
             failures.setdefault(current, {})
         elif current is not None and (m := _EXIT_RE.match(line)):
             failures[current]["exitcode"] = m.group(1)
+            if m.group(2):
+                failures[current]["pid"] = m.group(2)
         elif current is not None and (m := _TRACE_RE.match(line)):
             failures[current]["traceback"] = m.group(1).strip()
     for r, beat in watch.heartbeats.items():
@@ -235,18 +316,28 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         except ValueError:
             return 1
 
+    def signalled(info: dict[str, str]) -> bool:
+        """Killed by a signal torchrun did not send: SIGKILL, or a SIGTERM to a worker whose
+        pid torchrun's log does not show it closing (someone else's kill, an OOM killer).
+        The agent's SIGTERMs to the survivors are the consequence of that, never a cause."""
+        code = exitcode(info)
+        if code >= 0:
+            return False
+        if code != -signal.SIGTERM:
+            return True
+        pid = info.get("pid")
+        return pid is not None and int(pid) not in closed_by_torchrun
+
     def is_consequence(info: dict[str, str]) -> bool:
         code = exitcode(info)
-        if code < 0 and code != -signal.SIGTERM:
+        if signalled(info):
             return False
         message = info.get("error", "") + " " + info.get("traceback", "")
         return code == -signal.SIGTERM or bool(_PEER_LOST.search(message)) or not info.get("error")
 
     def cause_first(item: tuple[int, dict[str, str]]) -> tuple[int, int]:
         r, info = item
-        code = exitcode(info)
-        signalled = code < 0 and code != -signal.SIGTERM
-        return (0 if signalled else 2 if is_consequence(info) else 1, r)
+        return (0 if signalled(info) else 2 if is_consequence(info) else 1, r)
 
     ordered = sorted(failures.items(), key=cause_first)
     parts = []
@@ -265,6 +356,8 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         code = exitcode(info)
         if code < 0:
             how = _killed_by(-code)
+            if code == -signal.SIGTERM and signalled(info):
+                how += " (not sent by torchrun)"
         else:
             how = (info.get("error") or info.get("traceback") or f"exited with {code}")[:300]
         if is_consequence(info) and len(ordered) > 1:

@@ -94,7 +94,7 @@ def _md_escape(text: str) -> str:
 
 
 def to_markdown(comparison: Comparison, heading: str = "##") -> str:
-    icon = "❌" if comparison.regressions else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
+    icon = "❌" if comparison.exit_code else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
     out = [f"{heading} {icon} {comparison.verdict}", ""]
     out.extend(f"- {_md_escape(line)}" for line in summary_lines(comparison))
     out.append("")

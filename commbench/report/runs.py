@@ -13,7 +13,14 @@ from typing import Any
 
 from commbench.errors import UserError
 from commbench.results.schema import ResultRow
-from commbench.results.store import RESULTS_JSON, RUN_FILE, Run, load_json, load_run
+from commbench.results.store import (
+    RESULTS_JSON,
+    RUN_FILE,
+    Run,
+    load_json,
+    load_run,
+    recognise_status,
+)
 
 P2P_KIND = "p2p"
 P2P_OP = "p2p"
@@ -78,7 +85,7 @@ def load_any(path: Path) -> Run:
     meta_path = run_dir / RUN_FILE
     if not meta_path.exists() or load_json(meta_path).get("kind") != P2P_KIND:
         return load_run(path)
-    meta = load_json(meta_path)
+    meta = recognise_status(load_json(meta_path))
     raw_context = meta.get("context")
     context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
     world = int(context.get("device_count") or len(context.get("device_names") or []) or 1)

@@ -39,15 +39,33 @@ def writing(path: Path) -> Iterator[None]:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def temp_name(path: Path, pid: int | None = None) -> Path:
+    """The temporary file `atomic_write` writes `path` through, in the process `pid`."""
+    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+
+
+def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old or the new file, never half of one.
+    A write that fails (full disk, a signal) removes its temporary file: nothing is left that
+    the writer could have cleaned. `durable=False` skips the fsync, for files rewritten twice
+    a second whose loss in a crash does not matter (heartbeats)."""
+    tmp = temp_name(path)
+    raw = data.encode() if isinstance(data, str) else data
     with writing(path):
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        created = False
+        try:
+            with open(tmp, "wb") as fh:
+                created = True
+                fh.write(raw)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if created:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
 
 
 def _json_default(value: Any) -> Any:
@@ -111,8 +129,54 @@ def write_results(run_dir: Path, rows: list[ResultRow]) -> None:
     atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
 
 
+STATUS_RUNNING = "running"
+STATUS_INTERRUPTED = "interrupted"
+
+
+def stamp_writer(record: dict[str, Any]) -> dict[str, Any]:
+    """`record`, and while it says "running", who writes it (`procs.identity`): a writer
+    killed outright (SIGKILL, OOM), or one that can no longer write (full disk, an immutable
+    directory), leaves it saying "running" forever; readers then check that writer."""
+    if record.get("status") != STATUS_RUNNING:
+        return record
+    from commbench.launch.procs import identity
+
+    return {**record, "launcher": identity()}
+
+
+def recognise_status(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` as a reader must take it: one saying "running" whose launcher is gone (this
+    host, its pid gone or reused, or a reboot since) is interrupted; on another host whether
+    it still runs cannot be told, and the failure says so. Nothing on disk changes."""
+    if record.get("status") != STATUS_RUNNING:
+        return record
+    from commbench.launch.procs import still_running
+
+    writer = record.get("launcher")
+    running = still_running(writer)
+    if running:
+        return record
+    if not isinstance(writer, dict):
+        why = "no launcher is recorded: whether it still runs cannot be told"
+        return {**record, "failure": record.get("failure") or why}
+    if running is None:
+        why = (
+            f"its launcher (pid {writer.get('pid')}) runs on host {writer.get('host')}: "
+            "whether it still runs cannot be told from here"
+        )
+        return {**record, "failure": why}
+    why = f"its launcher (pid {writer.get('pid')}) is gone"
+    return {
+        **record,
+        "status": STATUS_INTERRUPTED,
+        "failure": why,
+        "recorded_status": STATUS_RUNNING,
+    }
+
+
 def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    atomic_write(run_dir / RUN_FILE, dump_json({"schema_version": SCHEMA_VERSION, **meta}))
+    record = stamp_writer({"schema_version": SCHEMA_VERSION, **meta})
+    atomic_write(run_dir / RUN_FILE, dump_json(record))
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -148,6 +212,20 @@ class Run:
         ctx = self.meta.get("context", {})
         return ctx if isinstance(ctx, dict) else {}
 
+    @property
+    def unfinished(self) -> str | None:
+        """How the run did not finish, e.g. "was interrupted (its launcher (pid 7) is gone)";
+        None when it did, or does not say (imported and older files)."""
+        status = self.meta.get("status")
+        if status in (None, "complete"):
+            return None
+        how = _UNFINISHED.get(str(status), f"is {status}")
+        why = self.meta.get("failure")
+        return how + (f" ({why})" if why else "")
+
+
+_UNFINISHED = {"failed": "failed", "interrupted": "was interrupted", "running": "has not finished"}
+
 
 def load_run(path: Path) -> Run:
     """Read a run directory (or its run.json). Raises UserError naming what is wrong."""
@@ -159,7 +237,7 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: no such run directory")
     if not (run_dir / RUN_FILE).is_file():
         raise UserError(f"{path}: not a run directory (no {RUN_FILE} in it)")
-    meta = load_json(run_dir / RUN_FILE)
+    meta = recognise_status(load_json(run_dir / RUN_FILE))
     results_path = run_dir / RESULTS_JSON
     rows: list[ResultRow] = []
     if results_path.exists():

@@ -22,7 +22,15 @@ from commbench.compare import Comparison, GateSettings, compare_runs
 from commbench.errors import EXIT_OK, UserError
 from commbench.report.runs import load_any
 from commbench.results.schema import SCHEMA_VERSION
-from commbench.results.store import Run, atomic_write, dump_json, load_json
+from commbench.results.store import (
+    STATUS_RUNNING,
+    Run,
+    atomic_write,
+    dump_json,
+    load_json,
+    recognise_status,
+    stamp_writer,
+)
 
 SUITE_FILE = "suite.json"
 SUITE_KIND = "suite"
@@ -58,7 +66,7 @@ def write_suite(path: Path, meta: dict[str, Any], entries: list[Entry]) -> None:
         **meta,
         "entries": [e.to_dict() for e in entries],
     }
-    atomic_write(path / SUITE_FILE, dump_json(payload))
+    atomic_write(path / SUITE_FILE, dump_json(stamp_writer(payload)))
 
 
 def is_suite(path: Path) -> bool:
@@ -67,7 +75,7 @@ def is_suite(path: Path) -> bool:
 
 def load_suite_dir(path: Path) -> SuiteRecord:
     path = Path(path)
-    meta = load_json(path / SUITE_FILE)
+    meta = recognise_status(load_json(path / SUITE_FILE))
     if meta.get("kind") != SUITE_KIND:
         raise UserError(f"{path / SUITE_FILE}: not a suite file")
     raw = meta.get("entries")
@@ -79,6 +87,10 @@ def load_suite_dir(path: Path) -> SuiteRecord:
             entries.append(Entry(**item))
         except TypeError as exc:
             raise UserError(f"{path / SUITE_FILE}: entries[{i}]: {exc}") from None
+    if meta.get("recorded_status") == STATUS_RUNNING:  # its launcher is gone: so is the entry's
+        for entry in entries:
+            if entry.status == STATUS_RUNNING:
+                entry.status, entry.failure = meta["status"], meta["failure"]
     return SuiteRecord(path=path, meta=meta, entries=entries)
 
 
