@@ -17,6 +17,8 @@ from commbench.errors import UserError
 from commbench.topology import pairs as verdicts
 from commbench.topology.cpus import is_cpu_list
 from commbench.topology.model import (
+    MAX_GPUS,
+    MAX_NVLINKS,
     PCIE_LABELS,
     UNKNOWN_LABEL,
     Gpu,
@@ -29,7 +31,9 @@ from commbench.topology.model import (
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_GPU = re.compile(r"^GPU(\d+)$")
+_GPU = re.compile(r"^GPU[0-9]+$")
+_NV_ANY = re.compile(r"^NV[0-9]+$")
+_NUMBER = re.compile(r"^[0-9]{1,6}$")  # NUMA node ids: ASCII, and no node has 7 digits
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 # The trailing columns nvidia-smi has printed over the years, in order.
 _TRAILERS = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
@@ -86,10 +90,19 @@ def _cell(token: str, line: int, row: str, column: str) -> str:
     label = _ALIASES.get(token, token)
     if label in PCIE_LABELS or label in ("X", UNKNOWN_LABEL) or nvlink_count(label) > 0:
         return label
+    if _NV_ANY.match(token):
+        raise UserError(
+            f"line {line}: {row} column {column}: {_short(token)} names more NVLinks than a "
+            f"GPU pair has (at most {MAX_NVLINKS})"
+        )
     raise UserError(
-        f"line {line}: {row} column {column}: {token!r} is not a topology label "
+        f"line {line}: {row} column {column}: {_short(token)} is not a topology label "
         "(X, NV#, PIX, PXB, PHB, NODE, SYS or N/A)"
     )
+
+
+def _short(token: str) -> str:
+    return repr(token if len(token) <= 40 else token[:37] + "...")
 
 
 def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[str, str]:
@@ -101,16 +114,16 @@ def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[s
     extras = dict(zip(titles, values, strict=False))
     cpus = extras.get("CPU Affinity")
     if cpus is not None and cpus != UNKNOWN_LABEL and not is_cpu_list(cpus):
-        raise UserError(f"line {line}: {row} CPU Affinity: {cpus!r} is not a CPU list")
+        raise UserError(f"line {line}: {row} CPU Affinity: {_short(cpus)} is not a CPU list")
     for title in ("NUMA Affinity", "NUMA", "GPU NUMA ID"):
         value = extras.get(title)
         if value is not None and value != UNKNOWN_LABEL and not is_cpu_list(value):
-            raise UserError(f"line {line}: {row} {title}: {value!r} is not a NUMA node")
+            raise UserError(f"line {line}: {row} {title}: {_short(value)} is not a NUMA node")
     return extras
 
 
 def _int_or_none(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    return int(value) if value is not None and _NUMBER.match(value) else None
 
 
 def parse_nvidia_smi(text: str) -> TopologySnapshot:
@@ -128,9 +141,21 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
     header_line = start + 1
     devices, titles = _header_columns(lines[start].split(), header_line)
     gpu_cols = [d for d in devices if _GPU.match(d)]
+    # a row per device and a column per device: the work grows with the square, so refuse
+    # what no node has before any row is read
+    if len(gpu_cols) > MAX_GPUS:
+        raise UserError(
+            f"line {header_line}: {len(gpu_cols)} GPUs: no node has that many (at most {MAX_GPUS})"
+        )
+    if len(devices) > 2 * MAX_GPUS:
+        raise UserError(
+            f"line {header_line}: {len(devices)} devices: no node has that many "
+            f"(at most {2 * MAX_GPUS} GPUs and NICs)"
+        )
     for expected, name in enumerate(gpu_cols):
         if name != f"GPU{expected}":
             raise UserError(f"line {header_line}: expected column GPU{expected}, found {name}")
+    column = {d: i for i, d in enumerate(devices)}
     rows: dict[str, _Row] = {}
     nic_names: dict[str, str] = {}
     in_matrix = True
@@ -144,7 +169,7 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
                 in_matrix = False
                 continue
             name = tokens[0]
-            if name not in devices:
+            if name not in column:
                 raise UserError(
                     f"line {line_no}: row {name!r} is not a device named in the header "
                     f"(line {header_line})"
@@ -160,7 +185,7 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
                 _cell(tok, line_no, name, col)
                 for tok, col in zip(tokens[1 : len(devices) + 1], devices, strict=True)
             ]
-            own = devices.index(name)
+            own = column[name]
             if cells[own] != "X":
                 raise UserError(
                     f"line {line_no}: row {name} column {name}: expected X, got {cells[own]!r}"
