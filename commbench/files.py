@@ -92,8 +92,8 @@ def path_kind(path: Path | str, what: str = "file") -> str:
     )
 
 
-def read_bytes(path: Path | str, what: str = "file", *, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the regular file `path`, at most `limit` of them.
+def read_bytes(path: Path | str, what: str = "file", *, limit: int | None = None) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` (MAX_FILE_BYTES) of them.
 
     Only a regular file is opened for reading: a FIFO would block the open (or, opened with
     O_NONBLOCK, read as empty or fail with EAGAIN, so its content would be wrong either way)
@@ -101,6 +101,7 @@ def read_bytes(path: Path | str, what: str = "file", *, limit: int = MAX_FILE_BY
     open itself is non-blocking and checked again with fstat, so a file swapped for a FIFO in
     between cannot hang us either.
     """
+    limit = MAX_FILE_BYTES if limit is None else limit
     kind = path_kind(path, what)
     if kind == "missing":
         raise UserError(f"{shown(path)}: no such {what}")
@@ -145,14 +146,16 @@ def decode(data: bytes, where: str, what: str = "file", *, lenient: bool = False
 
 
 def read_text(
-    path: Path | str, what: str = "file", *, lenient: bool = False, limit: int = MAX_FILE_BYTES
+    path: Path | str, what: str = "file", *, lenient: bool = False, limit: int | None = None
 ) -> str:
     """The UTF-8 text of the regular file `path` (see `read_bytes` and `decode`)."""
     return decode(read_bytes(path, what, limit=limit), shown(path), what, lenient=lenient)
 
 
-def read_stdin(what: str, *, limit: int = MAX_FILE_BYTES) -> str:
-    """Standard input as text (lenient), at most `limit` bytes: `-` for a file name."""
+def read_stdin(what: str, *, limit: int | None = None) -> str:
+    """Standard input as text (lenient), at most `limit` (MAX_FILE_BYTES) bytes: `-` for a
+    file name."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
         raise _too_big("<stdin>", what, limit)
