@@ -162,6 +162,30 @@ def read_stdin(what: str, *, limit: int | None = None) -> str:
     return decode(data, "<stdin>", what, lenient=True)
 
 
+def write_text(path: Path | str, text: str) -> None:
+    """Write `text` (UTF-8) to `path` where a user asked for it (`--out FILE`): a regular file,
+    or a FIFO or device such as /dev/stdout. A FIFO nobody reads would block the open forever,
+    so it is opened non-blocking and refused at once; any OSError is one line naming `path`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+    flags |= getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserError(
+                f"cannot write {shown(path)}: it is a FIFO that no process is reading"
+            ) from None
+        raise UserError(f"cannot write {shown(path)}: {exc.strerror or exc}") from None
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(text.encode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot write {shown(path)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
 # -- JSON --------------------------------------------------------------------------------------
 
 

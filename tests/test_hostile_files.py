@@ -885,3 +885,60 @@ def test_collectives_runs_with_a_corrupt_probe_cache(
     assert "Traceback" not in proc.stderr
     assert isinstance(strict_json(cache_dir / "probe-v1.json"), dict)
     assert all_json_strict(tmp_path / "out") >= 2
+
+
+# -- found by hostile testing of the change itself --------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_link_to_a_fifo_or_a_device_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "to-fifo.json").symlink_to(fifo)
+    (tmp_path / "to-zero.log").symlink_to("/dev/zero")
+    assert_refused(cli("topo", "--from", tmp_path / "to-fifo.json"), "FIFO")
+    assert_refused(cli("import", "nccl-tests", tmp_path / "to-zero.log"), "character device")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topo", "--from", str(SNAPSHOT), "--out"],
+        ["report", str(RUN_A), "--out"],
+        ["compare", str(RUN_A), str(RUN_A), "--out"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_out_at_a_fifo_nobody_reads_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    """Writing there would block forever; a FIFO with a reader, or /dev/stdout, still works."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert_refused(cli(*args, fifo), "FIFO that no process is reading")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [
+        ("\t" + "\t".join(f"GPU{i}" for i in range(200_000)), "200000 GPUs: no node"),
+        ("GPU0 GPU1 " + " ".join(f"mlx5_{i}" for i in range(200_000)), "200002 devices: no node"),
+        ("\tGPU0\tGPU1\tGPU٢", "'GPU٢' is not a GPU column"),
+    ],
+    ids=["200k GPUs", "200k NICs", "non-ASCII GPU index"],
+)
+def test_matrix_headers_no_node_has_are_refused_at_once(
+    tmp_path: Path, header: str, fragment: str
+) -> None:
+    """A header of 200k columns took quadratic time to split before any bound was checked."""
+    smi = tmp_path / "wide.txt"
+    smi.write_text(header + "\nGPU0\tX\n")
+    assert_refused(cli("topo", "--from-smi", smi), fragment)
+
+
+def test_a_matrix_row_with_many_extra_fields_is_one_short_line(tmp_path: Path) -> None:
+    smi = tmp_path / "extras.txt"
+    smi.write_text(SMI.read_text().replace("8-15,24-31", "8-15,24-31" + " x" * 100_000, 1))
+    result = cli("topo", "--from-smi", smi)
+    assert_refused(result, "more field(s) than the header names")
+    assert len(result.stderr) < 1000

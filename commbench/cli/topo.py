@@ -9,7 +9,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.errors import UserError
-from commbench.files import dump_json, read_stdin, read_text
+from commbench.files import dump_json, read_stdin, read_text, write_text
 
 
 class Format(str, Enum):
@@ -76,10 +76,7 @@ def register(app: typer.Typer) -> None:
             table = render(snapshot)
             body = dump_json(snapshot.to_dict()) if fmt is Format.json else table
             if out is not None:
-                try:
-                    out.write_text(body, encoding="utf-8")
-                except OSError as exc:
-                    raise UserError(f"{out}: cannot write: {exc.strerror or exc}") from None
+                write_text(out, body)
                 typer.echo(table, nl=False)
             else:
                 typer.echo(body, nl=False)

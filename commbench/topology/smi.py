@@ -55,26 +55,26 @@ def _strip(text: str) -> list[str]:
     return [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
 
 
+def _starts(tokens: list[str], i: int, title: tuple[str, ...]) -> bool:
+    return tuple(tokens[i : i + len(title)]) == title
+
+
 def _header_columns(tokens: list[str], line: int) -> tuple[list[str], list[str]]:
-    """Split header tokens into device names and trailing column titles."""
+    """Split header tokens into device names and trailing column titles (linear: a header of
+    a million tokens is refused by the caller's bounds, not by minutes of slicing here)."""
+    titles_all = (*_TRAILERS, _SHORT_NUMA)
     devices: list[str] = []
     i = 0
-    while i < len(tokens):
-        rest = tuple(tokens[i:])
-        if any(rest[: len(t)] == t for t in _TRAILERS) or rest[:1] == _SHORT_NUMA:
-            break
+    while i < len(tokens) and not any(_starts(tokens, i, t) for t in titles_all):
         devices.append(tokens[i])
         i += 1
     titles: list[str] = []
     while i < len(tokens):
-        rest = tuple(tokens[i:])
-        for title in (*_TRAILERS, _SHORT_NUMA):
-            if rest[: len(title)] == title:
-                titles.append(" ".join(title))
-                i += len(title)
-                break
-        else:
-            raise UserError(f"line {line}: unknown header column starting at {tokens[i]!r}")
+        title = next((t for t in titles_all if _starts(tokens, i, t)), None)
+        if title is None:
+            raise UserError(f"line {line}: unknown header column starting at {_short(tokens[i])}")
+        titles.append(" ".join(title))
+        i += len(title)
     return devices, titles
 
 
@@ -109,7 +109,7 @@ def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[s
     if len(values) > len(titles):
         raise UserError(
             f"line {line}: {row} has {len(values) - len(titles)} more field(s) than the "
-            f"header names ({' '.join(values)!r} after the matrix cells)"
+            f"header names ({_short(' '.join(values))} after the matrix cells)"
         )
     extras = dict(zip(titles, values, strict=False))
     cpus = extras.get("CPU Affinity")
@@ -139,7 +139,13 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
             "no `nvidia-smi topo -m` matrix found: expected a header line starting with GPU0"
         )
     header_line = start + 1
-    devices, titles = _header_columns(lines[start].split(), header_line)
+    tokens = lines[start].split()
+    devices, titles = _header_columns(tokens, header_line)
+    for name in devices:
+        if name.startswith("GPU") and not _GPU.match(name):
+            raise UserError(
+                f"line {header_line}: {_short(name)} is not a GPU column (GPU0, GPU1, ...)"
+            )
     gpu_cols = [d for d in devices if _GPU.match(d)]
     # a row per device and a column per device: the work grows with the square, so refuse
     # what no node has before any row is read
