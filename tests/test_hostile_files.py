@@ -820,7 +820,8 @@ CACHE_VARIANTS = [
     "{",
     "1" * 5000,
     '{"KEY": {"ok": true, "device_count": "x"}}',
-    '{"KEY": {"ok": true, "device_count": 0, "memory_bytes": {}}}',
+    '{"KEY": {"ok": true, "device_count": 0, "memory": {"0": [1, 2]}}}',
+    '{"KEY": {"ok": true, "device_count": 0, "memory": {"0": "x"}}}',
     '{"KEY": []}',
     "fifo",
     "directory",
@@ -863,7 +864,8 @@ def test_collectives_runs_with_a_corrupt_probe_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real command, a real probe process and real workers, after a cache nested 20,000
-    levels deep (RecursionError before)."""
+    levels deep (RecursionError before). A point that cannot run (sendrecv at one rank) has no
+    time: every file, the journal's lines too, holds null there, never NaN."""
     import subprocess
     import sys
 
@@ -871,8 +873,16 @@ def test_collectives_runs_with_a_corrupt_probe_cache(
     cache_dir.mkdir()
     (cache_dir / "probe-v1.json").write_text("[" * DEEP + "]" * DEEP)
     env = dict(os.environ, COMMBENCH_CACHE_DIR=str(cache_dir))
-    args = ["collectives", "--device", "cpu", "--backend", "gloo", "--nproc", "2"]
-    args += ["--ops", "all_reduce", "--sizes", "1K", "--no-plot", "--out", str(tmp_path / "out")]
+    args = ["collectives", "--device", "cpu", "--backend", "gloo", "--nproc", "1"]
+    args += [
+        "--ops",
+        "sendrecv,all_reduce",
+        "--sizes",
+        "1K",
+        "--no-plot",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "commbench", *args],
         capture_output=True,
@@ -884,7 +894,12 @@ def test_collectives_runs_with_a_corrupt_probe_cache(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert isinstance(strict_json(cache_dir / "probe-v1.json"), dict)
-    assert all_json_strict(tmp_path / "out") >= 2
+    assert all_json_strict(tmp_path / "out") >= 3
+    (run,) = (tmp_path / "out").iterdir()
+    rows = strict_json(run / "results.json")["rows"]
+    assert [r["time_us"] is None for r in rows] == [True, False]
+    for line in (run / "events.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=_no_constant)
 
 
 # -- found by hostile testing of the change itself --------------------------------------------

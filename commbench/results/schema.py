@@ -106,6 +106,8 @@ class ResultRow:
             if name not in f.data:
                 continue
             value = f.data[name]
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None  # NaN from a reader that allows it: no value, as null is
             if value is None and name in _NAN_WHEN_NULL:
                 kwargs[name] = (
                     math.nan
