@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
+from commbench.files import write_text
 from commbench.results.exporters import Format
 from commbench.results.store import writing
 
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 with writing(out):
                     out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_text(text, encoding="utf-8")
+                    write_text(out, text)
             code = exit_code(results)
         typer.echo(text, nl=False)
         for _, result in results:  # whatever the format: csv has no verdict line to say it

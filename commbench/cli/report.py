@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
+from commbench.files import write_text
 from commbench.report.options import Images, ReportFormat
 from commbench.results.store import writing
 
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 with writing(out):
                     out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_text(text, encoding="utf-8")
+                    write_text(out, text)
                 typer.echo(str(out), err=True)
                 return
         typer.echo(text, nl=False)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 
@@ -11,7 +9,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.errors import UserError
-from commbench.files import read_text
+from commbench.files import dump_json, read_stdin, read_text, write_text
 
 
 class Format(str, Enum):
@@ -23,7 +21,7 @@ class Format(str, Enum):
 
 def _read_text(path: Path) -> str:
     if str(path) == "-":
-        return sys.stdin.read()
+        return read_stdin("nvidia-smi topo -m output")
     return read_text(path, "nvidia-smi topo -m output", lenient=True)
 
 
@@ -76,12 +74,9 @@ def register(app: typer.Typer) -> None:
             else:
                 snapshot = discover()
             table = render(snapshot)
-            body = json.dumps(snapshot.to_dict(), indent=2) + "\n" if fmt is Format.json else table
+            body = dump_json(snapshot.to_dict()) if fmt is Format.json else table
             if out is not None:
-                try:
-                    out.write_text(body, encoding="utf-8")
-                except OSError as exc:
-                    raise UserError(f"{out}: cannot write: {exc.strerror or exc}") from None
+                write_text(out, body)
                 typer.echo(table, nl=False)
             else:
                 typer.echo(body, nl=False)

@@ -13,7 +13,65 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+MAX_DEVICES = 1 << 16
+MAX_MEMORY_BYTES = 1 << 50
+
+
+def check_answer(data: Any) -> dict[str, Any] | None:
+    """A probe answer (from the child, or the cache) as the launcher reads it, or None when it
+    is not one: a cache file is ours to rebuild, and a child that printed something else has
+    failed, so neither may stop the tool with a traceback."""
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        return None
+    if not data["ok"]:
+        return data if isinstance(data.get("error"), str) else None
+    count = data.get("device_count", 0)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
+        return None
+    memory = data.get("memory")
+    if memory is not None and not (
+        isinstance(memory, dict) and all(_free_total(k, v) for k, v in memory.items())
+    ):
+        return None
+    return data
+
+
+def _free_total(gpu: Any, value: Any) -> bool:
+    """One entry of an answer's `memory`: "GPU index": [free bytes, total bytes]."""
+    return (
+        isinstance(gpu, str)
+        and gpu.isascii()
+        and gpu.isdigit()
+        and isinstance(value, list)
+        and len(value) == 2
+        and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_MEMORY_BYTES
+            for v in value
+        )
+    )
+
+
+def read_cache(path: Path) -> dict[str, dict[str, Any]]:
+    """The probe cache's good answers by key; {} when the file is missing or is not a cache
+    (a list, a string, nested 20,000 deep, a FIFO): it is then rebuilt, never an error."""
+    from commbench.errors import UserError
+    from commbench.files import load_json
+
+    try:
+        data = load_json(path, "probe cache")
+    except UserError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        key: answer
+        for key, value in data.items()
+        # free memory is never cached: an entry holding it was not written by us
+        if (answer := check_answer(value)) is not None and answer["ok"] and "memory" not in answer
+    }
 
 
 def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:

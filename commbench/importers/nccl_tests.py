@@ -16,7 +16,7 @@ become rows (`in_place` false/true); `#wrong` becomes the `check` column.
 
 from __future__ import annotations
 
-import json
+import io
 import math
 import re
 import time
@@ -26,9 +26,38 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES as ELEMENT_BYTES
 from commbench.errors import UserError
-from commbench.files import read_text
-from commbench.results.schema import CHECK_FAILED, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.fields import (
+    Fields,
+    Value,
+    anything,
+    integer,
+    integer_in,
+    list_of,
+    number_in,
+    string,
+)
+from commbench.files import parse_json as parse_json_text
+from commbench.files import read_text, shown
+from commbench.results.schema import (
+    CHECK_FAILED,
+    CHECK_OK,
+    CHECK_SKIPPED,
+    MAX_COUNT,
+    MAX_GBPS,
+    MAX_SIZE_BYTES,
+    MAX_TIME_US,
+    MAX_WORLD_SIZE,
+    ResultRow,
+)
 from commbench.results.store import new_run_dir, write_results, write_run_meta
+
+# Bounds on a log, past what any nccl-tests run prints: a table of 8 B-16 GB is 32 sizes, so
+# even a log of every op, dtype and a hundred repetitions stays far below. Past them a file is
+# not a log (or is a hostile one) and would cost minutes and gigabytes to store.
+MAX_ROWS = 100_000
+"""Result rows (each table line gives two: out-of-place and in-place)."""
+MAX_RANK_LINES = 1 << 17
+"""`Rank N ... device` lines: the largest published runs have tens of thousands of GPUs."""
 
 # nccl-tests type names -> commbench dtype names (others are kept as printed).
 DTYPES = {
@@ -74,25 +103,30 @@ NON_REDUCING = {"all_gather", "all_to_all", "broadcast", "gather", "scatter", "s
 OLD_ERROR_LIMIT = {"float16": 5e-2, "bfloat16": 5e-2}
 OLD_ERROR_LIMIT_DEFAULT = 1e-3
 
-_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?\s?)")
-_DEBUG_RE = re.compile(r"^\S+:\d+:\d+ \[\d+\] ")
+# [0-9], not \d, throughout: \d takes any script's digits, which int() then reads as numbers
+_PREFIX_RE = re.compile(r"^(?:\[[0-9]+(?:,[0-9]+)*\](?:<std(?:out|err)>)?:?\s?)")
+_DEBUG_RE = re.compile(r"^\S+:[0-9]+:[0-9]+ \[[0-9]+\] ")
 _HEADER_RE = re.compile(
-    r"nThread\s+(?P<nthread>\d+)\s+nGpus\s+(?P<ngpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+"
-    r"maxBytes\s+(?P<max>\d+)\s+step:\s*(?P<step>\d+)\((?P<steptype>\w+)\)\s+"
-    r"warmup iters:\s*(?P<warmup>\d+)\s+iters:\s*(?P<iters>\d+)"
+    r"nThread\s+(?P<nthread>[0-9]+)\s+nGpus\s+(?P<ngpus>[0-9]+)\s+minBytes\s+(?P<min>[0-9]+)\s+"
+    r"maxBytes\s+(?P<max>[0-9]+)\s+step:\s*(?P<step>[0-9]+)\((?P<steptype>\w+)\)\s+"
+    r"warmup iters:\s*(?P<warmup>[0-9]+)\s+iters:\s*(?P<iters>[0-9]+)"
 )
-_KV_RE = re.compile(r"(agg iters|validation|graph|unalign):\s*(\d+)")
+_KV_RE = re.compile(r"(agg iters|validation|graph|unalign):\s*([0-9]+)")
 _RANK_RE = re.compile(
-    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+"
-    r"(?P<host>\S+)\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.+?)\s*$"
+    r"^#?\s*Rank\s+(?P<rank>[0-9]+)\s+(?:Group\s+(?P<group>[0-9]+)\s+)?Pid\s+(?P<pid>[0-9]+)\s+on\s+"
+    r"(?P<host>\S+)\s+device\s+(?P<device>[0-9]+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.+?)\s*$"
 )
 _TESTS_VERSION_RE = re.compile(
     r"nccl-tests version\s+(?P<version>\S+)(?:\s+\((?P<commit>\w+)\))?"
-    r"(?:.*?nccl-library=(?P<library>\d+))?"
+    r"(?:.*?nccl-library=(?P<library>[0-9]+))?"
 )
-_NCCL_VERSION_RE = re.compile(r"NCCL version\s+(?P<nccl>[\d.]+)(?:[+-]cuda(?P<cuda>[\d.]+))?")
+_NCCL_VERSION_RE = re.compile(r"NCCL version\s+(?P<nccl>[0-9.]+)(?:[+-]cuda(?P<cuda>[0-9.]+))?")
 _STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
-_ROW_START_RE = re.compile(r"^\s*\d+\s+\d+\s")
+_ROW_START_RE = re.compile(r"^\s*[0-9]+\s+[0-9]+\s")
+_AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
+_INT_RE = re.compile(r"^[0-9]{1,19}$")  # fits int64, as nccl-tests' own counters
+_FLOAT_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
+_NON_FINITE = {"inf", "+inf", "-inf", "nan", "-nan", "+nan"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -136,15 +170,33 @@ def op_from_text(text: str) -> str | None:
     return OP_NAMES[match.group(1).lower()] if match else None
 
 
-def _float(token: str) -> float:
-    return math.nan if token.upper() == "N/A" else float(token)
+def _int(token: str) -> int:
+    """A non-negative integer as nccl-tests prints one: ASCII digits, at most 19 of them."""
+    if not _INT_RE.match(token):
+        raise ValueError(f"{token[:40]!r} is not an integer")
+    return int(token)
+
+
+def _float(token: str, limit: float = math.inf) -> float:
+    """A number as nccl-tests prints one (ASCII, non-negative, at most `limit`); `N/A` and
+    the `inf`/`nan` a zero time gives read as NaN, which files store as null."""
+    if token.upper() == "N/A" or token.lower() in _NON_FINITE:
+        return math.nan
+    if not _FLOAT_RE.match(token):
+        raise ValueError(f"{token[:40]!r} is not a number")
+    value = float(token)
+    if not 0 <= value <= limit:
+        raise ValueError(f"{token} is outside 0..{limit:g}")
+    return value
 
 
 def _check(token: str, old_style: bool, dtype: str) -> tuple[str, str]:
     """(check, note) from a `#wrong` count or an old `error` deviation."""
     if token.upper() == "N/A":
         return CHECK_SKIPPED, ""
-    value = float(token)
+    value = _float(token)
+    if math.isnan(value):
+        return CHECK_SKIPPED, ""
     if old_style:
         limit = OLD_ERROR_LIMIT.get(dtype, OLD_ERROR_LIMIT_DEFAULT)
         if value > limit:
@@ -242,7 +294,9 @@ def _given_op(given: str | None, logged: str | None, source: str) -> str | None:
 
 class _TextParser:
     def __init__(self, text: str, source: str, op: str | None, world_size: int | None) -> None:
-        self.lines = text.splitlines()
+        self.text = text
+        self.raw = ""  # the line being parsed, for error messages
+        self.rows = 0
         self.source = source
         self.forced_op = op
         self.forced_world = world_size
@@ -254,9 +308,15 @@ class _TextParser:
         self.pending_op: str | None = None  # op named before its section's header line
 
     def fail(self, lineno: int, problem: str) -> UserError:
-        line = self.lines[lineno - 1].strip()
+        line = self.raw.strip()
         shown = line if len(line) <= 120 else line[:117] + "..."
         return UserError(f"{self.source}:{lineno}: {problem}: {shown!r}")
+
+    def integer(self, lineno: int, token: str) -> int:
+        try:
+            return _int(token)
+        except ValueError as exc:
+            raise self.fail(lineno, str(exc)) from None
 
     def section(self) -> Section:
         if self.current is None or (self.current.columns is not None and self.current.rows):
@@ -266,7 +326,9 @@ class _TextParser:
         return self.current
 
     def parse(self) -> Parsed:
-        for lineno, raw in enumerate(self.lines, start=1):
+        # line by line from a stream: no second copy of a large log as a list of lines
+        for lineno, raw in enumerate(io.StringIO(self.text, newline=None), start=1):
+            self.raw = raw
             line = _PREFIX_RE.sub("", raw.rstrip())
             self.line(lineno, line)
         sections = [s for s in self.sections if s.rows]
@@ -292,7 +354,7 @@ class _TextParser:
         if m := _TESTS_VERSION_RE.search(stripped):
             self.tests_version = m.group("version")
             if m.group("library"):
-                self.nccl = nccl_version_from_code(int(m.group("library")))
+                self.nccl = nccl_version_from_code(self.integer(lineno, m.group("library")))
             return
         if m := _STARTING_RE.search(stripped):
             self.pending_op = op_from_text(m.group(1))
@@ -302,26 +364,29 @@ class _TextParser:
             self.pending_op = None
             self.sections.append(self.current)
             header: dict[str, Any] = {
-                "nthread": int(m["nthread"]),
-                "ngpus": int(m["ngpus"]),
-                "min_bytes": int(m["min"]),
-                "max_bytes": int(m["max"]),
-                f"step_{m['steptype']}": int(m["step"]),
-                "warmup_iters": int(m["warmup"]),
-                "iters": int(m["iters"]),
+                "nthread": self.integer(lineno, m["nthread"]),
+                "ngpus": self.integer(lineno, m["ngpus"]),
+                "min_bytes": self.integer(lineno, m["min"]),
+                "max_bytes": self.integer(lineno, m["max"]),
+                f"step_{m['steptype']}": self.integer(lineno, m["step"]),
+                "warmup_iters": self.integer(lineno, m["warmup"]),
+                "iters": self.integer(lineno, m["iters"]),
             }
             for key, value in _KV_RE.findall(stripped):
-                header[key.replace(" ", "_")] = int(value)
+                header[key.replace(" ", "_")] = self.integer(lineno, value)
             self.current.header = header
             return
         if m := _RANK_RE.match(stripped):
-            self.section().ranks.append(
+            ranks = self.section().ranks
+            if len(ranks) >= MAX_RANK_LINES:
+                raise self.fail(lineno, f"more than {MAX_RANK_LINES} rank lines in one test")
+            ranks.append(
                 {
-                    "rank": int(m["rank"]),
-                    "group": int(m["group"]) if m["group"] is not None else None,
-                    "pid": int(m["pid"]),
+                    "rank": self.integer(lineno, m["rank"]),
+                    "group": self.integer(lineno, m["group"]) if m["group"] is not None else None,
+                    "pid": self.integer(lineno, m["pid"]),
                     "host": m["host"],
-                    "local_rank": int(m["device"]),
+                    "local_rank": self.integer(lineno, m["device"]),
                     "pci_bus_id": m["bus"],
                     "device_name": m["name"],
                 }
@@ -333,9 +398,12 @@ class _TextParser:
             self.columns(lineno, tokens)
             return
         if stripped.startswith("#"):
-            m = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", stripped)
+            m = _AVG_RE.search(stripped)
             if m and self.current is not None:
-                self.current.avg_busbw = float(m.group(1))
+                try:
+                    self.current.avg_busbw = _float(m.group(1), MAX_GBPS)
+                except ValueError as exc:
+                    raise self.fail(lineno, f"malformed average ({exc})") from None
             return  # comments, units, the out-of-place/in-place banner, summaries
         if _ROW_START_RE.match(stripped):
             self.data(lineno, stripped.split())
@@ -374,9 +442,11 @@ class _TextParser:
         lead = next(i for i, t in enumerate(cols) if t in ("time", "cputime"))
         named = dict(zip(cols[:lead], tokens[:lead]))
         try:
-            size, count = int(named["size"]), int(named["count"])
+            size, count = _int(named["size"]), _int(named["count"])
         except (KeyError, ValueError):
             raise self.fail(lineno, "size and count must be integers") from None
+        if size > MAX_SIZE_BYTES:
+            raise self.fail(lineno, f"a size over {MAX_SIZE_BYTES} bytes")
         if size == 0:
             section.dropped_empty += 1
             return  # nccl-tests prints zero-byte rows when a size rounds to no element
@@ -398,13 +468,24 @@ class _TextParser:
             values = dict(zip(cols[start : start + group], tokens[start : start + group]))
             wrong_key = "#wrong" if "#wrong" in values else "error"
             try:
-                time_us = _float(values.get("time", values.get("cputime", "nan")))
-                algbw = _float(values["algbw"])
-                busbw = _float(values["busbw"])
+                time_us = _float(values.get("time", values.get("cputime", "nan")), MAX_TIME_US)
+                algbw = _float(values["algbw"], MAX_GBPS)
+                busbw = _float(values["busbw"], MAX_GBPS)
                 check, note = _check(values.get(wrong_key, "N/A"), wrong_key == "error", dtype)
             except (KeyError, ValueError) as exc:
                 raise self.fail(lineno, f"malformed value ({exc})") from None
+            non_finite = [
+                name
+                for name in ("time", "algbw", "busbw")
+                if values.get(name, "").lower() in _NON_FINITE
+            ]
+            if non_finite:
+                printed = ", ".join(f"{n} {values[n]}" for n in non_finite)
+                note = "; ".join(t for t in (note, f"nccl-tests printed {printed}") if t)
             world = self.world_size(section, op, algbw, busbw, lineno)
+            self.rows += 1
+            if self.rows > MAX_ROWS:
+                raise self.fail(lineno, f"more than {MAX_ROWS} result rows: not one nccl-tests run")
             section.rows.append(
                 _row(
                     op=op,
@@ -435,9 +516,12 @@ class _TextParser:
             and header.get("ngpus")
             and header["nthread"] * header["ngpus"] > 1
         ):
-            return int(header["nthread"] * header["ngpus"])
+            world = int(header["nthread"] * header["ngpus"])
+            if world > MAX_WORLD_SIZE:
+                raise self.fail(lineno, f"nThread x nGpus is more than {MAX_WORLD_SIZE} ranks")
+            return world
         inferred = infer_world_size(op, algbw, busbw)
-        if inferred:
+        if inferred and inferred <= MAX_WORLD_SIZE:
             return inferred
         raise self.fail(lineno, "cannot tell the world size (no device lines): pass --world-size")
 
@@ -454,85 +538,111 @@ def parse_text(
 JSON_VERSIONS = (1, 2)
 
 
+_json_count = integer_in(0, MAX_COUNT)
+_json_world = integer_in(1, MAX_WORLD_SIZE)
+
+
+def _json_number(value: Any, path: str) -> float:
+    """time / alg_bw / bus_bw: a number, or null or "nan" (read as NaN, stored as null)."""
+    if value is None or (isinstance(value, str) and value.lower() in _NON_FINITE):
+        return math.nan
+    limit = MAX_TIME_US if path.endswith("time") else MAX_GBPS
+    return number_in(0, limit)(value, path)
+
+
+def _json_wrong(value: Any, path: str) -> str:
+    """nwrong: a count (nccl-tests writes it as a double: 0.0), or null / "N/A" when the
+    results were not checked."""
+    if value is None or value == "N/A":
+        return "N/A"
+    return f"{number_in(0, MAX_COUNT)(value, path):g}"
+
+
+def _json_device(item: Value) -> dict[str, Any]:
+    d = item.obj()
+    return {
+        "rank": d.opt("rank", _json_count),
+        "group": d.opt("group", _json_count),
+        "pid": d.opt("pid", integer),
+        "host": d.opt("hostname", string),
+        "local_rank": d.opt("device", _json_count),
+        "pci_bus_id": d.opt("device_hex", string),
+        "device_name": d.opt("device_info", string),
+    }
+
+
 def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Parsed:
-    """Parse the JSON file nccl-tests writes with `-J` (src/util.cu, file version 2)."""
+    """Parse the JSON file nccl-tests writes with `-J` (src/util.cu, file version 2).
+
+    Every field read is checked (type and bounds) where it is read, naming the field path:
+    `results[3].out_of_place.time: expected a number, got the string '12'`."""
     if not isinstance(data, dict) or "results" not in data:
         raise UserError(f"{source}: not an nccl-tests JSON file (no 'results')")
+    f = Fields(data, f"{source}:")
     version = data.get("version")
-    if version not in JSON_VERSIONS:
+    if isinstance(version, bool) or version not in JSON_VERSIONS:
         raise UserError(
-            f"{source}: nccl-tests JSON version {version!r} is not understood "
+            f"{source}: nccl-tests JSON version {repr(version)[:40]} is not understood "
             f"(known: {', '.join(map(str, JSON_VERSIONS))})"
         )
-    config = data.get("config") or {}
-    args = data.get("args") or []
+    config = f.sub("config") or Fields({}, f"{source}: config")
+    args = f.opt("args", list_of(anything)) or []
     logged = next((o for a in args if isinstance(a, str) and (o := op_from_text(a))), None)
     op = _given_op(op, logged, source) or op_from_text(Path(source).name)
     if op is None:
         raise UserError(f"{source}: cannot tell which collective this file measured: pass --op")
-    ranks = [
-        {
-            "rank": d.get("rank"),
-            "group": d.get("group"),
-            "pid": d.get("pid"),
-            "host": d.get("hostname"),
-            "local_rank": d.get("device"),
-            "pci_bus_id": d.get("device_hex"),
-            "device_name": d.get("device_info"),
-        }
-        for d in config.get("devices") or []
-        if isinstance(d, dict)
-    ]
-    world = len(ranks) or int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
+    devices = config.items("devices", required=False, max_items=MAX_RANK_LINES)
+    ranks = [_json_device(item) for item in devices]
+    nthreads = config.opt("nthreads", _json_world) or 1
+    ngpus = config.opt("ngpus", _json_world) or 1
+    world = len(ranks) or nthreads * ngpus
+    if world > MAX_WORLD_SIZE:
+        raise UserError(f"{source}: config: nthreads x ngpus is more than {MAX_WORLD_SIZE} ranks")
     header = {
-        "nthread": config.get("nthreads"),
-        "ngpus": config.get("ngpus"),
-        "min_bytes": config.get("minimum_bytes"),
-        "max_bytes": config.get("maximum_bytes"),
-        "warmup_iters": config.get("warmup_iters"),
-        "iters": config.get("iterations"),
-        "agg_iters": config.get("aggregated_iterations"),
-        "validation": config.get("validation"),
-        "graph": config.get("graph"),
+        "nthread": config.opt("nthreads", _json_world),
+        "ngpus": config.opt("ngpus", _json_world),
+        "min_bytes": config.opt("minimum_bytes", integer_in(0, MAX_SIZE_BYTES)),
+        "max_bytes": config.opt("maximum_bytes", integer_in(0, MAX_SIZE_BYTES)),
+        "warmup_iters": config.opt("warmup_iters", _json_count),
+        "iters": config.opt("iterations", _json_count),
+        "agg_iters": config.opt("aggregated_iterations", _json_count),
+        "validation": config.opt("validation", _json_count),
+        "graph": config.opt("graph", _json_count),
     }
     section = Section(op=op, header=header, ranks=ranks)
-    results = data["results"]
-    if not isinstance(results, list):
-        raise UserError(f"{source}: 'results' must be a list")
-    for i, item in enumerate(results):
-        where = f"{source}: results[{i}]"
-        if not isinstance(item, dict):
-            raise UserError(f"{where}: expected an object")
-        try:
-            size, count = int(item["size"]), int(item["count"])
-        except (KeyError, TypeError, ValueError):
-            raise UserError(f"{where}: 'size' and 'count' must be integers") from None
+    results = f.items("results", max_items=MAX_ROWS // 2)
+    for item in results:
+        r = item.obj()
+        size = r.req("size", integer_in(0, MAX_SIZE_BYTES))
+        count = r.req("count", _json_count)
         if size == 0:
             section.dropped_empty += 1
             continue
-        dtype = DTYPES.get(str(item.get("type", "float")), str(item.get("type")))
-        redop = str(item.get("redop", ""))
+        type_name = r.opt("type", string) or "float"
+        dtype = DTYPES.get(type_name, type_name)
+        redop = r.opt("redop", string) or ""
         reduce_op = "" if op in NON_REDUCING or redop in ("none", "-") else redop
+        iters = r.opt("actual_iterations", _json_count) or header["iters"] or 0
         for in_place, key in ((False, "out_of_place"), (True, "in_place")):
-            body = item.get(key)
+            body = r.sub(key)
             if body is None:
                 continue
-            if not isinstance(body, dict):
-                raise UserError(f"{where}.{key}: expected an object")
-            try:
-                time_us = _json_number(body.get("time", body.get("cpu_time")))
-                algbw = _json_number(body["alg_bw"])
-                busbw = _json_number(body["bus_bw"])
-            except (KeyError, TypeError, ValueError):
-                raise UserError(
-                    f"{where}.{key}: 'time', 'alg_bw' and 'bus_bw' must be numbers"
-                ) from None
-            wrong = body.get("nwrong")
-            check, note = _check("N/A" if wrong is None else str(wrong), False, dtype)
-            per_iter = item.get(f"{key}_per_iter") or {}
-            samples = per_iter.get("times_us") if isinstance(per_iter, dict) else None
-            if samples is not None and not all(isinstance(s, int | float) for s in samples):
-                raise UserError(f"{where}.{key}_per_iter.times_us: expected numbers")
+            time_key = "time" if body.data.get("time") is not None else "cpu_time"
+            time_us = _json_number(body.data.get(time_key), body.at(time_key))
+            for name in ("alg_bw", "bus_bw"):
+                if name not in body.data:  # null is there: a NaN or Infinity nccl-tests wrote
+                    raise UserError(f"{body.at(name)}: missing")
+            algbw = _json_number(body.data["alg_bw"], body.at("alg_bw"))
+            busbw = _json_number(body.data["bus_bw"], body.at("bus_bw"))
+            check, note = _check(
+                _json_wrong(body.data.get("nwrong"), body.at("nwrong")), False, dtype
+            )
+            per_iter = r.sub(f"{key}_per_iter")
+            samples = (
+                per_iter.opt("times_us", list_of(number_in(0, MAX_TIME_US)))
+                if per_iter is not None
+                else None
+            )
             section.rows.append(
                 _row(
                     op=op,
@@ -547,28 +657,20 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
                     check=check,
                     note=note,
                     in_place=in_place,
-                    iters=int(item.get("actual_iterations") or header.get("iters") or 0),
-                    warmup=int(header.get("warmup_iters") or 0),
-                    samples=[float(s) for s in samples] if samples else None,
+                    iters=int(iters),
+                    warmup=int(header["warmup_iters"] or 0),
+                    samples=samples or None,
                 )
             )
     if not section.rows:
         raise UserError(f"{source}: no results in the JSON file")
-    code = data.get("nccl_version")
+    code = f.opt("nccl_version", integer_in(0, 10**9))
     return Parsed(
         source=source,
         sections=[section],
-        nccl=nccl_version_from_code(code) if isinstance(code, int) and code > 0 else None,
+        nccl=nccl_version_from_code(code) if code else None,
         fmt="json",
     )
-
-
-def _json_number(value: Any) -> float:
-    if value == "nan" or value is None:
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(value)
-    return float(value)
 
 
 # -- run directory ------------------------------------------------------------------------------
@@ -577,12 +679,8 @@ def _json_number(value: Any) -> float:
 def parse_file(path: Path, op: str | None = None, world_size: int | None = None) -> Parsed:
     text = read_text(Path(path), "nccl-tests log", lenient=True)
     if text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-        return parse_json(data, str(path), op)
-    return parse_text(text, str(path), op, world_size)
+        return parse_json(parse_json_text(text, shown(path)), shown(path), op)
+    return parse_text(text, shown(path), op, world_size)
 
 
 def context_of(parsed: Parsed) -> dict[str, Any]:

@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from commbench.collectives.probe import check_answer, read_cache
 from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
+from commbench.files import dump_json, parse_json
 from commbench.gpu_memory import COLLECTIVES_RESERVE, COLLECTIVES_RESERVE_FOR, refuse_if_short
 from commbench.results.store import atomic_write
 from commbench.sizes import format_amount, format_size
@@ -60,18 +62,15 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
     """
     key = _probe_cache_key(settings)
     cache_path = _probe_cache()
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    result = cache.get(key) if isinstance(cache, dict) else None
+    cache = read_cache(cache_path)  # a corrupt cache reads as empty and is rewritten
+    result = cache.get(key)
     if result is None:
         result = _run_probe(settings)
         # free memory changes from one run to the next: never cached
         cache[key] = {k: v for k, v in result.items() if k != "memory"}
         try:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(cache_path, json.dumps(cache))
+            atomic_write(cache_path, dump_json(cache, indent=None))
         except (OSError, UserError):
             pass  # a read-only home only costs the next run a probe
     if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
@@ -126,7 +125,12 @@ def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"could not probe torch.distributed: {tail}")
-    result: dict[str, Any] = json.loads(lines[-1])
+    try:
+        result = check_answer(parse_json(lines[-1], "the probe's answer"))
+    except UserError:
+        result = None
+    if result is None:
+        raise UserError(f"could not probe torch.distributed: unexpected answer {lines[-1][:80]!r}")
     if not result.get("ok"):
         raise UserError(str(result.get("error")))
     return result

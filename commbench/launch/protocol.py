@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from commbench.files import dump_json
 from commbench.launch import procs
 from commbench.results.store import RESULTS_CSV, RESULTS_JSON, RUN_FILE, atomic_write, temp_name
 
@@ -46,7 +47,7 @@ class Journal:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: dict[str, Any]) -> None:
-        os.write(self._fd, (json.dumps(event) + "\n").encode())
+        os.write(self._fd, dump_json(event, indent=None).encode())  # strict: NaN is null
 
     def close(self) -> None:
         os.close(self._fd)

@@ -227,7 +227,7 @@ def build_report(
         if meta.get("warnings"):
             blocks.append(Bullets([f"warning: {w}" for w in meta["warnings"]]))
         if meta.get("topology_file"):
-            topo = load_json(path / str(meta["topology_file"]))
+            topo = load_json(path / str(meta["topology_file"]), "topology snapshot")
             blocks += topology_blocks(topo, 2)
         for name, comparison in comparisons or []:
             blocks += comparison_blocks(name, comparison, 2)

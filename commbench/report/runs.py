@@ -11,30 +11,84 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from commbench.errors import UserError
-from commbench.results.schema import ResultRow
+from commbench.fields import (
+    Conv,
+    Fields,
+    boolean,
+    integer_in,
+    list_of,
+    number_in,
+    string,
+)
+from commbench.files import shown
+from commbench.results.schema import MAX_COUNT, MAX_GBPS, MAX_SIZE_BYTES, ResultRow
 from commbench.results.store import (
     RESULTS_JSON,
     RUN_FILE,
     Run,
-    load_json,
-    load_run,
-    recognise_status,
+    load_meta,
+    load_rows,
+    result_rows,
+    run_dir_of,
 )
 
 P2P_KIND = "p2p"
 P2P_OP = "p2p"
 
+_ms = number_in(0, 1e12)
+_gbps = number_in(0, MAX_GBPS)
+_count = integer_in(0, MAX_COUNT)
+# A p2p results.json row: the fields `p2p_result_row` and the p2p heatmap read, with their
+# types; checked once when the file is read (the row's own dataclass is `P2PRow`).
+_P2P_FIELDS: dict[str, Conv[Any]] = {
+    "step": _count,
+    "test": string,
+    "mode": string,
+    "direction": string,
+    "copy": string,
+    "src": integer_in(0, 1 << 16),
+    "dst": integer_in(0, 1 << 16),
+    "pair": string,
+    "size_bytes": integer_in(0, MAX_SIZE_BYTES),
+    "dtype": string,
+    "time_ms": _ms,
+    "bw_gbps": _gbps,
+    "peak_gbps": _gbps,
+    "ceiling_gbps": _gbps,
+    "expected_gbps": _gbps,
+    "efficiency": number_in(0, 1e9),
+    "link": string,
+    "nvlinks": _count,
+    "p2p": boolean,
+    "path": string,
+    "suspicious": boolean,
+    "diagnosis": string,
+    "check": string,
+    "min_ms": _ms,
+    "q1_ms": _ms,
+    "q3_ms": _ms,
+    "p95_ms": _ms,
+    "max_ms": _ms,
+    "mean_ms": _ms,
+    "stddev_ms": _ms,
+    "cv": number_in(0, 1e12),
+    "n": _count,
+    "outliers": _count,
+    "warmup": _count,
+    "samples_ms": list_of(_ms),
+}
+
 
 def raw_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """results.json's rows as stored (p2p rows carry fields ResultRow does not)."""
+    """results.json's rows as stored (p2p rows carry fields ResultRow does not), each checked
+    against the p2p row's field types (null stands for no value, as the writer puts it)."""
     path = run_dir / RESULTS_JSON
-    if not path.exists():
-        return []
-    rows = load_json(path).get("rows")
-    if not isinstance(rows, list):
-        raise UserError(f"{path}: 'rows' must be a list")
-    return [r for r in rows if isinstance(r, dict)]
+    rows = load_rows(path) or []
+    for i, raw in enumerate(rows):
+        f = Fields(raw, f"{shown(path)}: rows[{i}]")
+        for key, conv in _P2P_FIELDS.items():
+            f.opt(key, conv)
+    return rows
 
 
 def _ms_to_us(value: Any) -> float:
@@ -80,14 +134,11 @@ def p2p_result_row(raw: dict[str, Any], world_size: int) -> ResultRow:
 
 def load_any(path: Path) -> Run:
     """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
-    path = Path(path)
-    run_dir = path.parent if path.is_file() else path
-    meta_path = run_dir / RUN_FILE
-    if not meta_path.exists() or load_json(meta_path).get("kind") != P2P_KIND:
-        return load_run(path)
-    meta = recognise_status(load_json(meta_path))
-    raw_context = meta.get("context")
-    context: dict[str, Any] = raw_context if isinstance(raw_context, dict) else {}
+    run_dir = run_dir_of(path)
+    meta = load_meta(run_dir / RUN_FILE)
+    if meta.get("kind") != P2P_KIND:
+        return Run(path=run_dir, meta=meta, rows=result_rows(run_dir))
+    context = meta.get("context") or {}
     world = int(context.get("device_count") or len(context.get("device_names") or []) or 1)
     rows = [p2p_result_row(raw, world) for raw in raw_rows(run_dir)]
     return Run(path=run_dir, meta=meta, rows=rows)

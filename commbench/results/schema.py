@@ -7,12 +7,29 @@ migrate and refuse newer ones with a message, so an old commbench never misreads
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING as dataclasses_missing
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from commbench.errors import UserError
+from commbench.fields import Conv, Fields, boolean, integer_in, list_of, number_in, string
 from commbench.stats import Stats
 
 SCHEMA_VERSION = 1
+
+# What a stored row may hold: bounds past anything measured, so that a hand-edited or hostile
+# file (`size_bytes: 10**30`, `world_size: 0`, a negative time) is refused naming the field
+# instead of drawing, gating or exporting nonsense.
+MAX_WORLD_SIZE = 1 << 20
+"""Ranks in one run: the largest clusters have about 10**5 GPUs."""
+MAX_SIZE_BYTES = 1 << 50
+"""Bytes per message: no device holds a 1 PiB buffer."""
+MAX_TIME_US = 1e15
+"""Microseconds: about 30 years."""
+MAX_GBPS = 1e9
+"""GB/s: 10**6 times any link's peak; a suspicious p2p figure is still kept below this."""
+MAX_COUNT = 1 << 50
+"""Iterations, outliers, elements."""
 
 CHECK_OK = "ok"
 CHECK_FAILED = "failed"
@@ -71,33 +88,39 @@ class ResultRow:
         )
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
-        data = asdict(self)
-        if not samples:
+        # not dataclasses.asdict: it deep-copies every value, the bulk of writing 10**5 rows
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
+        if samples:
+            data["samples_us"] = list(self.samples_us)
+        else:
             data.pop("samples_us")
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ResultRow:
-        """Rebuild a row from a file; a field of the wrong type is a ValueError naming it."""
-        if not isinstance(data, dict):
-            raise ValueError("a row must be an object")
+    def from_dict(cls, data: Any, where: str = "row") -> ResultRow:
+        """Rebuild a row from a file; a field missing, of the wrong type or out of bounds is a
+        UserError naming `where` and the field."""
+        f = Fields(data, where)
         kwargs: dict[str, Any] = {}
-        for name, kinds in _FIELD_TYPES.items():
-            if name not in data:
+        for name, conv in _FIELD_READERS.items():
+            if name not in f.data:
                 continue
-            value = data[name]
+            value = f.data[name]
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None  # NaN from a reader that allows it: no value, as null is
             if value is None and name in _NAN_WHEN_NULL:
-                value = math.nan  # JSON has no NaN: files store null where a point has no time
-            if value is None and type(None) in kinds:
+                kwargs[name] = (
+                    math.nan
+                )  # JSON has no NaN: files store null where a point has no time
+            elif value is None and name in _NULLABLE:
                 kwargs[name] = None
-                continue
-            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-                raise ValueError(f"field {name!r} has the wrong type ({type(value).__name__})")
-            if isinstance(value, list) and not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-            ):
-                raise ValueError("field 'samples_us' must be a list of numbers")
-            kwargs[name] = value
+            elif value is None:
+                raise UserError(f"{f.at(name)}: expected a value, got null")
+            else:
+                kwargs[name] = conv(value, f.at(name))
+        missing = [n for n in _REQUIRED if n not in kwargs]
+        if missing:
+            raise UserError(f"{f.at(missing[0])}: missing")
         return cls(**kwargs)
 
     @classmethod
@@ -169,35 +192,44 @@ _NAN_WHEN_NULL = {
     "cv",
 }
 
-_NUM = (int, float)
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "op": (str,),
-    "strategy": (str,),
-    "dtype": (str,),
-    "reduce_op": (str,),
-    "world_size": (int,),
-    "size_bytes": (int,),
-    "count": (int,),
-    "time_us": _NUM,
-    "algbw_gbps": (*_NUM, type(None)),
-    "busbw_gbps": (*_NUM, type(None)),
-    "check": (str,),
-    "min_us": _NUM,
-    "q1_us": _NUM,
-    "q3_us": _NUM,
-    "p95_us": _NUM,
-    "max_us": _NUM,
-    "mean_us": _NUM,
-    "stddev_us": _NUM,
-    "cv": _NUM,
-    "n": (int,),
-    "outliers": (int,),
-    "warmup": (int,),
-    "in_place": (bool,),
-    "requested_bytes": (int,),
-    "note": (str,),
-    "samples_us": (list,),
+_time = number_in(0, MAX_TIME_US)
+_bw = number_in(0, MAX_GBPS)
+_count = integer_in(0, MAX_COUNT)
+_FIELD_READERS: dict[str, Conv[Any]] = {
+    "op": string,
+    "strategy": string,
+    "dtype": string,
+    "reduce_op": string,
+    "world_size": integer_in(1, MAX_WORLD_SIZE),
+    "size_bytes": integer_in(0, MAX_SIZE_BYTES),
+    "count": _count,
+    "time_us": _time,
+    "algbw_gbps": _bw,
+    "busbw_gbps": _bw,
+    "check": string,
+    "min_us": _time,
+    "q1_us": _time,
+    "q3_us": _time,
+    "p95_us": _time,
+    "max_us": _time,
+    "mean_us": _time,
+    "stddev_us": _time,
+    "cv": number_in(0, MAX_COUNT),
+    "n": _count,
+    "outliers": _count,
+    "warmup": _count,
+    "in_place": boolean,
+    "requested_bytes": integer_in(0, MAX_SIZE_BYTES),
+    "note": string,
+    "samples_us": list_of(_time),
 }
+_NULLABLE = {"algbw_gbps", "busbw_gbps"}
+_FIELD_NAMES = tuple(f.name for f in fields(ResultRow))
+_REQUIRED = tuple(
+    f.name
+    for f in fields(ResultRow)
+    if f.default is dataclasses_missing and f.default_factory is dataclasses_missing
+)
 
 # results.csv column order: the columns the issue fixes first, then the rest of the stats.
 CSV_COLUMNS = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import math
 import os
 import time
@@ -21,8 +20,45 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.files import read_text
-from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
+from commbench.fields import (
+    Conv,
+    Fields,
+    anything,
+    integer_in,
+    list_of,
+    mapping_of,
+    number_in,
+    string,
+)
+from commbench.files import dump_json, path_kind, shown
+from commbench.files import load_json as load_document
+from commbench.results.schema import (
+    CSV_COLUMNS,
+    MAX_COUNT,
+    MAX_WORLD_SIZE,
+    SCHEMA_VERSION,
+    ResultRow,
+)
+
+__all__ = [
+    "RESULTS_CSV",
+    "RESULTS_JSON",
+    "RUN_FILE",
+    "Run",
+    "atomic_write",
+    "dicts_to_csv",
+    "dump_json",
+    "load_json",
+    "load_meta",
+    "load_rows",
+    "load_run",
+    "new_run_dir",
+    "result_rows",
+    "rows_to_csv",
+    "run_dir_of",
+    "write_results",
+    "write_run_meta",
+]
 
 RUN_FILE = "run.json"
 RESULTS_CSV = "results.csv"
@@ -68,27 +104,6 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None
             raise
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _clean(value: Any) -> Any:
-    """NaN is not JSON: write null instead, so any JSON reader can load our files."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(_clean(data), indent=2, default=_json_default) + "\n"
-
-
 def new_run_dir(parent: Path, kind: str) -> Path:
     """Create `parent/<timestamp>-<kind>[-N]`; an existing directory is never reused."""
     if parent.exists() and not parent.is_dir():
@@ -110,13 +125,20 @@ def new_run_dir(parent: Path, kind: str) -> Path:
 
 
 def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
-    """CSV with a fixed column order; None becomes an empty cell, unknown keys are dropped."""
+    """CSV with a fixed column order; None and non-finite numbers become an empty cell (as they
+    are null in JSON), unknown keys are dropped."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for data in records:
-        writer.writerow({k: ("" if v is None else v) for k, v in data.items()})
+        writer.writerow({k: _cell(v) for k, v in data.items()})
     return buf.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (type(value) is float and not math.isfinite(value)):
+        return ""
+    return value
 
 
 def rows_to_csv(rows: list[ResultRow]) -> str:
@@ -179,24 +201,112 @@ def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     atomic_write(run_dir / RUN_FILE, dump_json(record))
 
 
-def load_json(path: Path) -> dict[str, Any]:
-    """Read any commbench JSON file: UserError when missing, malformed or too new."""
-    text = read_text(path, "run file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
+    """Read any commbench JSON file: UserError when missing, not a regular file, malformed,
+    nested too deep, or too new."""
+    data = load_document(path, what)
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object")
+        raise UserError(f"{shown(path)}: expected a JSON object")
     version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise UserError(f"{path}: missing schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UserError(f"{shown(path)}: missing schema_version")
     if version > SCHEMA_VERSION:
         raise UserError(
-            f"{path}: schema_version {version} is newer than this commbench understands "
+            f"{shown(path)}: schema_version {version} is newer than this commbench understands "
             f"({SCHEMA_VERSION}); upgrade commbench"
         )
     return data
+
+
+# run.json: the fields readers (report, compare, plot, the suites) use, with their types.
+# Checked in one place when the file is read, so that no reader meets a `context` that is a
+# list or a `world_size` that is an object. Unknown fields are kept, unchecked.
+_text = string
+_texts = list_of(string)
+_world = integer_in(1, MAX_WORLD_SIZE)
+_RUN_FIELDS: dict[str, Conv[Any]] = {
+    "kind": _text,
+    "run_id": _text,
+    "status": _text,
+    "failure": _text,
+    "note": _text,
+    "source": _text,
+    "format": _text,
+    "imported_at": _text,
+    "finished_at": _text,
+    "points_total": integer_in(0, MAX_COUNT),
+    "points_done": integer_in(0, MAX_COUNT),
+    "steps_done": integer_in(0, MAX_COUNT),
+    "duration_s": number_in(0, 1e10),
+    "notes": _texts,
+    "warnings": _texts,
+    "suspicious": _texts,
+    "settings": mapping_of(anything),
+    "sections": list_of(mapping_of(anything)),
+}
+_CONTEXT_FIELDS: dict[str, Conv[Any]] = {
+    "host": _text,
+    "hosts": _texts,
+    "backend": _text,
+    "device": _text,
+    "world_size": _world,
+    "nnodes": _world,
+    "device_count": integer_in(0, MAX_WORLD_SIZE),
+    "device_names": _texts,
+    "ranks": list_of(mapping_of(anything)),
+    "nccl": _text,
+    "cuda": _text,
+    "torch": _text,
+    "driver": _text,
+    "commbench": _text,
+    "command": _text,
+    "started_at": _text,
+    "env": mapping_of(anything),
+    "topology": mapping_of(anything),
+}
+
+
+def check_run_meta(meta: dict[str, Any], where: str) -> None:
+    """Check the fields of a run.json that readers use; UserError naming the field."""
+    f = Fields(meta, f"{where}:")
+    for key, conv in _RUN_FIELDS.items():
+        f.opt(key, conv)
+    context = f.sub("context")
+    if context is None:
+        return
+    for key, conv in _CONTEXT_FIELDS.items():
+        context.opt(key, conv)
+    env = context.sub("env")
+    if env is not None:
+        for key in env.data:
+            env.opt(key, _scalar)
+    topology = context.sub("topology")
+    if topology is not None:
+        # what `comparable` and the report read of an embedded snapshot; the rest is shown
+        # as it is. A snapshot that failed is {"error": ...}.
+        topology.opt("error", _text)
+        topology.opt("nvml_error", _text)
+        for item in topology.items("gpus", required=False):
+            item.obj()
+        for item in topology.items("pairs", required=False):
+            pair = item.obj()
+            pair.opt("src", integer_in(0, MAX_WORLD_SIZE))
+            pair.opt("dst", integer_in(0, MAX_WORLD_SIZE))
+            pair.opt("link", _text)
+
+
+def _scalar(value: Any, path: str) -> Any:
+    if isinstance(value, dict | list):
+        raise UserError(f"{path}: expected a string or a number, got a {type(value).__name__}")
+    return value
+
+
+def load_meta(path: Path) -> dict[str, Any]:
+    """A run.json, its fields checked (`check_run_meta`), its status as a reader must take it
+    (`recognise_status`)."""
+    meta = load_json(path)
+    check_run_meta(meta, shown(path))
+    return recognise_status(meta)
 
 
 @dataclass(slots=True)
@@ -227,27 +337,47 @@ class Run:
 _UNFINISHED = {"failed": "failed", "interrupted": "was interrupted", "running": "has not finished"}
 
 
+def run_dir_of(path: Path) -> Path:
+    """The run directory `path` names (the directory, or its run.json); UserError when it is
+    not one, including a path the OS refuses (too long a name) or a FIFO."""
+    path = Path(path)
+    kind = path_kind(path, "run directory")
+    if kind == "file" and path.name != RUN_FILE:
+        raise UserError(
+            f"{shown(path)}: not a run directory (a run is a directory holding {RUN_FILE})"
+        )
+    if kind == "missing":
+        raise UserError(f"{shown(path)}: no such run directory")
+    run_dir = path.parent if kind == "file" else path
+    if path_kind(run_dir / RUN_FILE, RUN_FILE) != "file":
+        raise UserError(f"{shown(path)}: not a run directory (no {RUN_FILE} in it)")
+    return run_dir
+
+
+def load_rows(results_path: Path) -> list[dict[str, Any]] | None:
+    """results.json's rows as stored, each an object; None when there is no results.json."""
+    if path_kind(results_path, "results file") == "missing":
+        return None
+    data = load_json(results_path, "results file")
+    raw_rows = data.get("rows")
+    if not isinstance(raw_rows, list):
+        raise UserError(f"{shown(results_path)}: 'rows' must be a list")
+    for i, raw in enumerate(raw_rows):
+        if not isinstance(raw, dict):
+            raise UserError(f"{shown(results_path)}: rows[{i}]: expected an object")
+    return raw_rows
+
+
+def result_rows(run_dir: Path) -> list[ResultRow]:
+    """The rows of a run directory's results.json, each checked; [] when there is none."""
+    results_path = run_dir / RESULTS_JSON
+    where = shown(results_path)
+    raw_rows = load_rows(results_path) or []
+    return [ResultRow.from_dict(raw, f"{where}: rows[{i}]") for i, raw in enumerate(raw_rows)]
+
+
 def load_run(path: Path) -> Run:
     """Read a run directory (or its run.json). Raises UserError naming what is wrong."""
-    path = Path(path)
-    if path.is_file() and path.name != RUN_FILE:
-        raise UserError(f"{path}: not a run directory (a run is a directory holding {RUN_FILE})")
-    run_dir = path.parent if path.is_file() else path
-    if not run_dir.is_dir():
-        raise UserError(f"{path}: no such run directory")
-    if not (run_dir / RUN_FILE).is_file():
-        raise UserError(f"{path}: not a run directory (no {RUN_FILE} in it)")
-    meta = recognise_status(load_json(run_dir / RUN_FILE))
-    results_path = run_dir / RESULTS_JSON
-    rows: list[ResultRow] = []
-    if results_path.exists():
-        data = load_json(results_path)
-        raw_rows = data.get("rows")
-        if not isinstance(raw_rows, list):
-            raise UserError(f"{results_path}: 'rows' must be a list")
-        for i, raw in enumerate(raw_rows):
-            try:
-                rows.append(ResultRow.from_dict(raw))
-            except (TypeError, ValueError) as exc:
-                raise UserError(f"{results_path}: rows[{i}]: {exc}") from None
-    return Run(path=run_dir, meta=meta, rows=rows)
+    run_dir = run_dir_of(path)
+    meta = load_meta(run_dir / RUN_FILE)
+    return Run(path=run_dir, meta=meta, rows=result_rows(run_dir))

@@ -24,7 +24,7 @@ from commbench.compare import (
     parse_fraction,
 )
 from commbench.errors import UserError
-from commbench.files import read_text
+from commbench.files import load_yaml
 
 SUITE_SCHEMA_VERSION = 1
 DEVICES = ("cuda", "cpu")
@@ -423,15 +423,6 @@ def parse_suite(data: Any, source: str = "") -> SuiteConfig:
 
 
 def load_suite(path: Path) -> SuiteConfig:
-    """Read and validate a suite file (`configs/ci.yaml`)."""
-    import yaml
-
-    text = read_text(Path(path), "suite file")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
-    return parse_suite(data, str(path))
+    """Read and validate a suite file (`configs/ci.yaml`): read like `yaml.safe_load`, but a
+    duplicate key, nesting past a bound or an absurd integer is refused naming the line."""
+    return parse_suite(load_yaml(Path(path), "suite file"), str(path))

@@ -20,6 +20,8 @@ from typing import Any
 
 from commbench.compare import Comparison, GateSettings, compare_runs
 from commbench.errors import EXIT_OK, UserError
+from commbench.fields import Fields, anything, list_of, mapping_of, string
+from commbench.files import path_kind, shown
 from commbench.report.runs import load_any
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import (
@@ -70,23 +72,39 @@ def write_suite(path: Path, meta: dict[str, Any], entries: list[Entry]) -> None:
 
 
 def is_suite(path: Path) -> bool:
-    return (Path(path) / SUITE_FILE).is_file()
+    """Whether `path` is a suite directory (a FIFO or a name the OS refuses: UserError)."""
+    path = Path(path)
+    return path_kind(path, "run or suite directory") == "dir" and (
+        path_kind(path / SUITE_FILE, SUITE_FILE) == "file"
+    )
 
 
 def load_suite_dir(path: Path) -> SuiteRecord:
+    """Read suite.json, checking the fields readers use (the one place for this file kind)."""
     path = Path(path)
-    meta = recognise_status(load_json(path / SUITE_FILE))
+    meta = load_json(path / SUITE_FILE, "suite file")
+    f = Fields(meta, f"{shown(path / SUITE_FILE)}:")
     if meta.get("kind") != SUITE_KIND:
-        raise UserError(f"{path / SUITE_FILE}: not a suite file")
-    raw = meta.get("entries")
-    if not isinstance(raw, list):
-        raise UserError(f"{path / SUITE_FILE}: 'entries' must be a list")
+        raise UserError(f"{shown(path / SUITE_FILE)}: not a suite file")
+    for key in ("name", "description", "status", "topology_file", "baseline"):
+        f.opt(key, string)
+    f.opt("warnings", list_of(string))
+    config = f.sub("config")
+    if config is not None:
+        config.opt("gate", mapping_of(anything))
+    meta = recognise_status(meta)
     entries = []
-    for i, item in enumerate(raw):
-        try:
-            entries.append(Entry(**item))
-        except TypeError as exc:
-            raise UserError(f"{path / SUITE_FILE}: entries[{i}]: {exc}") from None
+    for item in f.items("entries"):
+        e = item.obj()
+        entries.append(
+            Entry(
+                name=e.req("name", string),
+                section=e.req("section", string),
+                path=e.opt("path", string),
+                status=e.opt("status", string) or "pending",
+                failure=e.opt("failure", string),
+            )
+        )
     if meta.get("recorded_status") == STATUS_RUNNING:  # its launcher is gone: so is the entry's
         for entry in entries:
             if entry.status == STATUS_RUNNING:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# ASCII digits only (re's \d takes any script's), and no CPU id past 6 digits: a list beyond
+# that is not one a kernel prints, and expanding it would be unbounded work.
+_CPU_LIST = re.compile(r"^[0-9]{1,6}(-[0-9]{1,6})?(,[0-9]{1,6}(-[0-9]{1,6})?)*$")
 
 
 def is_cpu_list(text: str) -> bool:

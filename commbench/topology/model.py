@@ -8,32 +8,42 @@ every benchmark embeds one in its run.json. `to_dict()`/`from_dict()` are its on
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from commbench.errors import UserError
-from commbench.files import read_text
+from commbench.fields import Fields, Value, boolean, integer, integer_in, number_in, string
+from commbench.files import load_json, shown
 
 SCHEMA_VERSION = 1
 
 # Connection labels as `nvidia-smi topo -m` prints them, nearest first ("NV#" aside).
 PCIE_LABELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 UNKNOWN_LABEL = "N/A"
-_NV_LABEL = re.compile(r"^NV(\d+)$")
+_NV_LABEL = re.compile(r"^NV([0-9]{1,6})$")
 
 NVLINK_REMOTE_TYPES = ("gpu", "switch", "ibmnpu", "unknown")
 
-T = TypeVar("T")
+# Bounds on what a snapshot may claim, from what hardware has: no node holds more GPUs (8 to
+# 16 on the largest boards), no GPU more NVLinks (18 on H100 and B200), no link is faster than
+# this per direction (18 x NVLink5 is 900 GB/s). A file past them is wrong, and would
+# otherwise print a peak of 2.5e21 GB/s or cost minutes to draw.
+MAX_GPUS = 128
+MAX_NVLINKS = 64
+MAX_PEAK_GBPS = 10_000.0
+_MAX_BYTES = 1 << 50  # device memory
+_MAX_SMALL = 1 << 16  # link numbers, generations, lane counts, NUMA node ids, CPU counts
 
 
 def nvlink_count(label: str) -> int:
-    """The number of bonded NVLinks a label names (`NV12` -> 12; PCIe labels -> 0)."""
+    """The number of bonded NVLinks a label names (`NV12` -> 12; PCIe labels -> 0), or 0 when
+    it names more than any GPU pair has (MAX_NVLINKS), which is then no label we accept."""
     match = _NV_LABEL.match(label)
-    return int(match.group(1)) if match else 0
+    count = int(match.group(1)) if match else 0
+    return count if count <= MAX_NVLINKS else 0
 
 
 def is_link_label(label: str) -> bool:
@@ -257,8 +267,8 @@ class TopologySnapshot:
                 if inner is None:
                     raise UserError(f"{inner_where}: this run recorded no topology snapshot")
                 return cls.from_dict(inner, inner_where)
-        f = _Fields(data, where)
-        version = f.req("schema_version", _int)
+        f = Fields(data, where)
+        version = f.req("schema_version", integer)
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{where}.schema_version: {version} is newer than this commbench understands "
@@ -266,20 +276,20 @@ class TopologySnapshot:
             )
         if version < 1:
             raise UserError(f"{where}.schema_version: {version} is not a valid version")
-        gpus = [_gpu_from(item) for item in f.items("gpus")]
-        pairs = [_pair_from(item) for item in f.items("pairs")]
-        nics = [_nic_from(item) for item in f.items("nics", required=False)]
+        gpus = [_gpu_from(item) for item in f.items("gpus", max_items=MAX_GPUS)]
+        pairs = [_pair_from(item) for item in f.items("pairs", max_items=MAX_GPUS * (MAX_GPUS - 1))]
+        nics = [_nic_from(item) for item in f.items("nics", required=False, max_items=MAX_GPUS)]
         _check_consistency(gpus, pairs, nics, where)
         return cls(
             schema_version=SCHEMA_VERSION,
-            source=f.opt("source", _str) or "nvml",
-            captured_at=f.opt("captured_at", _str),
+            source=f.opt("source", string) or "nvml",
+            captured_at=f.opt("captured_at", string),
             host=_host_from(f.sub("host")),
-            nvml_error=f.opt("nvml_error", _str),
+            nvml_error=f.opt("nvml_error", string),
             gpus=gpus,
             pairs=pairs,
             nics=nics,
-            warnings=[w.scalar(_str) for w in f.items("warnings", required=False)],
+            warnings=[w.scalar(string) for w in f.items("warnings", required=False)],
         )
 
 
@@ -287,6 +297,8 @@ class TopologySnapshot:
 
 
 def _check_consistency(gpus: list[Gpu], pairs: list[Pair], nics: list[Nic], where: str) -> None:
+    if len(gpus) > MAX_GPUS:
+        raise UserError(f"{where}.gpus: {len(gpus)} GPUs, more than any node has ({MAX_GPUS})")
     indices = [g.index for g in gpus]
     if sorted(indices) != list(range(len(indices))):
         raise UserError(f"{where}.gpus: indices must be 0..{len(indices) - 1}, got {indices}")
@@ -304,10 +316,11 @@ def _check_consistency(gpus: list[Gpu], pairs: list[Pair], nics: list[Nic], wher
         seen.add((p.src, p.dst))
         if not is_link_label(p.link):
             raise UserError(f"{at}.link: {p.link!r} is not an nvidia-smi topology label")
-        if p.nvlinks < 0:
-            raise UserError(f"{at}.nvlinks: must be >= 0, got {p.nvlinks}")
-        if p.peak_gbps is not None and p.peak_gbps < 0:
-            raise UserError(f"{at}.peak_gbps: must be >= 0, got {p.peak_gbps}")
+        if not 0 <= p.nvlinks <= MAX_NVLINKS:
+            raise UserError(f"{at}.nvlinks: must be 0..{MAX_NVLINKS}, got {p.nvlinks}")
+        if p.peak_gbps is not None and not 0 <= p.peak_gbps <= MAX_PEAK_GBPS:
+            # also NaN: no comparison holds for it
+            raise UserError(f"{at}.peak_gbps: must be 0..{MAX_PEAK_GBPS:g}, got {p.peak_gbps}")
     for i, nic in enumerate(nics):
         if len(nic.gpu_links) not in (0, n):
             raise UserError(
@@ -381,195 +394,102 @@ def _pair_to_dict(p: Pair) -> dict[str, Any]:
 # --- from dict ---------------------------------------------------------------------------
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
+_small = integer_in(0, _MAX_SMALL)
 
 
-def _int(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{path}: expected an integer, got {_kind(value)}")
-    return value
-
-
-def _num(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"{path}: expected a number, got {_kind(value)}")
-    return float(value)
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise UserError(f"{path}: expected a string, got {_kind(value)}")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise UserError(f"{path}: expected true or false, got {_kind(value)}")
-    return value
-
-
-class _Value:
-    """One JSON value and the path that names it in error messages."""
-
-    __slots__ = ("data", "path")
-
-    def __init__(self, data: Any, path: str) -> None:
-        self.data = data
-        self.path = path
-
-    def obj(self) -> _Fields:
-        return _Fields(self.data, self.path)
-
-    def scalar(self, conv: Callable[[Any, str], T]) -> T:
-        return conv(self.data, self.path)
-
-
-class _Fields:
-    """A JSON object being read field by field."""
-
-    __slots__ = ("data", "where")
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, Mapping):
-            raise UserError(f"{where}: expected an object, got {_kind(data)}")
-        self.data = data
-        self.where = where
-
-    def req(self, key: str, conv: Callable[[Any, str], T]) -> T:
-        if self.data.get(key) is None:
-            raise UserError(f"{self.where}.{key}: missing")
-        return conv(self.data[key], f"{self.where}.{key}")
-
-    def opt(self, key: str, conv: Callable[[Any, str], T]) -> T | None:
-        value = self.data.get(key)
-        return None if value is None else conv(value, f"{self.where}.{key}")
-
-    def sub(self, key: str) -> _Fields | None:
-        value = self.data.get(key)
-        return None if value is None else _Fields(value, f"{self.where}.{key}")
-
-    def items(self, key: str, required: bool = True) -> list[_Value]:
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                raise UserError(f"{self.where}.{key}: missing")
-            return []
-        if not isinstance(value, list):
-            raise UserError(f"{self.where}.{key}: expected a list, got {_kind(value)}")
-        return [_Value(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(value)]
-
-
-def _host_from(f: _Fields | None) -> HostInfo:
+def _host_from(f: Fields | None) -> HostInfo:
     if f is None:
         return HostInfo()
     nodes = []
     for item in f.items("numa_nodes", required=False):
         n = item.obj()
-        nodes.append(NumaNode(id=n.req("id", _int), cpus=n.req("cpus", _str)))
+        nodes.append(NumaNode(id=n.req("id", _small), cpus=n.req("cpus", string)))
     return HostInfo(
-        hostname=f.opt("hostname", _str),
-        cpu_model=f.opt("cpu_model", _str),
-        cpu_cores=f.opt("cpu_cores", _int),
-        cpu_threads=f.opt("cpu_threads", _int),
+        hostname=f.opt("hostname", string),
+        cpu_model=f.opt("cpu_model", string),
+        cpu_cores=f.opt("cpu_cores", _small),
+        cpu_threads=f.opt("cpu_threads", _small),
         numa_nodes=nodes,
-        driver_version=f.opt("driver_version", _str),
-        cuda_driver_version=f.opt("cuda_driver_version", _str),
+        driver_version=f.opt("driver_version", string),
+        cuda_driver_version=f.opt("cuda_driver_version", string),
     )
 
 
-def _nvlink_from(item: _Value) -> NvLink:
+def _nvlink_from(item: Value) -> NvLink:
     f = item.obj()
-    remote_type = f.opt("remote_type", _str)
+    remote_type = f.opt("remote_type", string)
     if remote_type is not None and remote_type not in NVLINK_REMOTE_TYPES:
         raise UserError(
             f"{f.where}.remote_type: {remote_type!r} is not one of {', '.join(NVLINK_REMOTE_TYPES)}"
         )
     return NvLink(
-        link=f.req("link", _int),
-        active=f.req("active", _bool),
-        generation=f.opt("generation", _int),
+        link=f.req("link", _small),
+        active=f.req("active", boolean),
+        generation=f.opt("generation", _small),
         remote_type=remote_type,
-        remote_pci_bus_id=f.opt("remote_pci_bus_id", _str),
+        remote_pci_bus_id=f.opt("remote_pci_bus_id", string),
     )
 
 
-def _gpu_from(item: _Value) -> Gpu:
+def _gpu_from(item: Value) -> Gpu:
     f = item.obj()
     return Gpu(
-        index=f.req("index", _int),
-        name=f.req("name", _str),
-        uuid=f.opt("uuid", _str),
-        pci_bus_id=f.opt("pci_bus_id", _str),
-        nvml_index=f.opt("nvml_index", _int),
-        memory_bytes=f.opt("memory_bytes", _int),
-        numa_node=f.opt("numa_node", _int),
-        gpu_numa_id=f.opt("gpu_numa_id", _int),
-        cpu_affinity=f.opt("cpu_affinity", _str),
-        pcie_max_gen=f.opt("pcie_max_gen", _int),
-        pcie_max_width=f.opt("pcie_max_width", _int),
-        pcie_cur_gen=f.opt("pcie_cur_gen", _int),
-        pcie_cur_width=f.opt("pcie_cur_width", _int),
-        nvlinks=[_nvlink_from(x) for x in f.items("nvlinks", required=False)],
+        index=f.req("index", integer_in(0, MAX_GPUS - 1)),
+        name=f.req("name", string),
+        uuid=f.opt("uuid", string),
+        pci_bus_id=f.opt("pci_bus_id", string),
+        nvml_index=f.opt("nvml_index", _small),
+        memory_bytes=f.opt("memory_bytes", integer_in(0, _MAX_BYTES)),
+        numa_node=f.opt("numa_node", _small),
+        gpu_numa_id=f.opt("gpu_numa_id", _small),
+        cpu_affinity=f.opt("cpu_affinity", string),
+        pcie_max_gen=f.opt("pcie_max_gen", _small),
+        pcie_max_width=f.opt("pcie_max_width", _small),
+        pcie_cur_gen=f.opt("pcie_cur_gen", _small),
+        pcie_cur_width=f.opt("pcie_cur_width", _small),
+        nvlinks=[
+            _nvlink_from(x) for x in f.items("nvlinks", required=False, max_items=MAX_NVLINKS)
+        ],
     )
 
 
-def _pair_from(item: _Value) -> Pair:
+def _pair_from(item: Value) -> Pair:
     f = item.obj()
-    link = f.req("link", _str)
+    link = f.req("link", string)
     if not is_link_label(link):
         raise UserError(f"{f.where}.link: {link!r} is not an nvidia-smi topology label")
     return Pair(
-        src=f.req("src", _int),
-        dst=f.req("dst", _int),
+        src=f.req("src", integer_in(0, MAX_GPUS - 1)),
+        dst=f.req("dst", integer_in(0, MAX_GPUS - 1)),
         link=link,
-        nvlinks=f.req("nvlinks", _int),
-        p2p=f.opt("p2p", _bool),
-        p2p_read=f.opt("p2p_read", _bool),
-        p2p_write=f.opt("p2p_write", _bool),
-        p2p_nvlink=f.opt("p2p_nvlink", _bool),
-        p2p_atomics=f.opt("p2p_atomics", _bool),
-        p2p_status=f.opt("p2p_status", _str),
-        pcie_path=f.opt("pcie_path", _str),
-        peak_gbps=f.opt("peak_gbps", _num),
-        peak_assumed=f.opt("peak_assumed", _bool) or False,
-        note=f.opt("note", _str) or "",
+        nvlinks=f.req("nvlinks", integer_in(0, MAX_NVLINKS)),
+        p2p=f.opt("p2p", boolean),
+        p2p_read=f.opt("p2p_read", boolean),
+        p2p_write=f.opt("p2p_write", boolean),
+        p2p_nvlink=f.opt("p2p_nvlink", boolean),
+        p2p_atomics=f.opt("p2p_atomics", boolean),
+        p2p_status=f.opt("p2p_status", string),
+        pcie_path=f.opt("pcie_path", string),
+        peak_gbps=f.opt("peak_gbps", number_in(0, MAX_PEAK_GBPS)),
+        peak_assumed=f.opt("peak_assumed", boolean) or False,
+        note=f.opt("note", string) or "",
     )
 
 
-def _nic_from(item: _Value) -> Nic:
+def _nic_from(item: Value) -> Nic:
     f = item.obj()
-    links = [x.scalar(_str) for x in f.items("gpu_links", required=False)]
+    links = [x.scalar(string) for x in f.items("gpu_links", required=False, max_items=MAX_GPUS)]
     for i, label in enumerate(links):
         if not is_link_label(label):
             raise UserError(f"{f.where}.gpu_links[{i}]: {label!r} is not a topology label")
     return Nic(
-        name=f.req("name", _str),
-        device=f.opt("device", _str) or f.req("name", _str),
+        name=f.req("name", string),
+        device=f.opt("device", string) or f.req("name", string),
         gpu_links=links,
     )
 
 
 def load_snapshot(path: str | Path) -> TopologySnapshot:
     """Read a snapshot saved by `commbench topo --format json` (or a run.json embedding one)."""
-    path = Path(path)
-    text = read_text(path, "topology snapshot")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-    return TopologySnapshot.from_dict(data, where=f"{path}: snapshot")
+    data = load_json(path, "topology snapshot")
+    return TopologySnapshot.from_dict(data, where=f"{shown(path)}: snapshot")

@@ -175,10 +175,12 @@ def _same(a: Pair, b: Pair) -> bool:
 def pair_lines(s: TopologySnapshot) -> list[str]:
     """One row per GPU pair; both directions only where they differ."""
     rows = []
+    # one lookup per pair: a scan of all pairs for each was n^4 (minutes for 300 GPUs)
+    by_ends = {(q.src, q.dst): q for q in s.pairs}
     for p in s.pairs:
         if p.src > p.dst:
             continue
-        back = next((q for q in s.pairs if q.src == p.dst and q.dst == p.src), None)
+        back = by_ends.get((p.dst, p.src))
         directions = [p] if back is None or _same(p, back) else [p, back]
         arrow = "<->" if len(directions) == 1 and back is not None else "->"
         for q in directions:

@@ -17,6 +17,8 @@ from commbench.errors import UserError
 from commbench.topology import pairs as verdicts
 from commbench.topology.cpus import is_cpu_list
 from commbench.topology.model import (
+    MAX_GPUS,
+    MAX_NVLINKS,
     PCIE_LABELS,
     UNKNOWN_LABEL,
     Gpu,
@@ -29,7 +31,9 @@ from commbench.topology.model import (
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_GPU = re.compile(r"^GPU(\d+)$")
+_GPU = re.compile(r"^GPU[0-9]+$")
+_NV_ANY = re.compile(r"^NV[0-9]+$")
+_NUMBER = re.compile(r"^[0-9]{1,6}$")  # NUMA node ids: ASCII, and no node has 7 digits
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 # The trailing columns nvidia-smi has printed over the years, in order.
 _TRAILERS = (("CPU", "Affinity"), ("NUMA", "Affinity"), ("GPU", "NUMA", "ID"))
@@ -51,26 +55,26 @@ def _strip(text: str) -> list[str]:
     return [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
 
 
+def _starts(tokens: list[str], i: int, title: tuple[str, ...]) -> bool:
+    return tuple(tokens[i : i + len(title)]) == title
+
+
 def _header_columns(tokens: list[str], line: int) -> tuple[list[str], list[str]]:
-    """Split header tokens into device names and trailing column titles."""
+    """Split header tokens into device names and trailing column titles (linear: a header of
+    a million tokens is refused by the caller's bounds, not by minutes of slicing here)."""
+    titles_all = (*_TRAILERS, _SHORT_NUMA)
     devices: list[str] = []
     i = 0
-    while i < len(tokens):
-        rest = tuple(tokens[i:])
-        if any(rest[: len(t)] == t for t in _TRAILERS) or rest[:1] == _SHORT_NUMA:
-            break
+    while i < len(tokens) and not any(_starts(tokens, i, t) for t in titles_all):
         devices.append(tokens[i])
         i += 1
     titles: list[str] = []
     while i < len(tokens):
-        rest = tuple(tokens[i:])
-        for title in (*_TRAILERS, _SHORT_NUMA):
-            if rest[: len(title)] == title:
-                titles.append(" ".join(title))
-                i += len(title)
-                break
-        else:
-            raise UserError(f"line {line}: unknown header column starting at {tokens[i]!r}")
+        title = next((t for t in titles_all if _starts(tokens, i, t)), None)
+        if title is None:
+            raise UserError(f"line {line}: unknown header column starting at {_short(tokens[i])}")
+        titles.append(" ".join(title))
+        i += len(title)
     return devices, titles
 
 
@@ -86,31 +90,40 @@ def _cell(token: str, line: int, row: str, column: str) -> str:
     label = _ALIASES.get(token, token)
     if label in PCIE_LABELS or label in ("X", UNKNOWN_LABEL) or nvlink_count(label) > 0:
         return label
+    if _NV_ANY.match(token):
+        raise UserError(
+            f"line {line}: {row} column {column}: {_short(token)} names more NVLinks than a "
+            f"GPU pair has (at most {MAX_NVLINKS})"
+        )
     raise UserError(
-        f"line {line}: {row} column {column}: {token!r} is not a topology label "
+        f"line {line}: {row} column {column}: {_short(token)} is not a topology label "
         "(X, NV#, PIX, PXB, PHB, NODE, SYS or N/A)"
     )
+
+
+def _short(token: str) -> str:
+    return repr(token if len(token) <= 40 else token[:37] + "...")
 
 
 def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[str, str]:
     if len(values) > len(titles):
         raise UserError(
             f"line {line}: {row} has {len(values) - len(titles)} more field(s) than the "
-            f"header names ({' '.join(values)!r} after the matrix cells)"
+            f"header names ({_short(' '.join(values))} after the matrix cells)"
         )
     extras = dict(zip(titles, values, strict=False))
     cpus = extras.get("CPU Affinity")
     if cpus is not None and cpus != UNKNOWN_LABEL and not is_cpu_list(cpus):
-        raise UserError(f"line {line}: {row} CPU Affinity: {cpus!r} is not a CPU list")
+        raise UserError(f"line {line}: {row} CPU Affinity: {_short(cpus)} is not a CPU list")
     for title in ("NUMA Affinity", "NUMA", "GPU NUMA ID"):
         value = extras.get(title)
         if value is not None and value != UNKNOWN_LABEL and not is_cpu_list(value):
-            raise UserError(f"line {line}: {row} {title}: {value!r} is not a NUMA node")
+            raise UserError(f"line {line}: {row} {title}: {_short(value)} is not a NUMA node")
     return extras
 
 
 def _int_or_none(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    return int(value) if value is not None and _NUMBER.match(value) else None
 
 
 def parse_nvidia_smi(text: str) -> TopologySnapshot:
@@ -126,11 +139,29 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
             "no `nvidia-smi topo -m` matrix found: expected a header line starting with GPU0"
         )
     header_line = start + 1
-    devices, titles = _header_columns(lines[start].split(), header_line)
+    tokens = lines[start].split()
+    devices, titles = _header_columns(tokens, header_line)
+    for name in devices:
+        if name.startswith("GPU") and not _GPU.match(name):
+            raise UserError(
+                f"line {header_line}: {_short(name)} is not a GPU column (GPU0, GPU1, ...)"
+            )
     gpu_cols = [d for d in devices if _GPU.match(d)]
+    # a row per device and a column per device: the work grows with the square, so refuse
+    # what no node has before any row is read
+    if len(gpu_cols) > MAX_GPUS:
+        raise UserError(
+            f"line {header_line}: {len(gpu_cols)} GPUs: no node has that many (at most {MAX_GPUS})"
+        )
+    if len(devices) > 2 * MAX_GPUS:
+        raise UserError(
+            f"line {header_line}: {len(devices)} devices: no node has that many "
+            f"(at most {2 * MAX_GPUS} GPUs and NICs)"
+        )
     for expected, name in enumerate(gpu_cols):
         if name != f"GPU{expected}":
             raise UserError(f"line {header_line}: expected column GPU{expected}, found {name}")
+    column = {d: i for i, d in enumerate(devices)}
     rows: dict[str, _Row] = {}
     nic_names: dict[str, str] = {}
     in_matrix = True
@@ -144,7 +175,7 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
                 in_matrix = False
                 continue
             name = tokens[0]
-            if name not in devices:
+            if name not in column:
                 raise UserError(
                     f"line {line_no}: row {name!r} is not a device named in the header "
                     f"(line {header_line})"
@@ -160,7 +191,7 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
                 _cell(tok, line_no, name, col)
                 for tok, col in zip(tokens[1 : len(devices) + 1], devices, strict=True)
             ]
-            own = devices.index(name)
+            own = column[name]
             if cells[own] != "X":
                 raise UserError(
                     f"line {line_no}: row {name} column {name}: expected X, got {cells[own]!r}"
