@@ -8,7 +8,8 @@ import typer
 
 from commbench.cli._common import reported_errors
 
-_SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
+# ASCII digits (`\d` takes any Unicode digit, which sbatch refuses once the job is submitted)
+_SLURM_TIME = re.compile(r"[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
 # The commands that run across the nodes of a job (the others run on one machine).
 _WRAPPABLE = ("collectives", "run")
@@ -20,7 +21,7 @@ _SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
 def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_node: int) -> None:
     """Parse the command the script will run, as it will be parsed on the nodes: a typo must
     fail here, not after the job waited in the queue."""
-    from commbench.cli import _click_exceptions, usage_line
+    from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
 
     name, rest = args[0], args[1:]
@@ -36,9 +37,9 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         return
     try:
         wrapped = command.make_context(name, list(rest), parent=ctx.parent)
-    except _click_exceptions().UsageError as exc:
+    except ParseError as exc:
         raise UserError(
-            "the wrapped command: " + usage_line(exc).removeprefix("commbench: error: ")
+            "the wrapped command: " + error_line(exc).removeprefix("commbench: error: ")
         ) from None
     params = wrapped.params
     given = [f"--{k.replace('_', '-')}" for k in _SLURM_OWNS if params.get(k) is not None]
