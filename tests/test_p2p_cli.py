@@ -129,7 +129,7 @@ def test_dry_run_without_a_gpu_or_topology_is_one_line() -> None:
         (["--size", "abc"], "malformed size 'abc'"),
         (["--mode", "fast"], "--mode 'fast': choose concurrent, sequential or both"),
         (["--matrix", "--src", "1"], "--matrix measures every pair; it takes no --src"),
-        (["--size", "999999T"], "--size 999999T is more than GPU 0's memory (15.8G)"),
+        (["--size", "999T"], "--size 999T is more than GPU 0's memory (15.8G)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -16,7 +16,7 @@ from commbench.cli._common import (
     progress_bar,
     reported_errors,
 )
-from commbench.errors import Interrupted, RunFailed, UserError
+from commbench.errors import Interrupted, RunFailed, UserError, quoted
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
@@ -42,10 +42,12 @@ def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
 def parse_ranks(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        ranks = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--ranks must be a comma list of integers, got {text!r}") from None
+    from commbench.numbers import is_digits
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not all(is_digits(t) and len(t) <= 9 for t in items):  # ASCII digits, no sign
+        raise UserError(f"--ranks must be a comma list of rank numbers, got {quoted(text)}")
+    ranks = [int(t) for t in items]
     if not ranks:
         raise UserError("--ranks is empty")
     return ranks

@@ -18,10 +18,13 @@ if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML beh
 
 
 def _src(text: str | None) -> int:
+    from commbench.errors import quoted
+    from commbench.numbers import MAX_DIGITS, is_digits
+
     if text is None:
         return 0
-    if not text.strip().isdigit():
-        raise UserError(f"--src {text!r}: expected a GPU index (0, 1, ...)")
+    if not is_digits(text.strip()) or len(text.strip()) > MAX_DIGITS:  # isdigit() takes '²'
+        raise UserError(f"--src {quoted(text)}: expected a GPU index (0, 1, ...)")
     return int(text)
 
 
