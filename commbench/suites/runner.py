@@ -308,12 +308,10 @@ class _Planned:
     """Why it cannot run here (it is recorded as skipped)."""
 
 
-def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
-    """Every collectives and strategies run, built and checked as `commbench collectives`
-    checks its own (settings, then the launcher's preflight) before the suite creates
-    anything: bad input leaves no half-made suite directory behind."""
-    from commbench.launch.launcher import preflight
-
+def plan_runs(config: SuiteConfig, machine: Machine) -> list[_Planned]:
+    """Every collectives and strategies run of the suite on `machine`, its settings built
+    and validated as `commbench collectives` validates its own; p2p's settings validated.
+    Touches nothing: `slurm-script` checks a wrapped `run` with it on the submit host."""
     planned: list[_Planned] = []
     if config.collectives:
         c = config.collectives
@@ -350,9 +348,6 @@ def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
                 reduce_op=s.reduce_op,
             )
             planned.append(_Planned(name=name, section="strategies", settings=settings))
-    for item in planned:
-        if item.settings is not None:
-            preflight(item.settings, machine.launch(item.name))
     if config.p2p and machine.device == "cuda":
         try:
             from commbench.p2p.settings import P2PSettings
@@ -360,6 +355,19 @@ def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
             pass  # skipped when its turn comes, with the reason
         else:
             P2PSettings.from_options(_p2p_options(config.p2p.options, machine.device))
+    return planned
+
+
+def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
+    """`plan_runs`, then the launcher's preflight of each run (what this node's torch and
+    memory cannot do), all before the suite creates anything: bad input leaves no
+    half-made suite directory behind."""
+    from commbench.launch.launcher import preflight
+
+    planned = plan_runs(config, machine)
+    for item in planned:
+        if item.settings is not None:
+            preflight(item.settings, machine.launch(item.name))
     return planned
 
 
