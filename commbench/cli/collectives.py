@@ -13,6 +13,7 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
+    check_out,
     progress_bar,
     reported_errors,
 )
@@ -154,6 +155,7 @@ def register(app: typer.Typer) -> None:
             from commbench.collectives.placement import resolve_placement
             from commbench.launch.launcher import resolve_launch
 
+            check_out(out)
             launch = resolve_launch(
                 nnodes=nnodes,
                 node_rank=node_rank,

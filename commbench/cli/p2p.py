@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.cli._common import progress_bar, reported_errors
+from commbench.cli._common import check_out, progress_bar, reported_errors
 from commbench.errors import RunFailed, UserError
 from commbench.results.exporters import Format
 
@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
             )
             if matrix and src is not None:
                 raise UserError("--matrix measures every pair; it takes no --src")
+            if not dry_run:
+                check_out(out)
             snapshot = load_topology(topology)
             if dry_run:
                 from commbench.p2p.render import render_expectations

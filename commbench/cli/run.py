@@ -14,6 +14,7 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
+    check_out,
     reported_errors,
 )
 from commbench.results.exporters import Format
@@ -140,6 +141,7 @@ def register(app: typer.Typer) -> None:
             from commbench.launch.launcher import resolve_launch
             from commbench.suites.runner import run_suite
 
+            check_out(out)
             launch = resolve_launch(
                 nnodes=nnodes,
                 node_rank=node_rank,
@@ -152,7 +154,6 @@ def register(app: typer.Typer) -> None:
             def on_event(message: str) -> None:
                 typer.echo(f"commbench: {message}", err=True)
 
-            on_event(f"suite {suite.name}: {machine.nproc} x {machine.device} ({machine.backend})")
             outcome = run_suite(
                 suite,
                 out,

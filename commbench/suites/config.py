@@ -448,7 +448,13 @@ def load_suite(path: Path) -> SuiteConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        position = getattr(exc, "position", None)  # a ReaderError: a character YAML refuses
+        where = (
+            f" (line {mark.line + 1})"
+            if mark is not None
+            else (f" (character {position})" if position is not None else "")
+        )
+        # the first line only: the rest repeats the position as a second line
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
     return parse_suite(data, str(path))

@@ -391,7 +391,11 @@ def run_suite(
     if baseline is not None:  # refuse a bad or incomparable baseline before measuring
         _check_baseline(baseline, machine, gate or GateSettings())
     planned = _plan(config, machine)
-    suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
+    on_event = on_event or (lambda _: None)
+    suite = _Suite(config, out_parent, machine, on_event, on_progress, plot)
+    # announced once everything is checked and its directory made: a refused suite prints
+    # its one error line only
+    on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
     interrupted = False
     try:
         # SIGTERM (a CI job's timeout) and SIGHUP end a suite like Ctrl-C: saved, exit 130
