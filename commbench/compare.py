@@ -31,7 +31,8 @@ from enum import Enum
 from typing import Any, cast
 
 from commbench.context import comparable
-from commbench.errors import EXIT_FAILED, EXIT_OK, UserError
+from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
+from commbench.numbers import parse_number
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.results.store import Run
 
@@ -81,10 +82,11 @@ def parse_fraction(text: str | float, what: str = "tolerance") -> float:
         raise UserError(f"{what}: {expected}")
     raw = str(text).strip()
     percent = raw.endswith("%")
-    try:
-        value = float(raw[:-1]) / 100 if percent else float(raw)
-    except ValueError:
-        raise UserError(f"{what}: {expected}, got {text!r}") from None
+    try:  # ASCII digits and finite: float() would take a fullwidth 5, 'nan' and 'inf'
+        number = parse_number(raw[:-1] if percent else raw, what)
+    except UserError:
+        raise UserError(f"{what}: {expected}, got {quoted(str(text))}") from None
+    value = number / 100 if percent else number
     if not percent and value >= 1:
         raise UserError(f"{what}: {raw} is ambiguous; write {raw}% or {value / 100:g}")
     if not 0 <= value < 1:

@@ -13,6 +13,13 @@ EXIT_USAGE = 2  # bad input or incomparable inputs: nothing was measured
 EXIT_INTERRUPTED = 130
 
 
+def quoted(text: str, limit: int = 60) -> str:
+    """User text for a one-line message: repr'd (control characters escaped) and cut short,
+    so a 400-digit size or a pasted file does not become the message."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[: limit - 5]}...{shown[-1]}"
+
+
 class CommbenchError(Exception):
     """Base of the errors commbench reports as one line."""
 

@@ -7,8 +7,10 @@ number is bytes. A range doubles unless a step says otherwise (`:xF` multiplies,
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
+from commbench.numbers import parse_number
 
 _UNITS = {
     "": 1,
@@ -26,11 +28,16 @@ _UNITS = {
     "tb": 1 << 40,
     "tib": 1 << 40,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# ASCII digits only: `\d` would take a fullwidth or Arabic-Indic digit (re.ASCII makes `\s` ASCII too).
+_SIZE_RE = re.compile(r"^\s*([0-9]+)(?:\.([0-9]+))?\s*([a-zA-Z]*)\s*$", re.ASCII)
 _DISPLAY_UNITS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
 # A ceiling on the number of sizes one spec may produce: a typo like `1-1G:+1` must not
 # turn into a billion measurements.
 MAX_SIZES = 4096
+# A ceiling on one size: 1 PiB per rank is more memory than any machine has (a 400-digit size
+# or `1K-1M:x1e300` must be refused, not turned into an overflow or a billion-TiB buffer).
+MAX_SIZE = 1 << 50
+MAX_SIZE_TEXT = "1024T"
 
 
 def parse_size(text: str) -> int:
@@ -38,20 +45,42 @@ def parse_size(text: str) -> int:
     match = _SIZE_RE.match(text)
     if not match:
         raise UserError(
-            f"malformed size {text!r}: expected a number with an optional unit (B, K, M, G, T)"
+            f"malformed size {quoted(text)}: expected a number with an optional unit (B, K, M, G, T)"
         )
-    number, unit = match.groups()
+    whole, decimals, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise UserError(
-            f"unknown unit {unit!r} in size {text!r}: use B, K/KiB, M/MiB, G/GiB, T/TiB"
+            f"unknown unit {quoted(unit)} in size {quoted(text)}: use B, K/KiB, M/MiB, G/GiB, T/TiB"
         )
-    value = float(number) * factor
-    if value != int(value):
-        raise UserError(f"size {text!r} is not a whole number of bytes")
-    if value <= 0:
-        raise UserError(f"size {text!r} must be positive")
-    return int(value)
+    if len(decimals or "") > 40:  # no unit needs more; int() of 5,000 digits raises
+        raise UserError(f"size {quoted(text)} has more decimals than a size in bytes can use")
+    whole = whole.lstrip("0") or "0"
+    if len(whole) > 20:  # far past MAX_SIZE whatever the unit; not worth converting
+        whole = str(MAX_SIZE + 1)
+    # exact arithmetic: in floats `1.0000000000000000001K` would pass as 1K
+    value = Fraction(int(whole + (decimals or "")), 10 ** len(decimals or "")) * factor
+    if value.denominator != 1:
+        raise UserError(f"size {quoted(text)} is not a whole number of bytes")
+    return check_size(int(value), text.strip())
+
+
+def check_size(nbytes: int, text: str | None = None) -> int:
+    """`nbytes` if it is a size commbench can measure (1 B to MAX_SIZE), else a UserError.
+    For sizes that arrive as numbers (a suite's list, settings) rather than as text."""
+    shown = quoted(text) if text is not None else f"{nbytes}"
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise UserError(f"size {shown} is not a whole number of bytes")
+    if nbytes <= 0:
+        raise UserError(f"size {shown} must be positive")
+    if nbytes > MAX_SIZE:
+        if text is None:
+            shown = f"of {nbytes.bit_length()} bits" if nbytes.bit_length() > 64 else shown
+        raise UserError(
+            f"size {shown} is larger than {MAX_SIZE_TEXT} (1 PiB): no machine holds a buffer "
+            "that large"
+        )
+    return nbytes
 
 
 def _parse_range(item: str) -> list[int]:
@@ -59,21 +88,26 @@ def _parse_range(item: str) -> list[int]:
     lo_text, _, hi_text = body.partition("-")
     if not lo_text.strip() or not hi_text.strip():
         raise UserError(
-            f"malformed size or range {item!r}: sizes are positive, a range is LOW-HIGH"
+            f"malformed size or range {quoted(item)}: sizes are positive, a range is LOW-HIGH"
         )
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if lo > hi:
-        raise UserError(f"size range {item!r} runs backwards ({lo_text} > {hi_text})")
+        raise UserError(
+            f"size range {quoted(item)} runs backwards ({format_size(lo)} > {format_size(hi)})"
+        )
     step = step.strip()
     sizes = [lo]
     if not step or step.lower().startswith("x"):
         factor_text = step[1:] if step else "2"
         try:
-            factor = float(factor_text)
-        except ValueError:
-            raise UserError(f"malformed step {step!r} in {item!r}: use :xF or :+SIZE") from None
+            factor = parse_number(factor_text, "step factor", maximum=MAX_SIZE)
+        except UserError:  # inf, nan, 1e400, a fullwidth 2: one message for them all
+            raise UserError(
+                f"malformed step {quoted(step)} in {quoted(item)}: use :xF (a number F > 1) "
+                "or :+SIZE"
+            ) from None
         if factor <= 1:
-            raise UserError(f"step factor in {item!r} must be greater than 1")
+            raise UserError(f"step factor in {quoted(item)} must be greater than 1")
         while True:
             nxt = int(sizes[-1] * factor)
             if nxt <= sizes[-1]:
@@ -88,7 +122,7 @@ def _parse_range(item: str) -> list[int]:
         while sizes[-1] + inc <= hi and len(sizes) <= MAX_SIZES:
             sizes.append(sizes[-1] + inc)
     else:
-        raise UserError(f"malformed step {step!r} in {item!r}: use :xF or :+SIZE")
+        raise UserError(f"malformed step {quoted(step)} in {quoted(item)}: use :xF or :+SIZE")
     return sizes
 
 
@@ -100,10 +134,10 @@ def parse_sizes(spec: str) -> list[int]:
     for item in spec.split(","):
         item = item.strip()
         if not item:
-            raise UserError(f"empty item in size list {spec!r}")
+            raise UserError(f"empty item in size list {quoted(spec)}")
         sizes.update(_parse_range(item) if "-" in item else [parse_size(item)])
         if len(sizes) > MAX_SIZES:
-            raise UserError(f"size list {spec!r} gives more than {MAX_SIZES} sizes")
+            raise UserError(f"size list {quoted(spec)} gives more than {MAX_SIZES} sizes")
     return sorted(sizes)
 
 

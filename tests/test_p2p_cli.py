@@ -130,8 +130,8 @@ def test_dry_run_without_a_gpu_or_topology_is_one_line() -> None:
         (["--mode", "fast"], "--mode 'fast': choose concurrent, sequential or both"),
         (["--matrix", "--src", "1"], "--matrix measures every pair; it takes no --src"),
         (
-            ["--size", "999999T"],
-            "--size 999999T (copy sources and destinations) needs about 999999.0T on GPU 0",
+            ["--size", "999T"],
+            "--size 999T (copy sources and destinations) needs about 999.0T on GPU 0",
         ),
     ],
 )

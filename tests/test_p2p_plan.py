@@ -122,8 +122,8 @@ def test_gpus_out_of_range(settings: P2PSettings, n: int, message: str) -> None:
         ({"dsts": [1, 1]}, "--dst names GPU 1 twice"),
         ({"matrix": True, "dsts": [1]}, "--matrix measures every pair; it takes no --dst"),
         ({"modes": []}, "no --mode to measure"),
-        ({"warmup": -1}, "--warmup must be >= 0"),
-        ({"iters": 0}, "--iters must be >= 1"),
+        ({"warmup": -1}, "--warmup must be >= 0, got -1"),
+        ({"iters": 0}, "--iters must be >= 1, got 0"),
         ({"sizes": [0]}, "size 0 must be positive"),
     ],
 )

@@ -280,6 +280,8 @@ def run_suite_cli(
     monkeypatch: pytest.MonkeyPatch, launcher: FakeLauncher, *args: str, p2p: FakeP2P | None = None
 ) -> Any:
     monkeypatch.setattr("commbench.launch.launcher.run_collectives", launcher)
+    # the suite preflights every run before it starts; this machine has no GPU to probe
+    monkeypatch.setattr("commbench.launch.launcher.preflight", lambda *_, **__: {})
     monkeypatch.setattr("commbench.p2p.run_p2p", p2p or FakeP2P())
     return CliRunner().invoke(app, ["run", *args, "--device", "cuda", "--nproc", "8", "--no-plot"])
 

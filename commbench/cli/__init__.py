@@ -8,15 +8,13 @@ never at import time, so that `commbench --help` answers at once.
 from __future__ import annotations
 
 import importlib
-import re
 import sys
-from types import ModuleType
-from typing import Any
 
 import typer
 
 from commbench import __version__
-from commbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommbenchError
+from commbench.cli._common import ParseError, error_line, is_usage_error
+from commbench.errors import EXIT_INTERRUPTED, CommbenchError
 
 app = typer.Typer(
     name="commbench",
@@ -62,53 +60,29 @@ for _name in _COMMANDS:
     importlib.import_module(f"commbench.cli.{_name}").register(app)
 
 
-# Typer words some parse errors for programmers; a user reads these instead.
-_REWORDED = (
-    (re.compile(r"Value error, "), ""),
-    (re.compile(r"Input should be a valid integer[^.]*"), "expected a whole number"),
-    (re.compile(r"Input should be a valid number[^.]*"), "expected a number"),
-)
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: one line and an exit code for every known error.
 
-
-def _click_exceptions() -> ModuleType:
-    """The click exceptions Typer raises: recent Typer vendors its own copy of click."""
-    try:
-        return importlib.import_module("typer._click.exceptions")
-    except ImportError:  # Typer before it vendored click
-        return importlib.import_module("click.exceptions")
-
-
-def usage_line(exc: Any) -> str:
-    """A parse error as one line: what is wrong and where the help is."""
-    message = exc.format_message()
-    for pattern, replacement in _REWORDED:
-        message = pattern.sub(replacement, message)
-    message = message.rstrip(".")
-    command = exc.ctx.command_path if exc.ctx is not None else "commbench"
-    return f"commbench: error: {message} (see '{command} --help')"
-
-
-def main() -> None:
-    """Console-script entry point: one line and an exit code for every known error."""
+    Only errors commbench knows are turned into a line; anything else is a bug and keeps
+    its traceback (exit 1), never wrapped in a second one by this handler.
+    """
     from commbench.launch.procs import interrupt_on_termination
 
     interrupt_on_termination()  # SIGTERM/SIGHUP end any command like Ctrl-C, start to exit
-    errors = _click_exceptions()
+    args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(standalone_mode=False)
-    except getattr(errors, "NoArgsIsHelpError", ()) as exc:
-        exc.show()  # the help text, as `commbench` alone should print
-        sys.exit(exc.exit_code)
-    except errors.UsageError as exc:
-        typer.echo(usage_line(exc), err=True)
-        sys.exit(EXIT_USAGE)
-    except errors.ClickException as exc:
-        typer.echo(f"commbench: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        code = app(args=args, prog_name="commbench", standalone_mode=False)
     except CommbenchError as exc:
-        typer.echo(f"commbench: error: {exc}", err=True)
+        typer.echo(error_line(exc), err=True)
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, errors.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("commbench: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except ParseError as exc:
+        if is_usage_error(exc) and not args:
+            # `commbench` alone: the help text (no_args_is_help), not an error line
+            typer.echo(exc.format_message(), err=True)
+        else:
+            typer.echo(error_line(exc), err=True)
+        sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

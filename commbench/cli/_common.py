@@ -2,17 +2,87 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commbench.errors import EXIT_INTERRUPTED, CommbenchError
+from commbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommbenchError
 
 if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
     from rich.progress import Progress
+
+
+# Typer words some parse errors for programmers; a user reads these instead.
+_REWORDED = (
+    (re.compile(r"Value error, "), ""),
+    (re.compile(r"Input should be a valid integer[^.]*"), "expected a whole number"),
+    (re.compile(r"Input should be a valid number[^.]*"), "expected a number"),
+)
+
+
+# The errors Typer raises for what it parses, through its public API only (`typer.Abort`,
+# `typer.Exit`, `typer.TyperException`, the base of click's errors since Typer 0.28 vendors
+# click): a private module moves between releases, and the last-resort handler must not
+# itself fail. Typer is pinned in pyproject.toml to the releases these names were tested on.
+ParseError = typer.TyperException
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """A parse error of the command line (click's UsageError family, exit code 2)."""
+    return isinstance(exc, ParseError) and exc.exit_code == EXIT_USAGE
+
+
+def usage_line(exc: Any) -> str:
+    """A parse error as one line: what is wrong and where the help is."""
+    message = exc.format_message()
+    for pattern, replacement in _REWORDED:
+        message = pattern.sub(replacement, message)
+    message = " ".join(message.rstrip(".").split())  # one line, whatever the message held
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "commbench"
+    return f"commbench: error: {message} (see '{command} --help')"
+
+
+def error_line(exc: BaseException) -> str:
+    """Any known error as the one line a user reads."""
+    if is_usage_error(exc):
+        return usage_line(exc)
+    text = exc.format_message() if isinstance(exc, ParseError) else str(exc)
+    return f"commbench: error: {' '.join(text.split())}"
+
+
+def check_out(out: Path, flag: str = "--out") -> None:
+    """Refuse, before anything runs or is created, an `--out` that cannot hold new run
+    directories: a file, a run or suite directory itself (a new run would be nested inside
+    it, where no command looks for it), or a place this user cannot write."""
+    import os
+
+    from commbench.errors import UserError, quoted
+
+    shown = quoted(str(out))
+    try:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{flag} {shown} is a file; give a directory to hold the run")
+        for marker, what in (("run.json", "a run"), ("suite.json", "a suite")):
+            if (out / marker).is_file():
+                raise UserError(
+                    f"{flag} {shown} is {what} directory; give the directory that holds runs "
+                    f"(e.g. {quoted(str(out.parent))})"
+                )
+        existing = out
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as exc:  # a name too long, a loop of links
+        raise UserError(f"{flag} {shown}: {exc.strerror or exc}") from None
+    if not existing.is_dir():
+        raise UserError(f"{flag} {shown}: {quoted(str(existing))} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {shown}: cannot write under {quoted(str(existing))}")
 
 
 @contextmanager
@@ -27,9 +97,9 @@ def reported_errors() -> Iterator[None]:
     try:
         yield
     except CommbenchError as exc:
-        typer.echo(f"commbench: error: {exc}", err=True)
+        typer.echo(error_line(exc), err=True)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Typer would exit 130 without a word
         typer.echo("commbench: interrupted", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
 

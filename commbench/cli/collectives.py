@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -13,13 +13,15 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
+    check_out,
     progress_bar,
     reported_errors,
 )
-from commbench.errors import Interrupted, RunFailed, UserError
+from commbench.errors import Interrupted, RunFailed, UserError, quoted
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
+    from commbench.collectives.placement import Placement
     from commbench.collectives.settings import CollectivesSettings
     from commbench.launch.launcher import LaunchOptions
     from commbench.results.schema import ResultRow
@@ -42,10 +44,12 @@ def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
 def parse_ranks(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        ranks = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--ranks must be a comma list of integers, got {text!r}") from None
+    from commbench.numbers import is_digits
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not all(is_digits(t) and len(t) <= 9 for t in items):  # ASCII digits, no sign
+        raise UserError(f"--ranks must be a comma list of rank numbers, got {quoted(text)}")
+    ranks = [int(t) for t in items]
     if not ranks:
         raise UserError("--ranks is empty")
     return ranks
@@ -54,6 +58,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
 def register(app: typer.Typer) -> None:
     @app.command("collectives")
     def collectives(
+        ctx: typer.Context,
         sizes: str = typer.Option(
             None,
             "--sizes",
@@ -148,11 +153,9 @@ def register(app: typer.Typer) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
             from commbench.collectives.placement import resolve_placement
-            from commbench.collectives.settings import CollectivesSettings
-            from commbench.collectives.specs import parse_ops
             from commbench.launch.launcher import resolve_launch
-            from commbench.sizes import parse_sizes
 
+            check_out(out)
             launch = resolve_launch(
                 nnodes=nnodes,
                 node_rank=node_rank,
@@ -161,35 +164,43 @@ def register(app: typer.Typer) -> None:
                 debug=debug,
             )
 
-            check_iteration_flags(iters, min_time)
-            place = resolve_placement(device, nproc, backend)
-            settings = CollectivesSettings(
-                ops=parse_ops("all" if ops is None else ops)
-                if ops is not None or not strategies
-                else [],
-                sizes=parse_sizes(
-                    sizes
-                    if sizes is not None
-                    else (GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES)
-                ),
-                nproc=place.nproc,
-                backend=place.backend,
-                device=place.device,
-                dtype=dtype,
-                reduce_op=reduce_op,
-                warmup=warmup,
-                iters=iters,
-                min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
-                in_place=in_place,
-                check=check,
-                async_op=async_op,
-                graph=graph,
-                ranks=parse_ranks(ranks),
-                strategies=_parse_strategies(strategies),
-                timeout=timeout,
-                profile=profile,
-            )
+            settings = settings_from_options(ctx.params, resolve_placement(device, nproc, backend))
             run_and_report(settings, out, fmt, launch, plot=not no_plot)
+
+
+def settings_from_options(options: dict[str, Any], place: Placement) -> CollectivesSettings:
+    """The settings of a `collectives` command line (its options by parameter name) on
+    nodes placed as `place`: the command builds its run with it, `slurm-script` checks the
+    command it wraps with it on the submit host, so the two cannot disagree."""
+    from commbench.collectives.settings import CollectivesSettings
+    from commbench.collectives.specs import parse_ops
+    from commbench.sizes import parse_sizes
+
+    ops, strategies, sizes = options["ops"], options["strategies"], options["sizes"]
+    min_time = options["min_time"]
+    check_iteration_flags(options["iters"], min_time)
+    if sizes is None:
+        sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
+    return CollectivesSettings(
+        ops=parse_ops("all" if ops is None else ops) if ops is not None or not strategies else [],
+        sizes=parse_sizes(sizes),
+        nproc=place.nproc,
+        backend=place.backend,
+        device=place.device,
+        dtype=options["dtype"],
+        reduce_op=options["reduce_op"],
+        warmup=options["warmup"],
+        iters=options["iters"],
+        min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
+        in_place=options["in_place"],
+        check=options["check"],
+        async_op=options["async_op"],
+        graph=options["graph"],
+        ranks=parse_ranks(options["ranks"]),
+        strategies=_parse_strategies(strategies),
+        timeout=options["timeout"],
+        profile=options["profile"],
+    )
 
 
 def _parse_strategies(text: str | None) -> list[str]:

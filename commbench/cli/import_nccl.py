@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from commbench.cli._common import reported_errors
+from commbench.cli._common import check_out, reported_errors
 
 import_app = typer.Typer(
     name="import",
@@ -43,6 +43,7 @@ def nccl_tests(
             )
         if world_size is not None and world_size < 1:
             raise UserError(f"--world-size must be at least 1, got {world_size}")
+        check_out(out)
         for log in logs:
             run_dir = import_log(log, out, op=op, world_size=world_size)
             typer.echo(str(run_dir))

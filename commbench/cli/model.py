@@ -13,13 +13,18 @@ from commbench.results.exporters import Format
 DEFAULT_SIZES = "1K-1G"
 # World sizes a fitted model extrapolates to when --world is not given.
 SCALE_WORLDS = (8, 64, 1024)
+# More ranks than any machine runs: a typo, not a world to model.
+MAX_WORLD = 1 << 24
 
 
 def parse_worlds(text: str) -> list[int]:
-    try:
-        worlds = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--world must be a comma list of integers, got {text!r}") from None
+    from commbench.errors import quoted
+    from commbench.numbers import MAX_DIGITS, check_range, is_digits
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not all(is_digits(t) and len(t) <= MAX_DIGITS for t in items):  # ASCII digits only
+        raise UserError(f"--world must be a comma list of integers, got {quoted(text)}")
+    worlds = [check_range(int(t), "--world", maximum=MAX_WORLD) for t in items]
     if not worlds:
         raise UserError("--world is empty")
     bad = [w for w in worlds if w < 2]

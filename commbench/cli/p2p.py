@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.cli._common import progress_bar, reported_errors
+from commbench.cli._common import check_out, progress_bar, reported_errors
 from commbench.errors import RunFailed, UserError
 from commbench.results.exporters import Format
 
@@ -18,10 +18,13 @@ if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML beh
 
 
 def _src(text: str | None) -> int:
+    from commbench.errors import quoted
+    from commbench.numbers import MAX_DIGITS, is_digits
+
     if text is None:
         return 0
-    if not text.strip().isdigit():
-        raise UserError(f"--src {text!r}: expected a GPU index (0, 1, ...)")
+    if not is_digits(text.strip()) or len(text.strip()) > MAX_DIGITS:  # isdigit() takes '²'
+        raise UserError(f"--src {quoted(text)}: expected a GPU index (0, 1, ...)")
     return int(text)
 
 
@@ -109,6 +112,8 @@ def register(app: typer.Typer) -> None:
             )
             if matrix and src is not None:
                 raise UserError("--matrix measures every pair; it takes no --src")
+            if not dry_run:
+                check_out(out)
             snapshot = load_topology(topology)
             if dry_run:
                 from commbench.p2p.render import render_expectations

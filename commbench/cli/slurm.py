@@ -8,7 +8,8 @@ import typer
 
 from commbench.cli._common import reported_errors
 
-_SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
+# ASCII digits (`\d` takes any Unicode digit, which sbatch refuses once the job is submitted)
+_SLURM_TIME = re.compile(r"[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
 # The commands that run across the nodes of a job (the others run on one machine).
 _WRAPPABLE = ("collectives", "run")
@@ -20,7 +21,7 @@ _SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
 def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_node: int) -> None:
     """Parse the command the script will run, as it will be parsed on the nodes: a typo must
     fail here, not after the job waited in the queue."""
-    from commbench.cli import _click_exceptions, usage_line
+    from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
 
     name, rest = args[0], args[1:]
@@ -36,9 +37,9 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         return
     try:
         wrapped = command.make_context(name, list(rest), parent=ctx.parent)
-    except _click_exceptions().UsageError as exc:
+    except ParseError as exc:
         raise UserError(
-            "the wrapped command: " + usage_line(exc).removeprefix("commbench: error: ")
+            "the wrapped command: " + error_line(exc).removeprefix("commbench: error: ")
         ) from None
     params = wrapped.params
     given = [f"--{k.replace('_', '-')}" for k in _SLURM_OWNS if params.get(k) is not None]
@@ -49,30 +50,44 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         )
     if params.get("backend") == "nccl" and gpus_per_node == 0:
         raise UserError("--backend nccl needs GPUs, and the script asks for --gpus-per-node 0")
-    if name == "collectives":
-        from commbench.cli.collectives import check_iteration_flags, parse_ranks
-        from commbench.collectives.placement import placement_for
-        from commbench.collectives.specs import parse_ops
-        from commbench.sizes import parse_sizes
+    # What the nodes will run, built by the functions the command itself builds it with,
+    # placed on the nodes the script asks for (not on this submit host)
+    from functools import partial
 
-        if params.get("sizes") is not None:
-            parse_sizes(params["sizes"])
-        if params.get("ops") is not None:
-            parse_ops(params["ops"])
-        check_iteration_flags(params.get("iters"), params.get("min_time"))
-        place = placement_for(gpus_per_node, params.get("device"), params.get("nproc"))
-        world = nodes * place.nproc
-        bad = [r for r in parse_ranks(params.get("ranks")) or [] if not 0 <= r < world]
-        if bad:
-            raise UserError(f"--ranks: rank {bad[0]} is outside the job's world (0..{world - 1})")
+    from commbench.collectives.placement import placement_for
+    from commbench.launch.launcher import LaunchOptions
+
+    placer = partial(placement_for, gpus_per_node)
+    # the nodes build the rendezvous from the job; any endpoint stands for it here
+    launch = LaunchOptions(nnodes=nodes, rdzv_endpoint="head-node:29400" if nodes > 1 else None)
+    if name == "collectives":
+        from commbench.cli.collectives import settings_from_options
+        from commbench.launch.preflight import validate_ranks
+
+        settings = settings_from_options(
+            params, placer(params["device"], params["nproc"], params["backend"])
+        )
+        _check_gpus(settings.device, settings.nproc, gpus_per_node)
+        validate_ranks(settings, nodes * settings.nproc)
     elif name == "run":
-        from commbench.suites.config import load_suite
+        from commbench.cli.run import prepare
         from commbench.suites.store import load_runs
 
-        if params.get("config") is not None:
-            load_suite(params["config"])
+        _, machine, _ = prepare(params, launch, placer)
+        _check_gpus(machine.device, machine.nproc, gpus_per_node)
         if params.get("baseline") is not None:
             load_runs(params["baseline"])
+
+
+def _check_gpus(device: str, nproc: int, gpus_per_node: int) -> None:
+    """GPU ranks need a GPU each on the node: the nodes would refuse it after the queue."""
+    from commbench.errors import UserError
+
+    if device == "cuda" and nproc > gpus_per_node:
+        raise UserError(
+            f"--device cuda runs {nproc} GPU rank(s) per node, and the script asks for "
+            f"--gpus-per-node {gpus_per_node}"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -100,13 +115,17 @@ def register(app: typer.Typer) -> None:
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
         """
         with reported_errors():
+            from commbench.collectives.settings import MAX_NPROC
             from commbench.errors import UserError
-            from commbench.launch.slurm import sbatch_script
+            from commbench.launch.slurm import MAX_NODES, sbatch_script
+            from commbench.numbers import check_range
 
             if nodes < 1:
                 raise UserError("--nodes must be at least 1")
+            check_range(nodes, "--nodes", 1, MAX_NODES)
             if gpus_per_node < 0:
                 raise UserError("--gpus-per-node must be >= 0")
+            check_range(gpus_per_node, "--gpus-per-node", 0, MAX_NPROC)
             if not _SLURM_TIME.fullmatch(time_limit):
                 raise UserError(
                     f"--time {time_limit!r} is not a SLURM time (MM, MM:SS, HH:MM:SS, D-HH, "

@@ -8,6 +8,18 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError
+from commbench.launch.slurm import MAX_NODES
+from commbench.numbers import MAX_ITERATIONS, check_range
+from commbench.sizes import check_size
+
+# Below this, a healthy rank looks hung: ranks report progress in heartbeats every 0.5 s
+# (`launch.protocol.HEARTBEAT_INTERVAL`) and one silent for half the timeout is blamed, so
+# `--timeout 0.001` would name ranks that were measuring normally.
+MIN_TIMEOUT = 2.0
+# More workers than any node runs: the preflight refuses what this node cannot hold (its
+# GPUs, 8 CPU ranks per core); this keeps an absurd number out of the arithmetic before it,
+# and out of a script written for other nodes.
+MAX_NPROC = 1 << 20
 
 
 @dataclass(kw_only=True, slots=True)
@@ -56,6 +68,8 @@ class CollectivesSettings:
             raise UserError("nothing to measure: no ops and no strategies")
         if not self.sizes:
             raise UserError("no sizes to measure")
+        for size in self.sizes:
+            check_size(size)
         if self.dtype not in DTYPES:
             raise UserError(f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}")
         if self.reduce_op not in REDUCE_OPS:
@@ -74,16 +88,25 @@ class CollectivesSettings:
             )
         if self.nproc < 1:
             raise UserError("--nproc must be at least 1")
-        for name in ("warmup", "iters"):
+        check_range(self.nproc, "--nproc", 1, MAX_NPROC)
+        for name, least in (("warmup", 0), ("iters", 1), ("min_iters", 1), ("max_iters", 1)):
             value = getattr(self, name)
-            if value is not None and value < (0 if name == "warmup" else 1):
-                raise UserError(f"--{name} must be {'>= 0' if name == 'warmup' else '>= 1'}")
+            if value is not None:
+                check_range(value, f"--{name.replace('_', '-')}", least, MAX_ITERATIONS)
         if not math.isfinite(self.min_time) or self.min_time <= 0:
             raise UserError("--min-time must be a positive number of seconds")
-        if not 1 <= self.min_iters <= self.max_iters:
+        if not self.min_iters <= self.max_iters:
             raise UserError("need 1 <= min_iters <= max_iters")
         if not math.isfinite(self.timeout) or self.timeout <= 0:
             raise UserError("--timeout must be a positive number of seconds")
+        if self.timeout < MIN_TIMEOUT:
+            raise UserError(
+                f"--timeout must be at least {MIN_TIMEOUT:g} s: ranks report progress every "
+                "0.5 s, so a shorter one would take measuring ranks for hung ones"
+            )
+        if self.ranks is not None:
+            for rank in self.ranks:
+                check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
-from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError
+from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, quoted
 from commbench.launch import procs
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
@@ -32,6 +33,7 @@ from commbench.launch.protocol import (
     SETTINGS_FILE,
 )
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
+from commbench.numbers import check_range, is_digits
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
 from commbench.torch_version import require_torch
@@ -64,16 +66,23 @@ class LaunchOptions:
     """Where the multi-node settings came from: 'flags', 'slurm' or 'single' (for run.json)."""
 
     def __post_init__(self) -> None:
-        if self.nnodes < 1:
-            raise UserError("--nnodes must be at least 1")
+        from commbench.launch.slurm import MAX_NODES
+
+        check_range(self.nnodes, "--nnodes", 1, MAX_NODES)
         if not 0 <= self.node_rank < self.nnodes:
             raise UserError(f"--node-rank {self.node_rank} is outside 0..{self.nnodes - 1}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
         if self.rdzv_endpoint is not None:
             host, sep, port = self.rdzv_endpoint.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise UserError(f"--rdzv-endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
+            # ASCII only: isdigit() takes '²' (which int() refuses), torchrun a host name
+            # with spaces or a fullwidth digit (and fails once the run has started)
+            good_host = re.fullmatch(r"[A-Za-z0-9._:\[\]-]+", host) is not None
+            good_port = is_digits(port) and len(port) <= 5 and 0 < int(port) < 65536
+            if not (sep and good_host and good_port):
+                raise UserError(
+                    f"--rdzv-endpoint must be HOST:PORT (port 1-65535), got {quoted(self.rdzv_endpoint)}"
+                )
 
 
 def resolve_launch(
@@ -92,7 +101,7 @@ def resolve_launch(
         raise UserError("--node-rank needs --nnodes (and --rdzv-endpoint)")
     if nnodes is not None or rdzv_endpoint is not None:
         return LaunchOptions(
-            nnodes=nnodes or 1,
+            nnodes=1 if nnodes is None else nnodes,  # `--nnodes 0` is refused, not taken as 1
             node_rank=node_rank or 0,
             rdzv_endpoint=rdzv_endpoint,
             rdzv_id=rdzv_id or "commbench",
@@ -193,6 +202,18 @@ def _worker_env(run_dir: Path, launch: LaunchOptions) -> dict[str, str]:
     return env
 
 
+def preflight(settings: CollectivesSettings, launch: LaunchOptions | None = None) -> dict[str, Any]:
+    """Everything refused before a launch (ranks outside the world, what the installed torch
+    cannot run, more than the node holds); the probe's answer. Creates nothing, so a suite
+    checks every run with it before it makes its directory."""
+    launch = launch or LaunchOptions()
+    require_torch()
+    validate_ranks(settings, settings.nproc * launch.nnodes)
+    probe_info = probe(settings)
+    check_resources(settings, probe_info)
+    return probe_info
+
+
 def run_collectives(
     settings: CollectivesSettings,
     out_parent: Path,
@@ -201,10 +222,7 @@ def run_collectives(
 ) -> Outcome:
     """Validate, launch torchrun, watch it, and return what was measured."""
     launch = launch or LaunchOptions()
-    require_torch()
-    validate_ranks(settings, settings.nproc * launch.nnodes)
-    probe_info = probe(settings)
-    check_resources(settings, probe_info)
+    probe_info = preflight(settings, launch)
     points = plan_points(
         settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
     )

@@ -11,26 +11,37 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
+from commbench.numbers import is_digits, parse_int
 
 # Rendezvous port on the head node: fixed base + job id, so two jobs sharing a node do not
 # collide, and every node of one job computes the same port without talking.
 RDZV_PORT_BASE = 29400
 RDZV_PORT_SPAN = 1000
+# More nodes than any machine has (the largest have about ten thousand): a node list or a
+# node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
+MAX_NODES = 65536
 
 
 def expand_nodelist(text: str) -> list[str]:
     """Expand SLURM's compressed host lists: `gpu[01-03,07],login1` -> gpu01 gpu02 gpu03 gpu07 login1.
 
     Handles zero padding, several bracket groups (`r[1-2]n[1-2]`) and commas inside brackets.
+    Indices are ASCII digits; a list of more than MAX_NODES hosts is refused before it is
+    expanded.
     """
-    hosts: list[str] = []
-    for item in _split_top_level(text.strip()):
-        if not item:
-            continue
-        hosts.extend(_expand_item(item))
+    items = [item for item in _split_top_level(text.strip()) if item]
+    total = 0
+    for item in items:
+        total += _count_item(item)
+        if total > MAX_NODES:
+            raise UserError(
+                f"SLURM node list {quoted(text)} names more than {MAX_NODES} nodes; "
+                "no cluster is that large"
+            )
+    hosts = [host for item in items for host in _expand_item(item)]
     if not hosts:
-        raise UserError(f"empty SLURM node list {text!r}")
+        raise UserError(f"empty SLURM node list {quoted(text)}")
     return hosts
 
 
@@ -44,19 +55,43 @@ def _split_top_level(text: str) -> list[str]:
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise UserError(f"malformed SLURM node list {text!r}: unbalanced ']'")
+                raise UserError(f"malformed SLURM node list {quoted(text)}: unbalanced ']'")
         if ch == "," and depth == 0:
             parts.append("".join(current))
             current = []
         else:
             current.append(ch)
     if depth != 0:
-        raise UserError(f"malformed SLURM node list {text!r}: unbalanced '['")
+        raise UserError(f"malformed SLURM node list {quoted(text)}: unbalanced '['")
     parts.append("".join(current))
     return parts
 
 
 _GROUP = re.compile(r"\[([^\]]*)\]")
+# Longer indices than any host name uses; int() of thousands of digits would raise.
+_MAX_INDEX_DIGITS = 9
+
+
+def _ranges(group: str, item: str) -> list[tuple[int, int, int]]:
+    """`01-03,07` -> [(1, 3, 2), (7, 7, 2)]: (first, last, zero-padded width)."""
+    out = []
+    for rng in group.split(","):
+        lo, sep, hi = rng.partition("-")
+        ok = is_digits(lo) and (not sep or is_digits(hi))
+        if not ok or max(len(lo), len(hi)) > _MAX_INDEX_DIGITS or (sep and int(hi) < int(lo)):
+            raise UserError(f"malformed SLURM node range {quoted(rng)} in {quoted(item)}")
+        out.append((int(lo), int(hi if sep else lo), len(lo)))
+    return out
+
+
+def _count_item(item: str) -> int:
+    """How many hosts `item` expands to, without expanding it."""
+    count = 1
+    for group in _GROUP.findall(item):
+        count *= sum(last - first + 1 for first, last, _ in _ranges(group, item))
+        if count > MAX_NODES:
+            break
+    return count
 
 
 def _expand_item(item: str) -> list[str]:
@@ -65,12 +100,8 @@ def _expand_item(item: str) -> list[str]:
         return [item]
     prefix, suffix = item[: match.start()], item[match.end() :]
     out: list[str] = []
-    for rng in match.group(1).split(","):
-        lo, sep, hi = rng.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise UserError(f"malformed SLURM node range {rng!r} in {item!r}")
-        width = len(lo)
-        for i in range(int(lo), int(hi if sep else lo) + 1):
+    for first, last, width in _ranges(match.group(1), item):
+        for i in range(first, last + 1):
             out.extend(_expand_item(f"{prefix}{i:0{width}d}{suffix}"))
     return out
 
@@ -90,7 +121,8 @@ class SlurmJob:
 
     @property
     def rdzv_endpoint(self) -> str:
-        digits = int(re.sub(r"\D", "", self.job_id) or 0)
+        # the last digits are enough for the port (and int() of thousands of digits raises)
+        digits = int(re.sub(r"[^0-9]", "", self.job_id)[-9:] or 0)
         return f"{self.head}:{RDZV_PORT_BASE + digits % RDZV_PORT_SPAN}"
 
 
@@ -103,25 +135,28 @@ def from_env(environ: dict[str, str]) -> SlurmJob | None:
     if not nodelist:
         raise UserError("SLURM_JOB_NODELIST is not set: cannot find the job's head node")
     nodes = expand_nodelist(nodelist)
-    try:
-        nnodes = int(
-            environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES") or len(nodes)
-        )
-        node_rank = int(environ["SLURM_NODEID"])
-    except ValueError as exc:
-        raise UserError(f"malformed SLURM environment: {exc}") from None
+    count = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES")
+    nnodes = _env_int("SLURM_NNODES", count, 1, MAX_NODES) if count else len(nodes)
+    node_rank = _env_int("SLURM_NODEID", environ["SLURM_NODEID"], 0, MAX_NODES - 1)
     tasks = environ.get("SLURM_NTASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE") or "1"
     # SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is what matters; take the first
-    tasks_per_node = int(re.match(r"\d+", tasks).group(0)) if re.match(r"\d+", tasks) else 1  # type: ignore[union-attr]
+    first = re.match(r"[0-9]{1,9}", tasks)
     gpus = environ.get("SLURM_GPUS_ON_NODE")
     return SlurmJob(
         job_id=environ["SLURM_JOB_ID"],
         nnodes=nnodes,
         node_rank=node_rank,
         nodes=nodes,
-        tasks_per_node=tasks_per_node,
-        gpus_on_node=int(gpus) if gpus and gpus.isdigit() else None,
+        tasks_per_node=int(first.group(0)) if first else 1,
+        gpus_on_node=int(gpus) if gpus and is_digits(gpus) and len(gpus) < 6 else None,
     )
+
+
+def _env_int(name: str, value: str, minimum: int, maximum: int) -> int:
+    try:
+        return parse_int(value, name, minimum=minimum, maximum=maximum)
+    except UserError as exc:
+        raise UserError(f"malformed SLURM environment: {exc}") from None
 
 
 def sbatch_script(

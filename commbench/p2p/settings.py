@@ -6,12 +6,14 @@ Everything here is checked on its own; whether the GPUs named exist is checked b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from commbench.errors import UserError
-from commbench.sizes import parse_sizes
+from commbench.errors import UserError, quoted
+from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
+from commbench.sizes import check_size, parse_sizes
 
 MODES = ("concurrent", "sequential")
 DEFAULT_SIZE = 4 * 10**8
@@ -63,8 +65,7 @@ class P2PSettings:
         if not self.sizes:
             raise UserError("no --size to measure")
         for size in (*self.sizes, *self.latency_sizes):
-            if size <= 0:
-                raise UserError(f"size {size} must be positive")
+            check_size(size)
         if self.src < 0:
             raise UserError(f"--src {self.src}: GPU indices start at 0")
         if self.dsts is not None:
@@ -89,12 +90,11 @@ class P2PSettings:
                     raise UserError(f"pair {s}->{d}: GPU indices start at 0")
                 if s == d:
                     raise UserError(f"pair {s}->{d}: source and destination are the same GPU")
-        if self.warmup < 0:
-            raise UserError("--warmup must be >= 0")
-        if self.iters is not None and self.iters < 1:
-            raise UserError("--iters must be >= 1")
-        if self.min_time is not None and self.min_time <= 0:
-            raise UserError("min_time must be positive")
+        check_range(self.warmup, "--warmup", 0, MAX_ITERATIONS)
+        if self.iters is not None:
+            check_range(self.iters, "--iters", 1, MAX_ITERATIONS)
+        if self.min_time is not None and not (math.isfinite(self.min_time) and self.min_time > 0):
+            raise UserError("min_time must be a positive number of seconds")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -161,10 +161,12 @@ def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:
     """`1,2,4` -> [1, 2, 4]; anything else is one line of UserError."""
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not t for t in items):
-        raise UserError(f"{flag} {text!r}: expected GPU indices separated by commas, e.g. 1,2,4")
+        raise UserError(
+            f"{flag} {quoted(text)}: expected GPU indices separated by commas, e.g. 1,2,4"
+        )
     out = []
     for t in items:
-        if not t.isdigit():
-            raise UserError(f"{flag} {text!r}: {t!r} is not a GPU index")
+        if not is_digits(t) or len(t) > MAX_DIGITS:  # ASCII: isdigit() takes '²'
+            raise UserError(f"{flag} {quoted(text)}: {quoted(t)} is not a GPU index")
         out.append(int(t))
     return out

@@ -184,6 +184,8 @@ def write_figures(
 
 
 def plot_runs(runs: list[Run], out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    if not formats:  # `--formats ''` would write nothing and look like success
+        raise UserError(f"no plot format given; choose from: {', '.join(FORMATS)}")
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise UserError(f"unknown plot format {bad[0]!r}; choose from: {', '.join(FORMATS)}")

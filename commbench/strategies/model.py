@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from commbench.errors import UserError
+from commbench.numbers import check_range
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.strategies.registry import STRATEGIES, ring_slices
 
@@ -102,6 +103,11 @@ def busbw_factor(n: int) -> float:
     return 2 * (n - 1) / n
 
 
+MIN_BW_GBPS = 1e-3  # 1 MB/s
+MAX_BW_GBPS = 1e6  # 1 PB/s
+MAX_MODEL_US = 1e7  # 10 s for one step or launch
+
+
 @dataclass(kw_only=True, frozen=True, slots=True)
 class Params:
     alpha_us: float
@@ -121,6 +127,11 @@ class Params:
             raise UserError(f"bandwidth must be > 0 GB/s, got {self.bw_gbps}")
         if not (math.isfinite(self.launch_us) and self.launch_us >= 0):
             raise UserError(f"launch overhead must be >= 0 us, got {self.launch_us}")
+        # Past what any link or host does: a typo, whose predictions would print as
+        # 300-digit numbers or inf
+        check_range(self.bw_gbps, "bandwidth (GB/s)", MIN_BW_GBPS, MAX_BW_GBPS)
+        check_range(self.alpha_us, "latency (us)", maximum=MAX_MODEL_US)
+        check_range(self.launch_us, "launch overhead (us)", maximum=MAX_MODEL_US)
 
 
 @dataclass(frozen=True, slots=True)

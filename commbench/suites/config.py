@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from commbench.collectives.settings import MAX_NPROC, MIN_TIMEOUT
 from commbench.compare import (
     DEFAULT_ALPHA,
     DEFAULT_LATENCY_TOLERANCE,
@@ -25,6 +26,7 @@ from commbench.compare import (
 )
 from commbench.errors import UserError
 from commbench.files import load_yaml
+from commbench.numbers import MAX_ITERATIONS, shown_number
 
 SUITE_SCHEMA_VERSION = 1
 DEVICES = ("cuda", "cpu")
@@ -72,23 +74,38 @@ class _Section:
                 raise _Invalid(self.at(str(key)), f"unknown key (expected one of: {expected})")
 
 
-def _int(minimum: int) -> Callable[[Any, str], int]:
+def _int(minimum: int, maximum: int = MAX_ITERATIONS) -> Callable[[Any, str], int]:
+    """A whole number in [minimum, maximum]; every count a suite holds is far below the
+    default ceiling, so a 30-digit one is a typo, not a request."""
+
     def parse(value: Any, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _Invalid(path, f"expected an integer, got {_type_name(value)}")
         if value < minimum:
-            raise _Invalid(path, f"must be at least {minimum}, got {value}")
+            raise _Invalid(path, f"must be at least {minimum}, got {shown_number(value)}")
+        if value > maximum:
+            raise _Invalid(path, f"must be at most {maximum}, got {shown_number(value)}")
         return value
 
     return parse
 
 
-def _float(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Invalid(path, f"expected a number, got {_type_name(value)}")
-    if not math.isfinite(value) or value <= 0:
-        raise _Invalid(path, f"must be positive, got {value}")
-    return float(value)
+def _seconds(minimum: float) -> Callable[[Any, str], float]:
+    """A finite number of seconds, at least `minimum` (and positive)."""
+
+    def parse(value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _Invalid(path, f"expected a number, got {_type_name(value)}")
+        if not math.isfinite(value) or value <= 0:
+            raise _Invalid(path, f"must be positive, got {shown_number(value)}")
+        if value < minimum:
+            raise _Invalid(path, f"must be at least {minimum:g}, got {value:g}")
+        return float(value)
+
+    return parse
+
+
+_float = _seconds(0.0)
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -227,7 +244,7 @@ def _timing(section: _Section) -> Timing:
         min_time=section.get("min_time", _float, 0.2),
         min_iters=section.get("min_iters", _int(1), 10),
         max_iters=section.get("max_iters", _int(1), 1000),
-        timeout=section.get("timeout", _float, 300.0),
+        timeout=section.get("timeout", _seconds(MIN_TIMEOUT), 300.0),
     )
     if timing.iters is not None and "min_time" in section.data:
         raise _Invalid(
@@ -398,7 +415,7 @@ def parse_suite(data: Any, source: str = "") -> SuiteConfig:
         config = SuiteConfig(
             name=top.get("name", _name, default_name),
             description=top.get("description", _str, ""),
-            nproc=top.get("world_size", _int(1), None),
+            nproc=top.get("world_size", _int(1, MAX_NPROC), None),
             backend=top.get("backend", _choice("nccl", "gloo"), None),
             device=top.get("device", _choice(*DEVICES), None),
             topo=top.get("topo", _bool, False),

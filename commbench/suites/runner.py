@@ -258,12 +258,8 @@ class _Suite:
         self.entries.append(entry)
         self.save()
         self.on_event("p2p: measuring")
-        resolved = {
-            k: v.for_device(self.machine.device) if isinstance(v, Sizes) else v
-            for k, v in options.items()
-        }
         try:
-            outcome = run_p2p(resolved, self.path)
+            outcome = run_p2p(_p2p_options(options, self.machine.device), self.path)
         except Interrupted:
             entry.status = "interrupted"
             self.save()
@@ -309,6 +305,85 @@ def require_suite_torch(config: SuiteConfig) -> None:
         require_torch()
 
 
+@dataclass(kw_only=True, slots=True)
+class _Planned:
+    """One collectives or strategies run of the suite, its settings already validated."""
+
+    name: str
+    section: str
+    settings: Any = None
+    skip: str | None = None
+    """Why it cannot run here (it is recorded as skipped)."""
+
+
+def plan_runs(config: SuiteConfig, machine: Machine) -> list[_Planned]:
+    """Every collectives and strategies run of the suite on `machine`, its settings built
+    and validated as `commbench collectives` validates its own; p2p's settings validated.
+    Touches nothing: `slurm-script` checks a wrapped `run` with it on the submit host."""
+    planned: list[_Planned] = []
+    if config.collectives:
+        c = config.collectives
+        for dtype in c.dtypes:
+            settings = _collectives_settings(
+                machine,
+                c.timing,
+                ops=c.ops,
+                strategies=[],
+                sizes=c.sizes.for_device(machine.device),
+                dtype=dtype,
+                reduce_op=c.reduce_op,
+                in_place=c.in_place,
+                check=c.check,
+            )
+            planned.append(
+                _Planned(name=f"collectives-{dtype}", section="collectives", settings=settings)
+            )
+    if config.strategies:
+        s = config.strategies
+        why = _strategies_available(s.names)
+        for dtype in s.dtypes:
+            name = f"strategies-{dtype}"
+            if why:
+                planned.append(_Planned(name=name, section="strategies", skip=why))
+                continue
+            settings = _collectives_settings(
+                machine,
+                s.timing,
+                ops=[],
+                strategies=s.names,
+                sizes=s.sizes.for_device(machine.device),
+                dtype=dtype,
+                reduce_op=s.reduce_op,
+            )
+            planned.append(_Planned(name=name, section="strategies", settings=settings))
+    if config.p2p and machine.device == "cuda":
+        try:
+            from commbench.p2p.settings import P2PSettings
+        except ImportError:
+            pass  # skipped when its turn comes, with the reason
+        else:
+            P2PSettings.from_options(_p2p_options(config.p2p.options, machine.device))
+    return planned
+
+
+def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
+    """`plan_runs`, then the launcher's preflight of each run (what this node's torch and
+    memory cannot do), all before the suite creates anything: bad input leaves no
+    half-made suite directory behind."""
+    from commbench.launch.launcher import preflight
+
+    planned = plan_runs(config, machine)
+    for item in planned:
+        if item.settings is not None:
+            preflight(item.settings, machine.launch(item.name))
+    return planned
+
+
+def _p2p_options(options: dict[str, Any], device: str) -> dict[str, Any]:
+    """The suite's p2p section for this device (sizes may differ by device)."""
+    return {k: v.for_device(device) if isinstance(v, Sizes) else v for k, v in options.items()}
+
+
 def run_suite(
     config: SuiteConfig,
     out_parent: Path,
@@ -324,46 +399,23 @@ def run_suite(
     require_suite_torch(config)
     if baseline is not None:  # refuse a bad or incomparable baseline before measuring
         _check_baseline(baseline, machine, gate or GateSettings())
-    suite = _Suite(config, out_parent, machine, on_event or (lambda _: None), on_progress, plot)
+    planned = _plan(config, machine)
+    on_event = on_event or (lambda _: None)
+    suite = _Suite(config, out_parent, machine, on_event, on_progress, plot)
+    # announced once everything is checked and its directory made: a refused suite prints
+    # its one error line only
+    on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
     interrupted = False
     try:
         # SIGTERM (a CI job's timeout) and SIGHUP end a suite like Ctrl-C: saved, exit 130
         with procs.termination_as_interrupt():
             if config.topo:
                 suite.run_topology()
-            if config.collectives:
-                c = config.collectives
-                for dtype in c.dtypes:
-                    settings = _collectives_settings(
-                        machine,
-                        c.timing,
-                        ops=c.ops,
-                        strategies=[],
-                        sizes=c.sizes.for_device(machine.device),
-                        dtype=dtype,
-                        reduce_op=c.reduce_op,
-                        in_place=c.in_place,
-                        check=c.check,
-                    )
-                    suite.run_collectives(f"collectives-{dtype}", "collectives", settings)
-            if config.strategies:
-                s = config.strategies
-                why = _strategies_available(s.names)
-                for dtype in s.dtypes:
-                    name = f"strategies-{dtype}"
-                    if why:
-                        suite.skip(name, "strategies", why)
-                        continue
-                    settings = _collectives_settings(
-                        machine,
-                        s.timing,
-                        ops=[],
-                        strategies=s.names,
-                        sizes=s.sizes.for_device(machine.device),
-                        dtype=dtype,
-                        reduce_op=s.reduce_op,
-                    )
-                    suite.run_collectives(name, "strategies", settings)
+            for item in planned:
+                if item.skip is not None:
+                    suite.skip(item.name, item.section, item.skip)
+                else:
+                    suite.run_collectives(item.name, item.section, item.settings)
             if config.p2p:
                 suite.run_p2p(config.p2p.options)
     except KeyboardInterrupt:

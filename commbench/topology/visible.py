@@ -12,7 +12,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-_INDEX = re.compile(r"^-?\d+$")
+# ASCII digits, as the driver reads them; a longer index names no device (and int() of
+# thousands of digits would raise)
+_INDEX = re.compile(r"^-?[0-9]{1,18}$")
 
 
 @dataclass(kw_only=True, slots=True)
