@@ -34,6 +34,7 @@ from commbench.launch.protocol import (
 )
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
+from commbench.results.record import RunStatus
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
 from commbench.torch_version import require_torch
@@ -45,10 +46,10 @@ AGENT_LINGER = 10.0
 # Every process of a run has this in its environment, set to the run directory.
 RUN_MARKER = "COMMBENCH_RUN_DIR"
 
-STATUS_RUNNING = "running"
-STATUS_COMPLETE = "complete"
-STATUS_FAILED = "failed"
-STATUS_INTERRUPTED = "interrupted"
+STATUS_RUNNING = RunStatus.RUNNING
+STATUS_COMPLETE = RunStatus.COMPLETE
+STATUS_FAILED = RunStatus.FAILED
+STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 
 
 @dataclass(kw_only=True, slots=True)

@@ -27,6 +27,7 @@ from commbench.p2p.schema import (
     rows_to_csv,
 )
 from commbench.p2p.settings import P2PSettings
+from commbench.results.record import RunStatus
 from commbench.results.store import (
     RESULTS_CSV,
     RESULTS_JSON,
@@ -39,10 +40,10 @@ from commbench.sizes import format_size
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.torch_version import require_torch
 
-STATUS_RUNNING = "running"
-STATUS_COMPLETE = "complete"
-STATUS_FAILED = "failed"
-STATUS_INTERRUPTED = "interrupted"
+STATUS_RUNNING = RunStatus.RUNNING
+STATUS_COMPLETE = RunStatus.COMPLETE
+STATUS_FAILED = RunStatus.FAILED
+STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 HEATMAP_FILE = "p2p-matrix.png"
 NO_GPU = "p2p needs a CUDA GPU; none is visible"
 

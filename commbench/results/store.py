@@ -32,6 +32,7 @@ from commbench.fields import (
 )
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
+from commbench.results.record import RunStatus
 from commbench.results.schema import (
     CSV_COLUMNS,
     MAX_COUNT,
@@ -151,8 +152,8 @@ def write_results(run_dir: Path, rows: list[ResultRow]) -> None:
     atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
 
 
-STATUS_RUNNING = "running"
-STATUS_INTERRUPTED = "interrupted"
+STATUS_RUNNING = RunStatus.RUNNING
+STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 
 
 def stamp_writer(record: dict[str, Any]) -> dict[str, Any]:
