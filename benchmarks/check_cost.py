@@ -37,6 +37,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from commbench.collectives import ops
+    from commbench.collectives.registry import collective
     from commbench.collectives.specs import plan_size
 
     rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
@@ -62,8 +63,9 @@ def worker(args: argparse.Namespace) -> None:
     for op in args.ops:
         for size in args.sizes:
             count = plan_size(op, size, args.dtype, world).count
-            bufs = ops.make_buffers(op, count, dtype, device, group, in_place=False)
-            call = ops.make_call(op, bufs, group, args.reduce_op, async_op=False)
+            entry = collective(op)
+            bufs = entry.buffers(count, dtype, device, group, in_place=False)
+            call = entry.call(bufs, group, args.reduce_op, async_op=False)
             for _ in range(2):
                 call()
             op_s, check_s, ok = [], [], True
@@ -76,7 +78,7 @@ def worker(args: argparse.Namespace) -> None:
                 bufs.out.zero_()
                 dist.barrier()
                 t0 = now()
-                ok &= ops.check(op, bufs, call, group, args.reduce_op)
+                ok &= entry.check(bufs, call, group, args.reduce_op)
                 check_s.append(max_over_ranks(now() - t0))
             out.append(
                 {

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 from commbench.collectives.settings import CollectivesSettings
+from commbench.collectives.specs import STRATEGIES
 from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
 from commbench.results.exporters import Format
 from commbench.results.schema import ResultRow
 from commbench.sizes import format_size, parse_sizes
 from commbench.strategies.model import fit, predict
-from commbench.strategies.registry import STRATEGIES
 from commbench.strategies.report import render_comparison, render_predictions
 
 

@@ -18,7 +18,8 @@ from test_integration_collectives import SWEEP, _pid, _running, _wait_for_rows, 
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.collectives import ops
+from commbench.collectives import ops, pattern
+from commbench.collectives.registry import collective
 from commbench.launch import procs
 from commbench.results.store import load_run
 
@@ -165,11 +166,12 @@ def test_checking_a_large_buffer_shows_as_progress(monkeypatch: pytest.MonkeyPat
     import torch
 
     calls = []
-    monkeypatch.setattr(ops, "_CHUNK", 1000)
-    monkeypatch.setattr(ops, "progress", lambda: calls.append(1))
+    monkeypatch.setattr(pattern, "CHUNK", 1000)
+    monkeypatch.setattr(pattern, "progress", lambda: calls.append(1))
     group = ops.Group(handle=None, ranks=[0], rank=0)
-    bufs = ops.make_buffers("all_reduce", 10_000, torch.float32, torch.device("cpu"), group, False)
-    assert ops.check("all_reduce", bufs, lambda: None, group, "sum")
+    entry = collective("all_reduce")
+    bufs = entry.buffers(10_000, torch.float32, torch.device("cpu"), group, False)
+    assert entry.check(bufs, lambda: None, group, "sum")
     assert len(calls) >= 10
 
 
@@ -205,7 +207,7 @@ def test_sigterm_while_the_backend_is_probed_ends_like_ctrl_c(tmp_path: Path) ->
     launcher outright (143, no message) and orphan the probe."""
     env = {**os.environ, "COMMBENCH_CACHE_DIR": str(tmp_path / "cache")}  # no cache: it probes
     proc = commbench("collectives", *SWEEP, "-o", "out", env=env)
-    probe = _descendant(proc.pid, "cmdline", b"commbench.collectives.probe")
+    probe = _descendant(proc.pid, "cmdline", b"commbench.launch.probe")
     _stopped(probe)  # held in the probe: the signal cannot land before or after it
     try:
         proc.send_signal(signal.SIGTERM)

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commbench.collectives import ops
+from commbench.collectives import ops, pattern
+from commbench.collectives.registry import collective
 from commbench.collectives.specs import OPS
 
 
@@ -28,17 +29,17 @@ CHECKED = [op for op in OPS if op not in ("barrier", "sendrecv")]
     [("float32", "sum"), ("int32", "max"), ("bfloat16", "prod"), ("float16", "avg")],
 )
 def test_real_op_passes_its_check(world1, op: str, dtype: str, reduce_op: str) -> None:
-    bufs = ops.make_buffers(
-        op, 1000, ops.TORCH_DTYPES[dtype], torch.device("cpu"), world1, in_place=False
-    )
-    call = ops.make_call(op, bufs, world1, reduce_op, async_op=False)
+    entry = collective(op)
+    bufs = entry.buffers(1000, ops.TORCH_DTYPES[dtype], torch.device("cpu"), world1, in_place=False)
+    call = entry.call(bufs, world1, reduce_op, async_op=False)
     call()  # a timed iteration on zeros
-    assert ops.check(op, bufs, call, world1, reduce_op)
+    assert entry.check(bufs, call, world1, reduce_op)
 
 
 @pytest.mark.parametrize("op", CHECKED)
 def test_an_op_that_moves_nothing_fails_its_check(world1, op: str) -> None:
-    bufs = ops.make_buffers(op, 64, torch.float32, torch.device("cpu"), world1, in_place=False)
+    entry = collective(op)
+    bufs = entry.buffers(64, torch.float32, torch.device("cpu"), world1, in_place=False)
     if bufs.inp is bufs.out:
         # in-place ops: corrupt the result instead of skipping the call
         def call() -> None:
@@ -48,43 +49,44 @@ def test_an_op_that_moves_nothing_fails_its_check(world1, op: str) -> None:
         def call() -> None:
             pass
 
-    assert not ops.check(op, bufs, call, world1, "sum")
+    assert not entry.check(bufs, call, world1, "sum")
 
 
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
 def test_in_place_buffers_alias(world1, op: str) -> None:
-    bufs = ops.make_buffers(op, 64, torch.float32, torch.device("cpu"), world1, in_place=True)
+    entry = collective(op)
+    bufs = entry.buffers(64, torch.float32, torch.device("cpu"), world1, in_place=True)
     assert bufs.inp.data_ptr() == bufs.out.data_ptr()
-    call = ops.make_call(op, bufs, world1, "sum", async_op=True)
-    assert ops.check(op, bufs, call, world1, "sum")
+    call = entry.call(bufs, world1, "sum", async_op=True)
+    assert entry.check(bufs, call, world1, "sum")
 
 
 def test_async_op_waits_for_completion(world1) -> None:
-    bufs = ops.make_buffers(
-        "all_reduce", 256, torch.float32, torch.device("cpu"), world1, in_place=False
-    )
-    call = ops.make_call("all_reduce", bufs, world1, "sum", async_op=True)
-    assert ops.check("all_reduce", bufs, call, world1, "sum")
+    entry = collective("all_reduce")
+    bufs = entry.buffers(256, torch.float32, torch.device("cpu"), world1, in_place=False)
+    call = entry.call(bufs, world1, "sum", async_op=True)
+    assert entry.check(bufs, call, world1, "sum")
 
 
 def test_sum_pattern_stays_exact_on_large_worlds() -> None:
     # 3 x 100 > 256: small-integer sums would round in bf16, so the check switches to ones
-    assert ops._pattern_kind("all_reduce", "sum", 100, torch.bfloat16) == "ones"
-    assert ops._pattern_kind("all_reduce", "sum", 100, torch.float32) == "sum"
-    assert ops._pattern_kind("all_reduce", "sum", 50, torch.int8) == "ones"
-    expected = ops._Table("ones", "sum", 100)
+    reduces = OPS["all_reduce"].reduces
+    assert pattern.pattern_kind(reduces, "sum", 100, torch.bfloat16) == "ones"
+    assert pattern.pattern_kind(reduces, "sum", 100, torch.float32) == "sum"
+    assert pattern.pattern_kind(reduces, "sum", 50, torch.int8) == "ones"
+    expected = pattern.Table("ones", "sum", 100)
     assert set(expected.host().tolist()) == {1.0, 2.0}  # exact in any dtype, and not constant
-    assert ops._verify(expected.host().to(torch.bfloat16), 0, expected)
+    assert pattern.verify(expected.host().to(torch.bfloat16), 0, expected)
 
 
 def test_avg_tolerance_grows_with_the_world() -> None:
-    expected = ops._Table("sum", "avg", 2)
+    expected = pattern.Table("sum", "avg", 2)
     exact = expected.host()[:8].to(torch.float32)
     off_by_some_ulps = exact * (1 + 6 * torch.finfo(torch.float32).eps)
-    assert ops._verify(exact, 0, expected, avg_of=2)
-    assert not ops._verify(off_by_some_ulps, 0, expected, avg_of=2)
-    assert ops._verify(off_by_some_ulps, 0, expected, avg_of=24)
-    assert not ops._verify(off_by_some_ulps, 0, expected)  # anything but AVG is exact
+    assert pattern.verify(exact, 0, expected, avg_of=2)
+    assert not pattern.verify(off_by_some_ulps, 0, expected, avg_of=2)
+    assert pattern.verify(off_by_some_ulps, 0, expected, avg_of=24)
+    assert not pattern.verify(off_by_some_ulps, 0, expected)  # anything but AVG is exact
 
 
 # --- the guarantees, at world sizes 2-4 --------------------------------------------------------
@@ -116,9 +118,10 @@ def _inputs(op: str, count: int, dtype: torch.dtype, n: int, reduce_op: str) -> 
     """Each rank's input as the check fills it."""
     out = []
     for q in range(n):
-        bufs = ops.make_buffers(op, count, dtype, torch.device("cpu"), _group(n, q), False)
+        entry = collective(op)
+        bufs = entry.buffers(count, dtype, torch.device("cpu"), _group(n, q), False)
         seen: list[torch.Tensor] = []
-        ops.check(op, bufs, lambda b=bufs, s=seen: s.append(b.inp.clone()), _group(n, q), reduce_op)
+        entry.check(bufs, lambda b=bufs, s=seen: s.append(b.inp.clone()), _group(n, q), reduce_op)
         out.append(seen[0])
     return out
 
@@ -180,8 +183,9 @@ def _corruptions(
 def _check_with_output(
     op: str, count: int, dtype: torch.dtype, n: int, r: int, reduce_op: str, output: torch.Tensor
 ) -> bool:
-    bufs = ops.make_buffers(op, count, dtype, torch.device("cpu"), _group(n, r), False)
-    return ops.check(op, bufs, lambda: bufs.out.copy_(output), _group(n, r), reduce_op)
+    entry = collective(op)
+    bufs = entry.buffers(count, dtype, torch.device("cpu"), _group(n, r), False)
+    return entry.check(bufs, lambda: bufs.out.copy_(output), _group(n, r), reduce_op)
 
 
 def _assert_guarantees(
@@ -189,7 +193,7 @@ def _assert_guarantees(
 ) -> None:
     torch_dtype = ops.TORCH_DTYPES[dtype]
     inputs = _inputs(op, count, torch_dtype, n, reduce_op)
-    if not ops.OPS[op].reduces:  # data that only moves is distinct per rank
+    if not OPS[op].reduces:  # data that only moves is distinct per rank
         assert all(not torch.equal(inputs[a], inputs[b]) for a in range(n) for b in range(a))
     if op in ("reduce", "gather"):
         ranks = [0]  # only the root's output is defined
@@ -224,9 +228,9 @@ def test_large_buffers_are_checked_piece_by_piece(
 ) -> None:
     # Scaled down: rows of one period, chunks of two rows and a bit, so buffers span several
     # chunks, each starting at another phase of the pattern, with whole rows and a tail.
-    monkeypatch.setattr(ops, "_ROW", ops._PERIOD)
-    monkeypatch.setattr(ops, "_CHUNK", 2 * ops._PERIOD + 5)
-    _assert_guarantees(op, dtype, reduce_op, 2, 2 * (5 * ops._PERIOD + 3))
+    monkeypatch.setattr(pattern, "ROW", pattern.PERIOD)
+    monkeypatch.setattr(pattern, "CHUNK", 2 * pattern.PERIOD + 5)
+    _assert_guarantees(op, dtype, reduce_op, 2, 2 * (5 * pattern.PERIOD + 3))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])

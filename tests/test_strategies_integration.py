@@ -17,11 +17,12 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.collectives import ops
+from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
+from commbench.collectives.specs import STRATEGIES
 from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
 from commbench.results.schema import CSV_COLUMNS
 from commbench.results.store import load_run
-from commbench.strategies import STRATEGIES, check_strategy, make_strategy_call
 from commbench.strategies.report import comparison_records
 
 
@@ -123,9 +124,10 @@ def world_of_one():
 def test_check_catches_a_wrong_strategy(world_of_one: ops.Group) -> None:
     group = world_of_one
     for strategy in STRATEGIES:
-        bufs = ops.make_buffers("all_reduce", 250, torch.float32, torch.device("cpu"), group, False)
-        call = make_strategy_call(strategy, bufs, group, "sum")
-        assert check_strategy(strategy, bufs, call, group, "sum")
+        entry = collective("all_reduce", strategy)
+        bufs = entry.buffers(250, torch.float32, torch.device("cpu"), group, False)
+        call = entry.call(bufs, group, "sum", async_op=False)
+        assert entry.check(bufs, call, group, "sum")
 
         def corrupt(bufs: ops.Buffers = bufs) -> None:
             bufs.inp[7] += 1
@@ -133,5 +135,5 @@ def test_check_catches_a_wrong_strategy(world_of_one: ops.Group) -> None:
         def forget(bufs: ops.Buffers = bufs) -> None:
             bufs.inp.zero_()
 
-        assert not check_strategy(strategy, bufs, corrupt, group, "sum")
-        assert not check_strategy(strategy, bufs, forget, group, "sum")
+        assert not entry.check(bufs, corrupt, group, "sum")
+        assert not entry.check(bufs, forget, group, "sum")

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from commbench.collectives.specs import STRATEGIES, parse_strategies, ring_slices
 from commbench.errors import UserError
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.strategies.model import (
@@ -18,7 +19,6 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
-from commbench.strategies.registry import STRATEGIES, parse_strategies, ring_slices
 
 MIB = 1 << 20
 # alpha 10 us, beta 100 GB/s: S bytes take S / 1e5 us on one link.

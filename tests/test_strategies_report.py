@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from commbench.collectives.specs import STRATEGIES
 from commbench.results.exporters import Format
 from commbench.results.schema import ResultRow
 from commbench.strategies.model import Params, predict_one
-from commbench.strategies.registry import STRATEGIES
 from commbench.strategies.report import comparison_records, render_comparison
 
 TRUTH = Params(alpha_us=100.0, bw_gbps=1.0, backend="gloo")

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from commbench.collectives.settings import CollectivesSettings
-from commbench.collectives.specs import OPS
+from commbench.collectives.specs import OPS, STRATEGIES
 from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
-from commbench.strategies import STRATEGIES
 
 pytestmark = pytest.mark.integration
 

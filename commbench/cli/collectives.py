@@ -206,7 +206,7 @@ def settings_from_options(options: dict[str, Any], place: Placement) -> Collecti
 def _parse_strategies(text: str | None) -> list[str]:
     if text is None:
         return []
-    from commbench.strategies.registry import parse_strategies
+    from commbench.collectives.specs import parse_strategies
 
     return parse_strategies(text)
 

@@ -81,9 +81,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict each all-reduce strategy with the alpha-beta model (latency + bytes / bandwidth)."""
         with reported_errors():
+            from commbench.collectives.specs import parse_strategies
             from commbench.sizes import parse_sizes
             from commbench.strategies.model import Fit, Params, fit, predict
-            from commbench.strategies.registry import parse_strategies
             from commbench.strategies.report import render_predictions
 
             names = parse_strategies(strategies)

@@ -1,5 +1,6 @@
 """What each collective is, independent of torch: its bus-bandwidth factor, how its size
-splits across ranks, whether it reduces.
+splits across ranks, whether it reduces. One `OpSpec` per op and per all-reduce strategy;
+the CLI and the settings validate names here without importing torch.
 
 Conventions follow nccl-tests (doc/PERFORMANCE.md): S is the per-rank buffer in bytes (for
 all_gather / gather the whole gathered buffer, for reduce_scatter / scatter / all_to_all
@@ -10,16 +11,22 @@ makes numbers at different world sizes comparable to the hardware's link bandwid
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)
 class OpSpec:
-    name: str
-    busbw_factor: Callable[[int], float] | None
-    """n -> busbw / algbw; None for latency-only ops (barrier)."""
+    """The torch-free half of a registry entry: what the CLI, the settings and the rows need
+    to know about an op or an all-reduce strategy. Its other half, the buffers, the call and
+    the expected result, is the `commbench.collectives.ops.Collective` with the same `key`."""
+
+    op: str
+    """The op a row names: the op itself, or what a strategy computes (all_reduce)."""
+    factor: Callable[[int], float] | None
+    """n -> busbw / algbw (nccl-tests' PERFORMANCE.md); None for latency-only ops (barrier),
+    which move no data: their size is 0 and they have no result to check."""
     split: bool
     """True when S is split into n chunks, so the element count must divide by n."""
     reduces: bool
@@ -28,6 +35,49 @@ class OpSpec:
     """How --in-place applies: 'always' (torch's op is in-place by nature), 'optional', 'never'."""
     rooted: bool = False
     """True for ops with a root rank (the first rank of the group)."""
+    min_ranks: int = 1
+    """The fewest ranks the op runs on (a send needs a receiver); a smaller group gets a row
+    saying so instead of a measurement."""
+    graph_capturable: bool = True
+    """False for ops that synchronise the stream, which a CUDA graph capture forbids: timed
+    eagerly under --graph."""
+    strategy: str = ""
+    """The all-reduce strategy's name; '' for the op itself."""
+
+    @property
+    def name(self) -> str:
+        """What the user types: `--ops` for an op, `--strategies` for a strategy."""
+        return self.strategy or self.op
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(op, strategy), as a row and a sweep point name it."""
+        return (self.op, self.strategy)
+
+    @property
+    def title(self) -> str:
+        """How messages name it: `all_reduce`, or `the ring all-reduce`."""
+        if self.strategy:
+            return f"the {self.strategy} {self.op.replace('_', '-')}"
+        return self.op
+
+    @property
+    def latency_only(self) -> bool:
+        """No data (barrier): size 0, nothing to check, nothing that depends on the dtype."""
+        return self.factor is None
+
+    def busbw_factor(self, n: int) -> float | None:
+        """busbw / algbw at world size n; None for latency-only ops."""
+        return None if self.factor is None else self.factor(n)
+
+    def too_few_ranks(self, n: int) -> str:
+        """Why the op cannot run on n ranks, or '' when it can."""
+        if n >= self.min_ranks:
+            return ""
+        return f"{self.name} needs {_WORDS.get(self.min_ranks, str(self.min_ranks))} ranks"
+
+
+_WORDS = {2: "two", 3: "three", 4: "four"}
 
 
 def _allreduce(n: int) -> float:
@@ -45,56 +95,54 @@ def _one(n: int) -> float:
 OPS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in (
+        OpSpec(op="all_reduce", factor=_allreduce, split=False, reduces=True, in_place="always"),
+        OpSpec(op="all_gather", factor=_split, split=True, reduces=False, in_place="optional"),
+        OpSpec(op="reduce_scatter", factor=_split, split=True, reduces=True, in_place="optional"),
+        OpSpec(op="all_to_all", factor=_split, split=True, reduces=False, in_place="never"),
         OpSpec(
-            name="all_reduce", busbw_factor=_allreduce, split=False, reduces=True, in_place="always"
+            op="broadcast", factor=_one, split=False, reduces=False, in_place="always", rooted=True
+        ),
+        OpSpec(op="reduce", factor=_one, split=False, reduces=True, in_place="always", rooted=True),
+        OpSpec(
+            op="gather", factor=_split, split=True, reduces=False, in_place="never", rooted=True
         ),
         OpSpec(
-            name="all_gather", busbw_factor=_split, split=True, reduces=False, in_place="optional"
+            op="scatter", factor=_split, split=True, reduces=False, in_place="never", rooted=True
         ),
         OpSpec(
-            name="reduce_scatter",
-            busbw_factor=_split,
-            split=True,
-            reduces=True,
-            in_place="optional",
+            op="sendrecv", factor=_one, split=False, reduces=False, in_place="never", min_ranks=2
         ),
-        OpSpec(name="all_to_all", busbw_factor=_split, split=True, reduces=False, in_place="never"),
         OpSpec(
-            name="broadcast",
-            busbw_factor=_one,
+            op="barrier",
+            factor=None,
             split=False,
             reduces=False,
-            in_place="always",
-            rooted=True,
-        ),
-        OpSpec(
-            name="reduce",
-            busbw_factor=_one,
-            split=False,
-            reduces=True,
-            in_place="always",
-            rooted=True,
-        ),
-        OpSpec(
-            name="gather",
-            busbw_factor=_split,
-            split=True,
-            reduces=False,
             in_place="never",
-            rooted=True,
+            graph_capturable=False,
         ),
-        OpSpec(
-            name="scatter",
-            busbw_factor=_split,
-            split=True,
-            reduces=False,
-            in_place="never",
-            rooted=True,
-        ),
-        OpSpec(name="sendrecv", busbw_factor=_one, split=False, reduces=False, in_place="never"),
-        OpSpec(name="barrier", busbw_factor=None, split=False, reduces=False, in_place="never"),
     )
 }
+"""Every op, in display order (`--ops all`)."""
+
+STRATEGIES: dict[str, OpSpec] = {
+    name: replace(OPS["all_reduce"], strategy=name)
+    for name in ("direct", "reduce_broadcast", "reduce_scatter_all_gather", "ring", "ring_naive")
+}
+"""Every all-reduce strategy (`--strategies`), in display order. Each is an all_reduce: its
+rows have op=all_reduce and all_reduce's busbw factor, so the numbers compare directly; how
+each one works is the docstring of its entry in `commbench.collectives.allreduce`."""
+
+# The hand-written ring splits each 1/n chunk into two slices once a chunk reaches this
+# size, so one slice is on the wire while the other is being reduced (double buffering,
+# as gloo's and NCCL's rings do). Below it, the extra message per step costs more latency
+# than the overlap saves. The cost model counts the same slices.
+PIPELINE_MIN_BYTES = 64 * 1024
+
+
+def ring_slices(chunk_bytes: int) -> int:
+    """Slices per chunk and ring step: 2 (pipelined) for large chunks, else 1."""
+    return 2 if chunk_bytes >= PIPELINE_MIN_BYTES else 1
+
 
 DTYPES: dict[str, int] = {
     "float32": 4,
@@ -119,6 +167,21 @@ def parse_ops(text: str) -> list[str]:
     unknown = [n for n in names if n not in OPS]
     if unknown:
         raise UserError(f"unknown op {unknown[0]!r}; choose from: {', '.join(OPS)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_strategies(text: str) -> list[str]:
+    """`ring,direct` or `all` -> strategy names (display order for `all`, else as given)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UserError("no strategies given")
+    if names == ["all"]:
+        return list(STRATEGIES)
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise UserError(
+            f"unknown strategy {unknown[0]!r}; choose from: all, {', '.join(STRATEGIES)}"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -147,7 +210,7 @@ def plan_size(op: str, requested_bytes: int, dtype: str, world_size: int) -> Siz
     if count < unit:
         count = unit
     size = count * elem
-    if op == "barrier":
+    if spec.latency_only:
         return SizePlan(requested_bytes=0, size_bytes=0, count=0, note="")
     if size != requested_bytes:
         why = (
@@ -160,5 +223,4 @@ def plan_size(op: str, requested_bytes: int, dtype: str, world_size: int) -> Siz
 
 
 def busbw_factor(op: str, world_size: int) -> float | None:
-    factor = OPS[op].busbw_factor
-    return None if factor is None else factor(world_size)
+    return OPS[op].busbw_factor(world_size)

@@ -15,15 +15,67 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commbench.collectives.probe import check_answer, read_cache
 from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
-from commbench.files import dump_json, parse_json
+from commbench.files import dump_json, load_json, parse_json
 from commbench.gpu_memory import COLLECTIVES_RESERVE, COLLECTIVES_RESERVE_FOR, refuse_if_short
 from commbench.results.store import atomic_write
 from commbench.sizes import format_amount, format_size
 
 PROBE_TIMEOUT = 120.0
+MAX_DEVICES = 1 << 16
+MAX_MEMORY_BYTES = 1 << 50
+
+
+def check_answer(data: Any) -> dict[str, Any] | None:
+    """A probe answer (from the child, or the cache) as the launcher reads it, or None when it
+    is not one: a cache file is ours to rebuild, and a child that printed something else has
+    failed, so neither may stop the tool with a traceback."""
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        return None
+    if not data["ok"]:
+        return data if isinstance(data.get("error"), str) else None
+    count = data.get("device_count", 0)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
+        return None
+    memory = data.get("memory")
+    if memory is not None and not (
+        isinstance(memory, dict) and all(_free_total(k, v) for k, v in memory.items())
+    ):
+        return None
+    return data
+
+
+def _free_total(gpu: Any, value: Any) -> bool:
+    """One entry of an answer's `memory`: "GPU index": [free bytes, total bytes]."""
+    return (
+        isinstance(gpu, str)
+        and gpu.isascii()
+        and gpu.isdigit()
+        and isinstance(value, list)
+        and len(value) == 2
+        and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_MEMORY_BYTES
+            for v in value
+        )
+    )
+
+
+def read_cache(path: Path) -> dict[str, dict[str, Any]]:
+    """The probe cache's good answers by key; {} when the file is missing or is not a cache
+    (a list, a string, nested 20,000 deep, a FIFO): it is then rebuilt, never an error."""
+    try:
+        data = load_json(path, "probe cache")
+    except UserError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        key: answer
+        for key, value in data.items()
+        # free memory is never cached: an entry holding it was not written by us
+        if (answer := check_answer(value)) is not None and answer["ok"] and "memory" not in answer
+    }
 
 
 def _probe_cache_key(settings: CollectivesSettings) -> str:
@@ -109,10 +161,10 @@ def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
 
 
 def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
-    """Run `commbench.collectives.probe` with `args`; its JSON answer, or a UserError."""
+    """Run `commbench.launch.probe` with `args`; its JSON answer, or a UserError."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-W", "ignore", "-m", "commbench.collectives.probe", *args],
+            [sys.executable, "-W", "ignore", "-m", "commbench.launch.probe", *args],
             input=stdin,
             capture_output=True,
             text=True,

@@ -22,9 +22,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from commbench.collectives import ops as collective_ops
+from commbench.collectives import pattern
+from commbench.collectives.ops import TORCH_DTYPES, Collective, Group
+from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings, plan_points
-from commbench.collectives.specs import OPS, busbw_factor, plan_size
+from commbench.collectives.specs import plan_size
 from commbench.launch.protocol import (
     EVENTS_FILE,
     LAUNCHER_PID_ENV,
@@ -84,9 +86,9 @@ class Worker:
             self.device = torch.device("cuda", self.local_rank)
         else:
             self.device = torch.device("cpu")
-        self.dtype = collective_ops.TORCH_DTYPES[settings.dtype]
+        self.dtype = TORCH_DTYPES[settings.dtype]
         self.journal: Journal | None = None
-        collective_ops.progress = self.hb.tick
+        pattern.progress = self.hb.tick
         self.profile_parts: list[Path] = []
 
     # -- setup ------------------------------------------------------------------------------
@@ -108,9 +110,7 @@ class Worker:
             # new_group sorts its ranks, so `--ranks 2,0` is the group [0, 2], whatever the
             # order typed.
             order = dist.get_process_group_ranks(handle) if handle is not None else members
-            self.group = collective_ops.Group(
-                handle=handle, ranks=list(order), rank=dist.get_rank(handle)
-            )
+            self.group = Group(handle=handle, ranks=list(order), rank=dist.get_rank(handle))
         self.group_size = len(members)
         info = {
             "rank": self.rank,
@@ -185,18 +185,13 @@ class Worker:
             return time_cuda(call, iters, tick)
         return time_cpu(call, iters, tick)
 
-    def _measure(self, op: str, strategy: str, count: int) -> tuple[list[float], int, bool, str]:
+    def _measure(self, entry: Collective, count: int) -> tuple[list[float], int, bool, str]:
         """Time one point on this member rank: (samples_us, warmup, check_ok, note)."""
         assert self.group is not None
-        grp, s = self.group, self.s
+        grp, s, spec = self.group, self.s, entry.spec
         self.hb.phase = "setup"  # allocating a large buffer takes a while: a phase of its own
-        bufs = collective_ops.make_buffers(op, count, self.dtype, self.device, grp, s.in_place)
-        if strategy:
-            from commbench.strategies import make_strategy_call
-
-            call = make_strategy_call(strategy, bufs, grp, s.reduce_op)
-        else:
-            call = collective_ops.make_call(op, bufs, grp, s.reduce_op, s.async_op)
+        bufs = entry.buffers(count, self.dtype, self.device, grp, s.in_place)
+        call = entry.call(bufs, grp, s.reduce_op, s.async_op)
         note = ""
         self.hb.phase = "warmup"
         if s.warmup is None:
@@ -215,10 +210,9 @@ class Worker:
         iters = plan_iterations(s, estimate)
         dist.barrier(group=grp.handle)
         self.hb.phase = "timed"
-        if s.graph and op == "barrier":
-            # a barrier synchronises the stream, which a graph capture forbids
+        if s.graph and not spec.graph_capturable:
             samples = self._timer(call, iters)
-            note = "barrier cannot be captured in a CUDA graph: timed eagerly"
+            note = f"{spec.name} cannot be captured in a CUDA graph: timed eagerly"
         elif s.graph:
             samples, per_graph = time_cuda_graph(
                 call, iters, lambda i: setattr(self.hb, "iteration", i), min_samples=s.min_iters
@@ -229,15 +223,10 @@ class Worker:
         ok = True
         if s.check:
             self.hb.phase = "check"
-            if strategy:
-                from commbench.strategies import check_strategy
-
-                ok = check_strategy(strategy, bufs, call, grp, s.reduce_op)
-            else:
-                ok = collective_ops.check(op, bufs, call, grp, s.reduce_op)
+            ok = entry.check(bufs, call, grp, s.reduce_op)
         if s.profile:
             self.hb.phase = "profile"
-            self._profile(call, f"{strategy or op} {count} x {s.dtype}")
+            self._profile(call, f"{spec.name} {count} x {s.dtype}")
         return samples, warmup, ok, note
 
     def _profile(self, call: Any, label: str) -> None:
@@ -288,36 +277,35 @@ class Worker:
         s = self.s
         for index, point in enumerate(plan_points(s, self.group_size)):
             self.hb.point, self.hb.iteration = index, 0
-            plan = plan_size(point.op, point.requested_bytes, s.dtype, self.group_size)
+            entry = collective(point.op, point.strategy)
+            spec = entry.spec
+            plan = plan_size(spec.op, point.requested_bytes, s.dtype, self.group_size)
             common: dict[str, Any] = {
-                "op": point.op,
-                "strategy": point.strategy,
+                "op": spec.op,
+                "strategy": spec.strategy,
                 "dtype": s.dtype,
-                "reduce_op": s.reduce_op
-                if (point.op in ("all_reduce", "reduce", "reduce_scatter"))
-                else "",
+                "reduce_op": s.reduce_op if spec.reduces else "",
                 "world_size": self.group_size,
                 "size_bytes": plan.size_bytes,
                 "count": plan.count,
                 # torch's all_reduce, broadcast and reduce write into their input: in-place in
                 # nccl-tests' terms, so they join nccl-tests' in-place column in `compare`
-                "in_place": OPS[point.op].in_place == "always"
-                or (s.in_place and OPS[point.op].in_place == "optional"),
+                "in_place": spec.in_place == "always"
+                or (s.in_place and spec.in_place == "optional"),
                 "requested_bytes": plan.requested_bytes,
             }
-            if point.op == "sendrecv" and self.group_size < 2:
-                row = ResultRow.not_run(
-                    check=CHECK_SKIPPED, note="sendrecv needs two ranks", **common
-                )
+            too_few = spec.too_few_ranks(self.group_size)
+            if too_few:
+                row = ResultRow.not_run(check=CHECK_SKIPPED, note=too_few, **common)
                 self._emit(index, row, [])
                 continue
             samples: list[float] = []
             warmup, ok, note = 0, True, ""
             if self.group is not None:
-                samples, warmup, ok, note = self._measure(point.op, point.strategy, plan.count)
+                samples, warmup, ok, note = self._measure(entry, plan.count)
             samples, failed = self._exchange(samples, ok)
             if self.rank == 0:
-                if point.op == "barrier":
+                if spec.latency_only:
                     check = CHECK_NA
                 elif not s.check:
                     check = CHECK_SKIPPED
@@ -328,7 +316,7 @@ class Worker:
                     notes = "; ".join(x for x in (notes, f"wrong result on rank(s) {failed}") if x)
                 row = ResultRow.measured(
                     samples_us=samples,
-                    busbw_factor=busbw_factor(point.op, self.group_size),
+                    busbw_factor=spec.busbw_factor(self.group_size),
                     check=check,
                     warmup=warmup,
                     note=notes,

@@ -29,10 +29,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from commbench.collectives.specs import STRATEGIES, ring_slices
 from commbench.errors import UserError
 from commbench.numbers import check_range
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.strategies.registry import STRATEGIES, ring_slices
 
 BACKENDS = ("nccl", "gloo")
 
@@ -171,7 +171,7 @@ def predict(
     params: Params,
     worlds: Sequence[int],
     sizes: Sequence[int],
-    strategies: Sequence[str] = STRATEGIES,
+    strategies: Sequence[str] = tuple(STRATEGIES),
 ) -> list[Prediction]:
     """Every strategy at every world size and size, in that nesting order."""
     return [predict_one(s, n, size, params) for n in worlds for size in sizes for s in strategies]
@@ -179,7 +179,7 @@ def predict(
 
 def winner(predictions: Iterable[Prediction]) -> str:
     """The fastest strategy among predictions for one (n, S); ties go to display order."""
-    best = min(predictions, key=lambda p: (p.time_us, STRATEGIES.index(p.strategy)))
+    best = min(predictions, key=lambda p: (p.time_us, list(STRATEGIES).index(p.strategy)))
     return best.strategy
 
 

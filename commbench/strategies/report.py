@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from commbench.collectives.specs import STRATEGIES
 from commbench.errors import UserError
 from commbench.results.exporters import Format
 from commbench.results.schema import ResultRow
@@ -29,7 +30,15 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
-from commbench.strategies.registry import SHORT_NAMES, STRATEGIES
+
+SHORT_NAMES: dict[str, str] = {
+    "direct": "direct",
+    "reduce_broadcast": "red+bcast",
+    "reduce_scatter_all_gather": "rs+ag",
+    "ring": "ring",
+    "ring_naive": "ring_naive",
+}
+"""Column headers where the strategies' full names would not fit."""
 
 DISAGREE = 0.25
 """Measured vs model beyond this relative gap is flagged '!'."""
@@ -309,7 +318,7 @@ def render_predictions(
                     winner(at.values()),
                 ]
             )
-        headers = ["size", *(SHORT_NAMES[s] for s in strategies), "winner"]
+        headers = ["size", *(SHORT_NAMES.get(s, s) for s in strategies), "winner"]
         title = f"model  n={n}  {_params_text(params)}  cells: time_us (busbw_GB/s)"
         out += _render(title, headers, cells, Format(fmt), left=(0, len(headers) - 1))
     out += [

@@ -331,7 +331,7 @@ def _collectives(value: Any) -> CollectivesSection:
 
 def _strategy_names() -> list[str] | None:
     try:
-        from commbench.strategies.registry import STRATEGIES
+        from commbench.collectives.specs import STRATEGIES
     except ImportError:
         return None
     return list(STRATEGIES)

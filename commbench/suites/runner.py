@@ -128,8 +128,7 @@ def _collectives_settings(
 def _strategies_available(names: list[str]) -> str | None:
     """None when the strategies can run here, else why not."""
     try:
-        import commbench.strategies  # noqa: F401  (the workers import it to run one)
-        from commbench.strategies.registry import STRATEGIES
+        from commbench.collectives.specs import STRATEGIES
     except ImportError as exc:
         return f"the strategies module is not available ({exc})"
     unknown = [n for n in names if n not in STRATEGIES]

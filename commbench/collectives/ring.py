@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from commbench.collectives.ops import Buffers, Group
-from commbench.strategies.registry import ring_slices
+from commbench.collectives.specs import ring_slices
 
 
 def accumulate(dst: torch.Tensor, src: torch.Tensor, reduce_op: str) -> None:
