@@ -115,7 +115,7 @@ def test_exporters_share_one_table() -> None:
     assert "### all_reduce  float32  op=sum  n=4" in md
     assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
     as_json = json.loads(export(rows, Format.json))
-    assert as_json["schema_version"] == 1 and as_json["rows"][1]["size_bytes"] == 2048
+    assert as_json["schema_version"] == SCHEMA_VERSION and as_json["rows"][1]["size_bytes"] == 2048
     assert "samples_us" not in as_json["rows"][1]
     assert export(rows, Format.csv).splitlines()[0].startswith("op,strategy,dtype")
 
@@ -123,7 +123,11 @@ def test_exporters_share_one_table() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "fragment"),
     [
-        ("time_us", "abc", "rows[0].time_us: expected a number, got the string 'abc'"),
+        (
+            "stats",
+            {"median": "abc"},
+            "rows[0].stats.median: expected a number, got the string 'abc'",
+        ),
         ("world_size", 2.5, "rows[0].world_size: expected an integer"),
         ("samples_us", [1, "x"], "rows[0].samples_us[1]: expected a number"),
         ("in_place", 1, "rows[0].in_place: expected true or false"),
@@ -146,9 +150,13 @@ def test_a_row_of_the_wrong_type_is_one_clear_error(
 def test_every_row_field_has_a_declared_type() -> None:
     from dataclasses import fields
 
-    from commbench.results.schema import _FIELD_READERS
+    from commbench.results.schema import _FIELD_READERS, _P2P_READERS, _STATS_READERS, P2PCopy
+    from commbench.stats import Stats
 
-    assert set(_FIELD_READERS) == {f.name for f in fields(ResultRow)}
+    nested = {"stats", "p2p"}  # read by their own readers
+    assert set(_FIELD_READERS) | nested == {f.name for f in fields(ResultRow)}
+    assert set(_STATS_READERS) == {f.name for f in fields(Stats)}
+    assert set(_P2P_READERS) == {f.name for f in fields(P2PCopy)}
 
 
 # -- what a failed write or a vanished writer leaves -----------------------------------------
