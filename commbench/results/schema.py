@@ -316,6 +316,20 @@ _REQUIRED = tuple(
 # -- results.json of any version -------------------------------------------------------------
 
 
+def schema_version(data: Mapping[str, Any], where: str) -> int:
+    """The `schema_version` of a commbench file (`where` names it); UserError when it is
+    missing or newer than this commbench, which would misread it."""
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UserError(f"{where}: missing schema_version")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{where}: schema_version {version} is newer than this commbench understands "
+            f"({SCHEMA_VERSION}); upgrade commbench"
+        )
+    return version
+
+
 def rows_from_stored(
     data: Mapping[str, Any], where: str, *, kind: str | None = None, world_size: int = 1
 ) -> list[ResultRow]:
@@ -325,14 +339,7 @@ def rows_from_stored(
     A version-1 file held p2p rows when it, or its run.json (`kind`), says `kind: p2p`; such
     rows did not store a world size and get `world_size`: the GPUs the run saw (its
     run.json's `context.device_count`)."""
-    version = data.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise UserError(f"{where}: missing schema_version")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{where}: schema_version {version} is newer than this commbench understands "
-            f"({SCHEMA_VERSION}); upgrade commbench"
-        )
+    version = schema_version(data, where)
     raw_rows = data.get("rows")
     if not isinstance(raw_rows, list):
         raise UserError(f"{where}: 'rows' must be a list")

@@ -37,6 +37,7 @@ from commbench.results.schema import (
     SCHEMA_VERSION,
     ResultRow,
     rows_from_stored,
+    schema_version,
 )
 
 __all__ = [
@@ -186,14 +187,7 @@ def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
     data = load_document(path, what)
     if not isinstance(data, dict):
         raise UserError(f"{shown(path)}: expected a JSON object")
-    version = data.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise UserError(f"{shown(path)}: missing schema_version")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{shown(path)}: schema_version {version} is newer than this commbench understands "
-            f"({SCHEMA_VERSION}); upgrade commbench"
-        )
+    schema_version(data, shown(path))
     return data
 
 
