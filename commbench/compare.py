@@ -191,16 +191,16 @@ def dispersion(row: ResultRow) -> float | None:
     """A point's robust spread: IQR / (1.349 x median). Equal to the cv for well-behaved
     samples, but a few outliers do not move it (one 100x iteration among 200 sends the cv to
     3.7 and would hide a real 30% slowdown). Rows without quartiles fall back to the cv."""
-    quartiles = (row.q1_us, row.q3_us, row.time_us)
-    if row.n >= 4 and all(math.isfinite(v) for v in quartiles) and row.time_us > 0:
-        return (row.q3_us - row.q1_us) / (IQR_TO_SIGMA * row.time_us)
-    return row.cv if row.n >= 2 and math.isfinite(row.cv) else None
+    quartiles = (row.stats.q1, row.stats.q3, row.time_us)
+    if row.stats.n >= 4 and all(math.isfinite(v) for v in quartiles) and row.time_us > 0:
+        return (row.stats.q3 - row.stats.q1) / (IQR_TO_SIGMA * row.time_us)
+    return row.stats.cv if row.stats.n >= 2 and math.isfinite(row.stats.cv) else None
 
 
 def noisy_warning(rows: Sequence[ResultRow], threshold: float = DEFAULT_NOISY_CV) -> str | None:
     """One sentence on the points whose robust spread is past `threshold`, or None: the
     same words on the command line and in reports."""
-    noisy = [r for r in rows if r.n and (dispersion(r) or 0.0) > threshold]
+    noisy = [r for r in rows if r.stats.n and (dispersion(r) or 0.0) > threshold]
     if not noisy:
         return None
     return (
@@ -363,8 +363,8 @@ def _judge(
     drop_limit = max(tolerance, floor / (1 + floor))
     gain_limit = max(tolerance, floor)
     ratio = base.time_us / new.time_us
-    base_cv = base.cv if math.isfinite(base.cv) else None
-    new_cv = new.cv if math.isfinite(new.cv) else None
+    base_cv = base.stats.cv if math.isfinite(base.stats.cv) else None
+    new_cv = new.stats.cv if math.isfinite(new.stats.cv) else None
     spread = max(dispersion(base) or 0.0, dispersion(new) or 0.0)
     noisy_point = spread > settings.noisy_cv
     # A noisy point still fails on a drop past twice its own spread that the samples show is

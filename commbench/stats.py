@@ -23,25 +23,31 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+NAN = math.nan
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Stats:
-    """Summary of n samples (any unit; commbench uses microseconds)."""
+    """Summary of n samples (any unit; a result row's are in microseconds).
 
-    n: int
-    min: float
-    q1: float
-    median: float
-    q3: float
-    p95: float
-    max: float
-    mean: float
-    stddev: float
+    A figure that is not known is NaN: `Stats()` is a point that could not run, and an
+    imported nccl-tests line, which prints only one time, knows its median, mean and n."""
+
+    n: int = 0
+    min: float = NAN
+    q1: float = NAN
+    median: float = NAN
+    q3: float = NAN
+    p95: float = NAN
+    max: float = NAN
+    mean: float = NAN
+    stddev: float = NAN
     """Sample standard deviation (n-1)."""
-    cv: float
+    cv: float = NAN
     """Coefficient of variation, stddev / mean, as nccl-tests users expect it. The gate
     judges noise by the robust spread instead (`commbench.compare.dispersion`): one
     descheduled iteration moves the cv, not the interquartile range."""
-    outliers: int
+    outliers: int = 0
     """Samples outside the 1.5 x IQR fences (Tukey), as hyperfine and pytest-benchmark count them."""
 
     @classmethod
@@ -72,3 +78,7 @@ class Stats:
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+TIMES = ("min", "q1", "median", "q3", "p95", "max", "mean", "stddev")
+"""The figures of `Stats` that carry the samples' unit."""

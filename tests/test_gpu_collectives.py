@@ -37,7 +37,7 @@ def test_nccl_world_1_every_op_checks(tmp_path: Path) -> None:
         expected = {"barrier": "n/a", "sendrecv": "skipped"}.get(row.op, "ok")
         assert row.check == expected, row
         if row.op not in ("barrier", "sendrecv"):
-            assert row.n == 10 and row.time_us > 0
+            assert row.stats.n == 10 and row.time_us > 0
     assert outcome.meta["context"]["nccl"] and outcome.meta["context"]["device_names"][0] != "cpu"
 
 
@@ -62,4 +62,4 @@ def test_adaptive_iterations_on_gpu(tmp_path: Path) -> None:
         tmp_path,
     )
     small, large = outcome.rows
-    assert small.n >= large.n >= 10
+    assert small.stats.n >= large.stats.n >= 10

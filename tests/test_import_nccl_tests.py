@@ -49,7 +49,7 @@ def test_current_format_multi_node_log() -> None:
     assert {(r.dtype, r.reduce_op, r.world_size, r.strategy) for r in parsed.rows} == {
         ("float32", "sum", 16, "")
     }
-    assert math.isnan(big_out.cv) and big_out.samples_us == [] and big_out.n == 20
+    assert math.isnan(big_out.stats.cv) and big_out.samples_us == [] and big_out.stats.n == 20
 
 
 def test_older_format_with_error_column_and_no_redop() -> None:
@@ -101,7 +101,7 @@ def test_json_per_iteration_times_become_samples() -> None:
     parsed = parse_json(data, "all_reduce.json")
     row = by_key(parsed.rows)[(item["size"], False)]
     assert row.samples_us == [47000.0, 47535.0, 48000.0, 47600.0]
-    assert row.time_us == pytest.approx(47567.5) and row.n == 4 and row.cv > 0
+    assert row.time_us == pytest.approx(47567.5) and row.stats.n == 4 and row.stats.cv > 0
     assert row.busbw_gbps / row.algbw_gbps == pytest.approx(338.82 / 180.71)
 
 

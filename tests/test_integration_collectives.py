@@ -55,7 +55,7 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
     for row in run.rows:
         assert row.world_size == 2
         assert row.check == ("n/a" if row.op == "barrier" else "ok"), row
-        assert row.n == 5 and len(row.samples_us) == 5 and row.time_us > 0
+        assert row.stats.n == 5 and len(row.samples_us) == 5 and row.time_us > 0
         # torch's all_reduce/broadcast/reduce write into their input: nccl-tests' in-place
         assert row.in_place == (row.op in ("all_reduce", "broadcast", "reduce")), row
     ctx = run.context

@@ -124,7 +124,7 @@ def test_given_bandwidth_rescues_a_run_whose_time_does_not_grow(tmp_path: Path) 
     run_dir = make_run(tmp_path, [1024, 65536, 1 << 20])
     meta = json.loads((run_dir / "results.json").read_text())
     for row in meta["rows"]:
-        row["time_us"] = 300.0  # flat: no bandwidth can be fitted from this
+        row["stats"]["median"] = 300.0  # flat: no bandwidth can be fitted from this
     (run_dir / "results.json").write_text(json.dumps(meta))
     assert "cannot fit a bandwidth" in one_line_error(
         runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M"])

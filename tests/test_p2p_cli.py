@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.p2p import measure
+from commbench.results.schema import SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PUZZLE = str(FIXTURES / "p2p" / "snapshot_puzzle8.json")
@@ -184,6 +185,11 @@ def run_dir() -> Path:
     return path
 
 
+def _copy(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored p2p row with its copy's fields and its stats beside the row's own."""
+    return {**row, **row["p2p"], **row["stats"]}
+
+
 def test_measured_run_writes_rows_with_verdicts(cpu_gpus: Any) -> None:
     cpu_gpus(8)
     result = invoke("--topology", PUZZLE, "--dst", "1,2,4", *FAST)
@@ -196,8 +202,8 @@ def test_measured_run_writes_rows_with_verdicts(cpu_gpus: Any) -> None:
     assert meta["context"]["topology"]["host"]["hostname"] == "puzzle8"
     assert meta["settings"]["dsts"] == [1, 2, 4]
     data = json.loads((d / "results.json").read_text())
-    assert data["schema_version"] == 1 and data["kind"] == "p2p"
-    rows = data["rows"]
+    assert data["schema_version"] == SCHEMA_VERSION
+    rows = [_copy(r) for r in data["rows"]]
     assert [(r["step"], r["mode"], r["pair"]) for r in rows] == [
         (0, "concurrent", "0->1"),
         (0, "concurrent", "0->2"),
@@ -209,16 +215,17 @@ def test_measured_run_writes_rows_with_verdicts(cpu_gpus: Any) -> None:
     ]
     first = rows[0]
     assert (first["src"], first["dst"], first["link"], first["nvlinks"]) == (0, 1, "NV4", 4)
-    assert first["check"] == "ok" and len(first["samples_ms"]) == first["n"] == 3
-    assert first["time_ms"] == sorted(first["samples_ms"])[1]
+    assert first["check"] == "ok" and len(first["samples_us"]) == first["n"] == 3
+    assert first["median"] == sorted(first["samples_us"])[1]
     assert first["peak_gbps"] == 100.0 and first["dtype"] == "float32"
     assert rows[3]["copy"] == "total" and rows[3]["dst"] is None
-    assert rows[3]["time_ms"] == pytest.approx(
-        sorted(max(r["samples_ms"][i] for r in rows[:3]) for i in range(3))[1]
+    assert rows[3]["median"] == pytest.approx(
+        sorted(max(r["samples_us"][i] for r in rows[:3]) for i in range(3))[1]
     )
     table = list(csv.DictReader(io.StringIO((d / "results.csv").read_text())))
     assert [r["pair"] for r in table] == [r["pair"] for r in rows]
     assert "samples_ms" not in table[0]
+    assert "samples_us" not in table[0]
 
 
 def test_json_output_and_host_and_latency(cpu_gpus: Any) -> None:
@@ -243,7 +250,7 @@ def test_one_gpu_measures_within_the_gpu(cpu_gpus: Any) -> None:
     result = invoke(*FAST)
     assert result.exit_code == 0, result.output
     assert "one GPU visible: there are no peers" in result.stderr
-    rows = json.loads((run_dir() / "results.json").read_text())["rows"]
+    rows = [_copy(r) for r in json.loads((run_dir() / "results.json").read_text())["rows"]]
     assert [(r["pair"], r["copy"]) for r in rows] == [("0->0", "d2d")]
 
 
@@ -268,7 +275,7 @@ def test_matrix_writes_a_heatmap(cpu_gpus: Any) -> None:
     assert result.exit_code == 0, result.output
     d = run_dir()
     assert (d / "p2p-matrix.png").stat().st_size > 1000
-    pairs = [r["pair"] for r in json.loads((d / "results.json").read_text())["rows"]]
+    pairs = [r["p2p"]["pair"] for r in json.loads((d / "results.json").read_text())["rows"]]
     assert pairs[:3] == ["0->1", "1->0", "0<->1"]
 
 

@@ -19,8 +19,9 @@ from commbench.p2p.expect import (
     memory_gbps,
 )
 from commbench.p2p.plan import HOST, Copy, Step, plan
-from commbench.p2p.schema import P2PRow
+from commbench.p2p.run import copy_row
 from commbench.p2p.settings import DEFAULT_SIZE, P2PSettings
+from commbench.results.schema import ResultRow, csv_record
 from commbench.topology import TopologySnapshot, discover, load_snapshot, parse_nvidia_smi
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -116,21 +117,25 @@ def test_puzzle_measurements_on_a_real_dgx1v_do_not_add_up() -> None:
 def test_measured_row_carries_the_verdict_first() -> None:
     step = fan_out(1, 2, 4)
     se = expect_step(dgx1v(), step)
-    row = P2PRow.measured(
+    row = copy_row(
         index=0, step=step, exp=se.copies[0], samples_ms=[4.2, 4.3, 4.4], dtype="float32",
-        check="ok", warmup=5,
+        check="ok", warmup=5, world_size=8,
     )  # fmt: skip
-    assert row.suspicious and row.bw_gbps == pytest.approx(93.02, abs=0.01)
-    assert row.diagnosis.startswith("SUSPICIOUS") and "NV1: 1 x NVLink2 at 25 GB/s" in row.diagnosis
-    assert (row.min_ms, row.max_ms, row.n) == (4.2, 4.4, 3)
+    assert row.p2p is not None
+    assert row.p2p.suspicious and row.busbw_gbps == pytest.approx(93.02, abs=0.01)
+    diagnosis = row.p2p.diagnosis
+    assert diagnosis.startswith("SUSPICIOUS") and "NV1: 1 x NVLink2 at 25 GB/s" in diagnosis
+    flat = csv_record(row)  # results.csv keeps milliseconds
+    assert (flat["min_ms"], flat["max_ms"], flat["n"]) == (4.2, 4.4, 3)
     assert se.total is not None
-    total = P2PRow.measured(
+    total = copy_row(
         index=0, step=step, exp=se.total, samples_ms=[53.3], dtype="float32", check="ok",
-        warmup=5,
+        warmup=5, world_size=8,
     )  # fmt: skip
-    assert total.copy == "total" and total.pair == "0->{1,2,4}"
-    assert total.bw_gbps == pytest.approx(1.2e9 / 53.3e-3 / 1e9)
-    assert P2PRow.from_dict(row.to_dict()) == row
+    assert total.p2p is not None
+    assert total.p2p.copy == "total" and total.p2p.pair == "0->{1,2,4}"
+    assert total.busbw_gbps == pytest.approx(1.2e9 / 53.3e-3 / 1e9)
+    assert ResultRow.from_dict(row.to_dict()) == row
 
 
 # --- sharing -------------------------------------------------------------------------------

@@ -48,11 +48,11 @@ def test_one_figure_per_op_with_busbw_and_latency_panels() -> None:
     assert lat.series[0].y == [r.time_us for r in rows]
     assert series.label == "h100x8-golden"
     # the interquartile band around each line: the noise to read a gap against
-    assert lat.series[0].band == [(r.q1_us, r.q3_us) for r in rows]
+    assert lat.series[0].band == [(r.stats.q1, r.stats.q3) for r in rows]
     low, high = series.band[-1]
     big = rows[-1]
-    assert low == pytest.approx(big.busbw_gbps * big.time_us / big.q3_us)
-    assert high == pytest.approx(big.busbw_gbps * big.time_us / big.q1_us)
+    assert low == pytest.approx(big.busbw_gbps * big.time_us / big.stats.q3)
+    assert high == pytest.approx(big.busbw_gbps * big.time_us / big.stats.q1)
     assert low <= big.busbw_gbps <= high
 
 

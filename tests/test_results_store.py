@@ -115,7 +115,7 @@ def test_exporters_share_one_table() -> None:
     assert "### all_reduce  float32  op=sum  n=4" in md
     assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
     as_json = json.loads(export(rows, Format.json))
-    assert as_json["schema_version"] == 1 and as_json["rows"][1]["size_bytes"] == 2048
+    assert as_json["schema_version"] == SCHEMA_VERSION and as_json["rows"][1]["size_bytes"] == 2048
     assert "samples_us" not in as_json["rows"][1]
     assert export(rows, Format.csv).splitlines()[0].startswith("op,strategy,dtype")
 
@@ -123,7 +123,11 @@ def test_exporters_share_one_table() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "fragment"),
     [
-        ("time_us", "abc", "rows[0].time_us: expected a number, got the string 'abc'"),
+        (
+            "stats",
+            {"median": "abc"},
+            "rows[0].stats.median: expected a number, got the string 'abc'",
+        ),
         ("world_size", 2.5, "rows[0].world_size: expected an integer"),
         ("samples_us", [1, "x"], "rows[0].samples_us[1]: expected a number"),
         ("in_place", 1, "rows[0].in_place: expected true or false"),
@@ -146,9 +150,13 @@ def test_a_row_of_the_wrong_type_is_one_clear_error(
 def test_every_row_field_has_a_declared_type() -> None:
     from dataclasses import fields
 
-    from commbench.results.schema import _FIELD_READERS
+    from commbench.results.schema import _FIELD_READERS, _P2P_READERS, _STATS_READERS, P2PCopy
+    from commbench.stats import Stats
 
-    assert set(_FIELD_READERS) == {f.name for f in fields(ResultRow)}
+    nested = {"stats", "p2p"}  # read by their own readers
+    assert set(_FIELD_READERS) | nested == {f.name for f in fields(ResultRow)}
+    assert set(_STATS_READERS) == {f.name for f in fields(Stats)}
+    assert set(_P2P_READERS) == {f.name for f in fields(P2PCopy)}
 
 
 # -- what a failed write or a vanished writer leaves -----------------------------------------
@@ -216,3 +224,156 @@ def test_a_reused_pid_or_another_host_is_not_taken_for_the_launcher(tmp_path: Pa
     assert run.meta["failure"] == (
         "its launcher (pid 7) runs on host elsewhere: whether it still runs cannot be told from here"
     )
+
+
+# -- one row for every run kind, schema version 2, version 1 migrated on load ------------------
+
+REPO = Path(__file__).resolve().parents[1]
+V1_COLLECTIVES = [
+    *sorted((REPO / "results" / "reference" / "cpu-gloo-w4-strategies").glob("2*-collectives")),
+    *(REPO / "tests" / "fixtures" / "runs" / n for n in ("cpu-gloo-a", "h100x8-golden")),
+]
+V1_P2P = REPO / "tests" / "fixtures" / "runs" / "p2p-v1"  # written by commbench p2p, version 1
+
+# results.csv's header as version 1 wrote it: users' spreadsheets and `to_frame()` read these
+# columns, so the schema change must not move one of them.
+COLLECTIVES_HEADER = (
+    "op,strategy,dtype,reduce_op,world_size,size_bytes,count,time_us,algbw_gbps,busbw_gbps,"
+    "check,min_us,q1_us,q3_us,p95_us,max_us,mean_us,stddev_us,cv,n,outliers,warmup,in_place,"
+    "requested_bytes,note"
+)
+P2P_HEADER = (
+    "step,test,mode,direction,copy,src,dst,pair,size_bytes,dtype,time_ms,bw_gbps,peak_gbps,"
+    "ceiling_gbps,expected_gbps,efficiency,link,nvlinks,p2p,path,suspicious,check,diagnosis,"
+    "min_ms,q1_ms,q3_ms,p95_ms,max_ms,mean_ms,stddev_ms,cv,n,outliers,warmup"
+)
+
+
+def _same_rows(a: list[ResultRow], b: list[ResultRow]) -> None:
+    """Equal rows, NaN standing for NaN (a dataclass compares NaN unequal to itself)."""
+    from commbench.files import dump_json
+
+    assert [dump_json(r.to_dict()) for r in a] == [dump_json(r.to_dict()) for r in b]
+
+
+def _rewritten(tmp_path: Path, run_dir: Path, rows: list[ResultRow], p2p: bool = False) -> Path:
+    """The run as version 2 writes it."""
+    out = tmp_path / run_dir.name
+    out.mkdir()
+    (out / "run.json").write_text((run_dir / "run.json").read_text())
+    write_results(out, rows, p2p=p2p)
+    return out
+
+
+@pytest.mark.parametrize("run_dir", V1_COLLECTIVES, ids=lambda p: p.name)
+def test_a_version_1_run_loads_to_the_rows_of_its_version_2_rewrite(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    from commbench.report.runs import load_any
+    from commbench.results.exporters import rows_to_csv
+
+    stored = json.loads((run_dir / "results.json").read_text())
+    assert stored["schema_version"] == 1  # the committed files stay version 1
+    rows = load_any(run_dir).rows
+    raw = stored["rows"][0]
+    stats = rows[0].stats
+    assert (stats.median, stats.q1, stats.q3, stats.cv, stats.n) == (
+        raw["time_us"], raw["q1_us"], raw["q3_us"], raw["cv"], raw["n"]
+    )  # fmt: skip
+    assert rows[0].samples_us == raw["samples_us"]
+    # its results.csv, header and values, is what version 2 writes of the migrated rows
+    assert rows_to_csv(rows) == (run_dir / "results.csv").read_text()
+    again = _rewritten(tmp_path, run_dir, rows)
+    data = json.loads((again / "results.json").read_text())
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert "time_us" not in data["rows"][0] and data["rows"][0]["stats"]["median"] == raw["time_us"]
+    _same_rows(load_any(again).rows, rows)
+    assert (again / "results.csv").read_text() == (run_dir / "results.csv").read_text()
+
+
+def test_a_version_1_p2p_run_loads_as_rows_with_their_copy(tmp_path: Path) -> None:
+    from commbench.report.runs import load_any
+
+    stored = json.loads((V1_P2P / "results.json").read_text())
+    assert (stored["schema_version"], stored["kind"]) == (1, "p2p")
+    rows = load_any(V1_P2P).rows
+    assert len(rows) == len(stored["rows"]) == 27
+    by_strategy = {r.strategy: (r, raw) for r, raw in zip(rows, stored["rows"], strict=True)}
+    row, raw = by_strategy["0->1 p2p uni concurrent"]
+    assert (row.op, row.world_size, row.size_bytes, row.dtype) == ("p2p", 8, 65536, "float32")
+    assert row.busbw_gbps == row.algbw_gbps == raw["bw_gbps"]
+    assert row.stats.median == pytest.approx(raw["time_ms"] * 1000, rel=1e-15)
+    assert row.samples_us == pytest.approx([ms * 1000 for ms in raw["samples_ms"]], rel=1e-15)
+    assert row.p2p is not None
+    assert (row.p2p.src, row.p2p.dst, row.p2p.link, row.p2p.peer_access) == (0, 1, "NV4", True)
+    assert row.p2p.peak_gbps == raw["peak_gbps"] and row.p2p.diagnosis == raw["diagnosis"]
+    host, _ = by_strategy["host->0 h2d uni sequential latency"]
+    assert host.p2p is not None and (host.p2p.src, host.busbw_gbps) == (None, None)
+    again = _rewritten(tmp_path, V1_P2P, rows, p2p=True)
+    assert "kind" not in json.loads((again / "results.json").read_text())
+    _same_rows(load_any(again).rows, rows)
+
+
+def test_results_csv_keeps_its_columns_for_every_run_kind(tmp_path: Path) -> None:
+    from commbench.report.runs import load_any
+
+    v1_headers = {
+        p.name: (p / "results.csv").read_text().splitlines()[0] for p in [*V1_COLLECTIVES, V1_P2P]
+    }
+    assert set(v1_headers.values()) == {COLLECTIVES_HEADER, P2P_HEADER}
+
+    def header(run: Path) -> str:
+        return (run / "results.csv").read_text().splitlines()[0]
+
+    collectives = new_run_dir(tmp_path, "collectives")
+    write_results(collectives, [make_row()])
+    assert header(collectives) == COLLECTIVES_HEADER
+    p2p_empty = new_run_dir(tmp_path, "p2p")
+    write_results(p2p_empty, [], p2p=True)  # before the first step
+    assert header(p2p_empty) == P2P_HEADER
+    p2p = _rewritten(tmp_path, V1_P2P, load_any(V1_P2P).rows)
+    assert header(p2p) == P2P_HEADER
+    # the values too: equal as numbers (a time in ms is stored in us now: the last bit of a
+    # computed figure, a mean or a stddev, may differ), equal as text for everything else
+    old = list(csv.reader((V1_P2P / "results.csv").read_text().splitlines()))
+    new = list(csv.reader((p2p / "results.csv").read_text().splitlines()))
+    assert len(old) == len(new) == 28
+    for a, b in zip(old, new, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x == y or float(x) == pytest.approx(float(y), rel=1e-14)
+
+
+def test_rows_from_stored_refuses_a_newer_version_and_names_bad_fields() -> None:
+    from commbench.results.schema import rows_from_stored
+
+    row = make_row().to_dict()
+    with pytest.raises(UserError, match=r"^f\.json: schema_version 3 is newer than this") as info:
+        rows_from_stored({"schema_version": 3, "rows": [row]}, "f.json")
+    assert "\n" not in str(info.value)
+    bad = {**row, "stats": {**row["stats"], "cv": -1}}
+    with pytest.raises(UserError, match=r"^f\.json: rows\[0\]\.stats\.cv: -1 is outside"):
+        rows_from_stored({"schema_version": 2, "rows": [bad]}, "f.json")
+    with pytest.raises(UserError, match=r"^f\.json: rows\[0\]\.stats: missing"):
+        rows_from_stored({"schema_version": 2, "rows": [{**row, "stats": None}]}, "f.json")
+    p2p = json.loads((V1_P2P / "results.json").read_text())
+    copy = {**p2p["rows"][0], "src": -1}
+    with pytest.raises(UserError, match=r"^f\.json: rows\[0\]\.src: -1 is outside"):
+        rows_from_stored({**p2p, "rows": [copy]}, "f.json")
+    copy = {**p2p["rows"][0], "time_ms": "x"}
+    with pytest.raises(UserError, match=r"^f\.json: rows\[0\]\.time_ms: expected a number"):
+        rows_from_stored({**p2p, "rows": [copy]}, "f.json")
+    v2 = {**row, "p2p": {"step": 0, "src": "cuda:0"}}
+    with pytest.raises(UserError, match=r"^f\.json: rows\[0\]\.p2p\.src: expected an integer"):
+        rows_from_stored({"schema_version": 2, "rows": [v2]}, "f.json")
+
+
+def test_a_row_in_a_v1_p2p_file_without_the_kind_is_read_by_its_run_kind() -> None:
+    """A version-1 p2p results.json said `kind: p2p`; when it does not, run.json's kind does."""
+    from commbench.results.schema import rows_from_stored
+
+    data = json.loads((V1_P2P / "results.json").read_text())
+    del data["kind"]
+    with pytest.raises(UserError, match=r"rows\[0\]\.op: missing"):
+        rows_from_stored(data, "f.json")
+    (row, *_) = rows_from_stored(data, "f.json", kind="p2p", world_size=8)
+    assert row.op == "p2p" and row.world_size == 8 and row.p2p is not None

@@ -64,7 +64,7 @@ def test_every_strategy_matches_direct(
     for r in rows:
         assert r.check == "ok", (r.strategy, r.size_bytes, r.note)
         assert r.op == "all_reduce" and r.world_size == n and r.reduce_op == reduce_op
-        assert r.n == 3 and math.isfinite(r.time_us)
+        assert r.stats.n == 3 and math.isfinite(r.time_us)
         assert r.algbw_gbps is not None
         assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (n - 1) / n)
     header = (outcome.run_dir / "results.csv").read_text().splitlines()[0].split(",")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.errors import RunFailed, UserError
 from commbench.launch.launcher import Outcome
-from commbench.results.schema import ResultRow
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
 from commbench.suites.config import load_suite, parse_suite
 from commbench.suites.store import compare_targets, load_runs, load_suite_dir
@@ -583,7 +583,7 @@ def test_p2p_copies_are_gated_too(
     assert result.exit_code == 1
     (new_dir,) = (tmp_path / "n").iterdir()
     comparison = json.loads((new_dir / "comparison.json").read_text())
-    assert comparison["schema_version"] == 1
+    assert comparison["schema_version"] == SCHEMA_VERSION
     gate = comparison["entries"]
     assert gate["p2p"]["counts"]["worse"] == 2 and gate["collectives-float32"]["exit_code"] == 0
     assert slow.options == [{"pairs": [[0, 1]], "bidirectional": False}]

@@ -151,7 +151,7 @@ def _measure(
         typer.echo(f"commbench: {note}", err=True)
     odd = outcome.suspicious
     if odd:
-        pairs = ", ".join(f"{r.pair} ({r.mode})" for r in odd[:5])
+        pairs = ", ".join(r.p2p.label for r in odd[:5] if r.p2p)
         typer.echo(
             f"commbench: warning: {len(odd)} measurement(s) above the theoretical peak: {pairs}; "
             "such numbers are not to be trusted as they stand (see the diagnosis)",

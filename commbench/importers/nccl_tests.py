@@ -50,6 +50,7 @@ from commbench.results.schema import (
     ResultRow,
 )
 from commbench.results.store import new_run_dir, write_results, write_run_meta
+from commbench.stats import Stats
 
 # Bounds on a log, past what any nccl-tests run prints: a table of 8 B-16 GB is 32 sizes, so
 # even a log of every op, dtype and a hundred repetitions stays far below. Past them a file is
@@ -245,7 +246,6 @@ def _row(
             warmup=warmup,
             requested_bytes=size,
         )
-    nan = math.nan
     return ResultRow(
         op=op,
         dtype=dtype,
@@ -253,19 +253,11 @@ def _row(
         world_size=world_size,
         size_bytes=size,
         count=count,
-        time_us=time_us,
         algbw_gbps=algbw,
         busbw_gbps=busbw,
         check=check,
-        min_us=nan,
-        q1_us=nan,
-        q3_us=nan,
-        p95_us=nan,
-        max_us=nan,
-        mean_us=time_us,
-        stddev_us=nan,
-        cv=nan,
-        n=iters,
+        # nccl-tests prints one time per line, the mean over its iterations: the only figure
+        stats=Stats(median=time_us, mean=time_us, n=iters),
         warmup=warmup,
         in_place=in_place,
         requested_bytes=size,

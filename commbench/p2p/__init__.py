@@ -6,8 +6,8 @@
 
 Modules: `settings` (what to measure), `plan` (the steps: sets of copies timed together;
 pure), `expect` (per copy: peak, ceiling when sharing, typical figure, diagnosis; pure),
-`measure` (torch: streams, start gate, CUDA events, verification), `schema` (`P2PRow`),
-`run` (orchestration and files), `render` (table/md/csv/json), `heatmap` (`--matrix` PNG).
+`measure` (torch: streams, start gate, CUDA events, verification), `run` (orchestration,
+the rows and the files), `render` (table/md/csv/json), `heatmap` (`--matrix` PNG).
 
 A run directory (`results/<timestamp>-p2p/`) holds:
 
@@ -15,18 +15,20 @@ A run directory (`results/<timestamp>-p2p/`) holds:
   failed, interrupted), `failure`, `settings`, `notes`, `steps_total`/`steps_done`,
   `suspicious` (pairs measured above their theoretical peak, when any), and `context`: host,
   versions, `device_names`, and the `topology` snapshot the verdicts used.
-* `results.json`: `schema_version`, `"kind": "p2p"`, `rows`: one `P2PRow` dict per copy with
-  its `samples_ms`; `results.csv`: the same rows without samples.
+* `results.json`: `schema_version`, `rows`: one `commbench.results.schema.ResultRow` per copy
+  (op `p2p`, the copy's name as its strategy, stats and `samples_us` in microseconds, the
+  bandwidth as busbw) with the copy's `p2p` sub-record (`P2PCopy`); `results.csv`: the flat
+  columns below, without samples.
 * `p2p-matrix.png` with `--matrix`.
 
-Row fields (see `P2PRow`): `step` (rows of one step were timed together), `test`
+results.csv's columns (see `P2PCopy`): `step` (rows of one step were timed together), `test`
 (bandwidth|latency), `mode` (concurrent|sequential), `direction` (uni|bi), `copy`
 (p2p|d2d|h2d|d2h|total), `src`/`dst` (int CUDA ordinals; null for pinned host memory, and
 `dst` null for a total), `pair` (`0->1`, `host->0`, `0->{1,2,4}`, `0<->1`), `size_bytes`,
 `dtype`, `time_ms` (median), `bw_gbps` (GB/s = 1e9 B/s at the median), `peak_gbps`,
 `ceiling_gbps`, `expected_gbps`, `efficiency` (bw / peak), `link`, `nvlinks`, `p2p`, `path`,
 `suspicious`, `diagnosis`, `check` (ok|failed|skipped), `min_ms`, `q1_ms`, `q3_ms`, `p95_ms`,
-`max_ms`, `mean_ms`, `stddev_ms`, `cv`, `n`, `outliers`, `warmup`, `samples_ms`.
+`max_ms`, `mean_ms`, `stddev_ms`, `cv`, `n`, `outliers`, `warmup`.
 
 A heatmap of the matrix takes rows with `test == "bandwidth"`, `copy == "p2p"`,
 `direction == "uni"` and, preferably, `mode == "sequential"` (each link alone).
@@ -34,15 +36,13 @@ A heatmap of the matrix takes rows with `test == "bandwidth"`, `copy == "p2p"`,
 
 from __future__ import annotations
 
-from commbench.p2p.run import DryRun, P2POutcome, dry_run, load_topology, run_p2p
-from commbench.p2p.schema import KIND, P2PRow
+from commbench.p2p.run import KIND, DryRun, P2POutcome, dry_run, load_topology, run_p2p
 from commbench.p2p.settings import P2PSettings
 
 __all__ = [
     "KIND",
     "DryRun",
     "P2POutcome",
-    "P2PRow",
     "P2PSettings",
     "dry_run",
     "load_topology",

@@ -5,39 +5,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from commbench.p2p.schema import P2PRow
+from commbench.results.schema import P2PCopy, ResultRow
 
 
-def matrix_values(rows: Sequence[P2PRow], n: int) -> tuple[list[list[float | None]], str]:
+def copies(rows: Sequence[ResultRow]) -> list[tuple[ResultRow, P2PCopy]]:
+    """The p2p rows among `rows`, each with its copy."""
+    return [(r, r.p2p) for r in rows if r.p2p is not None]
+
+
+def matrix_values(rows: Sequence[ResultRow], n: int) -> tuple[list[list[float | None]], str]:
     """GB/s per pair at the largest size: each link alone (sequential) where measured, else
     the concurrent figure; and which of the two it is."""
     pick = [
-        r
-        for r in rows
-        if r.test == "bandwidth" and r.copy == "p2p" and r.direction == "uni" and r.bw_gbps
+        (r, c)
+        for r, c in copies(rows)
+        if c.test == "bandwidth" and c.copy == "p2p" and c.direction == "uni" and r.busbw_gbps
     ]
-    mode = "sequential" if any(r.mode == "sequential" for r in pick) else "concurrent"
-    pick = [r for r in pick if r.mode == mode]
+    mode = "sequential" if any(c.mode == "sequential" for _, c in pick) else "concurrent"
     values: list[list[float | None]] = [[None] * n for _ in range(n)]
     sizes: dict[tuple[int, int], int] = {}
-    for r in pick:
-        if r.src is None or r.dst is None:
+    for r, c in pick:
+        if c.mode != mode or c.src is None or c.dst is None:
             continue
-        key = (r.src, r.dst)
+        key = (c.src, c.dst)
         if r.size_bytes >= sizes.get(key, -1):
             sizes[key] = r.size_bytes
-            values[r.src][r.dst] = r.bw_gbps
+            values[c.src][c.dst] = r.busbw_gbps
     return values, mode
 
 
-def write_heatmap(rows: Sequence[P2PRow], n: int, path: Path) -> None:
+def write_heatmap(rows: Sequence[ResultRow], n: int, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     values, mode = matrix_values(rows, n)
-    links = {(r.src, r.dst): r.link for r in rows if r.copy == "p2p"}
+    links = {(c.src, c.dst): c.link for _, c in copies(rows) if c.copy == "p2p"}
     grid = [[float("nan") if v is None else v for v in line] for line in values]
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * n, 0.8 + 0.8 * n))
     image = ax.imshow(grid, cmap="viridis")

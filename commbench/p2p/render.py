@@ -12,10 +12,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from commbench.files import dump_json
 from commbench.p2p.expect import Expectation, StepExpectation
-from commbench.p2p.schema import P2PRow, rows_to_csv
-from commbench.results.exporters import Format
-from commbench.results.store import dump_json
+from commbench.p2p.heatmap import copies
+from commbench.results.exporters import Format, rows_to_csv
+from commbench.results.schema import P2PCopy, ResultRow, csv_record
 from commbench.tables import markdown_table, text_table
 
 Table = tuple[str, list[str], list[list[str]]]
@@ -172,58 +173,61 @@ ROW_HEADERS = [
 LATENCY_HEADERS = ["pair", "link", "size", "time_us", "min_us", "max_us", "check", "diagnosis"]
 
 
-def _row_cells(r: P2PRow) -> list[str]:
-    if r.test == "latency":
+def _row_cells(r: ResultRow, c: P2PCopy) -> list[str]:
+    s = r.stats
+    if c.test == "latency":
         return [
-            r.pair,
-            r.link or "-",
+            c.pair,
+            c.link or "-",
             f"{r.size_bytes:,} B",
-            _num(r.time_ms * 1e3, 2),
-            _num(r.min_ms * 1e3, 2),
-            _num(r.max_ms * 1e3, 2),
+            _num(s.median, 2),
+            _num(s.min, 2),
+            _num(s.max, 2),
             r.check,
-            r.diagnosis,
+            c.diagnosis,
         ]
     return [
-        r.pair,
-        r.link or "-",
-        str(r.nvlinks) if r.path not in ("total", "host", "local") else "-",
-        _p2p(r.p2p, r.path),
-        _num(r.time_ms, 2),
-        _num(r.min_ms, 2),
-        _num(r.max_ms, 2),
-        _num(r.bw_gbps) + ("!" if r.suspicious else ""),
-        _num(r.peak_gbps),
-        _num(r.expected_gbps),
-        _pct(r.efficiency),
+        c.pair,
+        c.link or "-",
+        str(c.nvlinks) if c.path not in ("total", "host", "local") else "-",
+        _p2p(c.peer_access, c.path),
+        _num(s.median / 1e3, 2),
+        _num(s.min / 1e3, 2),
+        _num(s.max / 1e3, 2),
+        _num(r.busbw_gbps) + ("!" if c.suspicious else ""),
+        _num(c.peak_gbps),
+        _num(c.expected_gbps),
+        _pct(c.efficiency),
         r.check,
-        r.diagnosis,
+        c.diagnosis,
     ]
 
 
-def row_tables(rows: Sequence[P2PRow]) -> list[Table]:
+def row_tables(rows: Sequence[ResultRow]) -> list[Table]:
     groups: dict[tuple[Any, ...], Table] = {}
-    for r in rows:
-        key = _group_key(r.test, r.mode, r.direction, r.size_bytes, r.step)
+    pairs = copies(rows)
+    for r, c in pairs:
+        key = _group_key(c.test, c.mode, c.direction, r.size_bytes, c.step)
         if key not in groups:
-            label = r.pair
-            if r.mode == "concurrent":
+            label = c.pair
+            if c.mode == "concurrent":
                 label = next(
-                    (x.pair for x in rows if x.step == r.step and x.copy == "total"), r.pair
+                    (x.pair for _, x in pairs if x.step == c.step and x.copy == "total"), c.pair
                 )
-            title = _title(r.test, r.mode, r.direction, r.size_bytes, label)
-            headers = LATENCY_HEADERS if r.test == "latency" else ROW_HEADERS
+            title = _title(c.test, c.mode, c.direction, r.size_bytes, label)
+            headers = LATENCY_HEADERS if c.test == "latency" else ROW_HEADERS
             groups[key] = (title, list(headers), [])
-        groups[key][2].append(_row_cells(r))
+        groups[key][2].append(_row_cells(r, c))
     return list(groups.values())
 
 
-def render_rows(rows: Sequence[P2PRow], fmt: Format) -> str:
+def render_rows(rows: Sequence[ResultRow], fmt: Format) -> str:
+    """p2p rows as `fmt`; json and csv hold results.csv's flat p2p columns."""
     fmt = Format(fmt)
     if fmt is Format.json:
-        return dump_json([r.to_dict(samples=False) for r in rows])
+        return dump_json([csv_record(r) for r in rows])
     if fmt is Format.csv:
-        return rows_to_csv(list(rows))
+        return rows_to_csv(list(rows), p2p=True)
     return render_tables(row_tables(rows), fmt)
 
 

@@ -7,6 +7,7 @@ run that dies keeps what it measured. Both return data; printing is the CLI's bu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,28 +16,29 @@ from typing import Any, Protocol
 from commbench.context import host_context
 from commbench.errors import Interrupted, UserError
 from commbench.gpu_memory import P2P_RESERVE, P2P_RESERVE_FOR, GpuMemory, refuse_if_short
-from commbench.p2p.expect import Fabric, StepExpectation, expect_plan, expect_step
+from commbench.p2p.expect import (
+    Expectation,
+    Fabric,
+    StepExpectation,
+    Verdict,
+    expect_plan,
+    expect_step,
+    judge,
+)
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
-from commbench.p2p.schema import (
+from commbench.p2p.settings import P2PSettings
+from commbench.results.record import RunStatus
+from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
     CHECK_SKIPPED,
-    KIND,
-    SCHEMA_VERSION,
-    P2PRow,
-    rows_to_csv,
+    P2P_OP,
+    P2PCopy,
+    ResultRow,
 )
-from commbench.p2p.settings import P2PSettings
-from commbench.results.record import RunStatus
-from commbench.results.store import (
-    RESULTS_CSV,
-    RESULTS_JSON,
-    atomic_write,
-    dump_json,
-    new_run_dir,
-    write_run_meta,
-)
+from commbench.results.store import new_run_dir, write_results, write_run_meta
 from commbench.sizes import format_size
+from commbench.stats import Stats
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.torch_version import require_torch
 
@@ -44,6 +46,7 @@ STATUS_RUNNING = RunStatus.RUNNING
 STATUS_COMPLETE = RunStatus.COMPLETE
 STATUS_FAILED = RunStatus.FAILED
 STATUS_INTERRUPTED = RunStatus.INTERRUPTED
+KIND = "p2p"
 HEATMAP_FILE = "p2p-matrix.png"
 NO_GPU = "p2p needs a CUDA GPU; none is visible"
 
@@ -88,17 +91,18 @@ class DryRun:
 class P2POutcome:
     run_dir: Path
     status: str
-    rows: list[P2PRow]
+    rows: list[ResultRow]
+    """One per copy, each with its `P2PCopy` (`row.p2p`)."""
     notes: list[str] = field(default_factory=list)
     failure: str | None = None
 
     @property
-    def checks_failed(self) -> list[P2PRow]:
-        return [r for r in self.rows if r.check == CHECK_FAILED and r.copy != "total"]
+    def checks_failed(self) -> list[ResultRow]:
+        return [r for r in self.rows if r.check == CHECK_FAILED and r.p2p and r.p2p.copy != "total"]
 
     @property
-    def suspicious(self) -> list[P2PRow]:
-        return [r for r in self.rows if r.suspicious]
+    def suspicious(self) -> list[ResultRow]:
+        return [r for r in self.rows if r.p2p and r.p2p.suspicious]
 
 
 def load_topology(path: Path | None) -> TopologySnapshot:
@@ -177,19 +181,86 @@ def _topology_for(
     )
 
 
-def _rows(index: int, step: Step, se: StepExpectation, timing: Timing) -> list[P2PRow]:
+def copy_row(
+    *,
+    index: int,
+    step: Step,
+    exp: Expectation,
+    samples_ms: list[float],
+    dtype: str,
+    check: str,
+    warmup: int,
+    world_size: int,
+) -> ResultRow:
+    """The row of one copy (or a step's total) from its samples: stats (in microseconds, as
+    every row's), bandwidth and the verdict against what the topology expects."""
+    samples_us = [ms * 1000 for ms in samples_ms]
+    stats = Stats.of(samples_us)
+    copies = len(step.copies) if exp.copy == "total" else 1
+    bw = _bw(step.size_bytes * copies, stats.median)
+    # Small copies measure latency: bandwidth figures and their verdict mean nothing there.
+    latency = step.test == "latency"
+    verdict = Verdict(efficiency=None, suspicious=False, text="") if latency else judge(exp, bw)
+    copy = P2PCopy(
+        step=index,
+        test=step.test,
+        mode=step.mode,
+        direction=step.direction,
+        copy=exp.copy,
+        src=exp.src,
+        dst=exp.dst,
+        pair=exp.pair,
+        peak_gbps=None if latency else exp.peak_gbps,
+        ceiling_gbps=None if latency else exp.ceiling_gbps,
+        expected_gbps=None if latency else exp.expected_gbps,
+        efficiency=verdict.efficiency,
+        link=exp.link,
+        nvlinks=exp.nvlinks,
+        peer_access=exp.p2p,
+        path=exp.path,
+        suspicious=verdict.suspicious,
+        diagnosis="; ".join(t for t in (verdict.text, exp.diagnosis) if t),
+    )
+    return ResultRow(
+        op=P2P_OP,
+        strategy=copy.name,
+        dtype=dtype,
+        world_size=world_size,
+        size_bytes=step.size_bytes,
+        count=step.size_bytes,
+        algbw_gbps=None if latency else bw,
+        busbw_gbps=None if latency else bw,
+        check=check,
+        stats=stats,
+        warmup=warmup,
+        requested_bytes=step.size_bytes,
+        samples_us=samples_us,
+        p2p=copy,
+    )
+
+
+def _bw(nbytes: int, us: float) -> float | None:
+    if math.isnan(us) or us <= 0:
+        return None
+    return nbytes / (us * 1e-6) / 1e9
+
+
+def _rows(
+    index: int, step: Step, se: StepExpectation, timing: Timing, world_size: int
+) -> list[ResultRow]:
     def check(ok: bool | None) -> str:
         return CHECK_SKIPPED if ok is None else (CHECK_OK if ok else CHECK_FAILED)
 
     rows = [
-        P2PRow.measured(
+        copy_row(
             index=index,
             step=step,
+            dtype=timing.dtype,
+            warmup=timing.warmup,
             exp=exp,
             samples_ms=timing.samples_ms[k],
-            dtype=timing.dtype,
             check=check(timing.checks[k]),
-            warmup=timing.warmup,
+            world_size=world_size,
         )
         for k, exp in enumerate(se.copies)
     ]
@@ -197,23 +268,18 @@ def _rows(index: int, step: Step, se: StepExpectation, timing: Timing) -> list[P
         checks = timing.checks
         together = None if any(c is None for c in checks) else all(c for c in checks)
         rows.append(
-            P2PRow.measured(
+            copy_row(
                 index=index,
                 step=step,
+                dtype=timing.dtype,
+                warmup=timing.warmup,
                 exp=se.total,
                 samples_ms=timing.total_ms,
-                dtype=timing.dtype,
                 check=check(together),
-                warmup=timing.warmup,
+                world_size=world_size,
             )
         )
     return rows
-
-
-def write_results(run_dir: Path, rows: list[P2PRow]) -> None:
-    payload = {"schema_version": SCHEMA_VERSION, "kind": KIND, "rows": [r.to_dict() for r in rows]}
-    atomic_write(run_dir / RESULTS_JSON, dump_json(payload))
-    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
 
 
 StepFn = Callable[[int, int, Step], None]
@@ -276,14 +342,14 @@ def _run(
         "failure": None,
     }
     write_run_meta(run_dir, meta)
-    rows: list[P2PRow] = []
-    write_results(run_dir, rows)
+    rows: list[ResultRow] = []
+    write_results(run_dir, rows, p2p=True)
     try:
         for i, step in enumerate(steps):
             se = expect_step(snapshot, step, fabric)
-            rows.extend(_rows(i, step, se, measurer.measure(step)))
+            rows.extend(_rows(i, step, se, measurer.measure(step), measurer.device_count))
             meta["steps_done"] = i + 1
-            write_results(run_dir, rows)
+            write_results(run_dir, rows, p2p=True)
             write_run_meta(run_dir, meta)
             if on_step is not None:
                 on_step(i + 1, len(steps), step)
@@ -307,16 +373,17 @@ def _run(
     if failed:
         outcome.status = STATUS_FAILED
         outcome.failure = "wrong data after the copy: " + ", ".join(
-            f"{r.pair} ({r.mode})" for r in failed[:5]
+            r.p2p.label for r in failed[:5] if r.p2p
         )
     meta.update(status=outcome.status, failure=outcome.failure, notes=notes)
-    if any(r.suspicious for r in rows):
-        meta["suspicious"] = [f"{r.pair} ({r.mode})" for r in rows if r.suspicious]
+    suspicious = outcome.suspicious
+    if suspicious:
+        meta["suspicious"] = [r.p2p.label for r in suspicious if r.p2p]
     write_run_meta(run_dir, meta)
     return outcome
 
 
-def _heatmap(run_dir: Path, rows: list[P2PRow], n: int) -> list[str]:
+def _heatmap(run_dir: Path, rows: list[ResultRow], n: int) -> list[str]:
     try:
         from commbench.p2p.heatmap import write_heatmap
 

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.report.runs import P2P_KIND, P2P_OP, raw_rows
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.report.runs import P2P_KIND
+from commbench.results.schema import CHECK_FAILED, P2P_OP, ResultRow
 from commbench.results.store import Run
 
 
@@ -165,11 +165,13 @@ def _time(row: ResultRow) -> float | None:
 
 
 def _quartiles_known(row: ResultRow) -> bool:
-    return row.n >= 4 and all(math.isfinite(v) and v > 0 for v in (row.q1_us, row.q3_us))
+    return row.stats.n >= 4 and all(
+        math.isfinite(v) and v > 0 for v in (row.stats.q1, row.stats.q3)
+    )
 
 
 def _time_band(row: ResultRow) -> tuple[float, float] | None:
-    return (row.q1_us, row.q3_us) if _quartiles_known(row) else None
+    return (row.stats.q1, row.stats.q3) if _quartiles_known(row) else None
 
 
 def _busbw_band(row: ResultRow) -> tuple[float, float] | None:
@@ -177,7 +179,7 @@ def _busbw_band(row: ResultRow) -> tuple[float, float] | None:
     busbw = _busbw(row)
     if busbw is None or not _quartiles_known(row):
         return None
-    return (busbw * row.time_us / row.q3_us, busbw * row.time_us / row.q1_us)
+    return (busbw * row.time_us / row.stats.q3, busbw * row.time_us / row.stats.q1)
 
 
 def op_figures(runs: list[Run]) -> list[Figure]:
@@ -245,20 +247,13 @@ def strategies_figure(runs: list[Run]) -> Figure | None:
 def p2p_matrix(run: Run) -> Heatmap | None:
     """GB/s per (src, dst) GPU pair at the largest size, as `commbench p2p --matrix` draws it:
     unidirectional p2p bandwidth rows, each link alone (sequential) where measured."""
-    from commbench.p2p.heatmap import matrix_values
-    from commbench.p2p.schema import P2PRow
+    from commbench.p2p.heatmap import copies, matrix_values
 
-    rows = []
-    for raw in raw_rows(run.path):
-        try:
-            rows.append(P2PRow.from_dict(raw))
-        except TypeError:
-            continue  # not a p2p row
-    gpus = [i for r in rows for i in (r.src, r.dst) if i is not None]
+    gpus = [i for _, c in copies(run.rows) for i in (c.src, c.dst) if i is not None]
     if not gpus:
         return None
     n = max(gpus) + 1
-    values, mode = matrix_values(rows, n)
+    values, mode = matrix_values(run.rows, n)
     if all(v is None for line in values for v in line):
         return None
     return Heatmap(labels=[f"cuda:{i}" for i in range(n)], values=values, unit=f"GB/s ({mode})")

@@ -6,14 +6,16 @@ posts always show the same columns. `csv` and `json` are the stable machine form
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
-from commbench.results.schema import SCHEMA_VERSION, ResultRow
-from commbench.results.store import dump_json, rows_to_csv
+from commbench.files import dump_json
+from commbench.results.schema import SCHEMA_VERSION, ResultRow, csv_columns, csv_record
 from commbench.sizes import format_size
 from commbench.tables import markdown_table, text_table
 
@@ -73,8 +75,8 @@ def build_tables(rows: list[ResultRow]) -> list[tuple[str, list[list[str]]]]:
             _num(row.time_us),
             _num(row.algbw_gbps),
             _num(row.busbw_gbps),
-            _num(row.cv),
-            str(row.n),
+            _num(row.stats.cv),
+            str(row.stats.n),
             check,
         ]
         groups.setdefault(title, []).append(cells)
@@ -125,6 +127,29 @@ def to_markdown(rows: list[ResultRow]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
+    """CSV with a fixed column order; None and non-finite numbers become an empty cell (as they
+    are null in JSON), unknown keys are dropped. The one CSV writer of every commbench file."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for data in records:
+        writer.writerow({k: _cell(v) for k, v in data.items()})
+    return buf.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (type(value) is float and not math.isfinite(value)):
+        return ""
+    return value
+
+
+def rows_to_csv(rows: list[ResultRow], *, p2p: bool = False) -> str:
+    """results.csv: every run kind's flat columns (`schema.csv_columns`); `p2p` gives a p2p
+    run's header before it has a row."""
+    return dicts_to_csv([csv_record(r) for r in rows], csv_columns(rows, p2p=p2p))
+
+
 def to_json(rows: list[ResultRow]) -> str:
     """results.json's shape (versioned), without the per-iteration samples."""
     return dump_json(
@@ -144,4 +169,4 @@ def export(rows: list[ResultRow], fmt: Format) -> str:
     return EXPORTERS[Format(fmt)](rows)
 
 
-__all__ = ["EXPORTERS", "Format", "build_tables", "export"]
+__all__ = ["EXPORTERS", "Format", "build_tables", "dicts_to_csv", "export", "rows_to_csv"]

@@ -1,21 +1,32 @@
-"""The result file schema: one row per measured (op, strategy, dtype, size) point.
+"""The result schema: one row per measured point, whatever measured it.
+
+A `ResultRow` is one (op, strategy, dtype, size) point of a collectives run, a line of an
+imported nccl-tests log, or one copy of a p2p run. Its summary is a `Stats` (microseconds)
+next to the samples it summarises; a p2p copy adds a `P2PCopy` sub-record (which copy, how
+it ran, what it should reach and the verdict). This module is the one place that reads and
+writes rows: `ResultRow.to_dict`/`from_dict` for results.json, `rows_from_stored` for a whole
+results.json of any version (version 1 is migrated on load), `csv_record` for results.csv.
 
 Files written by commbench carry `schema_version`. Readers accept the versions they can
 migrate and refuse newer ones with a message, so an old commbench never misreads a new run.
+Version 2 nests the stats (`"stats": {"median": ...}`) and the p2p fields (`"p2p": {...}`);
+version 1 had them flat, and p2p rows of their own in milliseconds.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from commbench.errors import UserError
 from commbench.fields import Conv, Fields, boolean, integer_in, list_of, number_in, string
-from commbench.stats import Stats
+from commbench.stats import TIMES, Stats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The version of every file commbench writes (results.json, run.json, suite files)."""
 
 # What a stored row may hold: bounds past anything measured, so that a hand-edited or hostile
 # file (`size_bytes: 10**30`, `world_size: 0`, a negative time) is refused naming the field
@@ -30,50 +41,113 @@ MAX_GBPS = 1e9
 """GB/s: 10**6 times any link's peak; a suspicious p2p figure is still kept below this."""
 MAX_COUNT = 1 << 50
 """Iterations, outliers, elements."""
+MAX_GPU = 1 << 16
+"""A GPU's index (CUDA ordinal) in a p2p row."""
 
 CHECK_OK = "ok"
 CHECK_FAILED = "failed"
 CHECK_SKIPPED = "skipped"  # --no-check, or an op that cannot run here (sendrecv at n=1)
 CHECK_NA = "n/a"  # nothing to check (barrier)
 
+P2P_OP = "p2p"
+"""The op of a p2p copy's row; the copy's name (`0->1 p2p uni sequential`) is its strategy."""
+
+
+@dataclass(kw_only=True, slots=True)
+class P2PCopy:
+    """What a p2p copy's row adds: which copy it timed, how, and what it should have reached.
+
+    The row's `busbw_gbps` (= `algbw_gbps`) is the copy's bandwidth at the median time, GB/s
+    (1e9 B/s), a total summing the bytes of its copies; None for latency rows, as are the
+    peak, ceiling, expected and efficiency figures here."""
+
+    step: int = 0
+    """Index of the measurement (0, 1, ...): rows of one step were timed together."""
+    test: str = ""
+    """`bandwidth`, or `latency` (small copies: read the time, not the bandwidth)."""
+    mode: str = ""
+    """`concurrent` (timed while the step's other copies ran) or `sequential` (alone)."""
+    direction: str = ""
+    """`uni`, or `bi` when the pair was copied both ways at once."""
+    copy: str = ""
+    """`p2p`, `d2d` (within one GPU), `h2d`, `d2h`, or `total` (the step's copies together)."""
+    src: int | None = None
+    """Source GPU (CUDA ordinal); None for pinned host memory, or a total over several sources."""
+    dst: int | None = None
+    """Destination GPU; None for pinned host memory, or for a total."""
+    pair: str = ""
+    """`0->1`, `host->0`, `0->host`, `0->0`; a total: `0->{1,2,4}` or `0<->1`."""
+    peak_gbps: float | None = None
+    """Theoretical peak of the copy alone (a total: the sum of its copies' peaks)."""
+    ceiling_gbps: float | None = None
+    """Theoretical GB/s in this step, after sharing with the copies that ran at once."""
+    expected_gbps: float | None = None
+    """What such a copy typically reaches in this step (`commbench.p2p.expect`)."""
+    efficiency: float | None = None
+    """bandwidth / peak_gbps."""
+    link: str = ""
+    """nvidia-smi label of the pair (`NV2`, `PIX`, `SYS`, ...), `PCIe` for host copies,
+    `local` within one GPU."""
+    nvlinks: int = 0
+    peer_access: bool | None = None
+    """Whether the pair supports P2P (None: unknown, or not a GPU pair); results.csv's `p2p`."""
+    path: str = ""
+    """`nvlink`, `pcie`, `staged` (no P2P: through host memory), `host`, `local`, `total`."""
+    suspicious: bool = False
+    """Faster than the theoretical peak: the number cannot be right as it stands."""
+    diagnosis: str = ""
+    """One line: the verdict on the measurement, then the topology's explanation."""
+
+    @property
+    def name(self) -> str:
+        """The copy as a point's strategy: `0->1 p2p uni sequential`, `... latency`."""
+        name = " ".join(v for v in (self.pair, self.copy, self.direction, self.mode) if v)
+        return name + " latency" if self.test == "latency" else name
+
+    @property
+    def label(self) -> str:
+        """The copy in a warning or failure: `0->1 (sequential)`."""
+        return f"{self.pair} ({self.mode})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _P2P_NAMES}
+
 
 @dataclass(kw_only=True, slots=True)
 class ResultRow:
-    """One measured point. `time_us` is the median of `samples_us`, the headline number."""
+    """One measured point: its identity, bandwidth, check, `stats` (microseconds) and the
+    `samples_us` they summarise. `time_us` (the median) is the headline number."""
 
     op: str
     strategy: str = ""
-    """All-reduce strategy name ('' for plain ops)."""
+    """All-reduce strategy name ('' for plain ops); a p2p copy's name (`P2PCopy.name`)."""
     dtype: str
     reduce_op: str = ""
     """'' for ops that do not reduce."""
     world_size: int
-    """Ranks taking part in the op (the subgroup's size with --ranks)."""
+    """Ranks taking part in the op (the subgroup's size with --ranks); GPUs seen by a p2p run."""
     size_bytes: int
-    """S as nccl-tests defines it, after rounding (see `note`)."""
+    """S as nccl-tests defines it, after rounding (see `note`); bytes per copy for p2p."""
     count: int
     """Elements in S."""
-    time_us: float
     algbw_gbps: float | None
     busbw_gbps: float | None
     check: str
-    min_us: float
-    q1_us: float
-    q3_us: float
-    p95_us: float
-    max_us: float
-    mean_us: float
-    stddev_us: float
-    cv: float
-    n: int
-    """Timed iterations (samples)."""
-    outliers: int = 0
+    stats: Stats = field(default_factory=Stats)
+    """Summary of `samples_us`; all NaN (n = 0) for a point that could not run."""
     warmup: int = 0
     in_place: bool = False
     requested_bytes: int = 0
     note: str = ""
     samples_us: list[float] = field(default_factory=list)
     """Per-iteration time, maximum over ranks, in microseconds."""
+    p2p: P2PCopy | None = None
+    """The p2p copy this row measured; None for every other run kind."""
+
+    @property
+    def time_us(self) -> float:
+        """The median time, microseconds (NaN when the point has none)."""
+        return self.stats.median
 
     @property
     def key(self) -> tuple[str, str, str, str, int, int]:
@@ -88,39 +162,29 @@ class ResultRow:
         )
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        """results.json's (version 2) form of the row; NaN stays NaN (`dump_json` writes null)."""
         # not dataclasses.asdict: it deep-copies every value, the bulk of writing 10**5 rows
-        data = {name: getattr(self, name) for name in _FIELD_NAMES}
+        data = {name: getattr(self, name) for name in _TOP_NAMES}
+        data["stats"] = self.stats.as_dict()
         if samples:
             data["samples_us"] = list(self.samples_us)
-        else:
-            data.pop("samples_us")
+        if self.p2p is not None:
+            data["p2p"] = self.p2p.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "row") -> ResultRow:
-        """Rebuild a row from a file; a field missing, of the wrong type or out of bounds is a
-        UserError naming `where` and the field."""
+        """Rebuild a row from results.json (version 2); a field missing, of the wrong type or
+        out of bounds is a UserError naming `where` and the field."""
         f = Fields(data, where)
-        kwargs: dict[str, Any] = {}
-        for name, conv in _FIELD_READERS.items():
-            if name not in f.data:
-                continue
-            value = f.data[name]
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None  # NaN from a reader that allows it: no value, as null is
-            if value is None and name in _NAN_WHEN_NULL:
-                kwargs[name] = (
-                    math.nan
-                )  # JSON has no NaN: files store null where a point has no time
-            elif value is None and name in _NULLABLE:
-                kwargs[name] = None
-            elif value is None:
-                raise UserError(f"{f.at(name)}: expected a value, got null")
-            else:
-                kwargs[name] = conv(value, f.at(name))
-        missing = [n for n in _REQUIRED if n not in kwargs]
-        if missing:
-            raise UserError(f"{f.at(missing[0])}: missing")
+        kwargs = _read(f, _FIELD_READERS, _REQUIRED)
+        stats = f.sub("stats")
+        if stats is None:
+            raise UserError(f"{f.at('stats')}: missing")
+        kwargs["stats"] = Stats(**_read(stats, _STATS_READERS, ()))
+        copy = f.sub("p2p")
+        if copy is not None:
+            kwargs["p2p"] = P2PCopy(**_read(copy, _P2P_READERS, ()))
         return cls(**kwargs)
 
     @classmethod
@@ -140,19 +204,9 @@ class ResultRow:
             busbw = algbw * busbw_factor
         return cls(
             size_bytes=size_bytes,
-            time_us=stats.median,
             algbw_gbps=algbw,
             busbw_gbps=busbw,
-            min_us=stats.min,
-            q1_us=stats.q1,
-            q3_us=stats.q3,
-            p95_us=stats.p95,
-            max_us=stats.max,
-            mean_us=stats.mean,
-            stddev_us=stats.stddev,
-            cv=stats.cv,
-            n=stats.n,
-            outliers=stats.outliers,
+            stats=stats,
             samples_us=list(samples_us),
             **kw,
         )
@@ -160,41 +214,38 @@ class ResultRow:
     @classmethod
     def not_run(cls, *, check: str, note: str, **kw: Any) -> ResultRow:
         """A point that could not be measured here; kept so it shows, never silently dropped."""
-        nan = math.nan
-        return cls(
-            time_us=nan,
-            algbw_gbps=None,
-            busbw_gbps=None,
-            check=check,
-            min_us=nan,
-            q1_us=nan,
-            q3_us=nan,
-            p95_us=nan,
-            max_us=nan,
-            mean_us=nan,
-            stddev_us=nan,
-            cv=nan,
-            n=0,
-            note=note,
-            **kw,
-        )
+        return cls(algbw_gbps=None, busbw_gbps=None, check=check, stats=Stats(), note=note, **kw)
 
 
-_NAN_WHEN_NULL = {
-    "time_us",
-    "min_us",
-    "q1_us",
-    "q3_us",
-    "p95_us",
-    "max_us",
-    "mean_us",
-    "stddev_us",
-    "cv",
-}
+def _read(f: Fields, readers: Mapping[str, Conv[Any]], required: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of `readers` present in `f`, converted. JSON has no NaN: a file holds null
+    where a figure has none, and a time read as null is NaN again (`_NAN_WHEN_NULL`)."""
+    kwargs: dict[str, Any] = {}
+    for name, conv in readers.items():
+        if name not in f.data:
+            continue
+        value = f.data[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None  # NaN from a reader that allows it: no value, as null is
+        if value is None and name in _NAN_WHEN_NULL:
+            kwargs[name] = math.nan
+        elif value is None and name in _NULLABLE:
+            kwargs[name] = None
+        elif value is None:
+            raise UserError(f"{f.at(name)}: expected a value, got null")
+        else:
+            kwargs[name] = conv(value, f.at(name))
+    missing = [n for n in required if n not in kwargs]
+    if missing:
+        raise UserError(f"{f.at(missing[0])}: missing")
+    return kwargs
+
 
 _time = number_in(0, MAX_TIME_US)
 _bw = number_in(0, MAX_GBPS)
 _count = integer_in(0, MAX_COUNT)
+_cv = number_in(0, MAX_COUNT)
+_gpu = integer_in(0, MAX_GPU)
 _FIELD_READERS: dict[str, Conv[Any]] = {
     "op": string,
     "strategy": string,
@@ -203,33 +254,189 @@ _FIELD_READERS: dict[str, Conv[Any]] = {
     "world_size": integer_in(1, MAX_WORLD_SIZE),
     "size_bytes": integer_in(0, MAX_SIZE_BYTES),
     "count": _count,
-    "time_us": _time,
     "algbw_gbps": _bw,
     "busbw_gbps": _bw,
     "check": string,
-    "min_us": _time,
-    "q1_us": _time,
-    "q3_us": _time,
-    "p95_us": _time,
-    "max_us": _time,
-    "mean_us": _time,
-    "stddev_us": _time,
-    "cv": number_in(0, MAX_COUNT),
-    "n": _count,
-    "outliers": _count,
     "warmup": _count,
     "in_place": boolean,
     "requested_bytes": integer_in(0, MAX_SIZE_BYTES),
     "note": string,
     "samples_us": list_of(_time),
 }
-_NULLABLE = {"algbw_gbps", "busbw_gbps"}
-_FIELD_NAMES = tuple(f.name for f in fields(ResultRow))
+_STATS_READERS: dict[str, Conv[Any]] = {
+    "n": _count,
+    **{name: _time for name in TIMES},
+    "cv": _cv,
+    "outliers": _count,
+}
+_P2P_READERS: dict[str, Conv[Any]] = {
+    "step": _count,
+    "test": string,
+    "mode": string,
+    "direction": string,
+    "copy": string,
+    "src": _gpu,
+    "dst": _gpu,
+    "pair": string,
+    "peak_gbps": _bw,
+    "ceiling_gbps": _bw,
+    "expected_gbps": _bw,
+    "efficiency": number_in(0, MAX_GBPS),
+    "link": string,
+    "nvlinks": _count,
+    "peer_access": boolean,
+    "path": string,
+    "suspicious": boolean,
+    "diagnosis": string,
+}
+_NAN_WHEN_NULL = {*TIMES, "cv", "time_us", *(f"{name}_us" for name in TIMES)}
+"""Figures stored as null when unknown (version 2's stats, version 1's flat names)."""
+_NULLABLE = {
+    "algbw_gbps",
+    "busbw_gbps",
+    "src",
+    "dst",
+    "peak_gbps",
+    "ceiling_gbps",
+    "expected_gbps",
+    "efficiency",
+    "peer_access",
+}
+_TOP_NAMES = tuple(
+    f.name for f in fields(ResultRow) if f.name not in ("stats", "samples_us", "p2p")
+)
+_P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _REQUIRED = tuple(
     f.name
     for f in fields(ResultRow)
     if f.default is dataclasses_missing and f.default_factory is dataclasses_missing
 )
+
+
+# -- results.json of any version -------------------------------------------------------------
+
+
+def schema_version(data: Mapping[str, Any], where: str) -> int:
+    """The `schema_version` of a commbench file (`where` names it); UserError when it is
+    missing or newer than this commbench, which would misread it."""
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UserError(f"{where}: missing schema_version")
+    if version > SCHEMA_VERSION:
+        raise UserError(
+            f"{where}: schema_version {version} is newer than this commbench understands "
+            f"({SCHEMA_VERSION}); upgrade commbench"
+        )
+    return version
+
+
+def rows_from_stored(
+    data: Mapping[str, Any], where: str, *, kind: str | None = None, world_size: int = 1
+) -> list[ResultRow]:
+    """The rows of a results.json document (`data`, already parsed), whatever version wrote
+    it: version 1 is migrated (flat stats; p2p's own rows in milliseconds), a newer version
+    than this commbench's is refused. `where` names the file in errors (`FILE: rows[3].cv`).
+    A version-1 file held p2p rows when it, or its run.json (`kind`), says `kind: p2p`; such
+    rows did not store a world size and get `world_size`: the GPUs the run saw (its
+    run.json's `context.device_count`)."""
+    version = schema_version(data, where)
+    raw_rows = data.get("rows")
+    if not isinstance(raw_rows, list):
+        raise UserError(f"{where}: 'rows' must be a list")
+    read: Callable[[Any, str], ResultRow]
+    if version >= 2:
+        read = ResultRow.from_dict
+    elif P2P_OP in (kind, data.get("kind")):
+        world = max(1, world_size)
+
+        def read(raw: Any, at: str) -> ResultRow:
+            return _from_v1_p2p(raw, at, world)
+    else:
+        read = _from_v1
+    return [read(raw, f"{where}: rows[{i}]") for i, raw in enumerate(raw_rows)]
+
+
+_V1_STATS = {
+    "time_us": "median",
+    "min_us": "min",
+    "q1_us": "q1",
+    "q3_us": "q3",
+    "p95_us": "p95",
+    "max_us": "max",
+    "mean_us": "mean",
+    "stddev_us": "stddev",
+    "cv": "cv",
+    "n": "n",
+    "outliers": "outliers",
+}
+"""A version-1 row's flat stats field -> its `Stats` name."""
+
+
+def _from_v1(data: Any, where: str) -> ResultRow:
+    """A version-1 collectives (or imported) row: the stats were fields of the row."""
+    f = Fields(data, where)
+    readers = {
+        **_FIELD_READERS,
+        **{old: _STATS_READERS[new] for old, new in _V1_STATS.items()},
+    }
+    required = _REQUIRED + tuple(k for k in _V1_STATS if k not in ("outliers",))
+    values = _read(f, readers, required)
+    stats = {new: values.pop(old) for old, new in _V1_STATS.items() if old in values}
+    return ResultRow(**values, stats=Stats(**stats))
+
+
+_ms = number_in(0, MAX_TIME_US / 1000)
+_V1_P2P_READERS: dict[str, Conv[Any]] = {
+    **{k: v for k, v in _P2P_READERS.items() if k != "peer_access"},
+    "p2p": boolean,
+    "size_bytes": integer_in(0, MAX_SIZE_BYTES),
+    "dtype": string,
+    "bw_gbps": _bw,
+    "check": string,
+    "time_ms": _ms,
+    **{f"{name}_ms": _ms for name in TIMES if name != "median"},
+    "cv": _cv,
+    "n": _count,
+    "outliers": _count,
+    "warmup": _count,
+    "samples_ms": list_of(_ms),
+}
+
+
+def _from_v1_p2p(data: Any, where: str, world_size: int) -> ResultRow:
+    """A version-1 p2p row (`P2PRow`: flat, milliseconds, every field optional) as a row."""
+    f = Fields(data, where)
+    v = {key: f.opt(key, conv) for key, conv in _V1_P2P_READERS.items()}
+    given: dict[str, Any] = {k: v[k] for k in _P2P_NAMES if k in v and v[k] is not None}
+    copy = P2PCopy(**given, peer_access=v["p2p"])
+    times = {name: v[f"{name}_ms"] for name in TIMES if name != "median"}
+    times["median"] = v["time_ms"]
+    stats = Stats(
+        n=v["n"] or 0,
+        outliers=v["outliers"] or 0,
+        cv=math.nan if v["cv"] is None else v["cv"],
+        **{k: math.nan if ms is None else ms * 1000 for k, ms in times.items()},
+    )
+    size = v["size_bytes"] or 0
+    return ResultRow(
+        op=P2P_OP,
+        strategy=copy.name,
+        dtype=v["dtype"] or "uint8",
+        world_size=world_size,
+        size_bytes=size,
+        count=size,
+        algbw_gbps=v["bw_gbps"],
+        busbw_gbps=v["bw_gbps"],
+        check=v["check"] or CHECK_SKIPPED,
+        stats=stats,
+        warmup=v["warmup"] or 0,
+        requested_bytes=size,
+        samples_us=[ms * 1000 for ms in v["samples_ms"] or []],
+        p2p=copy,
+    )
+
+
+# -- results.csv -----------------------------------------------------------------------------
 
 # results.csv column order: the columns the issue fixes first, then the rest of the stats.
 CSV_COLUMNS = [
@@ -259,3 +466,78 @@ CSV_COLUMNS = [
     "requested_bytes",
     "note",
 ]
+
+# A p2p run's results.csv: the copy first, then its verdict, then the stats in milliseconds.
+P2P_CSV_COLUMNS = [
+    "step",
+    "test",
+    "mode",
+    "direction",
+    "copy",
+    "src",
+    "dst",
+    "pair",
+    "size_bytes",
+    "dtype",
+    "time_ms",
+    "bw_gbps",
+    "peak_gbps",
+    "ceiling_gbps",
+    "expected_gbps",
+    "efficiency",
+    "link",
+    "nvlinks",
+    "p2p",
+    "path",
+    "suspicious",
+    "check",
+    "diagnosis",
+    "min_ms",
+    "q1_ms",
+    "q3_ms",
+    "p95_ms",
+    "max_ms",
+    "mean_ms",
+    "stddev_ms",
+    "cv",
+    "n",
+    "outliers",
+    "warmup",
+]
+
+
+def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
+    """The results.csv header of these rows: a p2p run's (also when it has no row yet)."""
+    return P2P_CSV_COLUMNS if p2p or any(r.p2p is not None for r in rows) else CSV_COLUMNS
+
+
+def csv_record(row: ResultRow) -> dict[str, Any]:
+    """The row as results.csv's flat columns: the stats beside the other fields, a p2p copy's
+    in milliseconds under the names its CSV has always had."""
+    s = row.stats
+    if row.p2p is None:
+        return {
+            **{name: getattr(row, name) for name in _TOP_NAMES},
+            **{f"{name}_us": getattr(s, name) for name in TIMES if name != "median"},
+            "time_us": s.median,
+            "cv": s.cv,
+            "n": s.n,
+            "outliers": s.outliers,
+        }
+    copy = row.p2p.to_dict()
+    copy["p2p"] = copy.pop("peer_access")
+    # divided, not multiplied by 1e-3: a float32 time from CUDA survives ms -> us -> ms exactly
+    ms = {name: getattr(s, name) / 1000 for name in TIMES}
+    return {
+        **copy,
+        "size_bytes": row.size_bytes,
+        "dtype": row.dtype,
+        "time_ms": ms["median"],
+        "bw_gbps": row.busbw_gbps,
+        "check": row.check,
+        **{f"{name}_ms": ms[name] for name in TIMES if name != "median"},
+        "cv": s.cv,
+        "n": s.n,
+        "outliers": s.outliers,
+        "warmup": row.warmup,
+    }

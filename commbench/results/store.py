@@ -9,9 +9,6 @@ leaves valid files with every point measured before.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -32,13 +29,15 @@ from commbench.fields import (
 )
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
+from commbench.results.exporters import dicts_to_csv, rows_to_csv
 from commbench.results.record import RunStatus
 from commbench.results.schema import (
-    CSV_COLUMNS,
     MAX_COUNT,
     MAX_WORLD_SIZE,
     SCHEMA_VERSION,
     ResultRow,
+    rows_from_stored,
+    schema_version,
 )
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
     "dump_json",
     "load_json",
     "load_meta",
-    "load_rows",
     "load_run",
     "new_run_dir",
     "result_rows",
@@ -125,31 +123,12 @@ def new_run_dir(parent: Path, kind: str) -> Path:
     raise UserError(f"could not create a new run directory under {parent}")
 
 
-def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
-    """CSV with a fixed column order; None and non-finite numbers become an empty cell (as they
-    are null in JSON), unknown keys are dropped."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for data in records:
-        writer.writerow({k: _cell(v) for k, v in data.items()})
-    return buf.getvalue()
-
-
-def _cell(value: Any) -> Any:
-    if value is None or (type(value) is float and not math.isfinite(value)):
-        return ""
-    return value
-
-
-def rows_to_csv(rows: list[ResultRow]) -> str:
-    return dicts_to_csv([row.to_dict(samples=False) for row in rows], CSV_COLUMNS)
-
-
-def write_results(run_dir: Path, rows: list[ResultRow]) -> None:
+def write_results(run_dir: Path, rows: list[ResultRow], *, p2p: bool = False) -> None:
+    """results.json (every field, the samples) and results.csv (flat, `p2p`: a p2p run's
+    columns even before its first row)."""
     payload = {"schema_version": SCHEMA_VERSION, "rows": [r.to_dict() for r in rows]}
     atomic_write(run_dir / RESULTS_JSON, dump_json(payload))
-    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
+    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows, p2p=p2p))
 
 
 STATUS_RUNNING = RunStatus.RUNNING
@@ -208,14 +187,7 @@ def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
     data = load_document(path, what)
     if not isinstance(data, dict):
         raise UserError(f"{shown(path)}: expected a JSON object")
-    version = data.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise UserError(f"{shown(path)}: missing schema_version")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{shown(path)}: schema_version {version} is newer than this commbench understands "
-            f"({SCHEMA_VERSION}); upgrade commbench"
-        )
+    schema_version(data, shown(path))
     return data
 
 
@@ -355,26 +327,14 @@ def run_dir_of(path: Path) -> Path:
     return run_dir
 
 
-def load_rows(results_path: Path) -> list[dict[str, Any]] | None:
-    """results.json's rows as stored, each an object; None when there is no results.json."""
-    if path_kind(results_path, "results file") == "missing":
-        return None
-    data = load_json(results_path, "results file")
-    raw_rows = data.get("rows")
-    if not isinstance(raw_rows, list):
-        raise UserError(f"{shown(results_path)}: 'rows' must be a list")
-    for i, raw in enumerate(raw_rows):
-        if not isinstance(raw, dict):
-            raise UserError(f"{shown(results_path)}: rows[{i}]: expected an object")
-    return raw_rows
-
-
-def result_rows(run_dir: Path) -> list[ResultRow]:
-    """The rows of a run directory's results.json, each checked; [] when there is none."""
+def result_rows(run_dir: Path, *, kind: str | None = None, world_size: int = 1) -> list[ResultRow]:
+    """The rows of a run directory's results.json, each checked, a version-1 file migrated
+    (`kind`, `world_size`: from run.json, see `rows_from_stored`); [] when there is none."""
     results_path = run_dir / RESULTS_JSON
-    where = shown(results_path)
-    raw_rows = load_rows(results_path) or []
-    return [ResultRow.from_dict(raw, f"{where}: rows[{i}]") for i, raw in enumerate(raw_rows)]
+    if path_kind(results_path, "results file") == "missing":
+        return []
+    data = load_json(results_path, "results file")
+    return rows_from_stored(data, shown(results_path), kind=kind, world_size=world_size)
 
 
 def load_run(path: Path) -> Run:

@@ -138,7 +138,7 @@ def _clear_win(best: ResultRow, others: list[ResultRow]) -> bool:
     if not others:
         return True
     runner = min(others, key=lambda r: r.time_us)
-    return best.q3_us < runner.q1_us
+    return best.stats.q3 < runner.stats.q1
 
 
 def comparison_records(rows: list[ResultRow], backend: str = "nccl") -> list[dict[str, Any]]:
@@ -178,7 +178,7 @@ def comparison_records(rows: list[ResultRow], backend: str = "nccl") -> list[dic
                         "vs_direct": r.time_us / reference.time_us if reference else None,
                         "fastest": r is fastest,
                         "clear_win": r is fastest and clear,
-                        "cv": r.cv,
+                        "cv": r.stats.cv,
                         "check": r.check,
                         "model_us": model_us,
                         "measured_vs_model": r.time_us / model_us if model_us else None,
