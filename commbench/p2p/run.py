@@ -27,23 +27,13 @@ from commbench.p2p.schema import (
     rows_to_csv,
 )
 from commbench.p2p.settings import P2PSettings
-from commbench.results.record import RunStatus
-from commbench.results.store import (
-    RESULTS_CSV,
-    RESULTS_JSON,
-    atomic_write,
-    dump_json,
-    new_run_dir,
-    write_run_meta,
-)
+from commbench.results.lifecycle import start_run
+from commbench.results.record import RunContext, RunKind, RunStatus
+from commbench.results.store import RunDir, atomic_write, dump_json
 from commbench.sizes import format_size
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.torch_version import require_torch
 
-STATUS_RUNNING = RunStatus.RUNNING
-STATUS_COMPLETE = RunStatus.COMPLETE
-STATUS_FAILED = RunStatus.FAILED
-STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 HEATMAP_FILE = "p2p-matrix.png"
 NO_GPU = "p2p needs a CUDA GPU; none is visible"
 
@@ -87,7 +77,7 @@ class DryRun:
 @dataclass(kw_only=True, slots=True)
 class P2POutcome:
     run_dir: Path
-    status: str
+    status: RunStatus
     rows: list[P2PRow]
     notes: list[str] = field(default_factory=list)
     failure: str | None = None
@@ -210,10 +200,10 @@ def _rows(index: int, step: Step, se: StepExpectation, timing: Timing) -> list[P
     return rows
 
 
-def write_results(run_dir: Path, rows: list[P2PRow]) -> None:
+def write_results(run_dir: RunDir, rows: list[P2PRow]) -> None:
     payload = {"schema_version": SCHEMA_VERSION, "kind": KIND, "rows": [r.to_dict() for r in rows]}
-    atomic_write(run_dir / RESULTS_JSON, dump_json(payload))
-    atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows))
+    atomic_write(run_dir.results_json, dump_json(payload))
+    atomic_write(run_dir.results_csv, rows_to_csv(rows))
 
 
 StepFn = Callable[[int, int, Step], None]
@@ -263,56 +253,51 @@ def _run(
     notes = the_plan.notes + topo_notes
     steps = the_plan.steps
     fabric = Fabric(snapshot)
-    run_dir = new_run_dir(out_parent, KIND)
-    meta: dict[str, Any] = {
-        "kind": KIND,
-        "run_id": run_dir.name,
-        "status": STATUS_RUNNING,
-        "settings": settings.to_dict(),
-        "context": {**host_context(), **measurer.context(), "topology": snapshot.to_dict()},
-        "notes": notes,
-        "steps_total": len(steps),
-        "steps_done": 0,
-        "failure": None,
-    }
-    write_run_meta(run_dir, meta)
+    context = RunContext.from_dict({**host_context(), **measurer.context()}, "context")
+    context.topology = snapshot
+    life = start_run(
+        out_parent,
+        RunKind.P2P,
+        settings=settings.to_dict(),
+        context=context,
+        notes=notes,
+        steps_total=len(steps),
+        steps_done=0,
+    )
+    record, run_dir = life.record, life.path
     rows: list[P2PRow] = []
-    write_results(run_dir, rows)
+    write_results(life.dir, rows)
     try:
-        for i, step in enumerate(steps):
-            se = expect_step(snapshot, step, fabric)
-            rows.extend(_rows(i, step, se, measurer.measure(step)))
-            meta["steps_done"] = i + 1
-            write_results(run_dir, rows)
-            write_run_meta(run_dir, meta)
-            if on_step is not None:
-                on_step(i + 1, len(steps), step)
+        with life.guarded():
+            for i, step in enumerate(steps):
+                se = expect_step(snapshot, step, fabric)
+                rows.extend(_rows(i, step, se, measurer.measure(step)))
+                record.steps_done = i + 1
+                write_results(life.dir, rows)
+                life.save()
+                if on_step is not None:
+                    on_step(i + 1, len(steps), step)
     except KeyboardInterrupt:
-        meta.update(status=STATUS_INTERRUPTED, failure="interrupted")
-        write_run_meta(run_dir, meta)
         raise Interrupted(f"interrupted; the {len(rows)} rows measured are in {run_dir}") from None
     except Exception as exc:
-        meta.update(status=STATUS_FAILED, failure=f"{type(exc).__name__}: {exc}")
-        write_run_meta(run_dir, meta)
         if type(exc).__name__ == "OutOfMemoryError":
             raise UserError(
-                f"out of GPU memory at step {meta['steps_done'] + 1} of {len(steps)}; "
+                f"out of GPU memory at step {(record.steps_done or 0) + 1} of {len(steps)}; "
                 f"try a smaller --size (rows so far are in {run_dir})"
             ) from None
         raise
     if settings.matrix and rows:
         notes.extend(_heatmap(run_dir, rows, measurer.device_count))
-    outcome = P2POutcome(run_dir=run_dir, status=STATUS_COMPLETE, rows=rows, notes=notes)
+    outcome = P2POutcome(run_dir=run_dir, status=RunStatus.COMPLETE, rows=rows, notes=notes)
     failed = outcome.checks_failed
     if failed:
-        outcome.status = STATUS_FAILED
+        outcome.status = RunStatus.FAILED
         outcome.failure = "wrong data after the copy: " + ", ".join(
             f"{r.pair} ({r.mode})" for r in failed[:5]
         )
-    meta.update(status=outcome.status, failure=outcome.failure, notes=notes)
-    if any(r.suspicious for r in rows):
-        meta["suspicious"] = [f"{r.pair} ({r.mode})" for r in rows if r.suspicious]
-    write_run_meta(run_dir, meta)
+    record.notes = notes
+    record.suspicious = [f"{r.pair} ({r.mode})" for r in rows if r.suspicious]
+    life.finish(outcome.status, outcome.failure)
     return outcome
 
 

@@ -1,4 +1,4 @@
-"""Load any run directory commbench writes, as the rows plots, reports and the gate read.
+"""The rows of a p2p run directory as plots, reports and the gate read them.
 
 Collectives runs and nccl-tests imports are `ResultRow`s already. A p2p run
 (`commbench p2p`, `kind: "p2p"`) stores `P2PRow`s; each becomes a ResultRow with op `p2p`
@@ -22,15 +22,7 @@ from commbench.fields import (
 )
 from commbench.files import shown
 from commbench.results.schema import MAX_COUNT, MAX_GBPS, MAX_SIZE_BYTES, ResultRow
-from commbench.results.store import (
-    RESULTS_JSON,
-    RUN_FILE,
-    Run,
-    load_meta,
-    load_rows,
-    result_rows,
-    run_dir_of,
-)
+from commbench.results.store import load_rows
 
 P2P_KIND = "p2p"
 P2P_OP = "p2p"
@@ -79,10 +71,10 @@ _P2P_FIELDS: dict[str, Conv[Any]] = {
 }
 
 
-def raw_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """results.json's rows as stored (p2p rows carry fields ResultRow does not), each checked
-    against the p2p row's field types (null stands for no value, as the writer puts it)."""
-    path = run_dir / RESULTS_JSON
+def raw_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a p2p run's results.json (`path`) as stored (p2p rows carry fields
+    ResultRow does not), each checked against the p2p row's field types (null stands for no
+    value, as the writer puts it)."""
     rows = load_rows(path) or []
     for i, raw in enumerate(rows):
         f = Fields(raw, f"{shown(path)}: rows[{i}]")
@@ -130,15 +122,3 @@ def p2p_result_row(raw: dict[str, Any], world_size: int) -> ResultRow:
         requested_bytes=size,
         samples_us=[s * 1000 for s in raw.get("samples_ms") or [] if isinstance(s, int | float)],
     )
-
-
-def load_any(path: Path) -> Run:
-    """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
-    run_dir = run_dir_of(path)
-    meta = load_meta(run_dir / RUN_FILE)
-    if meta.get("kind") != P2P_KIND:
-        return Run(path=run_dir, meta=meta, rows=result_rows(run_dir))
-    context = meta.get("context") or {}
-    world = int(context.get("device_count") or len(context.get("device_names") or []) or 1)
-    rows = [p2p_result_row(raw, world) for raw in raw_rows(run_dir)]
-    return Run(path=run_dir, meta=meta, rows=rows)
