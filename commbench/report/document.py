@@ -114,11 +114,9 @@ def topology_blocks(
         return [*blocks, Para("Not recorded (no NVML on the measuring host, or an import).")]
     if error:
         blocks.append(Para(f"Topology discovery failed: {error}"))
-    if snapshot is None:
-        return blocks
-    if snapshot.nvml_error:
+    if snapshot is not None and snapshot.nvml_error:
         blocks.append(Para(snapshot.nvml_error))  # already says "NVML: ..."
-    if not snapshot.gpus:
+    if snapshot is None or not snapshot.gpus:
         return [*blocks, Para("No GPU visible to NVML.")]
     rows = [
         [

@@ -15,7 +15,8 @@ from commbench.errors import UserError
 from commbench.fields import Conv, Fields, boolean, integer_in, list_of, number_in, string
 from commbench.stats import Stats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Of run.json, suite.json and results.json; version 1 is migrated on load (`record`)."""
 
 # What a stored row may hold: bounds past anything measured, so that a hand-edited or hostile
 # file (`size_bytes: 10**30`, `world_size: 0`, a negative time) is refused naming the field
