@@ -42,13 +42,14 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             from commbench.report.plots import plot_runs
             from commbench.results.runs import load_run
+            from commbench.results.store import PLOTS_DIR
 
             loaded = [load_run(p) for p in expand_runs(runs)]
             for run in loaded:  # its points are drawn, but they are not a finished run's
                 if run.unfinished:
                     typer.echo(f"commbench: warning: {run.path} {run.unfinished}", err=True)
             single = runs[0] if len(runs) == 1 else None  # one run, or one suite
-            target = out or (single / "plots" if single is not None else Path("plots"))
+            target = out or (single / PLOTS_DIR if single is not None else Path(PLOTS_DIR))
             written = plot_runs(
                 loaded, target, [f.strip() for f in formats.split(",") if f.strip()]
             )

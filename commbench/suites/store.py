@@ -1,13 +1,7 @@
-"""Suite directories: one `suite.json` naming the run directories a suite run produced.
+"""Suites compared entry by entry, and the gate a suite ran with.
 
-```
-results/suites/20240611-090000-suite-ci/
-  suite.json            {schema_version, kind: "suite", name, config, status, entries: [...]}
-  topology.json         when the suite has `topo: true`
-  20240611-090001-collectives/   one run directory per entry (run.json, results.*)
-  comparison.json / comparison.md   with --baseline
-```
-
+A suite directory (`results.store.SuiteDir`: suite.json, topology.json, a run directory per
+entry, comparison.json / comparison.md with --baseline) is read through `results.runs`.
 Entries are named by what they measured (`collectives-float32`, `strategies-bfloat16`,
 `p2p`), so a suite compares with a baseline suite entry by entry, whatever the timestamps.
 """
