@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from commbench.compare import GateSettings, Mark, mann_whitney_greater, point_key
+from commbench.results.runs import load_run
 from commbench.results.schema import ResultRow
-from commbench.results.store import load_run
 from commbench.suites.store import compare_targets, exit_code, load_runs, recorded_gate
 
 PLAIN_TOLERANCE = 0.05

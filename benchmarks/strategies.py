@@ -18,8 +18,9 @@ from pathlib import Path
 
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import STRATEGIES
-from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
+from commbench.launch.launcher import run_collectives
 from commbench.results.exporters import Format
+from commbench.results.record import RunStatus
 from commbench.results.schema import ResultRow
 from commbench.sizes import format_size, parse_sizes
 from commbench.strategies.model import fit, predict
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.repeats):
         outcome = run_collectives(settings, args.out)
         print(f"run {i + 1}/{args.repeats}: {outcome.status} in {outcome.run_dir}", file=sys.stderr)
-        if outcome.status != STATUS_COMPLETE:
+        if outcome.status != RunStatus.COMPLETE:
             print(f"failed: {outcome.failure}", file=sys.stderr)
             return 1
         runs.append(outcome.rows)

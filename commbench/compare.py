@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, cast
 
-from commbench.context import comparable
 from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
+from commbench.results.record import RunContext
+from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import Run
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_LATENCY_TOLERANCE = 0.15
@@ -328,9 +328,9 @@ def _differs(a: Any, b: Any) -> bool:
     return bool(a != b)
 
 
-def context_mismatches(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def context_mismatches(base: RunContext, new: RunContext) -> list[str]:
     """What breaks comparability between two runs' contexts, one line per difference."""
-    a, b = comparable(base), comparable(new)
+    a, b = base.comparable(), new.comparable()
     out = []
     for key, label in _CONTEXT_LABELS.items():
         if _differs(a.get(key), b.get(key)):
@@ -491,8 +491,7 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
     if base.unfinished:
         notes.append(f"the baseline {base.unfinished}")
     incomplete = None
-    # "missing": a suite entry the new suite lacks, whose baseline points are judged missing
-    if new.unfinished and new.meta.get("status") != "missing":
+    if new.unfinished:
         incomplete = f"the new run {new.unfinished}"
     if noisy_baseline:
         notes.append(

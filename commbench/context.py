@@ -1,8 +1,9 @@
 """Where and what was measured, recorded automatically with every run.
 
-Kept apart: what breaks comparability between two runs (backend, device model, world size,
-topology: `comparable`) and what does not (host name, times, versions: the rest). The
-regression gate refuses to compare runs whose `comparable` parts differ.
+Kept apart in the run record: what breaks comparability between two runs (backend, device
+model, world size, topology: `results.record.RunContext.comparable`) and what does not (host
+name, times, versions). The regression gate refuses to compare runs whose comparable parts
+differ.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commbench import __version__
+
+if TYPE_CHECKING:
+    from commbench.topology import TopologySnapshot
 
 # Environment variables that change how communication behaves: recorded with every run,
 # and passed through to the workers untouched.
@@ -53,16 +57,17 @@ def git_commit(cwd: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def topology_snapshot() -> dict[str, Any] | None:
-    """The topology snapshot as a dict, or None when the topology module cannot run."""
+def topology_snapshot() -> tuple[TopologySnapshot | None, str | None]:
+    """This machine's topology snapshot, or None and why (the topology module cannot run, or
+    its discovery failed: topology is context, it never breaks a measurement)."""
     try:
         from commbench.topology import discover
     except ImportError:
-        return None
+        return None, None
     try:
-        return discover().to_dict()
-    except Exception as exc:  # topology is context: never let it break a measurement
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return discover(), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def host_context() -> dict[str, Any]:
@@ -76,22 +81,4 @@ def host_context() -> dict[str, Any]:
         "cwd_git_commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "env": env_knobs(),
-    }
-
-
-def comparable(context: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run's context that must match for two runs to be compared."""
-    topo = context.get("topology") or {}
-    links = sorted(
-        (p.get("src"), p.get("dst"), p.get("link"))
-        for p in topo.get("pairs", [])
-        if isinstance(p, dict)
-    )
-    return {
-        "backend": context.get("backend"),
-        "device": context.get("device"),
-        "device_names": context.get("device_names"),
-        "world_size": context.get("world_size"),
-        "nnodes": context.get("nnodes"),
-        "topology_links": links or None,
     }

@@ -9,6 +9,7 @@ import json
 import math
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from commbench.compare import (
     parse_fraction,
 )
 from commbench.errors import UserError
+from commbench.results.record import RunRecord
+from commbench.results.runs import Run, load_run
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import Run, load_run, write_results, write_run_meta
+from commbench.results.store import RunDir, write_results
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -71,13 +74,13 @@ def derive(
     """A copy of a fixture run with each row passed through `change` (None drops it)."""
     run = load_run(source)
     rows = [r2 for r in run.rows if (r2 := change(r)) is not None]
-    meta = json.loads(json.dumps(run.meta))
+    meta = run.record.to_dict()
     meta["run_id"] = name
     if context:
         context(meta["context"])
     out = tmp_path / name
     out.mkdir()
-    write_run_meta(out, {k: v for k, v in meta.items() if k != "schema_version"})
+    RunDir(out).write_record(RunRecord.from_dict(meta, name))
     write_results(out, rows)
     return out
 
@@ -256,7 +259,7 @@ def test_mismatched_contexts_are_refused(tmp_path: Path, edit: Callable, label: 
 
 def test_unknown_context_on_one_side_is_not_a_mismatch() -> None:
     base = load_run(GOLDEN).context
-    assert context_mismatches(base, {**base, "topology": None, "device_names": []}) == []
+    assert context_mismatches(base, replace(base, topology=None, device_names=[])) == []
 
 
 def test_a_real_repeat_on_a_noisy_machine_passes_both_ways() -> None:

@@ -38,7 +38,7 @@ def test_nccl_world_1_every_op_checks(tmp_path: Path) -> None:
         assert row.check == expected, row
         if row.op not in ("barrier", "sendrecv"):
             assert row.stats.n == 10 and row.time_us > 0
-    assert outcome.meta["context"]["nccl"] and outcome.meta["context"]["device_names"][0] != "cpu"
+    assert outcome.record.context.nccl and outcome.record.context.device_names[0] != "cpu"
 
 
 @pytest.mark.parametrize(

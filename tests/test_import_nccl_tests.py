@@ -20,7 +20,7 @@ from commbench.importers.nccl_tests import (
     parse_json,
     parse_text,
 )
-from commbench.results.store import load_run
+from commbench.results.runs import load_run
 
 LOGS = Path(__file__).parent / "fixtures" / "nccl_tests"
 H100 = LOGS / "h100x16_2nodes_all_reduce.log"
@@ -182,17 +182,17 @@ def test_nccl_version_codes(code: int, version: str) -> None:
 
 def test_import_writes_a_run_directory(tmp_path: Path) -> None:
     run = load_run(import_log(H100, tmp_path))
-    assert run.meta["kind"] == "nccl-tests" and run.meta["status"] == "complete"
-    assert run.meta["settings"]["ops"] == ["all_reduce"]
+    assert run.record.kind == "nccl-tests" and run.record.status == "complete"
+    assert run.record.settings["ops"] == ["all_reduce"]
     ctx = run.context
-    assert ctx["device_names"] == ["NVIDIA H100 80GB HBM3"]
-    assert (ctx["world_size"], ctx["nnodes"], ctx["backend"], ctx["device"]) == (
+    assert ctx.device_names == ["NVIDIA H100 80GB HBM3"]
+    assert (ctx.world_size, ctx.nnodes, ctx.backend, ctx.device) == (
         16,
         2,
         "nccl",
         "cuda",
     )
-    assert ctx["hosts"] == ["ztan-mig-235z", "ztan-mig-gq73"]
+    assert ctx.hosts == ["ztan-mig-235z", "ztan-mig-gq73"]
     assert len(run.rows) == 62 and (run.path / "results.csv").exists()
 
 

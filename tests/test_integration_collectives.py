@@ -20,7 +20,7 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS
 from commbench.launch.launcher import run_collectives
-from commbench.results.store import load_run
+from commbench.results.runs import load_run
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +49,8 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     run_dir = only_run_dir(tmp_path / "out")
     run = load_run(run_dir)
-    assert run.meta["status"] == "complete"
-    assert run.meta["points_total"] == run.meta["points_done"] == 9 * 2 + 1
+    assert run.record.status == "complete"
+    assert run.record.points_total == run.record.points_done == 9 * 2 + 1
     assert {r.op for r in run.rows} == set(OPS)
     for row in run.rows:
         assert row.world_size == 2
@@ -59,9 +59,9 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         # torch's all_reduce/broadcast/reduce write into their input: nccl-tests' in-place
         assert row.in_place == (row.op in ("all_reduce", "broadcast", "reduce")), row
     ctx = run.context
-    assert ctx["backend"] == "gloo" and ctx["world_size"] == 2 and ctx["torch"]
-    assert ctx["device_names"] == ["cpu"] and len(ctx["ranks"]) == 2
-    assert "OMP_NUM_THREADS" in ctx["env"]
+    assert ctx.backend == "gloo" and ctx.world_size == 2 and ctx.torch
+    assert ctx.device_names == ["cpu"] and len(ctx.ranks) == 2
+    assert "OMP_NUM_THREADS" in ctx.env
     with open(run_dir / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 19 and {
@@ -169,7 +169,7 @@ def test_a_killed_worker_ends_the_run_and_keeps_the_rows(tmp_path: Path) -> None
     assert proc.returncode == 1
     assert "rank 1" in err and "SIGKILL" in err and "Traceback" not in err
     run = load_run(run_dir)
-    assert run.meta["status"] == "failed" and 1 in run.meta["failed_ranks"]
+    assert run.record.status == "failed" and 1 in run.record.failed_ranks
     assert len(run.rows) >= 2 and all(r.check == "ok" for r in run.rows)
 
 
@@ -187,7 +187,7 @@ def test_a_stopped_worker_is_named_and_stopped_within_the_timeout(tmp_path: Path
     assert proc.returncode == 1
     assert "rank 1" in err and "is stopped" in err and "no progress for 4 s" in err
     run = load_run(run_dir)
-    assert run.meta["status"] == "failed" and run.meta["failed_ranks"][0] == 1
+    assert run.record.status == "failed" and run.record.failed_ranks[0] == 1
     assert len(run.rows) >= 2
     time.sleep(0.5)
     assert not _running(victim)
@@ -204,7 +204,7 @@ def test_ctrl_c_or_sigterm_stops_everything_and_keeps_what_was_measured(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     run = load_run(run_dir)
-    assert run.meta["status"] == "interrupted" and len(run.rows) >= 1
+    assert run.record.status == "interrupted" and len(run.rows) >= 1
     time.sleep(0.5)
     assert not any(_running(p) for p in workers)
 

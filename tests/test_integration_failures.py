@@ -21,7 +21,7 @@ from commbench.cli import app
 from commbench.collectives import ops, pattern
 from commbench.collectives.registry import collective
 from commbench.launch import procs
-from commbench.results.store import load_run
+from commbench.results.runs import load_run
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_workers_stop_themselves_when_the_launcher_is_killed(tmp_path: Path) -> 
     # run.json still says "running": every reader must see the launcher is gone
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
     why = f"its launcher (pid {proc.pid}) is gone"
-    assert load_run(run_dir).meta["status"] == "interrupted"
+    assert load_run(run_dir).record.status == "interrupted"
     cli = CliRunner()
     report = cli.invoke(app, ["report", str(run_dir)])
     assert report.exit_code == 0 and f"interrupted: {why}" in report.stdout
@@ -113,7 +113,7 @@ def test_a_second_ctrl_c_still_leaves_a_finished_record(tmp_path: Path) -> None:
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     run = load_run(run_dir)
-    assert run.meta["status"] == "interrupted" and len(run.rows) >= 1
+    assert run.record.status == "interrupted" and len(run.rows) >= 1
 
 
 def test_a_wedged_torchrun_does_not_fail_a_whole_run(tmp_path: Path) -> None:
@@ -132,8 +132,8 @@ def test_a_wedged_torchrun_does_not_fail_a_whole_run(tmp_path: Path) -> None:
             os.kill(agent, signal.SIGCONT)
     assert proc.returncode == 0, err
     run = load_run(run_dir)
-    assert run.meta["status"] == "complete" and len(run.rows) == 7
-    assert "did not exit" in run.meta["note"]
+    assert run.record.status == "complete" and len(run.rows) == 7
+    assert "did not exit" in run.record.note
     assert not _running(agent)
 
 
@@ -223,7 +223,7 @@ def test_sigterm_while_the_backend_is_probed_ends_like_ctrl_c(tmp_path: Path) ->
 
 def _figures(run_dir: Path) -> int:
     from commbench.report.figures import all_figures
-    from commbench.report.runs import load_any
+    from commbench.results.runs import load_run as load_any
 
     return len(all_figures([load_any(run_dir)]))
 
@@ -269,7 +269,7 @@ def test_sigterm_while_plots_are_drawn_ends_like_ctrl_c(tmp_path: Path) -> None:
         "commbench: error: interrupted while plotting; every point was measured and is in "
         f"{out.name}/{run_dir.name}"
     ], err
-    assert load_run(run_dir).meta["status"] == "complete"
+    assert load_run(run_dir).record.status == "complete"
     assert not procs.marked("COMMBENCH_RUN_DIR", str(run_dir.resolve()))
 
 
@@ -311,7 +311,7 @@ def test_a_worker_stopped_during_start_up_is_named(tmp_path: Path) -> None:
     assert "during start-up, before its first heartbeat" in err
     assert "backend or network hang" not in err
     run = load_run(run_dir)
-    assert run.meta["status"] == "failed" and run.meta["failed_ranks"][0] == 1
+    assert run.record.status == "failed" and run.record.failed_ranks[0] == 1
     assert not _running(victim)
 
 
@@ -328,7 +328,7 @@ def test_sigterm_to_one_worker_names_it_not_its_peer(tmp_path: Path) -> None:
     assert cause.startswith("rank 1 (") and "killed by SIGTERM (not sent by torchrun)" in cause
     assert all(part.startswith("rank 0 (") and "a consequence" in part for part in others), line
     run = load_run(run_dir)
-    assert run.meta["failed_ranks"][0] == 1
+    assert run.record.failed_ranks[0] == 1
 
 
 # -- the run directory deleted under a run -------------------------------------------------

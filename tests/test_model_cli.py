@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.results.schema import ResultRow
-from commbench.results.store import write_results, write_run_meta
+from commbench.results.record import RunRecord
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
+from commbench.results.store import RunDir, write_results
 from commbench.strategies.model import Params, predict_one
+
+
+def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    """A hand-made run.json, checked as commbench reads one."""
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+    RunDir(run_dir).write_record(record)
+
 
 runner = CliRunner()
 
@@ -77,7 +86,7 @@ def make_run(tmp_path: Path, sizes: list[int], backend: str = "gloo") -> Path:
     ]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_run_meta(run_dir, {"kind": "collectives", "settings": {"backend": backend}})
+    write_meta(run_dir, {"kind": "collectives", "settings": {"backend": backend}})
     write_results(run_dir, rows)
     return run_dir
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.results.store import load_run
+from commbench.results.runs import load_run
 
 pytestmark = pytest.mark.integration
 
@@ -62,12 +62,12 @@ def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path, free_port: int) -
     writer = [r for r in runs if r.rows]
     assert len(writer) == 1, "exactly one node (rank 0's) writes the results"
     run = writer[0]
-    assert run.context["world_size"] == 4 and run.context["nnodes"] >= 1
-    assert len(run.context["ranks"]) == 4
+    assert run.context.world_size == 4 and run.context.nnodes >= 1
+    assert len(run.context.ranks) == 4
     assert all(row.world_size == 4 and row.check == "ok" for row in run.rows)
-    assert run.meta["launch"]["nnodes"] == 2
+    assert run.record.launch["nnodes"] == 2
     other = next(r for r in runs if not r.rows)
-    assert other.meta["status"] == "complete" and "rank 0's node" in other.meta["note"]
+    assert other.record.status == "complete" and "rank 0's node" in other.record.note
     stderr = {i: out[1] for i, out in enumerate(outputs)}
     assert any("complete: this node did not run global rank 0" in e for e in stderr.values())
     assert not any("complete: 0/" in e for e in stderr.values())
@@ -146,8 +146,8 @@ def test_a_suite_runs_across_two_nodes(tmp_path: Path, free_port: int) -> None:
         if (d / "run.json").exists()
     ]
     (run,) = [r for r in runs if r.rows]
-    assert run.context["world_size"] == 2 and all(row.world_size == 2 for row in run.rows)
-    assert run.meta["launch"]["rdzv_id"] == "commbench-collectives-float32"
+    assert run.context.world_size == 2 and all(row.world_size == 2 for row in run.rows)
+    assert run.record.launch["rdzv_id"] == "commbench-collectives-float32"
 
 
 def test_a_stopped_rank_on_another_node_is_named_with_its_host(

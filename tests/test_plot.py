@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -18,8 +19,18 @@ from commbench.report.figures import (
     strategies_figure,
 )
 from commbench.report.plots import size_ticks, write_run_plots
-from commbench.report.runs import load_any as load_run_any
-from commbench.results.store import load_run, write_results, write_run_meta
+from commbench.results.record import RunRecord
+from commbench.results.runs import load_run
+from commbench.results.runs import load_run as load_run_any
+from commbench.results.schema import SCHEMA_VERSION
+from commbench.results.store import RunDir, write_results
+
+
+def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    """A hand-made run.json, checked as commbench reads one."""
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+    RunDir(run_dir).write_record(record)
+
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -137,7 +148,7 @@ def test_p2p_heatmap_from_a_p2p_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "p2p"
     run_dir.mkdir()
     context = {"device": "cuda", "device_names": ["NVIDIA A100-SXM4-80GB"] * 3, "device_count": 3}
-    write_run_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
+    write_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
     rows = [
         p2p_row(s, d, size, 10.0 * s + d + size / 1e9)
         for s in range(3)
@@ -200,7 +211,7 @@ def test_plot_defaults_to_the_run_directory(tmp_path: Path) -> None:
 def test_plot_refuses_bad_input(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    write_run_meta(empty, {"kind": "collectives", "status": "failed", "context": {}})
+    write_meta(empty, {"kind": "collectives", "status": "failed", "context": {}})
     write_results(empty, [])
     result = CliRunner().invoke(app, ["plot", str(empty)])
     assert result.exit_code == 2 and "nothing to plot" in result.stderr

@@ -30,8 +30,9 @@ from commbench.collectives.ops import (
 from commbench.collectives.registry import COLLECTIVES, collective, selected
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS, STRATEGIES, OpSpec, plan_size
-from commbench.launch.protocol import EVENTS_FILE, SETTINGS_FILE
+from commbench.launch.protocol import EVENTS_FILE
 from commbench.results.schema import CHECK_FAILED, CHECK_OK
+from commbench.results.store import RunDir
 
 ENTRIES = sorted(COLLECTIVES, key=lambda key: (key[1], key[0]))
 WORLDS = [1, 2, 3, 4, 8, 16, 1024]
@@ -251,7 +252,7 @@ def test_the_worker_measures_and_checks_a_new_entry(
     toys: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_port: Any
 ) -> None:
     settings = _settings(ops=["toy_copy", "toy_broken", "all_reduce"])
-    (tmp_path / SETTINGS_FILE).write_text(json.dumps(settings.to_dict()))
+    RunDir(tmp_path).settings_file.write_text(json.dumps(settings.to_dict()))
     with hold_port() as port:
         for name, value in dict(
             RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port

@@ -12,7 +12,8 @@ from typer.testing import CliRunner, Result
 from commbench.cli import app
 from commbench.report.document import Heading, Image, Table, build_report, to_html, to_markdown
 from commbench.report.options import Images
-from commbench.suites.store import Entry, write_suite
+from commbench.results.record import Entry, RunStatus, SuiteRecord
+from commbench.results.store import SuiteDir
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -91,14 +92,16 @@ def test_suite_report_has_a_section_per_run(tmp_path: Path) -> None:
     suite.mkdir()
     shutil.copytree(GOLDEN, suite / "r1")
     shutil.copytree(RUNS / "cpu-gloo-a", suite / "r2")
-    write_suite(
-        suite,
-        {"name": "demo", "status": "complete", "warnings": ["p2p skipped: not available"]},
-        [
-            Entry(name="collectives-float32", section="collectives", path="r1", status="complete"),
-            Entry(name="strategies-float32", section="strategies", path="r2", status="complete"),
-            Entry(name="p2p", section="p2p", status="skipped", failure="not available"),
-        ],
+    done, skipped = RunStatus.COMPLETE, RunStatus.SKIPPED
+    entries = [
+        Entry(name="collectives-float32", section="collectives", path="r1", status=done),
+        Entry(name="strategies-float32", section="strategies", path="r2", status=done),
+        Entry(name="p2p", section="p2p", status=skipped, failure="not available"),
+    ]
+    SuiteDir(suite).write_record(
+        SuiteRecord(
+            name="demo", status=done, warnings=["p2p skipped: not available"], entries=entries
+        )
     )
     blocks = build_report(suite, Images.none)
     headings = [b.text for b in blocks if isinstance(b, Heading) and b.level == 2]

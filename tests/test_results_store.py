@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UserError
+from commbench.processes import ProcessId
 from commbench.results.exporters import Format, export
+from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
+from commbench.results.runs import load_run
 from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
-from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
+from commbench.results.store import RunDir, new_run_dir, write_results
 
 
 def make_row(size: int = 1024, samples: list[float] | None = None, **kw) -> ResultRow:
@@ -56,11 +59,13 @@ def test_results_round_trip_with_samples_and_nan(tmp_path: Path) -> None:
             note="needs two ranks",
         ),
     ]
-    write_run_meta(run, {"kind": "collectives", "context": {"backend": "gloo"}})
+    RunDir(run).write_record(
+        RunRecord(kind=RunKind.COLLECTIVES, context=RunContext(backend="gloo"))
+    )
     write_results(run, rows)
     loaded = load_run(run)
-    assert loaded.meta["schema_version"] == SCHEMA_VERSION
-    assert loaded.context == {"backend": "gloo"}
+    assert json.loads((run / "run.json").read_text())["schema_version"] == SCHEMA_VERSION
+    assert loaded.context == RunContext(backend="gloo")
     assert loaded.rows[0] == rows[0]
     assert math.isnan(loaded.rows[1].time_us) and loaded.rows[1].note == "needs two ranks"
     # results.json is strict JSON (no NaN tokens), results.csv has the fixed columns first
@@ -137,7 +142,7 @@ def test_a_row_of_the_wrong_type_is_one_clear_error(
     tmp_path: Path, field: str, value, fragment: str
 ) -> None:
     run = new_run_dir(tmp_path, "x")
-    write_run_meta(run, {"kind": "collectives"})
+    RunDir(run).write_record(RunRecord(kind=RunKind.COLLECTIVES))
     write_results(run, [make_row()])
     data = json.loads((run / "results.json").read_text())
     data["rows"][0][field] = value
@@ -179,49 +184,60 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def _left_running_by_a_process_that_exited(run_dir: Path) -> int:
-    """run.json saying "running", written by a process that is gone now; its pid."""
+def _left_running_by_a_process_that_exited(parent: Path) -> tuple[int, Path]:
+    """A run saying "running", started by a process that is gone now; its pid and directory."""
     code = (
         "import os, sys; from pathlib import Path; "
-        "from commbench.results.store import write_run_meta; "
-        "write_run_meta(Path(sys.argv[1]), {'kind': 'collectives', 'status': 'running'}); "
-        "print(os.getpid())"
+        "from commbench.results.lifecycle import start_run; "
+        "from commbench.results.record import RunContext, RunKind; "
+        "life = start_run(Path(sys.argv[1]), RunKind.COLLECTIVES, settings={}, "
+        "context=RunContext()); "
+        "print(os.getpid(), life.path)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, str(parent)], capture_output=True, text=True, check=True
     )
-    return int(done.stdout)
+    pid, path = done.stdout.split()
+    return int(pid), Path(path)
 
 
 def test_a_run_whose_launcher_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
-    pid = _left_running_by_a_process_that_exited(tmp_path)
-    run = load_run(tmp_path)
-    assert run.meta["status"] == "interrupted"
-    assert run.meta["failure"] == f"its launcher (pid {pid}) is gone"
+    pid, run_dir = _left_running_by_a_process_that_exited(tmp_path)
+    run = load_run(run_dir)
+    assert run.record.status == "interrupted"
+    assert run.record.failure == f"its launcher (pid {pid}) is gone"
     assert run.unfinished == f"was interrupted (its launcher (pid {pid}) is gone)"
-    assert json.loads((tmp_path / "run.json").read_text())["status"] == "running"  # untouched
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # untouched
+
+
+def _running(run_dir: Path) -> None:
+    """run.json saying "running", written by this process."""
+    record = RunRecord(kind=RunKind.COLLECTIVES, status=RunStatus.RUNNING, launcher=ProcessId.of())
+    RunDir(run_dir).write_record(record)
 
 
 def test_a_run_whose_launcher_runs_is_running(tmp_path: Path) -> None:
-    write_run_meta(tmp_path, {"kind": "collectives", "status": "running"})  # this process
+    _running(tmp_path)  # this process
     run = load_run(tmp_path)
-    assert run.meta["status"] == "running" and not run.meta.get("failure")
-    write_run_meta(tmp_path, {"kind": "collectives", "status": "complete"})
+    assert run.record.status == "running" and not run.record.failure
+    RunDir(tmp_path).write_record(
+        RunRecord(kind=RunKind.COLLECTIVES, status=RunStatus.COMPLETE, launcher=ProcessId.of())
+    )
     assert "launcher" not in json.loads((tmp_path / "run.json").read_text())
     assert load_run(tmp_path).unfinished is None
 
 
 def test_a_reused_pid_or_another_host_is_not_taken_for_the_launcher(tmp_path: Path) -> None:
-    write_run_meta(tmp_path, {"kind": "collectives", "status": "running"})
+    _running(tmp_path)
     record = json.loads((tmp_path / "run.json").read_text())
     record["launcher"]["start_ticks"] -= 1  # this pid, but a process started earlier
     (tmp_path / "run.json").write_text(json.dumps(record))
-    assert load_run(tmp_path).meta["status"] == "interrupted"
+    assert load_run(tmp_path).record.status == "interrupted"
     record["launcher"].update(host="elsewhere", pid=7)
     (tmp_path / "run.json").write_text(json.dumps(record))
     run = load_run(tmp_path)
-    assert run.meta["status"] == "running"
-    assert run.meta["failure"] == (
+    assert run.record.status == "running"
+    assert run.record.failure == (
         "its launcher (pid 7) runs on host elsewhere: whether it still runs cannot be told from here"
     )
 
@@ -269,8 +285,8 @@ def _rewritten(tmp_path: Path, run_dir: Path, rows: list[ResultRow], p2p: bool =
 def test_a_version_1_run_loads_to_the_rows_of_its_version_2_rewrite(
     tmp_path: Path, run_dir: Path
 ) -> None:
-    from commbench.report.runs import load_any
     from commbench.results.exporters import rows_to_csv
+    from commbench.results.runs import load_run as load_any
 
     stored = json.loads((run_dir / "results.json").read_text())
     assert stored["schema_version"] == 1  # the committed files stay version 1
@@ -292,7 +308,7 @@ def test_a_version_1_run_loads_to_the_rows_of_its_version_2_rewrite(
 
 
 def test_a_version_1_p2p_run_loads_as_rows_with_their_copy(tmp_path: Path) -> None:
-    from commbench.report.runs import load_any
+    from commbench.results.runs import load_run as load_any
 
     stored = json.loads((V1_P2P / "results.json").read_text())
     assert (stored["schema_version"], stored["kind"]) == (1, "p2p")
@@ -315,7 +331,7 @@ def test_a_version_1_p2p_run_loads_as_rows_with_their_copy(tmp_path: Path) -> No
 
 
 def test_results_csv_keeps_its_columns_for_every_run_kind(tmp_path: Path) -> None:
-    from commbench.report.runs import load_any
+    from commbench.results.runs import load_run as load_any
 
     v1_headers = {
         p.name: (p / "results.csv").read_text().splitlines()[0] for p in [*V1_COLLECTIVES, V1_P2P]

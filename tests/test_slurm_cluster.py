@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from commbench.launch.slurm import RDZV_PORT_BASE, RDZV_PORT_SPAN
-from commbench.results.store import load_run
+from commbench.results.runs import load_run
 
 pytestmark = pytest.mark.integration
 
@@ -164,9 +164,9 @@ def test_srun_two_nodes(slurm: Cluster, tmp_path: Path) -> None:
     runs = [load_run(p) for p in (tmp_path / "out").iterdir()]
     assert len(runs) == 2  # one run directory per node; rank 0's holds the rows
     (run,) = [r for r in runs if r.rows]
-    assert run.meta["launch"]["source"] == "slurm" and run.meta["launch"]["nnodes"] == 2
-    assert run.meta["launch"]["rdzv_endpoint"] == f"{slurm.nodes[0]}:{slurm.rdzv_port}"
-    assert run.context["world_size"] == 2
+    assert run.record.launch["source"] == "slurm" and run.record.launch["nnodes"] == 2
+    assert run.record.launch["rdzv_endpoint"] == f"{slurm.nodes[0]}:{slurm.rdzv_port}"
+    assert run.context.world_size == 2
     assert all(row.world_size == 2 and row.check == "ok" for row in run.rows)
     assert len(run.rows) == 6
 

@@ -20,9 +20,10 @@ from commbench.collectives import ops
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import STRATEGIES
-from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
+from commbench.launch.launcher import run_collectives
+from commbench.results.record import RunStatus
+from commbench.results.runs import load_run
 from commbench.results.schema import CSV_COLUMNS
-from commbench.results.store import load_run
 from commbench.strategies.report import comparison_records
 
 
@@ -56,7 +57,7 @@ def test_every_strategy_matches_direct(
     tmp_path: Path, n: int, dtype: str, reduce_op: str, sizes: list[int]
 ) -> None:
     outcome = run_collectives(settings(n, dtype, reduce_op, sizes), tmp_path)
-    assert outcome.status == STATUS_COMPLETE, outcome.failure
+    assert outcome.status == RunStatus.COMPLETE, outcome.failure
     rows = outcome.rows
     assert [(r.strategy, r.requested_bytes) for r in rows] == [
         (s, size) for s in STRATEGIES for size in sizes

@@ -13,7 +13,8 @@ import pytest
 
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS, STRATEGIES
-from commbench.launch.launcher import STATUS_COMPLETE, run_collectives
+from commbench.launch.launcher import run_collectives
+from commbench.results.record import RunStatus
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def test_an_unsorted_subgroup_passes_every_check(
         timeout=120,
     )
     outcome = run_collectives(settings, tmp_path)
-    assert outcome.status == STATUS_COMPLETE, outcome.failure
+    assert outcome.status == RunStatus.COMPLETE, outcome.failure
     measured = {(r.op, r.strategy) for r in outcome.rows}
     assert measured == {(op, "") for op in OPS} | {("all_reduce", s) for s in STRATEGIES}
     wrong = [(r.op, r.strategy, r.note) for r in outcome.rows if r.check not in ("ok", "n/a")]

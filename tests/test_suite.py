@@ -12,10 +12,19 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.errors import RunFailed, UserError
 from commbench.launch.launcher import Outcome
+from commbench.results.record import RunRecord, RunStatus
+from commbench.results.runs import load_run
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
-from commbench.results.store import load_run, new_run_dir, write_results, write_run_meta
+from commbench.results.store import RunDir, SuiteDir, new_run_dir, write_results
 from commbench.suites.config import load_suite, parse_suite
-from commbench.suites.store import compare_targets, load_runs, load_suite_dir
+from commbench.suites.store import compare_targets, load_runs
+
+
+def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
+    """A hand-made run.json, checked as commbench reads one."""
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+    RunDir(run_dir).write_record(record)
+
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 GOLDEN = Path(__file__).parent / "fixtures" / "runs" / "h100x8-golden"
@@ -157,19 +166,20 @@ class FakeLauncher:
             "run_id": run_dir.name,
             "status": "complete",
             "settings": settings.to_dict(),
-            "context": golden.context,
+            "context": golden.context.to_dict(),
             "points_total": len(rows),
             "points_done": len(rows),
             "holds_results": held,
         }
-        write_run_meta(run_dir, meta)
+        record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+        RunDir(run_dir).write_record(record)
         write_results(run_dir, rows)
         return Outcome(
             run_dir=run_dir,
-            status="complete",
+            status=RunStatus.COMPLETE,
             rows=rows,
             points_total=len(rows),
-            meta=meta,
+            record=record,
             stop_requested=len(self.calls) == self.stop_after,
         )
 
@@ -248,7 +258,7 @@ class FakeP2P:
             "device_names": ["NVIDIA H100 80GB HBM3"] * 2,
             "device_count": 2,
         }
-        write_run_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
+        write_meta(run_dir, {"kind": "p2p", "status": "complete", "context": context})
         rows = [p2p_row(0, 1, self.ms), p2p_row(1, 0, self.ms * 1.1)]
         payload = {"schema_version": 1, "kind": "p2p", "rows": rows}
         (run_dir / "results.json").write_text(json.dumps(payload))
@@ -297,14 +307,14 @@ def test_suite_runs_every_section_into_one_directory(
         assert f"=== {name} (complete) ===" in result.stdout
     assert "# all_reduce  float32  op=sum  n=8" in result.stdout
     (suite_dir,) = (tmp_path / "out").iterdir()
-    record = load_suite_dir(suite_dir)
+    record = SuiteDir(suite_dir).read_record()
     assert [(e.name, e.status) for e in record.entries] == [
         ("collectives-float32", "complete"),
         ("collectives-bfloat16", "complete"),
         ("strategies-float32", "complete"),
         ("p2p", "complete"),
     ]
-    assert record.meta["status"] == "complete" and record.meta["machine"]["backend"] == "nccl"
+    assert record.status == "complete" and record.machine["backend"] == "nccl"
     first, second, strategies = launcher.calls
     assert (first.dtype, second.dtype, first.nproc, first.device) == (
         "float32",
@@ -340,9 +350,9 @@ def test_a_stop_held_while_a_run_was_wound_up_still_stops_the_suite(
     assert result.exit_code == 130, result.output
     assert len(launcher.calls) == 1
     (suite_dir,) = (tmp_path / "out").iterdir()
-    record = load_suite_dir(suite_dir)
+    record = SuiteDir(suite_dir).read_record()
     assert [(e.name, e.status) for e in record.entries] == [("collectives-float32", "complete")]
-    assert record.meta["status"] == "interrupted"
+    assert record.status == "interrupted"
 
 
 def test_a_stop_held_while_a_failed_run_was_wound_up_still_stops_the_suite(
@@ -358,7 +368,7 @@ def test_a_stop_held_while_a_failed_run_was_wound_up_still_stops_the_suite(
     assert result.exit_code == 130, result.output
     assert len(calls) == 1
     (suite_dir,) = (tmp_path / "out").iterdir()
-    record = load_suite_dir(suite_dir)
+    record = SuiteDir(suite_dir).read_record()
     assert [(e.name, e.status) for e in record.entries] == [("collectives-float32", "failed")]
 
 
@@ -393,7 +403,7 @@ def test_suite_with_baseline_exits_like_compare(
         "p2p",
     }
     assert "❌" in (new_dir / "comparison.md").read_text()
-    assert load_suite_dir(new_dir).meta["exit_code"] == 1
+    assert SuiteDir(new_dir).read_record().exit_code == 1
 
     # The same suite directories compare with `commbench compare` too.
     again = CliRunner().invoke(app, ["compare", str(baseline), str(new_dir), "-f", "json"])
@@ -529,7 +539,7 @@ def test_topology_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert result.exit_code == 0, result.output
     (suite_dir,) = (tmp_path / "out").iterdir()
     assert json.loads((suite_dir / "topology.json").read_text())["nvml_error"].startswith("NVML")
-    assert load_suite_dir(suite_dir).meta["topology_file"] == "topology.json"
+    assert SuiteDir(suite_dir).read_record().topology_file == "topology.json"
 
 
 # -- for real ----------------------------------------------------------------------------------
@@ -606,20 +616,19 @@ def test_a_suite_left_running_by_a_vanished_launcher_reads_as_interrupted(tmp_pa
 
     code = (
         "import os, sys; from pathlib import Path; "
-        "from commbench.suites.store import Entry, write_suite; "
-        "write_suite(Path(sys.argv[1]), {'name': 'ci', 'status': 'running'}, "
-        "[Entry(name='collectives-float32', section='collectives', status='complete'), "
-        "Entry(name='strategies-float32', section='strategies', status='running')]); "
-        "print(os.getpid())"
+        "from commbench.results.lifecycle import start_suite; "
+        "from commbench.results.record import Entry, RunStatus, SuiteRecord; "
+        "life = start_suite(Path(sys.argv[1]), SuiteRecord(name='ci', entries=["
+        "Entry(name='collectives-float32', section='collectives', status=RunStatus.COMPLETE), "
+        "Entry(name='strategies-float32', section='strategies', status=RunStatus.RUNNING)])); "
+        "print(os.getpid(), life.path)"
     )
-    pid = int(
-        subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
-        ).stdout
-    )
-    record = load_suite_dir(tmp_path)
+    pid, suite_dir = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    record = SuiteDir(Path(suite_dir)).read_record()
     why = f"its launcher (pid {pid}) is gone"
-    assert (record.meta["status"], record.meta["failure"]) == ("interrupted", why)
+    assert (record.status, record.failure) == ("interrupted", why)
     assert [(e.status, e.failure) for e in record.entries] == [
         ("complete", None),
         ("interrupted", why),

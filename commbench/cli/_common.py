@@ -63,12 +63,13 @@ def check_out(out: Path, flag: str = "--out") -> None:
     import os
 
     from commbench.errors import UserError, quoted
+    from commbench.results.store import RUN_FILE, SUITE_FILE
 
     shown = quoted(str(out))
     try:
         if out.exists() and not out.is_dir():
             raise UserError(f"{flag} {shown} is a file; give a directory to hold the run")
-        for marker, what in (("run.json", "a run"), ("suite.json", "a suite")):
+        for marker, what in ((RUN_FILE, "a run"), (SUITE_FILE, "a suite")):
             if (out / marker).is_file():
                 raise UserError(
                     f"{flag} {shown} is {what} directory; give the directory that holds runs "

@@ -219,8 +219,9 @@ def run_and_report(
     plot: bool = True,
 ) -> None:
     """Run the sweep with a progress bar, print the table, exit like the run went."""
-    from commbench.launch.launcher import STATUS_COMPLETE, STATUS_INTERRUPTED, run_collectives
+    from commbench.launch.launcher import run_collectives
     from commbench.results.exporters import export
+    from commbench.results.record import RunStatus
     from commbench.sizes import format_size
 
     progress = progress_bar()
@@ -246,16 +247,21 @@ def run_and_report(
     warning = noisy_warning(outcome.rows)
     if warning:
         typer.echo(f"commbench: warning: {warning}", err=True)
-    if outcome.meta.get("note") and not outcome.rows:
+    if outcome.record.note and not outcome.rows:
         # a node without global rank 0: its ranks measured, another node holds the rows
-        typer.echo(f"commbench: {outcome.status}: {outcome.meta['note']}", err=True)
+        typer.echo(f"commbench: {outcome.status}: {outcome.record.note}", err=True)
     else:
         typer.echo(
             f"commbench: {outcome.status}: {len(outcome.rows)}/{outcome.points_total} points "
             f"in {outcome.run_dir}",
             err=True,
         )
-    if plot and outcome.status == STATUS_COMPLETE and outcome.rows and not outcome.stop_requested:
+    if (
+        plot
+        and outcome.status == RunStatus.COMPLETE
+        and outcome.rows
+        and not outcome.stop_requested
+    ):
         from commbench.report.plots import write_run_plots
 
         try:
@@ -265,11 +271,11 @@ def run_and_report(
                 f"interrupted while plotting; every point was measured and is in {outcome.run_dir}"
             ) from None
         typer.echo(f"commbench: {plots}", err=True)
-    if outcome.status == STATUS_INTERRUPTED:
+    if outcome.status == RunStatus.INTERRUPTED:
         raise Interrupted(
             f"interrupted; the {len(outcome.rows)} points measured are in {outcome.run_dir}"
         )
-    if outcome.status != STATUS_COMPLETE:
+    if outcome.status != RunStatus.COMPLETE:
         raise RunFailed(outcome.failure or outcome.status)
     failed = outcome.checks_failed
     if failed:

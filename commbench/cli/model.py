@@ -91,10 +91,10 @@ def register(app: typer.Typer) -> None:
             fitted: Fit | None = None
             worlds = parse_worlds(world) if world is not None else [8]
             if from_run is not None:
-                from commbench.results.store import load_run
+                from commbench.results.runs import load_run
 
                 run = load_run(from_run)
-                run_backend = str(run.meta.get("settings", {}).get("backend") or "nccl")
+                run_backend = str(run.record.settings.get("backend") or "nccl")
                 backend = backend or run_backend
                 fitted = fit(run.rows, backend, launch, alpha_us=latency, bw_gbps=bw)
                 if world is None:

@@ -11,12 +11,12 @@ from commbench.cli._common import reported_errors
 
 def expand_runs(paths: list[Path]) -> list[Path]:
     """Run directories as given; a suite directory stands for every run it holds."""
-    from commbench.suites.store import is_suite, load_suite_dir
+    from commbench.results.runs import is_suite, load_suite
 
     out = []
     for path in paths:
         if is_suite(path):
-            out += [path / e.path for e in load_suite_dir(path).entries if e.path]
+            out += [path / e.path for e in load_suite(path).entries if e.path]
         else:
             out.append(path)
     return out
@@ -41,14 +41,15 @@ def register(app: typer.Typer) -> None:
         """Plot busbw and latency against message size per op, the strategies and the p2p heatmap."""
         with reported_errors():
             from commbench.report.plots import plot_runs
-            from commbench.report.runs import load_any
+            from commbench.results.runs import load_run
+            from commbench.results.store import PLOTS_DIR
 
-            loaded = [load_any(p) for p in expand_runs(runs)]
+            loaded = [load_run(p) for p in expand_runs(runs)]
             for run in loaded:  # its points are drawn, but they are not a finished run's
                 if run.unfinished:
                     typer.echo(f"commbench: warning: {run.path} {run.unfinished}", err=True)
             single = runs[0] if len(runs) == 1 else None  # one run, or one suite
-            target = out or (single / "plots" if single is not None else Path("plots"))
+            target = out or (single / PLOTS_DIR if single is not None else Path(PLOTS_DIR))
             written = plot_runs(
                 loaded, target, [f.strip() for f in formats.split(",") if f.strip()]
             )

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
     from commbench.compare import GateSettings
     from commbench.launch.launcher import LaunchOptions
+    from commbench.results.record import Entry
     from commbench.suites.config import SuiteConfig
     from commbench.suites.runner import Machine
-    from commbench.suites.store import Entry
 
 
 def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
@@ -35,7 +35,7 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
     it: a table per run, or one CSV/JSON document of every row (op, strategy and dtype tell
     the runs apart)."""
     from commbench.results.exporters import export
-    from commbench.results.store import load_run
+    from commbench.results.runs import load_run
 
     runs = [
         (entry, load_run(suite_dir / entry.path).rows)

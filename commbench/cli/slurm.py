@@ -115,9 +115,9 @@ def register(app: typer.Typer) -> None:
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
         """
         with reported_errors():
-            from commbench.collectives.settings import MAX_NPROC
+            from commbench.collectives.settings import MAX_NODES, MAX_NPROC
             from commbench.errors import UserError
-            from commbench.launch.slurm import MAX_NODES, sbatch_script
+            from commbench.launch.slurm import sbatch_script
             from commbench.numbers import check_range
 
             if nodes < 1:

@@ -8,7 +8,6 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError
-from commbench.launch.slurm import MAX_NODES
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.sizes import check_size
 
@@ -20,6 +19,9 @@ MIN_TIMEOUT = 2.0
 # GPUs, 8 CPU ranks per core); this keeps an absurd number out of the arithmetic before it,
 # and out of a script written for other nodes.
 MAX_NPROC = 1 << 20
+# More nodes than any machine has (the largest have about ten thousand): a node list or a
+# node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
+MAX_NODES = 65536
 
 
 @dataclass(kw_only=True, slots=True)

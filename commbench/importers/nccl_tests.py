@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ from commbench.fields import (
 )
 from commbench.files import parse_json as parse_json_text
 from commbench.files import read_text, shown
+from commbench.results.lifecycle import now, start_run
+from commbench.results.record import RunContext, RunKind, RunStatus
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -49,7 +50,6 @@ from commbench.results.schema import (
     MAX_WORLD_SIZE,
     ResultRow,
 )
-from commbench.results.store import new_run_dir, write_results, write_run_meta
 from commbench.stats import Stats
 
 # Bounds on a log, past what any nccl-tests run prints: a table of 8 B-16 GB is 32 sizes, so
@@ -705,23 +705,21 @@ def import_log(
     """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory."""
     parsed = parse_file(path, op, world_size)
     rows = parsed.rows
-    run_dir = new_run_dir(out_parent, "nccl-tests")
     first = parsed.sections[0]
     dropped = sum(s.dropped_empty for s in parsed.sections)
-    meta = {
-        "kind": "nccl-tests",
-        "run_id": run_dir.name,
-        "status": "complete",
-        "source": str(Path(path).resolve()),
-        "format": parsed.fmt,
-        "imported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": {
+    life = start_run(
+        out_parent,
+        RunKind.NCCL_TESTS,
+        settings={
             "ops": list(dict.fromkeys(s.op for s in parsed.sections)),
             "nccl_tests": first.header,
             "dtype": rows[0].dtype,
         },
-        "context": context_of(parsed),
-        "sections": [
+        context=RunContext.from_dict(context_of(parsed), "context"),
+        source=str(Path(path).resolve()),
+        format=parsed.fmt,
+        imported_at=now(),
+        sections=[
             {
                 "op": s.op,
                 "header": s.header,
@@ -731,15 +729,15 @@ def import_log(
             }
             for s in parsed.sections
         ],
-        "failure": None,
-        "points_total": len(rows),
-        "points_done": len(rows),
-        "notes": [
+        points_total=len(rows),
+        points_done=len(rows),
+        notes=[
             "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
             "ranks by default), not commbench's median of per-iteration maxima",
             *([f"dropped {dropped} zero-byte rows"] if dropped else []),
         ],
-    }
-    write_run_meta(run_dir, meta)
-    write_results(run_dir, rows)
-    return run_dir
+    )
+    with life.guarded():
+        life.dir.write_rows(rows)
+    life.finish(RunStatus.COMPLETE)
+    return life.path

@@ -11,7 +11,6 @@ a crash in `watchdog`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import subprocess
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.collectives.settings import CollectivesSettings, plan_points
+from commbench.collectives.settings import MAX_NODES, CollectivesSettings, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
 from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, quoted
 from commbench.launch import procs
@@ -30,13 +29,12 @@ from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
-    SETTINGS_FILE,
 )
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
-from commbench.results.record import RunStatus
+from commbench.results.lifecycle import INTERRUPTED, now, start_run
+from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import atomic_write, new_run_dir, write_results, write_run_meta
 from commbench.torch_version import require_torch
 
 POLL = 0.1
@@ -45,11 +43,6 @@ DESCENDANTS_SCAN = 2.0
 AGENT_LINGER = 10.0
 # Every process of a run has this in its environment, set to the run directory.
 RUN_MARKER = "COMMBENCH_RUN_DIR"
-
-STATUS_RUNNING = RunStatus.RUNNING
-STATUS_COMPLETE = RunStatus.COMPLETE
-STATUS_FAILED = RunStatus.FAILED
-STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,8 +60,6 @@ class LaunchOptions:
     """Where the multi-node settings came from: 'flags', 'slurm' or 'single' (for run.json)."""
 
     def __post_init__(self) -> None:
-        from commbench.launch.slurm import MAX_NODES
-
         check_range(self.nnodes, "--nnodes", 1, MAX_NODES)
         if not 0 <= self.node_rank < self.nnodes:
             raise UserError(f"--node-rank {self.node_rank} is outside 0..{self.nnodes - 1}")
@@ -131,12 +122,13 @@ class Outcome:
     """What a launched run produced. The CLI renders it; nothing here prints."""
 
     run_dir: Path
-    status: str
+    status: RunStatus
     rows: list[ResultRow]
     points_total: int
+    record: RunRecord
+    """What run.json says."""
     failure: str | None = None
     failed_ranks: list[int] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
     stop_requested: bool = False
     """Ctrl-C or SIGTERM arrived while the run was being wound up: its record is whole, but
     whoever runs more after it (a suite) should stop."""
@@ -227,21 +219,14 @@ def run_collectives(
     points = plan_points(
         settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
     )
-    run_dir = new_run_dir(out_parent, "collectives")
-    atomic_write(run_dir / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=2))
-    worker_env = _worker_env(run_dir, launch)
-    # the knobs the workers ran with (--debug's included), not only the launcher's own
-    context: dict[str, Any] = {
-        **host_context(),
-        "env": env_knobs(worker_env),
-        "topology": topology_snapshot(),
-    }
-    meta: dict[str, Any] = {
-        "kind": "collectives",
-        "run_id": run_dir.name,
-        "status": STATUS_RUNNING,
-        "settings": settings.to_dict(),
-        "launch": {
+    context = RunContext.from_dict(host_context(), "context")
+    context.topology, context.topology_error = topology_snapshot()
+    life = start_run(
+        out_parent,
+        RunKind.COLLECTIVES,
+        settings=settings.to_dict(),
+        context=context,
+        launch={
             "nnodes": launch.nnodes,
             "node_rank": launch.node_rank,
             "rdzv_endpoint": launch.rdzv_endpoint,
@@ -249,13 +234,15 @@ def run_collectives(
             "source": launch.source,
             "debug": launch.debug,
         },
-        "context": context,
-        "points_total": len(points),
-        "points_done": 0,
-        "failure": None,
-    }
-    write_run_meta(run_dir, meta)
-    write_results(run_dir, [])
+        points_total=len(points),
+        points_done=0,
+    )
+    record, run_dir = life.record, life.path
+    life.dir.write_settings(settings.to_dict())
+    life.dir.write_rows([])
+    worker_env = _worker_env(run_dir, launch)
+    # the knobs the workers ran with (--debug's included), not only the launcher's own
+    context.env = env_knobs(worker_env)
 
     watch = Watch(run_dir, points)
     progress = on_progress or (lambda done, total, row: None)
@@ -265,7 +252,7 @@ def run_collectives(
         progress(len(watch.rows), len(points), row)
 
     started = time.monotonic()
-    status, failure = STATUS_COMPLETE, None
+    status, failure = RunStatus.COMPLETE, None
     launcher_failed = False  # the launcher stopped the run itself (it could not write)
     culprits: list[int] = []
     signals = procs.StopSignals()
@@ -320,19 +307,19 @@ def run_collectives(
                     failure, culprits = describe_hang(
                         watch, allowance if stalled else settings.timeout
                     )
-                    status = STATUS_FAILED
+                    status = RunStatus.FAILED
                     stop_run(grace=2.0)
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:  # the signal handler now holds any further ones
             stop_run(grace=5.0)
-            status, failure = STATUS_INTERRUPTED, "interrupted"
+            status, failure = RunStatus.INTERRUPTED, INTERRUPTED
         except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
             signals.hold()
             stop_run(grace=2.0)
             # a write that failed because the directory went is said as such, like a deletion
             # the poll saw first: one cause, one wording
-            status, failure = STATUS_FAILED, f"stopped the run: {watch.run_dir_problem() or exc}"
+            status, failure = RunStatus.FAILED, f"stopped the run: {watch.run_dir_problem() or exc}"
             launcher_failed = True
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
@@ -344,44 +331,28 @@ def run_collectives(
         procs.stop_all(leftover, grace=1.0)
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
-            meta["note"] = (
+            record.note = (
                 f"torchrun (pid {proc.pid}) did not exit {AGENT_LINGER:.0f} s after its workers "
                 "finished and was stopped; every point was measured"
             )
-        elif status == STATUS_COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
-            status = STATUS_FAILED
+        elif status == RunStatus.COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
+            status = RunStatus.FAILED
             failure, culprits = describe_crash(watch, proc.returncode, settings.timeout)
-        meta["holds_results"] = writer
+        record.holds_results = writer
         if not writer and launch.nnodes > 1:
-            meta["note"] = (
-                "this node did not run global rank 0: the results are in the run directory on rank 0's node"
-            )
-        ctx = watch.worker_context
-        context.update({k: v for k, v in ctx.items() if k != "ranks"})
-        context["ranks"] = ctx.get("ranks", [])
-        context["hosts"] = (
-            sorted({r["host"] for r in context["ranks"]}) if context["ranks"] else [context["host"]]
-        )
-        context["device_names"] = (
-            sorted({r["device_name"] for r in context["ranks"]}) if context["ranks"] else []
-        )
-        context["driver"] = (context.get("topology") or {}).get("host", {}).get("driver_version")
-        context["probe"] = probe_info
-        meta.update(
-            status=status,
-            failure=failure,
-            failed_ranks=culprits,
-            points_done=len(watch.rows),
-            duration_s=round(time.monotonic() - started, 3),
-            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            context=context,
-        )
+            record.note = "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+        _add_workers(context, watch.worker_context)
+        context.probe = probe_info
+        record.failed_ranks = culprits
+        record.points_done = len(watch.rows)
+        record.duration_s = round(time.monotonic() - started, 3)
+        record.finished_at = now()
         gone = watch.run_dir_problem()
         unwritable = None
         if gone is None:  # never write into a directory that replaced ours
             try:
-                write_run_meta(run_dir, meta)
-                write_results(run_dir, watch.rows)
+                life.finish(status, failure)
+                life.dir.write_rows(watch.rows)
             except UserError as exc:  # not bad input: the run's own directory failed under it
                 unwritable = str(exc)
     # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
@@ -393,7 +364,7 @@ def run_collectives(
             why = f"stopped the run: {gone}"
         else:
             why = "; ".join(x for x in (failure, gone) if x)
-        if status == STATUS_INTERRUPTED:
+        if status == RunStatus.INTERRUPTED:
             raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
     if unwritable is not None:
@@ -405,6 +376,22 @@ def run_collectives(
         points_total=len(points),
         failure=failure,
         failed_ranks=culprits,
-        meta=meta,
+        record=record,
         stop_requested=stop_requested,
     )
+
+
+def _add_workers(context: RunContext, reported: dict[str, Any]) -> None:
+    """What rank 0 reported of the workers (versions, world, every rank) into the context."""
+    workers = RunContext.from_dict(reported, "the workers' context")
+    for name in ("torch", "cuda", "nccl", "backend", "device", "world_size", "group_size"):
+        setattr(context, name, getattr(workers, name))
+    context.nnodes = workers.nnodes
+    context.ranks = workers.ranks
+    context.hosts = (
+        sorted({str(r["host"]) for r in workers.ranks})
+        if workers.ranks
+        else ([context.host] if context.host else [])
+    )
+    context.device_names = sorted({str(r["device_name"]) for r in workers.ranks})
+    context.driver = context.topology.host.driver_version if context.topology else None

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from commbench.processes import alive as alive  # re-exported: the launcher's view
+from commbench.processes import state as state
 
 
 def _each_process(name: str) -> Iterator[tuple[int, bytes]]:
@@ -77,62 +79,6 @@ def environ(pid: int) -> dict[str, str] | None:
         return None
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}
-
-
-def state(pid: int) -> str | None:
-    """The process state letter (R, S, T = stopped, Z = zombie, ...) or None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2 :].split()[0]
-
-
-def start_ticks(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22), or None if
-    it is gone: with the pid, it tells a process from a later one that reused its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rfind(")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def identity(pid: int | None = None) -> dict[str, Any]:
-    """What names a process beyond its pid: host, boot and start time. Recorded by whoever
-    writes a record saying "running", so a reader can tell whether that writer still is."""
-    pid = os.getpid() if pid is None else pid
-    return {
-        "pid": pid,
-        "host": socket.gethostname(),
-        "boot_id": _boot_id(),
-        "start_ticks": start_ticks(pid),
-    }
-
-
-def still_running(record: Any) -> bool | None:
-    """Whether the process `identity()` recorded is still running: None when this host cannot
-    tell (another host, or a record without the fields)."""
-    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
-        return None
-    if record.get("host") != socket.gethostname() or not record.get("boot_id"):
-        return None
-    if record["boot_id"] != _boot_id():
-        return False  # the machine rebooted since
-    started = start_ticks(record["pid"])
-    return started is not None and started == record.get("start_ticks") and alive(record["pid"])
-
-
-def alive(pid: int) -> bool:
-    s = state(pid)
-    return s is not None and s != "Z"
 
 
 def signal_all(pids: set[int], sig: int) -> None:

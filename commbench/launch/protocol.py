@@ -21,7 +21,6 @@ from commbench.files import dump_json
 from commbench.launch import procs
 from commbench.results.store import RESULTS_CSV, RESULTS_JSON, RUN_FILE, atomic_write, temp_name
 
-SETTINGS_FILE = "settings.json"
 EVENTS_FILE = "events.jsonl"
 RANKS_DIR = "ranks"
 LOGS_DIR = "logs"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from commbench.collectives.settings import MAX_NODES
 from commbench.errors import UserError, quoted
 from commbench.numbers import is_digits, parse_int
 
@@ -18,9 +19,6 @@ from commbench.numbers import is_digits, parse_int
 # collide, and every node of one job computes the same port without talking.
 RDZV_PORT_BASE = 29400
 RDZV_PORT_SPAN = 1000
-# More nodes than any machine has (the largest have about ten thousand): a node list or a
-# node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
-MAX_NODES = 65536
 
 
 def expand_nodelist(text: str) -> list[str]:

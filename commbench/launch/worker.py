@@ -30,7 +30,6 @@ from commbench.collectives.specs import plan_size
 from commbench.launch.protocol import (
     EVENTS_FILE,
     LAUNCHER_PID_ENV,
-    SETTINGS_FILE,
     STARTUP_TIMEOUT,
     Heartbeat,
     Journal,
@@ -38,6 +37,7 @@ from commbench.launch.protocol import (
     heartbeat_path,
 )
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.results.store import RunDir
 from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 
 # Adaptive warm-up: about this much time, within [2, 20] iterations, the first of which also
@@ -347,7 +347,7 @@ class Worker:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     run_dir = Path(args[0])
-    settings = CollectivesSettings.from_dict(json.loads((run_dir / SETTINGS_FILE).read_text()))
+    settings = CollectivesSettings.from_dict(json.loads(RunDir(run_dir).settings_file.read_text()))
     worker = Worker(run_dir, settings)
     try:
         worker.init()

@@ -36,11 +36,10 @@ A heatmap of the matrix takes rows with `test == "bandwidth"`, `copy == "p2p"`,
 
 from __future__ import annotations
 
-from commbench.p2p.run import KIND, DryRun, P2POutcome, dry_run, load_topology, run_p2p
+from commbench.p2p.run import DryRun, P2POutcome, dry_run, load_topology, run_p2p
 from commbench.p2p.settings import P2PSettings
 
 __all__ = [
-    "KIND",
     "DryRun",
     "P2POutcome",
     "P2PSettings",

@@ -27,7 +27,8 @@ from commbench.p2p.expect import (
 )
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
 from commbench.p2p.settings import P2PSettings
-from commbench.results.record import RunStatus
+from commbench.results.lifecycle import start_run
+from commbench.results.record import RunContext, RunKind, RunStatus
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -36,17 +37,11 @@ from commbench.results.schema import (
     P2PCopy,
     ResultRow,
 )
-from commbench.results.store import new_run_dir, write_results, write_run_meta
 from commbench.sizes import format_size
 from commbench.stats import Stats
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.torch_version import require_torch
 
-STATUS_RUNNING = RunStatus.RUNNING
-STATUS_COMPLETE = RunStatus.COMPLETE
-STATUS_FAILED = RunStatus.FAILED
-STATUS_INTERRUPTED = RunStatus.INTERRUPTED
-KIND = "p2p"
 HEATMAP_FILE = "p2p-matrix.png"
 NO_GPU = "p2p needs a CUDA GPU; none is visible"
 
@@ -90,7 +85,7 @@ class DryRun:
 @dataclass(kw_only=True, slots=True)
 class P2POutcome:
     run_dir: Path
-    status: str
+    status: RunStatus
     rows: list[ResultRow]
     """One per copy, each with its `P2PCopy` (`row.p2p`)."""
     notes: list[str] = field(default_factory=list)
@@ -329,57 +324,51 @@ def _run(
     notes = the_plan.notes + topo_notes
     steps = the_plan.steps
     fabric = Fabric(snapshot)
-    run_dir = new_run_dir(out_parent, KIND)
-    meta: dict[str, Any] = {
-        "kind": KIND,
-        "run_id": run_dir.name,
-        "status": STATUS_RUNNING,
-        "settings": settings.to_dict(),
-        "context": {**host_context(), **measurer.context(), "topology": snapshot.to_dict()},
-        "notes": notes,
-        "steps_total": len(steps),
-        "steps_done": 0,
-        "failure": None,
-    }
-    write_run_meta(run_dir, meta)
+    context = RunContext.from_dict({**host_context(), **measurer.context()}, "context")
+    context.topology = snapshot
+    life = start_run(
+        out_parent,
+        RunKind.P2P,
+        settings=settings.to_dict(),
+        context=context,
+        notes=notes,
+        steps_total=len(steps),
+        steps_done=0,
+    )
+    record, run_dir = life.record, life.path
     rows: list[ResultRow] = []
-    write_results(run_dir, rows, p2p=True)
+    life.dir.write_rows(rows, p2p=True)
     try:
-        for i, step in enumerate(steps):
-            se = expect_step(snapshot, step, fabric)
-            rows.extend(_rows(i, step, se, measurer.measure(step), measurer.device_count))
-            meta["steps_done"] = i + 1
-            write_results(run_dir, rows, p2p=True)
-            write_run_meta(run_dir, meta)
-            if on_step is not None:
-                on_step(i + 1, len(steps), step)
+        with life.guarded():
+            for i, step in enumerate(steps):
+                se = expect_step(snapshot, step, fabric)
+                rows.extend(_rows(i, step, se, measurer.measure(step), measurer.device_count))
+                record.steps_done = i + 1
+                life.dir.write_rows(rows, p2p=True)
+                life.save()
+                if on_step is not None:
+                    on_step(i + 1, len(steps), step)
     except KeyboardInterrupt:
-        meta.update(status=STATUS_INTERRUPTED, failure="interrupted")
-        write_run_meta(run_dir, meta)
         raise Interrupted(f"interrupted; the {len(rows)} rows measured are in {run_dir}") from None
     except Exception as exc:
-        meta.update(status=STATUS_FAILED, failure=f"{type(exc).__name__}: {exc}")
-        write_run_meta(run_dir, meta)
         if type(exc).__name__ == "OutOfMemoryError":
             raise UserError(
-                f"out of GPU memory at step {meta['steps_done'] + 1} of {len(steps)}; "
+                f"out of GPU memory at step {(record.steps_done or 0) + 1} of {len(steps)}; "
                 f"try a smaller --size (rows so far are in {run_dir})"
             ) from None
         raise
     if settings.matrix and rows:
         notes.extend(_heatmap(run_dir, rows, measurer.device_count))
-    outcome = P2POutcome(run_dir=run_dir, status=STATUS_COMPLETE, rows=rows, notes=notes)
+    outcome = P2POutcome(run_dir=run_dir, status=RunStatus.COMPLETE, rows=rows, notes=notes)
     failed = outcome.checks_failed
     if failed:
-        outcome.status = STATUS_FAILED
+        outcome.status = RunStatus.FAILED
         outcome.failure = "wrong data after the copy: " + ", ".join(
             r.p2p.label for r in failed[:5] if r.p2p
         )
-    meta.update(status=outcome.status, failure=outcome.failure, notes=notes)
-    suspicious = outcome.suspicious
-    if suspicious:
-        meta["suspicious"] = [r.p2p.label for r in suspicious if r.p2p]
-    write_run_meta(run_dir, meta)
+    record.notes = notes
+    record.suspicious = [r.p2p.label for r in outcome.suspicious if r.p2p]
+    life.finish(outcome.status, outcome.failure)
     return outcome
 
 

@@ -19,11 +19,11 @@ from commbench import __version__
 from commbench.compare import Comparison, noisy_warning
 from commbench.report.figures import context_title
 from commbench.report.options import Images, ReportFormat
-from commbench.report.runs import load_any
 from commbench.results.exporters import HEADERS, build_tables
-from commbench.results.store import Run, load_json
+from commbench.results.runs import Run, Suite, load
 from commbench.sizes import format_size
-from commbench.suites.store import is_suite, load_suite_dir
+from commbench.topology import TopologySnapshot, load_snapshot
+from commbench.topology.render import link_matrix, pcie_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,78 +71,67 @@ def _fmt(value: Any) -> str:
 
 
 def context_rows(run: Run) -> list[list[str]]:
-    meta, ctx = run.meta, run.context
-    status = str(meta.get("status", "?"))
-    if meta.get("failure"):
-        status += f": {meta['failure']}"
-    names = ctx.get("device_names") or []
+    record, ctx = run.record, run.context
+    status = str(record.status or "?")
+    if record.failure:
+        status += f": {record.failure}"
+    done = record.points_done if record.points_done is not None else len(run.rows)
+    total = record.points_total if record.points_total is not None else "?"
     rows = [
         ["run", run.path.name],
-        ["kind", _fmt(meta.get("kind"))],
+        ["kind", _fmt(record.kind.value)],
         ["status", status],
-        ["points", f"{meta.get('points_done', len(run.rows))}/{meta.get('points_total', '?')}"],
-        ["devices", f"{_fmt(names)} x{ctx.get('world_size', '?')}"],
-        ["backend", _fmt(ctx.get("backend"))],
-        ["world size", _fmt(ctx.get("world_size"))],
-        ["nodes", _fmt(ctx.get("nnodes"))],
-        ["hosts", _fmt(ctx.get("hosts") or ctx.get("host"))],
-        ["torch", _fmt(ctx.get("torch"))],
-        ["NCCL", _fmt(ctx.get("nccl"))],
-        ["CUDA", _fmt(ctx.get("cuda"))],
-        ["driver", _fmt(ctx.get("driver"))],
-        ["commbench", _fmt(ctx.get("commbench"))],
-        ["started", _fmt(ctx.get("started_at"))]
-        if ctx.get("started_at") or not meta.get("imported_at")
-        else ["imported", _fmt(meta.get("imported_at"))],
-        ["duration", f"{meta['duration_s']:.1f} s" if meta.get("duration_s") else "-"],
-        ["command", _fmt(ctx.get("command"))],
+        ["points", f"{done}/{total}"],
+        ["devices", f"{_fmt(ctx.device_names)} x{ctx.world_size or '?'}"],
+        ["backend", _fmt(ctx.backend)],
+        ["world size", _fmt(ctx.world_size)],
+        ["nodes", _fmt(ctx.nnodes)],
+        ["hosts", _fmt(ctx.hosts or ctx.host)],
+        ["torch", _fmt(ctx.torch)],
+        ["NCCL", _fmt(ctx.nccl)],
+        ["CUDA", _fmt(ctx.cuda)],
+        ["driver", _fmt(ctx.driver)],
+        ["commbench", _fmt(ctx.commbench)],
+        ["started", _fmt(ctx.started_at)]
+        if ctx.started_at or not record.imported_at
+        else ["imported", _fmt(record.imported_at)],
+        ["duration", f"{record.duration_s:.1f} s" if record.duration_s else "-"],
+        ["command", _fmt(ctx.command)],
     ]
-    if meta.get("source"):
-        rows.append(["imported from", str(meta["source"])])
-    env = ctx.get("env") or {}
-    if env:
-        rows.append(["environment", ", ".join(f"{k}={v}" for k, v in env.items())])
+    if record.source:
+        rows.append(["imported from", record.source])
+    if ctx.env:
+        rows.append(["environment", ", ".join(f"{k}={v}" for k, v in ctx.env.items())])
     return rows
 
 
-def topology_blocks(topology: Any, level: int) -> list[Block]:
+def topology_blocks(
+    snapshot: TopologySnapshot | None, level: int, error: str | None = None
+) -> list[Block]:
+    """The GPUs and their link matrix (`topology.render`'s view, as tables)."""
     blocks: list[Block] = [Heading(level, "Topology")]
-    if not isinstance(topology, dict) or not topology:
+    if snapshot is None and not error:
         return [*blocks, Para("Not recorded (no NVML on the measuring host, or an import).")]
-    if topology.get("error"):
-        blocks.append(Para(f"Topology discovery failed: {topology['error']}"))
-    if topology.get("nvml_error"):
-        blocks.append(Para(str(topology["nvml_error"])))  # already says "NVML: ..."
-    gpus = [g for g in topology.get("gpus") or [] if isinstance(g, dict)]
-    if gpus:
-        rows = []
-        for g in gpus:
-            pcie = (
-                f"Gen{g.get('pcie_max_gen')} x{g.get('pcie_max_width')}"
-                if g.get("pcie_max_gen")
-                else "-"
-            )
-            rows.append(
-                [
-                    f"GPU{g.get('index')}",
-                    _fmt(g.get("name")),
-                    _fmt(g.get("pci_bus_id")),
-                    pcie,
-                    _fmt(g.get("numa_node")),
-                ]
-            )
-        blocks.append(Table(["GPU", "model", "PCI bus", "PCIe", "NUMA"], rows, numeric=False))
-    pairs = [p for p in topology.get("pairs") or [] if isinstance(p, dict)]
-    if gpus and pairs:
-        n = len(gpus)
-        links = {(p.get("src"), p.get("dst")): str(p.get("link", "?")) for p in pairs}
-        matrix = [
-            [f"GPU{i}"] + ["X" if i == j else links.get((i, j), "-") for j in range(n)]
-            for i in range(n)
+    if error:
+        blocks.append(Para(f"Topology discovery failed: {error}"))
+    if snapshot is not None and snapshot.nvml_error:
+        blocks.append(Para(snapshot.nvml_error))  # already says "NVML: ..."
+    if snapshot is None or not snapshot.gpus:
+        return [*blocks, Para("No GPU visible to NVML.")]
+    rows = [
+        [
+            f"GPU{g.index}",
+            _fmt(g.name),
+            _fmt(g.pci_bus_id),
+            pcie_label(g.pcie_max_gen, g.pcie_max_width) if g.pcie_max_gen else "-",
+            _fmt(g.numa_node),
         ]
-        blocks.append(Table(["", *(f"GPU{j}" for j in range(n))], matrix, numeric=False))
-    if not gpus:
-        blocks.append(Para("No GPU visible to NVML."))
+        for g in snapshot.gpus
+    ]
+    blocks.append(Table(["GPU", "model", "PCI bus", "PCIe", "NUMA"], rows, numeric=False))
+    if snapshot.pairs:
+        labels, matrix = link_matrix(snapshot)
+        blocks.append(Table(["", *labels], matrix, numeric=False))
     return blocks
 
 
@@ -196,7 +185,7 @@ def run_blocks(run: Run, level: int, images: Images, topology: bool = True) -> l
         Table(["", ""], context_rows(run), numeric=False),
     ]
     if topology:
-        blocks += topology_blocks(run.context.get("topology"), level)
+        blocks += topology_blocks(run.context.topology, level, run.context.topology_error)
     blocks += result_blocks(run, level)
     if images is Images.embed:
         blocks += plot_blocks([run], level)
@@ -211,33 +200,32 @@ def build_report(
     """The blocks of a report on a run directory or a suite directory."""
     path = Path(path)
     blocks: list[Block]
-    if is_suite(path):
-        record = load_suite_dir(path)
-        meta = record.meta
-        blocks = [Heading(1, f"commbench suite {meta.get('name', '?')}: {path.name}")]
-        if meta.get("description"):
-            blocks.append(Para(str(meta["description"])))
+    loaded = load(path)
+    if isinstance(loaded, Suite):
+        record = loaded.record
+        blocks = [Heading(1, f"commbench suite {record.name}: {path.name}")]
+        if record.description:
+            blocks.append(Para(record.description))
         blocks.append(
             Table(
                 ["entry", "status", "run directory", "why"],
-                [[e.name, e.status, e.path or "-", e.failure or ""] for e in record.entries],
+                [[e.name, str(e.status), e.path or "-", e.failure or ""] for e in record.entries],
                 numeric=False,
             )
         )
-        if meta.get("warnings"):
-            blocks.append(Bullets([f"warning: {w}" for w in meta["warnings"]]))
-        if meta.get("topology_file"):
-            topo = load_json(path / str(meta["topology_file"]), "topology snapshot")
-            blocks += topology_blocks(topo, 2)
+        if record.warnings:
+            blocks.append(Bullets([f"warning: {w}" for w in record.warnings]))
+        if record.topology_file:
+            blocks += topology_blocks(load_snapshot(path / record.topology_file), 2)
         for name, comparison in comparisons or []:
             blocks += comparison_blocks(name, comparison, 2)
         for entry in record.entries:
-            if entry.path:
-                run = load_any(path / entry.path)
+            run = loaded.run(entry)
+            if run is not None:
                 blocks.append(Heading(2, f"{entry.name} ({entry.path})"))
-                blocks += run_blocks(run, 3, images, topology=not meta.get("topology_file"))
+                blocks += run_blocks(run, 3, images, topology=not record.topology_file)
     else:
-        run = load_any(path)
+        run = loaded
         blocks = [Heading(1, f"commbench report: {run.path.name}")]
         for name, comparison in comparisons or []:
             blocks += comparison_blocks(name if len(comparisons or []) > 1 else "", comparison, 2)

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.report.runs import P2P_KIND
+from commbench.results.record import RunContext, RunKind
+from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, P2P_OP, ResultRow
-from commbench.results.store import Run
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,21 +57,21 @@ class Figure:
 # -- titles and labels -----------------------------------------------------------------------
 
 
-def context_title(context: dict[str, Any]) -> str:
+def context_title(context: RunContext) -> str:
     """`NVIDIA H100 80GB HBM3 x8 · nccl 2.21.5 · world size 8`: what a reader needs to see."""
-    names = list(dict.fromkeys(str(n) for n in context.get("device_names") or []))
-    world = context.get("world_size")
-    count = world or context.get("device_count") or len(context.get("device_names") or [])
-    device = " / ".join(names) if names else str(context.get("device") or "?")
+    names = list(dict.fromkeys(context.device_names))
+    world = context.world_size
+    count = world or context.device_count or len(context.device_names)
+    device = " / ".join(names) if names else str(context.device or "?")
     # ranks on CPU cores are not devices: the world size below says how many
     parts = ["CPU"] if device == "cpu" else [f"{device} x{count}" if count else device]
-    backend = context.get("backend")
-    if backend == "nccl" and context.get("nccl"):
-        backend = f"nccl {context['nccl']}"
+    backend = context.backend
+    if backend == "nccl" and context.nccl:
+        backend = f"nccl {context.nccl}"
     if backend:
-        parts.append(str(backend))
+        parts.append(backend)
     if world:
-        nnodes = context.get("nnodes") or 1
+        nnodes = context.nnodes or 1
         parts.append(f"world size {world}" + (f" ({nnodes} nodes)" if nnodes > 1 else ""))
     return " · ".join(parts)
 
@@ -262,7 +262,7 @@ def p2p_matrix(run: Run) -> Heatmap | None:
 def p2p_figures(runs: list[Run]) -> list[Figure]:
     figures = []
     for run in runs:
-        heatmap = p2p_matrix(run) if run.meta.get("kind") == P2P_KIND else None
+        heatmap = p2p_matrix(run) if run.kind is RunKind.P2P else None
         if heatmap is not None:
             stem = "p2p" if len(runs) == 1 else f"p2p-{run.path.name}"
             figures.append(

@@ -16,8 +16,8 @@ from typing import Any
 
 from commbench.errors import UserError
 from commbench.report.figures import Figure, Heatmap, Panel, all_figures
-from commbench.report.runs import load_any
-from commbench.results.store import Run, writing
+from commbench.results.runs import Run, load_run
+from commbench.results.store import RunDir, writing
 from commbench.sizes import format_size
 
 FORMATS = ("png", "svg")
@@ -199,7 +199,7 @@ def plot_runs(runs: list[Run], out_dir: Path, formats: Sequence[str] = FORMATS) 
 def plot_paths(
     paths: Sequence[Path], out_dir: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
-    return plot_runs([load_any(p) for p in paths], out_dir, formats)
+    return plot_runs([load_run(p) for p in paths], out_dir, formats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +214,14 @@ class RunPlots:
         if self.problem is not None:
             return f"no plots: {self.problem}"
         figures = len({p.stem for p in self.written})
-        return f"{figures} plot(s) in {self.run_dir / 'plots'}"
+        return f"{figures} plot(s) in {RunDir(self.run_dir).plots_dir}"
 
 
 def write_run_plots(run_dir: Path) -> RunPlots:
     """Plot a finished run into RUN_DIR/plots, never raising for a plotting problem: a run
     that measured fine must not fail on its pictures."""
     try:
-        written = plot_paths([run_dir], run_dir / "plots", ("png", "svg"))
+        written = plot_paths([run_dir], RunDir(run_dir).plots_dir, ("png", "svg"))
     except UserError as exc:
         return RunPlots(run_dir, [], str(exc))
     except (OSError, ValueError, RuntimeError) as exc:  # a matplotlib or disk problem

@@ -26,7 +26,8 @@ from commbench.fields import Conv, Fields, boolean, integer_in, list_of, number_
 from commbench.stats import TIMES, Stats
 
 SCHEMA_VERSION = 2
-"""The version of every file commbench writes (results.json, run.json, suite files)."""
+"""Of run.json, suite.json and results.json; version 1 is migrated on load (run.json and
+suite.json by `results.record`, results.json by `rows_from_stored`)."""
 
 # What a stored row may hold: bounds past anything measured, so that a hand-edited or hostile
 # file (`size_bytes: 10**30`, `world_size: 0`, a negative time) is refused naming the field

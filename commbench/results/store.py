@@ -1,9 +1,20 @@
-"""Run directories: creating them without ever overwriting one, and writing files atomically.
+"""Run and suite directories: their layout (`RunDir`, `SuiteDir`, the one place a file name
+is spelled), creating them without ever overwriting one, and writing files atomically.
 
-A run directory holds `run.json` (settings, context, status) and the results
-(`results.csv` for people and pandas, `results.json` with the per-iteration samples). Both
-are rewritten, via a temporary file and rename, after every measured point: a run that dies
-leaves valid files with every point measured before.
+```
+<out>/20240611-090000-collectives/     a run directory (`RunDir`)
+  run.json        the record (`RunRecord`: kind, status, settings, context)
+  results.json    the rows with their per-iteration samples
+  results.csv     the rows for people and pandas
+  settings.json   what the workers read (collectives)
+  plots/          `commbench plot`'s figures
+<out>/20240611-090000-suite-ci/        a suite directory (`SuiteDir`)
+  suite.json      the record (`SuiteRecord`), naming a run directory per entry
+  topology.json   comparison.json  comparison.md
+```
+
+The results are rewritten, via a temporary file and rename, after every measured point: a
+run that dies leaves valid files with every point measured before.
 """
 
 from __future__ import annotations
@@ -17,23 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.fields import (
-    Conv,
-    Fields,
-    anything,
-    integer_in,
-    list_of,
-    mapping_of,
-    number_in,
-    string,
-)
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
 from commbench.results.exporters import dicts_to_csv, rows_to_csv
-from commbench.results.record import RunStatus
+from commbench.results.record import RunRecord, SuiteRecord
 from commbench.results.schema import (
-    MAX_COUNT,
-    MAX_WORLD_SIZE,
     SCHEMA_VERSION,
     ResultRow,
     rows_from_stored,
@@ -44,24 +43,29 @@ __all__ = [
     "RESULTS_CSV",
     "RESULTS_JSON",
     "RUN_FILE",
-    "Run",
+    "RunDir",
+    "SuiteDir",
     "atomic_write",
     "dicts_to_csv",
     "dump_json",
     "load_json",
-    "load_meta",
-    "load_run",
     "new_run_dir",
     "result_rows",
     "rows_to_csv",
     "run_dir_of",
     "write_results",
-    "write_run_meta",
 ]
 
 RUN_FILE = "run.json"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
+SETTINGS_FILE = "settings.json"
+"""What the workers of a collectives run read their settings from."""
+PLOTS_DIR = "plots"
+SUITE_FILE = "suite.json"
+TOPOLOGY_FILE = "topology.json"
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
 
 
 @contextlib.contextmanager
@@ -131,56 +135,6 @@ def write_results(run_dir: Path, rows: list[ResultRow], *, p2p: bool = False) ->
     atomic_write(run_dir / RESULTS_CSV, rows_to_csv(rows, p2p=p2p))
 
 
-STATUS_RUNNING = RunStatus.RUNNING
-STATUS_INTERRUPTED = RunStatus.INTERRUPTED
-
-
-def stamp_writer(record: dict[str, Any]) -> dict[str, Any]:
-    """`record`, and while it says "running", who writes it (`procs.identity`): a writer
-    killed outright (SIGKILL, OOM), or one that can no longer write (full disk, an immutable
-    directory), leaves it saying "running" forever; readers then check that writer."""
-    if record.get("status") != STATUS_RUNNING:
-        return record
-    from commbench.launch.procs import identity
-
-    return {**record, "launcher": identity()}
-
-
-def recognise_status(record: dict[str, Any]) -> dict[str, Any]:
-    """`record` as a reader must take it: one saying "running" whose launcher is gone (this
-    host, its pid gone or reused, or a reboot since) is interrupted; on another host whether
-    it still runs cannot be told, and the failure says so. Nothing on disk changes."""
-    if record.get("status") != STATUS_RUNNING:
-        return record
-    from commbench.launch.procs import still_running
-
-    writer = record.get("launcher")
-    running = still_running(writer)
-    if running:
-        return record
-    if not isinstance(writer, dict):
-        why = "no launcher is recorded: whether it still runs cannot be told"
-        return {**record, "failure": record.get("failure") or why}
-    if running is None:
-        why = (
-            f"its launcher (pid {writer.get('pid')}) runs on host {writer.get('host')}: "
-            "whether it still runs cannot be told from here"
-        )
-        return {**record, "failure": why}
-    why = f"its launcher (pid {writer.get('pid')}) is gone"
-    return {
-        **record,
-        "status": STATUS_INTERRUPTED,
-        "failure": why,
-        "recorded_status": STATUS_RUNNING,
-    }
-
-
-def write_run_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    record = stamp_writer({"schema_version": SCHEMA_VERSION, **meta})
-    atomic_write(run_dir / RUN_FILE, dump_json(record))
-
-
 def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
     """Read any commbench JSON file: UserError when missing, not a regular file, malformed,
     nested too deep, or too new."""
@@ -189,125 +143,6 @@ def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
         raise UserError(f"{shown(path)}: expected a JSON object")
     schema_version(data, shown(path))
     return data
-
-
-# run.json: the fields readers (report, compare, plot, the suites) use, with their types.
-# Checked in one place when the file is read, so that no reader meets a `context` that is a
-# list or a `world_size` that is an object. Unknown fields are kept, unchecked.
-_text = string
-_texts = list_of(string)
-_world = integer_in(1, MAX_WORLD_SIZE)
-_RUN_FIELDS: dict[str, Conv[Any]] = {
-    "kind": _text,
-    "run_id": _text,
-    "status": _text,
-    "failure": _text,
-    "note": _text,
-    "source": _text,
-    "format": _text,
-    "imported_at": _text,
-    "finished_at": _text,
-    "points_total": integer_in(0, MAX_COUNT),
-    "points_done": integer_in(0, MAX_COUNT),
-    "steps_done": integer_in(0, MAX_COUNT),
-    "duration_s": number_in(0, 1e10),
-    "notes": _texts,
-    "warnings": _texts,
-    "suspicious": _texts,
-    "settings": mapping_of(anything),
-    "sections": list_of(mapping_of(anything)),
-}
-_CONTEXT_FIELDS: dict[str, Conv[Any]] = {
-    "host": _text,
-    "hosts": _texts,
-    "backend": _text,
-    "device": _text,
-    "world_size": _world,
-    "nnodes": _world,
-    "device_count": integer_in(0, MAX_WORLD_SIZE),
-    "device_names": _texts,
-    "ranks": list_of(mapping_of(anything)),
-    "nccl": _text,
-    "cuda": _text,
-    "torch": _text,
-    "driver": _text,
-    "commbench": _text,
-    "command": _text,
-    "started_at": _text,
-    "env": mapping_of(anything),
-    "topology": mapping_of(anything),
-}
-
-
-def check_run_meta(meta: dict[str, Any], where: str) -> None:
-    """Check the fields of a run.json that readers use; UserError naming the field."""
-    f = Fields(meta, f"{where}:")
-    for key, conv in _RUN_FIELDS.items():
-        f.opt(key, conv)
-    context = f.sub("context")
-    if context is None:
-        return
-    for key, conv in _CONTEXT_FIELDS.items():
-        context.opt(key, conv)
-    env = context.sub("env")
-    if env is not None:
-        for key in env.data:
-            env.opt(key, _scalar)
-    topology = context.sub("topology")
-    if topology is not None:
-        # what `comparable` and the report read of an embedded snapshot; the rest is shown
-        # as it is. A snapshot that failed is {"error": ...}.
-        topology.opt("error", _text)
-        topology.opt("nvml_error", _text)
-        for item in topology.items("gpus", required=False):
-            item.obj()
-        for item in topology.items("pairs", required=False):
-            pair = item.obj()
-            pair.opt("src", integer_in(0, MAX_WORLD_SIZE))
-            pair.opt("dst", integer_in(0, MAX_WORLD_SIZE))
-            pair.opt("link", _text)
-
-
-def _scalar(value: Any, path: str) -> Any:
-    if isinstance(value, dict | list):
-        raise UserError(f"{path}: expected a string or a number, got a {type(value).__name__}")
-    return value
-
-
-def load_meta(path: Path) -> dict[str, Any]:
-    """A run.json, its fields checked (`check_run_meta`), its status as a reader must take it
-    (`recognise_status`)."""
-    meta = load_json(path)
-    check_run_meta(meta, shown(path))
-    return recognise_status(meta)
-
-
-@dataclass(slots=True)
-class Run:
-    """A stored run, as the reporting and comparing commands read it."""
-
-    path: Path
-    meta: dict[str, Any]
-    rows: list[ResultRow]
-
-    @property
-    def context(self) -> dict[str, Any]:
-        ctx = self.meta.get("context", {})
-        return ctx if isinstance(ctx, dict) else {}
-
-    @property
-    def unfinished(self) -> str | None:
-        """How the run did not finish, e.g. "was interrupted (its launcher (pid 7) is gone)";
-        None when it did, or does not say (imported and older files)."""
-        status = self.meta.get("status")
-        if status in (None, "complete"):
-            return None
-        how = _UNFINISHED.get(str(status), f"is {status}")
-        why = self.meta.get("failure")
-        return how + (f" ({why})" if why else "")
-
-
-_UNFINISHED = {"failed": "failed", "interrupted": "was interrupted", "running": "has not finished"}
 
 
 def run_dir_of(path: Path) -> Path:
@@ -337,8 +172,110 @@ def result_rows(run_dir: Path, *, kind: str | None = None, world_size: int = 1) 
     return rows_from_stored(data, shown(results_path), kind=kind, world_size=world_size)
 
 
-def load_run(path: Path) -> Run:
-    """Read a run directory (or its run.json). Raises UserError naming what is wrong."""
-    run_dir = run_dir_of(path)
-    meta = load_meta(run_dir / RUN_FILE)
-    return Run(path=run_dir, meta=meta, rows=result_rows(run_dir))
+@dataclass(frozen=True, slots=True)
+class RunDir:
+    """A run directory: where each of its files is, and reading and writing them."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, parent: Path, kind: str) -> RunDir:
+        """A new `parent/<timestamp>-<kind>[-N]` (`new_run_dir`)."""
+        return cls(new_run_dir(parent, kind))
+
+    @classmethod
+    def of(cls, path: Path) -> RunDir:
+        """The run directory `path` names (the directory or its run.json); UserError when it
+        names none (`run_dir_of`)."""
+        return cls(run_dir_of(path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def results_json(self) -> Path:
+        return self.path / RESULTS_JSON
+
+    @property
+    def results_csv(self) -> Path:
+        return self.path / RESULTS_CSV
+
+    @property
+    def settings_file(self) -> Path:
+        return self.path / SETTINGS_FILE
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.path / PLOTS_DIR
+
+    def write_record(self, record: RunRecord) -> None:
+        atomic_write(self.run_file, dump_json(record.to_dict()))
+
+    def read_record(self) -> RunRecord:
+        """run.json, every field checked, its status as a reader must take it
+        (`RunRecord.recognised`)."""
+        data = load_json(self.run_file)
+        return RunRecord.from_dict(data, shown(self.run_file)).recognised()
+
+    def write_rows(self, rows: list[ResultRow], *, p2p: bool = False) -> None:
+        write_results(self.path, rows, p2p=p2p)
+
+    def read_rows(self, *, kind: str | None = None, world_size: int = 1) -> list[ResultRow]:
+        """results.json's rows, each checked, version 1 migrated (`result_rows`); [] when
+        there is none."""
+        return result_rows(self.path, kind=kind, world_size=world_size)
+
+    def write_settings(self, settings: dict[str, Any]) -> None:
+        atomic_write(self.settings_file, dump_json(settings))
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteDir:
+    """A suite directory: suite.json, the suite's own files, and a run directory per entry."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, parent: Path, name: str) -> SuiteDir:
+        return cls(new_run_dir(parent, f"suite-{name}"))
+
+    @staticmethod
+    def holds(path: Path) -> bool:
+        """Whether `path` is a suite directory (a FIFO or a name the OS refuses: UserError)."""
+        path = Path(path)
+        return path_kind(path, "run or suite directory") == "dir" and (
+            path_kind(path / SUITE_FILE, SUITE_FILE) == "file"
+        )
+
+    @property
+    def suite_file(self) -> Path:
+        return self.path / SUITE_FILE
+
+    @property
+    def topology_file(self) -> Path:
+        return self.path / TOPOLOGY_FILE
+
+    @property
+    def comparison_json(self) -> Path:
+        return self.path / COMPARISON_JSON
+
+    @property
+    def comparison_md(self) -> Path:
+        return self.path / COMPARISON_MD
+
+    def entry(self, relative: str) -> RunDir:
+        """The run directory of an entry (its path in suite.json is relative to the suite)."""
+        return RunDir(self.path / relative)
+
+    def write_record(self, record: SuiteRecord) -> None:
+        atomic_write(self.suite_file, dump_json(record.to_dict()))
+
+    def read_record(self) -> SuiteRecord:
+        """suite.json, every field checked, its status as a reader must take it."""
+        data = load_json(self.suite_file, "suite file")
+        return SuiteRecord.from_dict(data, shown(self.suite_file)).recognised()

@@ -10,7 +10,6 @@ compared with the baseline's entry of the same name, as `commbench compare` woul
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,13 +25,17 @@ from commbench.errors import (
     UserError,
 )
 from commbench.launch import procs
+from commbench.results.lifecycle import INTERRUPTED, start_suite
+from commbench.results.record import Entry, RunContext, RunKind, RunStatus, SuiteRecord
 from commbench.results.schema import SCHEMA_VERSION
-from commbench.results.store import atomic_write, dump_json, new_run_dir
+from commbench.results.store import SuiteDir, atomic_write, dump_json
 from commbench.suites.config import Sizes, SuiteConfig, Timing
-from commbench.suites.store import Entry, compare_targets, exit_code, load_runs, write_suite
+from commbench.suites.store import compare_targets, exit_code, load_runs
 from commbench.torch_version import require_torch
 
 EventFn = Callable[[str], None]
+_DONE = (RunStatus.COMPLETE, RunStatus.SKIPPED)
+"""An entry in any other state fails the suite."""
 ProgressFn = Callable[[int, int, Any], None]
 
 
@@ -83,7 +86,7 @@ class SuiteOutcome:
 
     @property
     def failed(self) -> list[Entry]:
-        return [e for e in self.entries if e.status not in ("complete", "skipped")]
+        return [e for e in self.entries if e.status not in _DONE]
 
     @property
     def exit_code(self) -> int:
@@ -152,40 +155,42 @@ class _Suite:
         self.on_event = on_event
         self.on_progress = on_progress
         self.plot = plot
-        self.path = new_run_dir(out_parent, f"suite-{config.name}")
-        self.entries: list[Entry] = []
-        self.warnings: list[str] = []
+        self.life = start_suite(
+            out_parent,
+            SuiteRecord(
+                name=config.name,
+                description=config.description,
+                config_path=config.source,
+                config=config.to_dict(),
+                machine=asdict(machine),
+            ),
+        )
+        self.dir = self.life.dir
+        self.path = self.dir.path
+        self.record = self.life.record
+        self.entries = self.record.entries
+        self.warnings = self.record.warnings
         self.held_elsewhere: list[str] = []
         """Entries whose rows another node holds (it ran global rank 0): it gates them."""
-        self.meta: dict[str, Any] = {
-            "name": config.name,
-            "description": config.description,
-            "config_path": config.source,
-            "config": config.to_dict(),
-            "machine": asdict(machine),
-            "status": "running",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "topology_file": None,
-            "warnings": self.warnings,
-        }
-        self.save()
 
     def save(self) -> None:
-        write_suite(self.path, self.meta, self.entries)
+        self.life.save()
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
         self.on_event(f"warning: {message}")
 
     def skip(self, name: str, section: str, why: str) -> None:
-        self.entries.append(Entry(name=name, section=section, status="skipped", failure=why))
+        self.entries.append(
+            Entry(name=name, section=section, status=RunStatus.SKIPPED, failure=why)
+        )
         self.warn(f"{name} skipped: {why}")
         self.save()
 
     def run_collectives(self, name: str, section: str, settings: Any) -> None:
         from commbench.launch.launcher import run_collectives
 
-        entry = Entry(name=name, section=section, status="running")
+        entry = Entry(name=name, section=section, status=RunStatus.RUNNING)
         self.entries.append(entry)
         self.save()
         self.on_event(f"{name}: measuring")
@@ -194,7 +199,7 @@ class _Suite:
                 settings, self.path, launch=self.machine.launch(name), on_progress=self.on_progress
             )
         except CommbenchError as exc:
-            entry.status, entry.failure = "failed", str(exc)
+            entry.status, entry.failure = RunStatus.FAILED, str(exc)
             self.on_event(f"{name}: failed: {exc}")
             self.save()
             if isinstance(exc, RunFailed) and exc.stop_requested:
@@ -203,14 +208,14 @@ class _Suite:
         entry.path = outcome.run_dir.name
         entry.status = outcome.status
         entry.failure = outcome.failure
-        if outcome.meta.get("holds_results") is False:
+        if outcome.record.holds_results is False:
             self.held_elsewhere.append(name)
-        if outcome.status == "interrupted":
+        if outcome.status is RunStatus.INTERRUPTED:
             self.save()
             raise KeyboardInterrupt
         failed_checks = outcome.checks_failed
-        if outcome.status == "complete" and failed_checks:
-            entry.status = "failed"
+        if outcome.status is RunStatus.COMPLETE and failed_checks:
+            entry.status = RunStatus.FAILED
             entry.failure = f"wrong result at {len(failed_checks)} point(s)"
         self.on_event(
             f"{name}: {entry.status}: {len(outcome.rows)}/{outcome.points_total} points"
@@ -236,9 +241,9 @@ class _Suite:
             self.skip("topo", "topo", f"the topology module is not available ({exc})")
             return
         snapshot = discover()
-        atomic_write(self.path / "topology.json", dump_json(snapshot.to_dict()))
-        self.meta["topology_file"] = "topology.json"
-        self.entries.append(Entry(name="topo", section="topo", status="complete"))
+        atomic_write(self.dir.topology_file, dump_json(snapshot.to_dict()))
+        self.record.topology_file = self.dir.topology_file.name
+        self.entries.append(Entry(name="topo", section="topo", status=RunStatus.COMPLETE))
         self.on_event("topo: written to topology.json")
         self.save()
 
@@ -253,21 +258,21 @@ class _Suite:
         except ImportError:
             self.skip("p2p", "p2p", "p2p is not available in this commbench (no commbench.p2p)")
             return
-        entry = Entry(name="p2p", section="p2p", status="running")
+        entry = Entry(name="p2p", section="p2p", status=RunStatus.RUNNING)
         self.entries.append(entry)
         self.save()
         self.on_event("p2p: measuring")
         try:
             outcome = run_p2p(_p2p_options(options, self.machine.device), self.path)
         except Interrupted:
-            entry.status = "interrupted"
+            entry.status = RunStatus.INTERRUPTED
             self.save()
             raise KeyboardInterrupt from None
         except CommbenchError as exc:
-            entry.status, entry.failure = "failed", str(exc)
+            entry.status, entry.failure = RunStatus.FAILED, str(exc)
         else:
             entry.path = Path(outcome.run_dir).name
-            entry.status = str(outcome.status)
+            entry.status = RunStatus(outcome.status)
             entry.failure = outcome.failure
             if self.plot:
                 self.write_plots(Path(outcome.run_dir))
@@ -279,14 +284,14 @@ def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> Non
     runs = load_runs(baseline)
     if gate.allow_mismatch:
         return
-    here = {
-        "backend": machine.backend,
-        "device": machine.device,
-        "world_size": machine.nproc * machine.nnodes,
-        "nnodes": machine.nnodes,
-    }
+    here = RunContext(
+        backend=machine.backend,
+        device=machine.device,
+        world_size=machine.nproc * machine.nnodes,
+        nnodes=machine.nnodes,
+    )
     for name, run in runs.items():
-        if run.meta.get("kind") != "collectives":
+        if run.kind is not RunKind.COLLECTIVES:
             continue  # p2p and topology entries carry no launch to hold against this one
         mismatches = context_mismatches(run.context, here)
         if mismatches:
@@ -420,12 +425,13 @@ def run_suite(
     except KeyboardInterrupt:
         interrupted = True
         for entry in suite.entries:
-            if entry.status == "running":  # stopped before its launch reported back
-                entry.status, entry.failure = "interrupted", "interrupted"
-    failed = [e for e in suite.entries if e.status not in ("complete", "skipped")]
-    suite.meta["status"] = "interrupted" if interrupted else ("failed" if failed else "complete")
-    suite.meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    suite.save()
+            if entry.status is RunStatus.RUNNING:  # stopped before its launch reported back
+                entry.status, entry.failure = RunStatus.INTERRUPTED, INTERRUPTED
+    failed = [e for e in suite.entries if e.status not in _DONE]
+    if interrupted:
+        suite.life.finish(RunStatus.INTERRUPTED)
+    else:
+        suite.life.finish(RunStatus.FAILED if failed else RunStatus.COMPLETE)
     if interrupted:
         raise Interrupted(f"interrupted; what was measured is in {suite.path}")
     outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
@@ -441,8 +447,8 @@ def run_suite(
         else:
             outcome.comparisons = comparisons
         write_comparison(suite.path, baseline, outcome.comparisons)
-        suite.meta["baseline"] = str(baseline)
-        suite.meta["exit_code"] = outcome.exit_code
+        suite.record.baseline = str(baseline)
+        suite.record.exit_code = outcome.exit_code
         suite.save()
     return outcome
 
@@ -456,7 +462,7 @@ def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Compar
         "baseline": str(baseline),
         "entries": {n: c.to_dict() for n, c in results},
     }
-    atomic_write(path / "comparison.json", dump_json(payload))
+    atomic_write(SuiteDir(path).comparison_json, dump_json(payload))
     parts = [f"# commbench gate: {path.name} vs {baseline}\n"]
     parts += [f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results]
-    atomic_write(path / "comparison.md", "\n".join(parts))
+    atomic_write(SuiteDir(path).comparison_md, "\n".join(parts))

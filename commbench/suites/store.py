@@ -1,144 +1,43 @@
-"""Suite directories: one `suite.json` naming the run directories a suite run produced.
+"""Suites compared entry by entry, and the gate a suite ran with.
 
-```
-results/suites/20240611-090000-suite-ci/
-  suite.json            {schema_version, kind: "suite", name, config, status, entries: [...]}
-  topology.json         when the suite has `topo: true`
-  20240611-090001-collectives/   one run directory per entry (run.json, results.*)
-  comparison.json / comparison.md   with --baseline
-```
-
+A suite directory (`results.store.SuiteDir`: suite.json, topology.json, a run directory per
+entry, comparison.json / comparison.md with --baseline) is read through `results.runs`.
 Entries are named by what they measured (`collectives-float32`, `strategies-bfloat16`,
 `p2p`), so a suite compares with a baseline suite entry by entry, whatever the timestamps.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commbench.compare import Comparison, GateSettings, compare_runs
 from commbench.errors import EXIT_OK, UserError
-from commbench.fields import Fields, anything, list_of, mapping_of, string
-from commbench.files import path_kind, shown
-from commbench.report.runs import load_any
-from commbench.results.schema import SCHEMA_VERSION
-from commbench.results.store import (
-    STATUS_RUNNING,
-    Run,
-    atomic_write,
-    dump_json,
-    load_json,
-    recognise_status,
-    stamp_writer,
-)
-
-SUITE_FILE = "suite.json"
-SUITE_KIND = "suite"
-
-
-@dataclass(kw_only=True, slots=True)
-class Entry:
-    """One thing a suite ran: a run directory, or why there is none."""
-
-    name: str
-    section: str
-    path: str | None = None
-    """Run directory, relative to the suite directory."""
-    status: str = "pending"
-    """complete, failed, interrupted, skipped."""
-    failure: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(kw_only=True, slots=True)
-class SuiteRecord:
-    path: Path
-    meta: dict[str, Any]
-    entries: list[Entry] = field(default_factory=list)
-
-
-def write_suite(path: Path, meta: dict[str, Any], entries: list[Entry]) -> None:
-    payload = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": SUITE_KIND,
-        **meta,
-        "entries": [e.to_dict() for e in entries],
-    }
-    atomic_write(path / SUITE_FILE, dump_json(stamp_writer(payload)))
-
-
-def is_suite(path: Path) -> bool:
-    """Whether `path` is a suite directory (a FIFO or a name the OS refuses: UserError)."""
-    path = Path(path)
-    return path_kind(path, "run or suite directory") == "dir" and (
-        path_kind(path / SUITE_FILE, SUITE_FILE) == "file"
-    )
-
-
-def load_suite_dir(path: Path) -> SuiteRecord:
-    """Read suite.json, checking the fields readers use (the one place for this file kind)."""
-    path = Path(path)
-    meta = load_json(path / SUITE_FILE, "suite file")
-    f = Fields(meta, f"{shown(path / SUITE_FILE)}:")
-    if meta.get("kind") != SUITE_KIND:
-        raise UserError(f"{shown(path / SUITE_FILE)}: not a suite file")
-    for key in ("name", "description", "status", "topology_file", "baseline"):
-        f.opt(key, string)
-    f.opt("warnings", list_of(string))
-    config = f.sub("config")
-    if config is not None:
-        config.opt("gate", mapping_of(anything))
-    meta = recognise_status(meta)
-    entries = []
-    for item in f.items("entries"):
-        e = item.obj()
-        entries.append(
-            Entry(
-                name=e.req("name", string),
-                section=e.req("section", string),
-                path=e.opt("path", string),
-                status=e.opt("status", string) or "pending",
-                failure=e.opt("failure", string),
-            )
-        )
-    if meta.get("recorded_status") == STATUS_RUNNING:  # its launcher is gone: so is the entry's
-        for entry in entries:
-            if entry.status == STATUS_RUNNING:
-                entry.status, entry.failure = meta["status"], meta["failure"]
-    return SuiteRecord(path=path, meta=meta, entries=entries)
+from commbench.results.record import RunKind, RunRecord
+from commbench.results.runs import Run, is_suite, load_run, load_suite
 
 
 def entry_name(run: Run) -> str:
     """What a run directory measured, as a suite names it."""
-    kind = str(run.meta.get("kind") or "run")
-    settings = run.meta.get("settings") or {}
-    if kind == "collectives":
+    settings = run.record.settings
+    if run.kind is RunKind.COLLECTIVES:
         section = "collectives" if settings.get("ops") else "strategies"
         return f"{section}-{settings.get('dtype', 'float32')}"
-    return kind
+    return run.kind.value
 
 
 def load_runs(path: Path) -> dict[str, Run]:
     """The runs at `path` by entry name: every run of a suite, or the one run directory."""
     path = Path(path)
     if not is_suite(path):
-        run = load_any(path)
+        run = load_run(path)
         return {entry_name(run): run}
-    record = load_suite_dir(path)
-    runs = {}
-    for entry in record.entries:
-        if entry.path:
-            runs[entry.name] = load_any(path / entry.path)
-    return runs
+    return load_suite(path).runs()
 
 
 def _absent(path: Path, name: str) -> Run:
     """Stands in for an entry the new suite lacks: every baseline point then is missing."""
-    return Run(path=path / f"<no {name}>", meta={"status": "missing"}, rows=[])
+    return Run(path=path / f"<no {name}>", record=RunRecord(kind=RunKind.COLLECTIVES), rows=[])
 
 
 def compare_targets(
@@ -174,7 +73,7 @@ def recorded_gate(path: Path) -> dict[str, Any]:
     run directory."""
     if not is_suite(Path(path)):
         return {}
-    gate = (load_suite_dir(path).meta.get("config") or {}).get("gate") or {}
+    gate = load_suite(path).record.config.get("gate") or {}
     return {
         k: gate[k]
         for k in _GATE_KEYS

@@ -68,7 +68,8 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def _pcie(gen: int | None, width: int | None) -> str:
+def pcie_label(gen: int | None, width: int | None) -> str:
+    """`Gen5 x16`; `?` for what is unknown."""
     return "?" if gen is None and width is None else f"Gen{_or(gen, '?')} x{_or(width, '?')}"
 
 
@@ -84,8 +85,8 @@ def gpu_lines(s: TopologySnapshot) -> list[str]:
                 g.name,
                 _or(g.pci_bus_id, "?"),
                 _gib(g.memory_bytes),
-                _pcie(g.pcie_max_gen, g.pcie_max_width),
-                _pcie(g.pcie_cur_gen, g.pcie_cur_width),
+                pcie_label(g.pcie_max_gen, g.pcie_max_width),
+                pcie_label(g.pcie_cur_gen, g.pcie_cur_width),
                 nvl,
                 _or(g.numa_node, "?"),
                 _or(g.cpu_affinity, "?"),
@@ -103,6 +104,19 @@ def gpu_lines(s: TopologySnapshot) -> list[str]:
         "CPU affinity",
     ]
     return _table(headers, rows)
+
+
+def link_matrix(s: TopologySnapshot) -> tuple[list[str], list[list[str]]]:
+    """The GPU-to-GPU link labels as a table: (column names, one row per GPU, its name
+    first); `X` on the diagonal, `-` for a pair the snapshot lacks."""
+    names = [f"GPU{g.index}" for g in s.gpus]
+    labels = {(p.src, p.dst): p.link for p in s.pairs}
+    rows = [
+        [f"GPU{a.index}"]
+        + ["X" if a.index == b.index else labels.get((a.index, b.index), "-") for b in s.gpus]
+        for a in s.gpus
+    ]
+    return names, rows
 
 
 def matrix_lines(s: TopologySnapshot) -> list[str]:

@@ -1,0 +1,108 @@
+"""Stored runs as their readers (report, compare, plot, model, suites, the Python API) take
+them: any run kind, or a suite, loaded from its directory.
+
+    run = load_run("results/20240611-090000-collectives")
+    run.kind, run.status, run.context.world_size, run.rows, run.to_frame()
+    suite = load_suite("results/suites/20240611-090000-suite-ci")
+    {entry.name: suite.run(entry) for entry in suite.entries}
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from commbench.errors import UserError
+from commbench.files import shown
+from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
+from commbench.results.schema import ResultRow
+from commbench.results.store import RunDir, SuiteDir, rows_to_csv
+
+if TYPE_CHECKING:
+    import pandas
+
+
+@dataclass(slots=True)
+class Run:
+    """A stored run of any kind: its directory, its record and its rows."""
+
+    path: Path
+    record: RunRecord
+    rows: list[ResultRow]
+
+    @property
+    def kind(self) -> RunKind:
+        return self.record.kind
+
+    @property
+    def status(self) -> RunStatus:
+        """How the run ended (a record that does not say is taken as complete)."""
+        return self.record.status or RunStatus.COMPLETE
+
+    @property
+    def context(self) -> RunContext:
+        return self.record.context
+
+    @property
+    def unfinished(self) -> str | None:
+        """How the run did not finish (`RunRecord.unfinished`); None when it did."""
+        return self.record.unfinished
+
+    def to_frame(self) -> pandas.DataFrame:
+        """The rows as a pandas DataFrame with results.csv's columns."""
+        import pandas
+
+        return pandas.read_csv(io.StringIO(rows_to_csv(self.rows)))
+
+
+@dataclass(slots=True)
+class Suite:
+    """A stored suite: its directory, its record, a run per entry that made one."""
+
+    path: Path
+    record: SuiteRecord
+
+    @property
+    def status(self) -> RunStatus:
+        return self.record.status
+
+    @property
+    def entries(self) -> list[Entry]:
+        return self.record.entries
+
+    def run(self, entry: Entry) -> Run | None:
+        """The run an entry made; None for one that made none (skipped, failed early)."""
+        return load_run(self.path / entry.path) if entry.path else None
+
+    def runs(self) -> dict[str, Run]:
+        """Every run of the suite, by entry name."""
+        return {e.name: load_run(self.path / e.path) for e in self.entries if e.path}
+
+
+def load_run(path: Path) -> Run:
+    """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
+    run_dir = RunDir.of(path)
+    record = run_dir.read_record()
+    # what a version-1 p2p row, which did not store it, gets as its world size
+    world = record.context.device_count or len(record.context.device_names) or 1
+    rows = run_dir.read_rows(kind=record.kind.value, world_size=world)
+    return Run(path=run_dir.path, record=record, rows=rows)
+
+
+def is_suite(path: Path) -> bool:
+    """Whether `path` is a suite directory (a FIFO or a name the OS refuses: UserError)."""
+    return SuiteDir.holds(path)
+
+
+def load_suite(path: Path) -> Suite:
+    path = Path(path)
+    if not is_suite(path):
+        raise UserError(f"{shown(path)}: not a suite directory (no suite.json in it)")
+    return Suite(path=path, record=SuiteDir(path).read_record())
+
+
+def load(path: Path) -> Run | Suite:
+    """Whatever commbench stored at `path`: a run of any kind, or a suite."""
+    return load_suite(path) if is_suite(path) else load_run(path)

@@ -1,0 +1,86 @@
+"""The import map: every import between commbench's parts (at module top or inside a function,
+which still runs) goes down the house, never up, so the map has no circles.
+
+A part is a subpackage or a top-level module. Each sits on a floor; a part imports only parts
+on lower floors. A newcomer reads the design bottom up: plain values and files, the hardware
+(topology), what a run is (results), what is measured (collectives and strategies), how it is
+launched, the other run kinds, then reading, comparing and reporting runs, suites, the Python
+API and the CLI over it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import commbench
+
+FLOORS: list[set[str]] = [
+    {"errors", "stats", "tables", "timing"},
+    {"numbers", "files", "torch_version"},
+    {"fields", "sizes", "processes"},
+    {"gpu_memory"},
+    {"topology"},
+    {"context"},
+    {"results"},
+    {"collectives"},
+    {"strategies"},
+    {"launch"},
+    {"p2p"},
+    {"importers"},
+    {"compare"},
+    {"report"},
+    {"suites"},
+    {"api"},
+    {"cli"},
+    {"__main__", "__init__"},
+]
+FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}
+ROOT = Path(commbench.__file__).parent
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports() -> list[tuple[str, str, str]]:
+    """(importing module, imported module, the name) for every commbench import."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found += [(module, alias.name, "") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                found += [(module, target, alias.name) for alias in node.names]
+    return [f for f in found if f[1] == "commbench" or f[1].startswith("commbench.")]
+
+
+def test_every_part_has_a_floor() -> None:
+    parts = {_part(_module(p)) for p in ROOT.rglob("*.py")}
+    assert parts <= set(FLOOR), f"give these a floor: {sorted(parts - set(FLOOR))}"
+
+
+def test_every_import_goes_down_the_house() -> None:
+    upward = []
+    for importer, target, name in imports():
+        a, b = _part(importer), _part(target)
+        if a == b:
+            continue
+        if target == "commbench" and name == "__version__":
+            continue  # the version is a constant, not the front door
+        if FLOOR.get(b, -1) >= FLOOR.get(a, -1):
+            upward.append(f"{importer} -> {target}{'.' + name if name else ''}")
+    assert not upward, "imports that run up the house or sideways:\n" + "\n".join(upward)
