@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from commbench.compare import GateSettings, Mark, mann_whitney_greater, point_key
+from commbench.compare import Gate, GateSettings, Mark, mann_whitney_greater, point_key
 from commbench.results.runs import load_run
 from commbench.results.schema import ResultRow
-from commbench.suites.store import compare_targets, exit_code, load_runs, recorded_gate
+from commbench.suites.store import compare_targets, load_runs, recorded_gate
 
 PLAIN_TOLERANCE = 0.05
 PLAIN_ALPHA = 0.01
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = list(itertools.permutations(range(len(suites)), 2))
     for a, b in pairs:
         results = compare_targets(suites[a], suites[b], gate)
-        code = exit_code(results)
+        code = Gate(results).exit_code
         failing += code != 0
         points = sum(len(c.points) for _, c in results)
         worse = sum(len(c.marked(Mark.worse)) for _, c in results)

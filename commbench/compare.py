@@ -25,16 +25,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ResultRow
+
+if TYPE_CHECKING:
+    import pandas
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_LATENCY_TOLERANCE = 0.15
@@ -287,6 +290,19 @@ class Comparison:
         return EXIT_FAILED if self.regressions or self.incomplete else EXIT_OK
 
     @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    def to_frame(self) -> pandas.DataFrame:
+        """A row per compared point (its key, mark, reason, both sides' busbw and time, the
+        ratio and p-value) as a pandas DataFrame."""
+        import pandas
+
+        return pandas.DataFrame(
+            [p.to_dict() for p in self.points], columns=[f.name for f in fields(PointResult)]
+        )
+
+    @property
     def verdict(self) -> str:
         worse, missing = len(self.marked(Mark.worse)), len(self.marked(Mark.missing))
         noisy = len(self.marked(Mark.noisy))
@@ -513,3 +529,51 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         notes=notes,
         incomplete=incomplete,
     )
+
+
+@dataclass(slots=True)
+class Gate:
+    """The regression gate's decision on a new run (or suite) against its baseline: one
+    `Comparison` per run compared, named as a suite names its entries (a run against a run
+    is one comparison). What `commbench compare` prints and exits with, and what
+    `commbench.compare` returns."""
+
+    comparisons: list[tuple[str, Comparison]]
+
+    def __iter__(self) -> Iterator[tuple[str, Comparison]]:
+        return iter(self.comparisons)
+
+    def __len__(self) -> int:
+        return len(self.comparisons)
+
+    def __getitem__(self, name: str) -> Comparison:
+        for entry, comparison in self.comparisons:
+            if entry == name:
+                return comparison
+        raise KeyError(name)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any comparison failed (a regression, or an incomplete new run), else 0."""
+        return max((c.exit_code for _, c in self.comparisons), default=EXIT_OK)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    @property
+    def verdict(self) -> str:
+        """Each comparison's verdict line, named when there are several."""
+        if len(self.comparisons) == 1:
+            return self.comparisons[0][1].verdict
+        return "; ".join(f"{name}: {c.verdict}" for name, c in self.comparisons)
+
+    def to_frame(self) -> pandas.DataFrame:
+        """Every compared point of every comparison, with its `entry` name first."""
+        import pandas
+
+        frames = [c.to_frame().assign(entry=name) for name, c in self.comparisons]
+        columns = ["entry", *(f.name for f in fields(PointResult))]
+        if not frames:
+            return pandas.DataFrame(columns=columns)
+        return pandas.concat(frames, ignore_index=True)[columns]

@@ -250,6 +250,7 @@ class FakeP2P:
 
     def __call__(self, options: Any, out_parent: Path) -> Any:
         from commbench.p2p import P2POutcome
+        from commbench.results.record import RunKind, RunRecord, RunStatus
 
         self.options.append(options)
         run_dir = new_run_dir(out_parent, "p2p")
@@ -262,7 +263,8 @@ class FakeP2P:
         rows = [p2p_row(0, 1, self.ms), p2p_row(1, 0, self.ms * 1.1)]
         payload = {"schema_version": 1, "kind": "p2p", "rows": rows}
         (run_dir / "results.json").write_text(json.dumps(payload))
-        return P2POutcome(run_dir=run_dir, status="complete", rows=[])
+        record = RunRecord(kind=RunKind.P2P, status=RunStatus.COMPLETE)
+        return P2POutcome(run_dir=run_dir, status=RunStatus.COMPLETE, rows=[], record=record)
 
 
 SUITE = """

@@ -6,7 +6,6 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -54,36 +53,6 @@ def error_line(exc: BaseException) -> str:
         return usage_line(exc)
     text = exc.format_message() if isinstance(exc, ParseError) else str(exc)
     return f"commbench: error: {' '.join(text.split())}"
-
-
-def check_out(out: Path, flag: str = "--out") -> None:
-    """Refuse, before anything runs or is created, an `--out` that cannot hold new run
-    directories: a file, a run or suite directory itself (a new run would be nested inside
-    it, where no command looks for it), or a place this user cannot write."""
-    import os
-
-    from commbench.errors import UserError, quoted
-    from commbench.results.store import RUN_FILE, SUITE_FILE
-
-    shown = quoted(str(out))
-    try:
-        if out.exists() and not out.is_dir():
-            raise UserError(f"{flag} {shown} is a file; give a directory to hold the run")
-        for marker, what in ((RUN_FILE, "a run"), (SUITE_FILE, "a suite")):
-            if (out / marker).is_file():
-                raise UserError(
-                    f"{flag} {shown} is {what} directory; give the directory that holds runs "
-                    f"(e.g. {quoted(str(out.parent))})"
-                )
-        existing = out
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-    except OSError as exc:  # a name too long, a loop of links
-        raise UserError(f"{flag} {shown}: {exc.strerror or exc}") from None
-    if not existing.is_dir():
-        raise UserError(f"{flag} {shown}: {quoted(str(existing))} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {shown}: cannot write under {quoted(str(existing))}")
 
 
 @contextmanager

@@ -55,30 +55,25 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fail (exit 1) when the new run is significantly slower than the baseline; 2 = incomparable."""
         with reported_errors():
-            from commbench.compare import parse_fraction
+            import commbench.api
             from commbench.report.comparison import render_many
-            from commbench.suites.store import compare_targets, exit_code, gate_for
 
-            settings = gate_for(
+            gate = commbench.api.compare(
                 baseline,
                 new,
-                allow_mismatch=allow_mismatch,
-                tolerance=None if tolerance is None else parse_fraction(tolerance, "--tolerance"),
-                latency_tolerance=None
-                if latency_tolerance is None
-                else parse_fraction(latency_tolerance, "--latency-tolerance"),
+                tolerance=tolerance,
+                latency_tolerance=latency_tolerance,
                 alpha=alpha,
                 noisy_cv=noisy_cv,
+                allow_mismatch=allow_mismatch,
             )
-            results = compare_targets(baseline, new, settings)
-            text = render_many(results, fmt)
+            text = render_many(gate.comparisons, fmt)
             if out is not None:
                 with writing(out):
                     out.parent.mkdir(parents=True, exist_ok=True)
                     write_text(out, text)
-            code = exit_code(results)
         typer.echo(text, nl=False)
-        for _, result in results:  # whatever the format: csv has no verdict line to say it
+        for _, result in gate:  # whatever the format: csv has no verdict line to say it
             if result.incomplete:
                 typer.echo(f"commbench: error: {result.new}: {result.incomplete}", err=True)
-        raise typer.Exit(code)
+        raise typer.Exit(gate.exit_code)

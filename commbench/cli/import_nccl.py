@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from commbench.cli._common import check_out, reported_errors
+from commbench.cli._common import reported_errors
 
 import_app = typer.Typer(
     name="import",
@@ -36,6 +36,7 @@ def nccl_tests(
     with reported_errors():
         from commbench.errors import UserError
         from commbench.importers.nccl_tests import OP_NAMES, import_log
+        from commbench.results.store import check_parent
 
         if op is not None and op not in OP_NAMES.values():
             raise UserError(
@@ -43,7 +44,7 @@ def nccl_tests(
             )
         if world_size is not None and world_size < 1:
             raise UserError(f"--world-size must be at least 1, got {world_size}")
-        check_out(out)
+        check_parent(out)
         for log in logs:
             run_dir = import_log(log, out, op=op, world_size=world_size)
             typer.echo(str(run_dir))

@@ -7,10 +7,10 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
+from commbench.collectives.settings import GPU_DEFAULT_SIZES
 from commbench.errors import UserError
 from commbench.results.exporters import Format
 
-DEFAULT_SIZES = "1K-1G"
 # World sizes a fitted model extrapolates to when --world is not given.
 SCALE_WORLDS = (8, 64, 1024)
 # More ranks than any machine runs: a typo, not a world to model.
@@ -58,10 +58,10 @@ def register(app: typer.Typer) -> None:
             0.0, "--launch", help="Cost of one host-side launch/sync in us (default 0)."
         ),
         sizes: str = typer.Option(
-            DEFAULT_SIZES,
+            GPU_DEFAULT_SIZES,
             "--sizes",
             "-s",
-            help=f"Sizes per rank, e.g. 1K-1G. Default {DEFAULT_SIZES}.",
+            help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}.",
         ),
         backend: str = typer.Option(
             None,

@@ -7,25 +7,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.cli._common import check_out, progress_bar, reported_errors
-from commbench.errors import RunFailed, UserError
+from commbench.cli._common import progress_bar, reported_errors
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML behind them)
     from commbench.p2p.plan import Step
-    from commbench.p2p.settings import P2PSettings
+    from commbench.p2p.run import DryRun
+    from commbench.results.runs import Run
     from commbench.topology import TopologySnapshot
-
-
-def _src(text: str | None) -> int:
-    from commbench.errors import quoted
-    from commbench.numbers import MAX_DIGITS, is_digits
-
-    if text is None:
-        return 0
-    if not is_digits(text.strip()) or len(text.strip()) > MAX_DIGITS:  # isdigit() takes '²'
-        raise UserError(f"--src {quoted(text)}: expected a GPU index (0, 1, ...)")
-    return int(text)
 
 
 def _topology_words(snapshot: TopologySnapshot, path: Path | None) -> str:
@@ -88,68 +77,61 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
         with reported_errors():
-            from commbench.p2p.run import dry_run as plan_dry_run
-            from commbench.p2p.run import load_topology
-            from commbench.p2p.settings import (
-                DEFAULT_SIZE,
-                P2PSettings,
-                parse_gpu_list,
-                parse_modes,
-            )
-            from commbench.sizes import parse_sizes
+            import commbench.api
+            from commbench.p2p.run import DryRun
 
-            settings = P2PSettings(
-                src=_src(src),
-                dsts=None if dst is None else parse_gpu_list(dst),
-                matrix=matrix,
-                sizes=[DEFAULT_SIZE] if size is None else parse_sizes(size),
-                modes=parse_modes(mode),
-                bidirectional=bidirectional,
-                host=host,
-                latency=latency,
-                warmup=warmup,
-                iters=iters,
-            )
-            if matrix and src is not None:
-                raise UserError("--matrix measures every pair; it takes no --src")
-            if not dry_run:
-                check_out(out)
-            snapshot = load_topology(topology)
-            if dry_run:
-                from commbench.p2p.render import render_expectations
+            progress = progress_bar()
+            task = progress.add_task("p2p", total=None)
 
-                dry = plan_dry_run(settings, snapshot)
-                for note in dry.plan.notes:
-                    typer.echo(f"commbench: {note}", err=True)
-                if fmt in (Format.table, Format.md):
-                    typer.echo(
-                        f"Dry run on {_topology_words(snapshot, topology)}: what each copy "
-                        "should reach; nothing was measured.\n"
-                    )
-                typer.echo(render_expectations(dry.expectations, fmt), nl=False)
-                return
-            _measure(settings, snapshot, out, fmt)
+            def on_step(done: int, total: int, step: Step) -> None:
+                label = f"{step.mode} {step.label}"
+                progress.update(task, completed=done, total=total, description=label)
+
+            with progress:
+                result = commbench.api.p2p(
+                    src=src,
+                    dst=dst,
+                    size=size,
+                    mode=mode,
+                    bidirectional=bidirectional,
+                    matrix=matrix,
+                    host=host,
+                    latency=latency,
+                    warmup=warmup,
+                    iters=iters,
+                    topology=topology,
+                    dry_run=dry_run,
+                    out=out,
+                    on_step=on_step,
+                )
+            if isinstance(result, DryRun):
+                _show_dry_run(result, topology, fmt)
+            else:
+                _report(result, fmt)
 
 
-def _measure(
-    settings: P2PSettings, snapshot: TopologySnapshot | None, out: Path, fmt: Format
-) -> None:
-    from commbench.p2p.render import render_rows
-    from commbench.p2p.run import run_p2p
+def _show_dry_run(dry: DryRun, topology: Path | None, fmt: Format) -> None:
+    from commbench.p2p.render import render_expectations
 
-    progress = progress_bar()
-    task = progress.add_task("p2p", total=None)
-
-    def on_step(done: int, total: int, step: Step) -> None:
-        label = f"{step.mode} {step.label}"
-        progress.update(task, completed=done, total=total, description=label)
-
-    with progress:
-        outcome = run_p2p(settings, out, snapshot=snapshot, on_step=on_step)
-    typer.echo(render_rows(outcome.rows, fmt), nl=False)
-    for note in outcome.notes:
+    for note in dry.plan.notes:
         typer.echo(f"commbench: {note}", err=True)
-    odd = outcome.suspicious
+    if fmt in (Format.table, Format.md):
+        typer.echo(
+            f"Dry run on {_topology_words(dry.snapshot, topology)}: what each copy "
+            "should reach; nothing was measured.\n"
+        )
+    typer.echo(render_expectations(dry.expectations, fmt), nl=False)
+
+
+def _report(run: Run, fmt: Format) -> None:
+    """The copies on stdout; the notes, a warning for numbers above the peak and the status
+    line on stderr; exit as the run's verdict says."""
+    from commbench.p2p.render import render_rows
+
+    typer.echo(render_rows(run.rows, fmt), nl=False)
+    for note in run.record.notes:
+        typer.echo(f"commbench: {note}", err=True)
+    odd = [r for r in run.rows if r.p2p and r.p2p.suspicious]
     if odd:
         pairs = ", ".join(r.p2p.label for r in odd[:5] if r.p2p)
         typer.echo(
@@ -157,8 +139,7 @@ def _measure(
             "such numbers are not to be trusted as they stand (see the diagnosis)",
             err=True,
         )
-    typer.echo(
-        f"commbench: {outcome.status}: {len(outcome.rows)} rows in {outcome.run_dir}", err=True
-    )
-    if outcome.checks_failed:
-        raise RunFailed(outcome.failure or "wrong data after the copy")
+    typer.echo(f"commbench: {run.record.status}: {len(run.rows)} rows in {run.path}", err=True)
+    error = run.verdict.error()
+    if error is not None:
+        raise error

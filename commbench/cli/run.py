@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,20 +14,12 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
-    check_out,
     reported_errors,
 )
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from commbench.collectives.placement import Placement
-    from commbench.compare import GateSettings
-    from commbench.launch.launcher import LaunchOptions
     from commbench.results.record import Entry
-    from commbench.suites.config import SuiteConfig
-    from commbench.suites.runner import Machine
 
 
 def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
@@ -52,49 +44,9 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
     )
 
 
-def prepare(
-    options: dict[str, Any], launch: LaunchOptions, placer: Callable[..., Placement]
-) -> tuple[SuiteConfig, Machine, GateSettings]:
-    """The suite, the machine and the gate of a `run` command line (its options by parameter
-    name), every run's settings validated; `placer(device, nproc, backend)` fills in what
-    neither the flags nor the suite say. The command runs what this returns; `slurm-script`
-    checks the `run` it wraps with it on the submit host, with the job's nodes as placer."""
-    from dataclasses import replace
-
-    from commbench.compare import parse_fraction
-    from commbench.suites.config import load_suite
-    from commbench.suites.runner import Machine, plan_runs
-
-    suite = load_suite(options["config"])
-    nproc = options["nproc"]
-    place = placer(
-        options["device"] or suite.device,
-        nproc if nproc is not None else suite.nproc,
-        options["backend"] or suite.backend,
-    )
-    machine = Machine(
-        device=place.device,
-        nproc=place.nproc,
-        backend=place.backend,
-        nnodes=launch.nnodes,
-        node_rank=launch.node_rank,
-        rdzv_endpoint=launch.rdzv_endpoint,
-        rdzv_id=launch.rdzv_id,
-        debug=launch.debug,
-    )
-    gate = suite.gate
-    if options["tolerance"] is not None:
-        gate = replace(gate, tolerance=parse_fraction(options["tolerance"], "--tolerance"))
-    if options["allow_mismatch"]:
-        gate = replace(gate, allow_mismatch=True)
-    plan_runs(suite, machine)
-    return suite, machine, gate
-
-
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
-        ctx: typer.Context,
         config: Path = typer.Argument(
             ..., metavar="SUITE.yaml", help="Suite file, e.g. configs/ci.yaml."
         ),
@@ -137,30 +89,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():
-            from commbench.collectives.placement import resolve_placement
-            from commbench.launch.launcher import resolve_launch
-            from commbench.suites.runner import run_suite
+            import commbench.api
 
-            check_out(out)
-            launch = resolve_launch(
+            def on_event(message: str) -> None:
+                typer.echo(f"commbench: {message}", err=True)
+
+            outcome = commbench.api.run_suite(
+                config,
+                baseline=baseline,
+                out=out,
+                nproc=nproc,
+                device=device,
+                backend=backend,
+                tolerance=tolerance,
+                allow_mismatch=allow_mismatch,
+                no_plot=no_plot,
                 nnodes=nnodes,
                 node_rank=node_rank,
                 rdzv_endpoint=rdzv_endpoint,
                 rdzv_id=rdzv_id,
                 debug=debug,
-            )
-            suite, machine, gate = prepare(ctx.params, launch, resolve_placement)
-
-            def on_event(message: str) -> None:
-                typer.echo(f"commbench: {message}", err=True)
-
-            outcome = run_suite(
-                suite,
-                out,
-                machine,
-                baseline=baseline,
-                gate=gate,
-                plot=not no_plot,
                 on_event=on_event,
             )
             if outcome.comparisons is not None:

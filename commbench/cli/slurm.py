@@ -61,19 +61,30 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
     # the nodes build the rendezvous from the job; any endpoint stands for it here
     launch = LaunchOptions(nnodes=nodes, rdzv_endpoint="head-node:29400" if nodes > 1 else None)
     if name == "collectives":
-        from commbench.cli.collectives import settings_from_options
+        from commbench.cli.collectives import settings_options
+        from commbench.collectives.settings import CollectivesSettings
         from commbench.launch.preflight import validate_ranks
 
-        settings = settings_from_options(
-            params, placer(params["device"], params["nproc"], params["backend"])
+        settings = CollectivesSettings.from_options(
+            placer(params["device"], params["nproc"], params["backend"]),
+            **settings_options(params),
         )
         _check_gpus(settings.device, settings.nproc, gpus_per_node)
         validate_ranks(settings, nodes * settings.nproc)
     elif name == "run":
-        from commbench.cli.run import prepare
+        from commbench.suites.runner import prepare_suite
         from commbench.suites.store import load_runs
 
-        _, machine, _ = prepare(params, launch, placer)
+        _, machine, _ = prepare_suite(
+            params["config"],
+            launch,
+            placer,
+            nproc=params["nproc"],
+            device=params["device"],
+            backend=params["backend"],
+            tolerance=params["tolerance"],
+            allow_mismatch=params["allow_mismatch"],
+        )
         _check_gpus(machine.device, machine.nproc, gpus_per_node)
         if params.get("baseline") is not None:
             load_runs(params["baseline"])

@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
-from commbench.errors import UserError
-from commbench.files import dump_json, read_stdin, read_text, write_text
+from commbench.files import dump_json, write_text
 
 
 class Format(str, Enum):
@@ -17,12 +16,6 @@ class Format(str, Enum):
 
     table = "table"
     json = "json"
-
-
-def _read_text(path: Path) -> str:
-    if str(path) == "-":
-        return read_stdin("nvidia-smi topo -m output")
-    return read_text(path, "nvidia-smi topo -m output", lenient=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,21 +51,11 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Show how this machine's GPUs are wired (NVLink, PCIe, P2P, peak bandwidth)."""
-        from commbench.topology import discover, load_snapshot, parse_nvidia_smi, render
-
         with reported_errors():
-            if from_snapshot is not None and from_smi is not None:
-                raise UserError("--from and --from-smi both name an input; give one")
-            if from_snapshot is not None:
-                snapshot = load_snapshot(from_snapshot)
-            elif from_smi is not None:
-                text = _read_text(from_smi)
-                try:
-                    snapshot = parse_nvidia_smi(text)
-                except UserError as exc:
-                    raise UserError(f"{from_smi}: {exc}") from None
-            else:
-                snapshot = discover()
+            import commbench.api
+            from commbench.topology import render
+
+            snapshot = commbench.api.topology(from_snapshot, from_smi=from_smi)
             table = render(snapshot)
             body = dump_json(snapshot.to_dict()) if fmt is Format.json else table
             if out is not None:

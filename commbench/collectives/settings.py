@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.sizes import check_size
 
@@ -22,6 +23,19 @@ MAX_NPROC = 1 << 20
 # More nodes than any machine has (the largest have about ten thousand): a node list or a
 # node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
 MAX_NODES = 65536
+
+# The defaults of a collectives run, written once: the CLI's help, a suite's timing section
+# and the Python API all read them from here.
+GPU_DEFAULT_SIZES = "1K-1G"
+CPU_DEFAULT_SIZES = "1K-1M"
+"""A CPU rank moves ~1 GB/s through gloo: 1 GiB points would take minutes each."""
+DEFAULT_MIN_TIME = 0.2
+DEFAULT_MIN_ITERS = 10
+DEFAULT_MAX_ITERS = 1000
+DEFAULT_TIMEOUT = 300.0
+
+if TYPE_CHECKING:
+    from commbench.collectives.placement import Placement
 
 
 @dataclass(kw_only=True, slots=True)
@@ -42,11 +56,11 @@ class CollectivesSettings:
     """Warm-up iterations per point; None adapts to the size (see `worker.plan_iterations`)."""
     iters: int | None = None
     """Timed iterations per point; None fills `min_time` within [min_iters, max_iters]."""
-    min_time: float = 0.2
+    min_time: float = DEFAULT_MIN_TIME
     """Seconds of timed iterations per point when `iters` is None."""
-    min_iters: int = 10
+    min_iters: int = DEFAULT_MIN_ITERS
     """Floor on timed iterations: the regression gate's significance test needs samples."""
-    max_iters: int = 1000
+    max_iters: int = DEFAULT_MAX_ITERS
     """Ceiling on timed iterations, so 1 KiB points do not run for ever on fast links."""
     in_place: bool = False
     check: bool = True
@@ -57,7 +71,7 @@ class CollectivesSettings:
     """Run the ops on this subgroup (global ranks); the others wait."""
     strategies: list[str] = field(default_factory=list)
     """All-reduce strategies to time in addition to `ops`."""
-    timeout: float = 300.0
+    timeout: float = DEFAULT_TIMEOUT
     """Seconds without progress before a run is declared hung."""
     profile: bool = False
     """Record a torch.profiler trace of a few untimed iterations per point (one file per rank)."""
@@ -110,6 +124,60 @@ class CollectivesSettings:
             for rank in self.ranks:
                 check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
 
+    @classmethod
+    def from_options(
+        cls,
+        place: Placement,
+        *,
+        ops: str | Sequence[str] | None = None,
+        strategies: str | Sequence[str] | None = None,
+        sizes: str | Sequence[int | str] | None = None,
+        dtype: str = "float32",
+        reduce_op: str = "sum",
+        warmup: int | None = None,
+        iters: int | None = None,
+        min_time: float | None = None,
+        in_place: bool = False,
+        check: bool = True,
+        async_op: bool = False,
+        graph: bool = False,
+        ranks: str | Sequence[int] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        profile: bool = False,
+    ) -> CollectivesSettings:
+        """The settings of what a user asked for, as `commbench collectives` takes it (its
+        flags in snake_case; a comma list or a list, a size spec or a list of sizes) on nodes
+        placed as `place`: the defaults are filled in here, once, for the command, the Python
+        API and the script `slurm-script` checks on the submit host. UserError for bad input,
+        with the line the CLI prints."""
+        from commbench.collectives.specs import parse_ops, parse_strategies
+        from commbench.sizes import parse_sizes
+
+        check_iteration_flags(iters, min_time)
+        if sizes is None:
+            sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
+        return cls(
+            # every op unless only strategies were asked for
+            ops=_names(ops, parse_ops) if ops is not None else ([] if strategies else list(OPS)),
+            strategies=[] if strategies is None else _names(strategies, parse_strategies),
+            sizes=parse_sizes(sizes) if isinstance(sizes, str) else _sizes(sizes),
+            nproc=place.nproc,
+            backend=place.backend,
+            device=place.device,
+            dtype=dtype,
+            reduce_op=reduce_op,
+            warmup=warmup,
+            iters=iters,
+            min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
+            in_place=in_place,
+            check=check,
+            async_op=async_op,
+            graph=graph,
+            ranks=parse_ranks(ranks),
+            timeout=timeout,
+            profile=profile,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -117,6 +185,55 @@ class CollectivesSettings:
     def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
+    """`--iters` fixes the count and `--min-time` adapts it: both at once is a contradiction
+    the settings could not record honestly."""
+    if iters is not None and min_time is not None:
+        raise UserError(
+            "--iters and --min-time both given: --iters fixes the count, "
+            "--min-time adapts it; give one"
+        )
+
+
+def parse_ranks(ranks: str | Sequence[int] | None) -> list[int] | None:
+    """`--ranks 0,2` (or a list of ints) as a list; None (every rank) when not given."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, str):
+        from commbench.numbers import is_digits
+
+        items = [t.strip() for t in ranks.split(",") if t.strip()]
+        if not all(is_digits(t) and len(t) <= 9 for t in items):  # ASCII digits, no sign
+            raise UserError(f"--ranks must be a comma list of rank numbers, got {quoted(ranks)}")
+        ranks = [int(t) for t in items]
+    elif not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        raise UserError(f"ranks must be rank numbers, got {list(ranks)!r}")
+    if not ranks:
+        raise UserError("--ranks is empty")
+    return list(ranks)
+
+
+def _names(value: str | Sequence[str], parse: Any) -> list[str]:
+    """A comma list, or a list of names (each checked by the same parser)."""
+    if isinstance(value, str):
+        return list(parse(value))
+    if not all(isinstance(v, str) for v in value):
+        raise UserError(f"expected names, got {list(value)!r}")
+    return list(parse(",".join(value)))
+
+
+def _sizes(values: Sequence[int | str]) -> list[int]:
+    """A list of sizes: byte counts, or size specs such as "64K"."""
+    from commbench.sizes import parse_sizes
+
+    out: list[int] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            raise UserError(f"a size must be a number of bytes or a size like '64K', got {v!r}")
+        out.extend(parse_sizes(v) if isinstance(v, str) else [v])
+    return out
 
 
 @dataclass(frozen=True, slots=True)

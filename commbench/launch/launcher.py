@@ -34,7 +34,8 @@ from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
 from commbench.results.lifecycle import INTERRUPTED, now, start_run
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import ResultRow
+from commbench.results.verdict import Verdict, judge, wrong_points
 from commbench.torch_version import require_torch
 
 POLL = 0.1
@@ -135,7 +136,18 @@ class Outcome:
 
     @property
     def checks_failed(self) -> list[ResultRow]:
-        return [r for r in self.rows if r.check == CHECK_FAILED]
+        return wrong_points(self.rows)
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the run means to whoever ran it (`results.verdict.judge`)."""
+        return judge(
+            self.status,
+            self.rows,
+            self.run_dir,
+            failure=self.failure,
+            stop_requested=self.stop_requested,
+        )
 
 
 ProgressFn = Callable[[int, int, ResultRow | None], None]

@@ -28,7 +28,7 @@ from commbench.p2p.expect import (
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
 from commbench.p2p.settings import P2PSettings
 from commbench.results.lifecycle import start_run
-from commbench.results.record import RunContext, RunKind, RunStatus
+from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -88,6 +88,8 @@ class P2POutcome:
     status: RunStatus
     rows: list[ResultRow]
     """One per copy, each with its `P2PCopy` (`row.p2p`)."""
+    record: RunRecord
+    """What run.json says."""
     notes: list[str] = field(default_factory=list)
     failure: str | None = None
 
@@ -359,7 +361,9 @@ def _run(
         raise
     if settings.matrix and rows:
         notes.extend(_heatmap(run_dir, rows, measurer.device_count))
-    outcome = P2POutcome(run_dir=run_dir, status=RunStatus.COMPLETE, rows=rows, notes=notes)
+    outcome = P2POutcome(
+        run_dir=run_dir, status=RunStatus.COMPLETE, rows=rows, record=record, notes=notes
+    )
     failed = outcome.checks_failed
     if failed:
         outcome.status = RunStatus.FAILED

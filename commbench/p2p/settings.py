@@ -103,6 +103,39 @@ class P2PSettings:
         return data
 
     @classmethod
+    def from_flags(
+        cls,
+        *,
+        src: int | str | None = None,
+        dst: str | Sequence[int] | None = None,
+        size: str | int | Sequence[int] | None = None,
+        mode: str = "both",
+        bidirectional: bool = False,
+        matrix: bool = False,
+        host: bool = False,
+        latency: bool = False,
+        warmup: int = 5,
+        iters: int | None = None,
+    ) -> P2PSettings:
+        """The settings of what a user asked for, as `commbench p2p` takes it (its flags in
+        snake_case; `dst` a comma list or a list, `size` a size spec or bytes): the one place
+        the command and `commbench.p2p()` fill in defaults and check the flags together."""
+        if matrix and src is not None:
+            raise UserError("--matrix measures every pair; it takes no --src")
+        return cls(
+            src=_gpu(src),
+            dsts=None if dst is None else _gpus(dst),
+            matrix=matrix,
+            sizes=[DEFAULT_SIZE] if size is None else _sizes(size),
+            modes=parse_modes(mode),
+            bidirectional=bidirectional,
+            host=host,
+            latency=latency,
+            warmup=warmup,
+            iters=iters,
+        )
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> P2PSettings:
         """Settings from a plain mapping (a suite file's `p2p:` section, or `to_dict()`).
 
@@ -155,6 +188,26 @@ def parse_modes(text: str) -> list[str]:
     if value in MODES:
         return [value]
     raise UserError(f"--mode {text!r}: choose concurrent, sequential or both")
+
+
+def _gpu(value: int | str | None) -> int:
+    """`--src`: a GPU index, 0 when not given."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if not is_digits(text) or len(text) > MAX_DIGITS:  # isdigit() takes '²'
+        raise UserError(f"--src {quoted(str(value))}: expected a GPU index (0, 1, ...)")
+    return int(text)
+
+
+def _gpus(value: str | Sequence[int]) -> list[int]:
+    if isinstance(value, str):
+        return parse_gpu_list(value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise UserError(f"--dst {quoted(str(value))}: expected GPU indices")
+    return list(value)
 
 
 def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:

@@ -19,6 +19,7 @@ from commbench.files import shown
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
+from commbench.results.verdict import Verdict, judge
 
 if TYPE_CHECKING:
     import pandas
@@ -31,6 +32,11 @@ class Run:
     path: Path
     record: RunRecord
     rows: list[ResultRow]
+    stopped: bool = False
+    """Ctrl-C or SIGTERM reached the process that ran it as the run was wound up: the record
+    is whole, but whoever runs more after it should stop (`Verdict.stopped`; never stored)."""
+    plots: str | None = None
+    """What plotting it after the run did, in a line; None when it was not plotted."""
 
     @property
     def kind(self) -> RunKind:
@@ -38,8 +44,22 @@ class Run:
 
     @property
     def status(self) -> RunStatus:
-        """How the run ended (a record that does not say is taken as complete)."""
-        return self.record.status or RunStatus.COMPLETE
+        """Whether the run passed: COMPLETE, or FAILED (the run failed, or a result was
+        wrong), INTERRUPTED, RUNNING (`verdict`). The record's own status, which a wrong
+        result does not change, is `record.status`."""
+        return self.verdict.status
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the run means to whoever ran it, and why it did not pass
+        (`results.verdict.judge`; a record that does not say how it ended is complete)."""
+        return judge(
+            self.record.status or RunStatus.COMPLETE,
+            self.rows,
+            self.path,
+            failure=self.record.failure,
+            stop_requested=self.stopped,
+        )
 
     @property
     def context(self) -> RunContext:

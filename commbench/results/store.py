@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
 from commbench.results.exporters import dicts_to_csv, rows_to_csv
@@ -105,6 +105,31 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             raise
+
+
+def check_parent(out: Path, flag: str = "--out") -> None:
+    """Refuse, before anything runs or is created, an `--out` that cannot hold new run
+    directories: a file, a run or suite directory itself (a new run would be nested inside
+    it, where no command looks for it), or a place this user cannot write."""
+    shown = quoted(str(out))
+    try:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{flag} {shown} is a file; give a directory to hold the run")
+        for marker, what in ((RUN_FILE, "a run"), (SUITE_FILE, "a suite")):
+            if (out / marker).is_file():
+                raise UserError(
+                    f"{flag} {shown} is {what} directory; give the directory that holds runs "
+                    f"(e.g. {quoted(str(out.parent))})"
+                )
+        existing = out
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as exc:  # a name too long, a loop of links
+        raise UserError(f"{flag} {shown}: {exc.strerror or exc}") from None
+    if not existing.is_dir():
+        raise UserError(f"{flag} {shown}: {quoted(str(existing))} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {shown}: cannot write under {quoted(str(existing))}")
 
 
 def new_run_dir(parent: Path, kind: str) -> Path:

@@ -15,7 +15,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from commbench.collectives.settings import MAX_NPROC, MIN_TIMEOUT
+from commbench.collectives.settings import (
+    CPU_DEFAULT_SIZES,
+    DEFAULT_MAX_ITERS,
+    DEFAULT_MIN_ITERS,
+    DEFAULT_MIN_TIME,
+    DEFAULT_TIMEOUT,
+    GPU_DEFAULT_SIZES,
+    MAX_NPROC,
+    MIN_TIMEOUT,
+)
 from commbench.compare import (
     DEFAULT_ALPHA,
     DEFAULT_LATENCY_TOLERANCE,
@@ -231,20 +240,20 @@ class Timing:
 
     warmup: int | None = None
     iters: int | None = None
-    min_time: float = 0.2
-    min_iters: int = 10
-    max_iters: int = 1000
-    timeout: float = 300.0
+    min_time: float = DEFAULT_MIN_TIME
+    min_iters: int = DEFAULT_MIN_ITERS
+    max_iters: int = DEFAULT_MAX_ITERS
+    timeout: float = DEFAULT_TIMEOUT
 
 
 def _timing(section: _Section) -> Timing:
     timing = Timing(
         warmup=section.get("warmup", _int(0), None),
         iters=section.get("iters", _int(1), None),
-        min_time=section.get("min_time", _float, 0.2),
-        min_iters=section.get("min_iters", _int(1), 10),
-        max_iters=section.get("max_iters", _int(1), 1000),
-        timeout=section.get("timeout", _seconds(MIN_TIMEOUT), 300.0),
+        min_time=section.get("min_time", _float, DEFAULT_MIN_TIME),
+        min_iters=section.get("min_iters", _int(1), DEFAULT_MIN_ITERS),
+        max_iters=section.get("max_iters", _int(1), DEFAULT_MAX_ITERS),
+        timeout=section.get("timeout", _seconds(MIN_TIMEOUT), DEFAULT_TIMEOUT),
     )
     if timing.iters is not None and "min_time" in section.data:
         raise _Invalid(
@@ -318,7 +327,7 @@ def _collectives(value: Any) -> CollectivesSection:
     s = _Section(_section_data(value), "collectives")
     out = CollectivesSection(
         ops=s.get("ops", _names(list(OPS), "ops"), list(OPS)),
-        sizes=s.get("sizes", _sizes, Sizes(cuda="1K-1G", cpu="1K-1M")),
+        sizes=s.get("sizes", _sizes, Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES)),
         dtypes=s.get("dtypes", _dtypes, ["float32"]),
         reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
         in_place=s.get("in_place", _bool, False),
@@ -345,7 +354,7 @@ def _strategies(value: Any) -> StrategiesSection:
     out = StrategiesSection(
         # Without the strategies module names are kept as written; the runner skips them.
         names=s.get("names", _names(known, "strategies"), list(known or ["all"])),
-        sizes=s.get("sizes", _sizes, Sizes(cuda="1K-1G", cpu="1K-1M")),
+        sizes=s.get("sizes", _sizes, Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES)),
         dtypes=s.get("dtypes", _dtypes, ["float32"]),
         reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
         timing=_timing(s),

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from commbench.compare import Comparison, GateSettings, context_mismatches
+from commbench.compare import Comparison, Gate, GateSettings, context_mismatches
 from commbench.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -30,8 +30,12 @@ from commbench.results.record import Entry, RunContext, RunKind, RunStatus, Suit
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import SuiteDir, atomic_write, dump_json
 from commbench.suites.config import Sizes, SuiteConfig, Timing
-from commbench.suites.store import compare_targets, exit_code, load_runs
+from commbench.suites.store import compare_targets, load_runs
 from commbench.torch_version import require_torch
+
+if TYPE_CHECKING:
+    from commbench.collectives.placement import Placement
+    from commbench.launch.launcher import LaunchOptions
 
 EventFn = Callable[[str], None]
 _DONE = (RunStatus.COMPLETE, RunStatus.SKIPPED)
@@ -89,9 +93,19 @@ class SuiteOutcome:
         return [e for e in self.entries if e.status not in _DONE]
 
     @property
+    def gate(self) -> Gate | None:
+        """The comparison with the baseline; None when the suite ran without one."""
+        return None if self.comparisons is None else Gate(self.comparisons)
+
+    @property
     def exit_code(self) -> int:
-        gate = exit_code(self.comparisons) if self.comparisons else EXIT_OK
+        gate = self.gate.exit_code if self.gate is not None else EXIT_OK
         return max(gate, EXIT_FAILED if self.failed else EXIT_OK)
+
+    @property
+    def passed(self) -> bool:
+        """Every entry ran (or was skipped as it should be) and the gate, if any, passed."""
+        return self.exit_code == EXIT_OK
 
 
 def _collectives_settings(
@@ -206,23 +220,20 @@ class _Suite:
                 raise KeyboardInterrupt from None
             return
         entry.path = outcome.run_dir.name
-        entry.status = outcome.status
-        entry.failure = outcome.failure
+        verdict = outcome.verdict
+        entry.status = verdict.status
+        entry.failure = None if verdict.passed else verdict.message
         if outcome.record.holds_results is False:
             self.held_elsewhere.append(name)
-        if outcome.status is RunStatus.INTERRUPTED:
+        if verdict.status is RunStatus.INTERRUPTED:
             self.save()
             raise KeyboardInterrupt
-        failed_checks = outcome.checks_failed
-        if outcome.status is RunStatus.COMPLETE and failed_checks:
-            entry.status = RunStatus.FAILED
-            entry.failure = f"wrong result at {len(failed_checks)} point(s)"
         self.on_event(
             f"{name}: {entry.status}: {len(outcome.rows)}/{outcome.points_total} points"
             + (f" ({entry.failure})" if entry.failure else "")
         )
         self.save()
-        if outcome.stop_requested:  # asked to stop: its plots can be made later (`plot`)
+        if verdict.stopped:  # asked to stop: its plots can be made later (`plot`)
             raise KeyboardInterrupt
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
@@ -300,6 +311,52 @@ def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> Non
                 + "; ".join(mismatches)
                 + " (pass --allow-mismatch to compare anyway)"
             )
+
+
+def prepare_suite(
+    config: Path,
+    launch: LaunchOptions,
+    placer: Callable[..., Placement],
+    *,
+    nproc: int | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    tolerance: str | float | None = None,
+    allow_mismatch: bool = False,
+) -> tuple[SuiteConfig, Machine, GateSettings]:
+    """The suite file `config`, the machine it runs on and the gate it is judged with, as a
+    `run` command line asks (its flags override the suite's keys), every run's settings
+    validated; `placer(device, nproc, backend)` fills in what neither says. `commbench run`
+    and `commbench.run_suite` run what this returns; `slurm-script` checks the `run` it wraps
+    with it on the submit host, with the job's nodes as placer."""
+    from dataclasses import replace
+
+    from commbench.compare import parse_fraction
+    from commbench.suites.config import load_suite
+
+    suite = load_suite(config)
+    place = placer(
+        device or suite.device,
+        nproc if nproc is not None else suite.nproc,
+        backend or suite.backend,
+    )
+    machine = Machine(
+        device=place.device,
+        nproc=place.nproc,
+        backend=place.backend,
+        nnodes=launch.nnodes,
+        node_rank=launch.node_rank,
+        rdzv_endpoint=launch.rdzv_endpoint,
+        rdzv_id=launch.rdzv_id,
+        debug=launch.debug,
+    )
+    gate = suite.gate
+    if tolerance is not None:
+        gate = replace(gate, tolerance=parse_fraction(tolerance, "--tolerance"))
+    if allow_mismatch:
+        gate = replace(gate, allow_mismatch=True)
+    plan_runs(suite, machine)
+    return suite, machine, gate
 
 
 def require_suite_torch(config: SuiteConfig) -> None:

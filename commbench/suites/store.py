@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.compare import Comparison, GateSettings, compare_runs
-from commbench.errors import EXIT_OK, UserError
+from commbench.errors import UserError
 from commbench.results.record import RunKind, RunRecord
 from commbench.results.runs import Run, is_suite, load_run, load_suite
 
@@ -93,7 +93,3 @@ def gate_for(
     gate = {**recorded_gate(baseline), **recorded_gate(new)}
     gate.update({k: v for k, v in given.items() if v is not None})
     return GateSettings(**gate, allow_mismatch=allow_mismatch)
-
-
-def exit_code(results: list[tuple[str, Comparison]]) -> int:
-    return max((c.exit_code for _, c in results), default=EXIT_OK)
