@@ -8,8 +8,8 @@ The Python API (`commbench.api`, documented in the README) is reachable from her
 Its names are loaded on first use, so `import commbench` (and `commbench --help`) pulls in
 neither torch nor pandas nor matplotlib.
 
-Four of the API's names are also the names of commbench's own modules (`collectives`, `p2p`,
-`topology`, `compare`), and Python's import system sets `commbench.<module>` to the module
+Five of the API's names are also the names of commbench's own modules (`collectives`, `p2p`,
+`topology`, `compare`, `diagnose`), and Python's import system sets `commbench.<module>` to the module
 whenever anything imports it. Rather than rename either, those modules are made callable as
 they are attached here (`_Package.__setattr__`): `commbench.collectives` is the package, and
 calling it is calling `commbench.api.collectives` (same signature, same checks). Imports such
@@ -24,14 +24,23 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "collectives", "compare", "load", "p2p", "run_suite", "topology"]
+__all__ = [
+    "__version__",
+    "collectives",
+    "compare",
+    "diagnose",
+    "load",
+    "p2p",
+    "run_suite",
+    "topology",
+]
 
-_FUNCTIONS = frozenset({"load", "run_suite"})
-_MODULES = frozenset({"collectives", "compare", "p2p", "topology"})
+_FUNCTIONS = frozenset({"load", "run_suite"})  # `diagnose` is a package: see below
+_MODULES = frozenset({"collectives", "compare", "diagnose", "p2p", "topology"})
 """API names that are also modules of commbench: the module, made callable, is the name."""
 
 if TYPE_CHECKING:
-    from commbench.api import collectives, compare, load, p2p, run_suite, topology
+    from commbench.api import collectives, compare, diagnose, load, p2p, run_suite, topology
 
 
 def _function(name: str) -> Any:

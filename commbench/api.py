@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
+    from commbench.diagnose.run import Diagnosis
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
     from commbench.results.runs import Run, Suite
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from commbench.suites.runner import SuiteOutcome
     from commbench.topology import TopologySnapshot
 
-__all__ = ["collectives", "compare", "load", "p2p", "run_suite", "topology"]
+__all__ = ["collectives", "compare", "diagnose", "load", "p2p", "run_suite", "topology"]
 
 PathLike = str | Path
 
@@ -307,3 +308,89 @@ def topology(
 def _path(target: PathLike | Run | Suite) -> Path:
     """Where a run or suite is stored: a path as given, or a loaded one's directory."""
     return Path(target) if isinstance(target, str | Path) else target.path
+
+
+def diagnose(
+    *,
+    nproc: int | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    sizes: str | int | None = None,
+    tolerance: str | float | None = None,
+    stages: str | Sequence[str] | None = None,
+    baseline: PathLike | None = None,
+    iters: int | None = None,
+    warmup: int | None = None,
+    timeout: float | None = None,
+    out: PathLike = "results",
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    debug: bool = False,
+    on_test: Callable[[dict[str, object]], None] | None = None,
+) -> Diagnosis:
+    """Find the slow node, GPU or link (`commbench diagnose`); run on every node.
+
+    Returns the `Diagnosis`: `.verdict` (healthy, degraded, failed), `.nodes` (each with its
+    host, verdict and evidence), `.exit_code`, `.path` (the run directory, with
+    diagnosis.json). `baseline`: an expectations file (`{"inter-node": GB/s, ...}`) or an
+    earlier diagnose run, instead of the peers' median."""
+    from commbench.collectives.placement import resolve_placement
+    from commbench.collectives.settings import DEFAULT_TIMEOUT, CollectivesSettings
+    from commbench.compare import parse_fraction
+    from commbench.diagnose.expectations import load_expectations
+    from commbench.diagnose.run import run_diagnose
+    from commbench.diagnose.settings import (
+        CPU_DEFAULT_SIZE,
+        DEFAULT_ITERS,
+        DEFAULT_TOLERANCE,
+        GPU_DEFAULT_SIZE,
+        DiagnoseSettings,
+    )
+    from commbench.errors import UserError
+    from commbench.launch.launcher import resolve_launch
+    from commbench.results.store import check_parent
+    from commbench.sizes import parse_sizes
+
+    out = Path(out)
+    check_parent(out)
+    launch = resolve_launch(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        debug=debug,
+    )
+    place = resolve_placement(device, nproc, backend)
+    spec = (
+        sizes
+        if sizes is not None
+        else (GPU_DEFAULT_SIZE if place.device == "cuda" else CPU_DEFAULT_SIZE)
+    )
+    parsed = parse_sizes(str(spec))
+    if len(parsed) != 1:
+        raise UserError(f"--sizes: diagnose tests at one size, got {len(parsed)} ({spec})")
+    if isinstance(stages, str):
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
+    settings = DiagnoseSettings(
+        size_bytes=parsed[0],
+        stages=list(stages) if stages is not None else ["intra", "inter"],
+        tolerance=DEFAULT_TOLERANCE
+        if tolerance is None
+        else parse_fraction(tolerance, "--tolerance"),
+        expected_gbps=load_expectations(Path(baseline)) if baseline is not None else {},
+    )
+    collectives = CollectivesSettings(
+        ops=["all_reduce"],
+        sizes=parsed,
+        nproc=place.nproc,
+        backend=place.backend,
+        device=place.device,
+        warmup=warmup,
+        iters=DEFAULT_ITERS if iters is None else iters,
+        check=False,
+        timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+    )
+    diagnosis, _ = run_diagnose(settings, collectives, out, launch, on_test=on_test)
+    return diagnosis

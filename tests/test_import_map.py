@@ -29,6 +29,7 @@ FLOORS: list[set[str]] = [
     {"p2p"},
     {"importers"},
     {"compare"},
+    {"diagnose"},
     {"report"},
     {"suites"},
     {"api"},

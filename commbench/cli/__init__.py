@@ -31,6 +31,7 @@ _COMMANDS = (
     "topo",
     "p2p",
     "collectives",
+    "diagnose",
     "model",
     "slurm",
     "run",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.collectives.settings import MAX_NODES, CollectivesSettings, plan_points
+from commbench.collectives.settings import MAX_NODES, CollectivesSettings, Point, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
 from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, quoted
 from commbench.launch import procs
@@ -153,8 +153,12 @@ class Outcome:
 ProgressFn = Callable[[int, int, ResultRow | None], None]
 
 
+WORKER = "commbench.launch.worker"
+"""The module torchrun runs on every rank (another run kind brings its own: `diagnose`)."""
+
+
 def torchrun_command(
-    run_dir: Path, settings: CollectivesSettings, launch: LaunchOptions
+    run_dir: Path, settings: CollectivesSettings, launch: LaunchOptions, worker: str = WORKER
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -186,7 +190,7 @@ def torchrun_command(
             "--rdzv-id",
             launch.rdzv_id,
         ]
-    cmd += ["-m", "commbench.launch.worker", str(run_dir)]
+    cmd += ["-m", worker, str(run_dir)]
     return cmd
 
 
@@ -224,19 +228,32 @@ def run_collectives(
     out_parent: Path,
     launch: LaunchOptions | None = None,
     on_progress: ProgressFn | None = None,
+    *,
+    kind: RunKind = RunKind.COLLECTIVES,
+    worker: str = WORKER,
+    extra_settings: dict[str, Any] | None = None,
+    points: list[Point] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Outcome:
-    """Validate, launch torchrun, watch it, and return what was measured."""
+    """Validate, launch torchrun, watch it, and return what was measured.
+
+    Another run kind that times collectives over the same launch (`diagnose`) passes its
+    `kind`, its `worker` module, its own settings (written beside these in settings.json;
+    the collectives settings read past them), its `points` (what the watchdog names a hang
+    by) and `on_event` for the journal events of its own types."""
     launch = launch or LaunchOptions()
     probe_info = preflight(settings, launch)
-    points = plan_points(
-        settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
-    )
+    if points is None:
+        points = plan_points(
+            settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
+        )
     context = RunContext.from_dict(host_context(), "context")
     context.topology, context.topology_error = topology_snapshot()
+    all_settings = {**settings.to_dict(), **(extra_settings or {})}
     life = start_run(
         out_parent,
-        RunKind.COLLECTIVES,
-        settings=settings.to_dict(),
+        kind,
+        settings=all_settings,
         context=context,
         launch={
             "nnodes": launch.nnodes,
@@ -250,13 +267,13 @@ def run_collectives(
         points_done=0,
     )
     record, run_dir = life.record, life.path
-    life.dir.write_settings(settings.to_dict())
+    life.dir.write_settings(all_settings)
     life.dir.write_rows([])
     worker_env = _worker_env(run_dir, launch)
     # the knobs the workers ran with (--debug's included), not only the launcher's own
     context.env = env_knobs(worker_env)
 
-    watch = Watch(run_dir, points)
+    watch = Watch(run_dir, points, on_event=on_event)
     progress = on_progress or (lambda done, total, row: None)
     progress(0, len(points), None)
 
@@ -270,7 +287,7 @@ def run_collectives(
     signals = procs.StopSignals()
     with open(run_dir / "launcher.log", "wb") as log, signals.installed():
         proc = subprocess.Popen(
-            torchrun_command(run_dir, settings, launch),
+            torchrun_command(run_dir, settings, launch, worker),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

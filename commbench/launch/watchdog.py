@@ -62,8 +62,15 @@ def _identity(path: Path) -> tuple[int, int]:
 class Watch:
     """The state the poll loop keeps between iterations."""
 
-    def __init__(self, run_dir: Path, points: list[Point]) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        points: list[Point],
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.run_dir = run_dir
+        self.on_event = on_event
+        """Gets the journal's events of other types than the sweep's own (a run kind's)."""
         self._dir_identity = _identity(run_dir)
         self.agent_pid: int | None = None
         """torchrun's own pid: a stopped agent is not a stopped rank (its workers go on)."""
@@ -110,6 +117,8 @@ class Watch:
                 on_row(row)
             elif kind == "done":
                 self.done = True
+            elif self.on_event is not None:
+                self.on_event(event)
         self.heartbeats = read_heartbeats(self.run_dir)
         for beat in self.heartbeats.values():
             if not beat.get("remote"):  # a remote rank's pid means nothing on this node

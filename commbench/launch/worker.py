@@ -125,6 +125,8 @@ class Worker:
         }
         ranks: list[Any] = [None] * self.world
         dist.all_gather_object(ranks, info)
+        self.ranks_info: list[dict[str, Any]] = ranks
+        """Every rank's host, node and device, in global rank order."""
         self._share_heartbeats(ranks)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)

@@ -60,6 +60,7 @@ class RunKind(str, Enum):
     COLLECTIVES = "collectives"
     P2P = "p2p"
     NCCL_TESTS = "nccl-tests"
+    DIAGNOSE = "diagnose"
 
     def __str__(self) -> str:
         return self.value

@@ -1,0 +1,55 @@
+"""A diagnosis for people (a table, markdown), for tools (JSON) and for CI dashboards (JUnit)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape, quoteattr
+
+from commbench.files import dump_json
+
+if TYPE_CHECKING:
+    from commbench.diagnose.run import Diagnosis
+
+
+def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
+    if fmt == "json":
+        return dump_json(diagnosis.to_dict())
+    if fmt == "junit":
+        return _junit(diagnosis)
+    rows = [(n.host or f"node {n.node}", n.verdict, n.evidence) for n in diagnosis.nodes]
+    width = max([len(h) for h, _, _ in rows] + [4])
+    if fmt == "md":
+        out = ["| node | verdict | evidence |", "|---|---|---|"]
+        out += [f"| {h} | {v} | {'<br>'.join(e) or '-'} |" for h, v, e in rows]
+    else:
+        out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
+        for host, verdict, evidence in rows:
+            first, *rest = evidence or ["-"]
+            out.append(f"{host:<{width}}  {verdict:<9} {first}")
+            out += [f"{'':<{width}}  {'':<9} {line}" for line in rest]
+    tested = ", ".join(
+        f"{s['name']} {s['tests']} tests in {s['rounds']} rounds" for s in diagnosis.stages
+    )
+    out.append("")
+    out.append(f"verdict: {diagnosis.verdict}" + (f" ({tested})" if tested else ""))
+    return "\n".join(out) + "\n"
+
+
+def _junit(diagnosis: Diagnosis) -> str:
+    failures = sum(n.verdict != "healthy" for n in diagnosis.nodes)
+    lines = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuite name="commbench diagnose" tests="{len(diagnosis.nodes)}" '
+        f'failures="{failures}">',
+    ]
+    for n in diagnosis.nodes:
+        name = quoteattr(n.host or f"node {n.node}")
+        if n.verdict == "healthy":
+            lines.append(f'  <testcase classname="diagnose" name={name}/>')
+            continue
+        message = quoteattr(f"{n.verdict}: {n.evidence[0] if n.evidence else ''}")
+        lines.append(f'  <testcase classname="diagnose" name={name}>')
+        lines.append(f"    <failure message={message}>{escape(chr(10).join(n.evidence))}</failure>")
+        lines.append("  </testcase>")
+    lines.append("</testsuite>")
+    return "\n".join(lines) + "\n"

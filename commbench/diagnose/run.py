@@ -1,0 +1,238 @@
+"""Run a diagnosis and conclude it: launch the workers, replay their tests, name the nodes.
+
+The verdict is reached on every node from the tests journalled into its own run directory,
+by replaying the same stages (`stages.plan_stages`) on the recorded results, so each node
+exits with the same code. A node whose ranks failed or hung (the watchdog names them) is
+`failed`; the others keep what was measured before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commbench.collectives.settings import CollectivesSettings, Point
+from commbench.diagnose.plan import Result, Test
+from commbench.diagnose.settings import DiagnoseSettings
+from commbench.diagnose.stages import INTER, Layout, Stage, plan_stages
+from commbench.launch.launcher import LaunchOptions, Outcome, run_collectives
+from commbench.results.record import RunKind, RunStatus
+from commbench.results.store import atomic_write, dump_json
+
+DIAGNOSIS_FILE = "diagnosis.json"
+DIAGNOSIS_SCHEMA = 1
+WORKER = "commbench.diagnose.worker"
+HEALTHY, DEGRADED, FAILED = "healthy", "degraded", "failed"
+POINTS = 256
+"""Rounds the watchdog can name a hang by (more than any diagnosis runs)."""
+
+
+@dataclass(slots=True)
+class NodeVerdict:
+    host: str
+    node: int
+    verdict: str = HEALTHY
+    evidence: list[str] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    """GPUs (or GPU pairs) named inside the node, with their evidence."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "node": self.node,
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "gpus": self.gpus,
+        }
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """What `diagnose` concluded, as RUN_DIR/diagnosis.json holds it."""
+
+    path: Path
+    status: RunStatus
+    nodes: list[NodeVerdict]
+    stages: list[dict[str, Any]]
+    failure: str | None = None
+    pair_gbps: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
+    """Each pair test's median bus bandwidth, by stage (for the heatmaps)."""
+
+    @property
+    def verdict(self) -> str:
+        if any(n.verdict == FAILED for n in self.nodes) or (
+            self.status is not RunStatus.COMPLETE and not self.nodes
+        ):
+            return FAILED
+        if any(n.verdict == DEGRADED for n in self.nodes):
+            return DEGRADED
+        return HEALTHY if self.status is RunStatus.COMPLETE else FAILED
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == HEALTHY else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": DIAGNOSIS_SCHEMA,
+            "verdict": self.verdict,
+            "status": self.status.value,
+            "failure": self.failure,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "stages": self.stages,
+        }
+
+
+def _gbps(value: float) -> str:
+    return f"{value:.3g} GB/s"
+
+
+def conclude(
+    layout: Layout,
+    settings: DiagnoseSettings,
+    events: list[dict[str, Any]],
+    *,
+    status: RunStatus,
+    failed_ranks: list[int],
+    failure: str | None,
+    path: Path,
+) -> Diagnosis:
+    """Replay the stages on the journalled tests and name each node's verdict."""
+    nodes = [NodeVerdict(host=h, node=i) for i, h in enumerate(layout.hosts)]
+    node_of_rank = {r: i for i, ranks in enumerate(layout.ranks) for r in ranks}
+    recorded: dict[tuple[str, int, tuple[int, ...]], Result] = {}
+    for e in events:
+        if e.get("type") != "diagnose":
+            continue
+        test = Test(int(e["round"]), tuple(e["probe"]), tuple(e["fillers"]))
+        recorded[(str(e["stage"]), test.round, test.probe)] = Result(
+            test, tuple(float(x) for x in e["samples_gbps"])
+        )
+    stages_out: list[dict[str, Any]] = []
+    pair_gbps: dict[str, dict[tuple[int, int], float]] = {}
+    for stage in plan_stages(layout, settings):
+        tests_run = _replay(stage, recorded)
+        stages_out.append({"name": stage.name, "rounds": stage.iso.round, "tests": tests_run})
+        if not tests_run:
+            continue
+        _name_findings(stage, nodes)
+        pairs = {r.test.units: r.median for r in stage.iso.results if len(r.test.units) == 2}
+        if pairs:
+            pair_gbps[stage.name] = {(a, b): v for (a, b), v in pairs.items()}
+    for rank in failed_ranks:
+        i = node_of_rank.get(rank)
+        if i is not None:
+            nodes[i].verdict = FAILED
+            nodes[i].evidence.insert(0, f"rank {rank} failed: {failure or 'see run.json'}")
+    return Diagnosis(
+        path=path,
+        status=status,
+        nodes=nodes,
+        stages=stages_out,
+        failure=failure,
+        pair_gbps=pair_gbps,
+    )
+
+
+def _replay(stage: Stage, recorded: dict[tuple[str, int, tuple[int, ...]], Result]) -> int:
+    """Feed the stage the results the workers recorded, round by round, as they ran it."""
+    count = 0
+    while tests := stage.iso.next_round():
+        results = [recorded.get((stage.name, t.round, t.probe)) for t in tests]
+        if any(r is None for r in results):
+            break  # the run ended within this round: what came before stands
+        stage.iso.record([r for r in results if r is not None])
+        count += len(results)
+    return count
+
+
+def _name_findings(stage: Stage, nodes: list[NodeVerdict]) -> None:
+    for unit, finding in stage.iso.findings().items():
+        if not (finding.degraded or finding.undecided):
+            continue
+        node = nodes[stage.node_of(unit)]
+        lines = []
+        for result, expected in finding.evidence:
+            with_ = [stage.unit_name(u) for u in result.test.units if u != unit]
+            share = f" ({result.median / expected:.0%})" if expected else ""
+            lines.append(
+                f"{stage.name}: {stage.unit_name(unit)}"
+                + (f" with {', '.join(with_)}" if with_ else "")
+                + f": {_gbps(result.median)}, expected {_gbps(expected)}{share}"
+            )
+        if finding.undecided:
+            lines.append(f"{stage.name}: suspected, but the tests did not agree")
+        if finding.degraded and node.verdict != "failed":
+            node.verdict = DEGRADED
+        if stage.name != INTER and stage.name != "intra-node":
+            node.gpus.append({"unit": stage.unit_name(unit), "evidence": lines})
+        node.evidence.extend(lines)
+    for result in stage.iso.short_links():
+        a, b = result.test.units
+        line = (
+            f"{stage.name}: link {stage.unit_name(a)} - {stage.unit_name(b)}: "
+            f"{_gbps(result.median)}, below its peers"
+        )
+        for u in (a, b):
+            nodes[stage.node_of(u)].evidence.append(line)
+            if nodes[stage.node_of(u)].verdict == HEALTHY:
+                nodes[stage.node_of(u)].verdict = DEGRADED
+
+
+def run_diagnose(
+    settings: DiagnoseSettings,
+    collectives: CollectivesSettings,
+    out_parent: Path,
+    launch: LaunchOptions | None = None,
+    on_test: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Diagnosis, Outcome]:
+    """Launch the diagnosis on this node, conclude it and write RUN_DIR/diagnosis.json."""
+    events: list[dict[str, Any]] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        events.append(event)
+        if on_test is not None and event.get("type") == "diagnose":
+            on_test(event)
+
+    points = [
+        Point(
+            op="all_reduce", strategy=f"diagnose round {i + 1}", requested_bytes=settings.size_bytes
+        )
+        for i in range(POINTS)
+    ]
+    outcome = run_collectives(
+        collectives,
+        out_parent,
+        launch,
+        kind=RunKind.DIAGNOSE,
+        worker=WORKER,
+        extra_settings={"diagnose": settings.to_dict()},
+        points=points,
+        on_event=on_event,
+    )
+    layout = Layout.from_ranks(outcome.record.context.ranks or [])
+    diagnosis = conclude(
+        layout,
+        settings,
+        events,
+        status=outcome.status,
+        failed_ranks=outcome.failed_ranks,
+        failure=outcome.failure,
+        path=outcome.run_dir,
+    )
+    atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
+    if diagnosis.pair_gbps:
+        try:
+            from commbench.diagnose.heatmap import write_heatmaps
+
+            write_heatmaps(diagnosis, layout)
+        except Exception:  # a figure must never cost the verdict
+            pass
+    return diagnosis, outcome
+
+
+def load_diagnosis(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / DIAGNOSIS_FILE).read_text())

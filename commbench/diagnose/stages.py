@@ -1,0 +1,110 @@
+"""The stages of a diagnosis over a cluster's layout: which ranks each test runs on.
+
+Torch-free, shared by the workers (which run the stages) and the launcher (which replays
+them on the recorded results to reach the same verdict), so both read the cluster alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.diagnose.plan import Isolation, Test, for_units, round_robin
+from commbench.diagnose.settings import DiagnoseSettings
+
+INTRA = "intra-node"
+GPU_PAIRS = "gpu-pairs"
+INTER = "inter-node"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The nodes of a run: each node's host and its global ranks by local rank."""
+
+    hosts: list[str]
+    ranks: list[list[int]]
+
+    @classmethod
+    def from_ranks(cls, ranks: Sequence[dict[str, Any]]) -> Layout:
+        """From the workers' rank table (`RunContext.ranks`: rank, local_rank, host, node)."""
+        nodes = sorted({int(r.get("node", 0)) for r in ranks})
+        index = {n: i for i, n in enumerate(nodes)}
+        hosts = [""] * len(nodes)
+        members: list[list[tuple[int, int]]] = [[] for _ in nodes]
+        for r in ranks:
+            i = index[int(r.get("node", 0))]
+            hosts[i] = str(r.get("host", ""))
+            members[i].append((int(r.get("local_rank", 0)), int(r["rank"])))
+        return cls(hosts=hosts, ranks=[[rank for _, rank in sorted(m)] for m in members])
+
+    @property
+    def gpus_per_node(self) -> int:
+        return min((len(r) for r in self.ranks), default=0)
+
+
+@dataclass(slots=True)
+class Stage:
+    name: str
+    iso: Isolation
+    ranks_of: Callable[[Test], list[int]]
+    """The global ranks a test runs on."""
+    unit_name: Callable[[int], str]
+    """A unit as a person reads it: a host, or a host's GPU."""
+    node_of: Callable[[int], int]
+    """The node a unit belongs to."""
+
+
+def plan_stages(layout: Layout, settings: DiagnoseSettings) -> list[Stage]:
+    """The stages to run, in order: inside every node at once, then across nodes."""
+    stages: list[Stage] = []
+    nodes = range(len(layout.hosts))
+    g = layout.gpus_per_node
+    expected = settings.expected_gbps
+    common: dict[str, Any] = {
+        "tolerance": settings.tolerance,
+        "alpha": settings.alpha,
+        "max_rounds": settings.max_rounds,
+    }
+    if "intra" in settings.stages and g >= 2:
+        stages.append(
+            Stage(
+                INTRA,
+                Isolation(nodes, mode="singles", expected=expected.get(INTRA), **common),
+                lambda t: [r for n in t.units for r in layout.ranks[n]],
+                lambda u: layout.hosts[u],
+                lambda u: u,
+            )
+        )
+    if "intra" in settings.stages and g >= 3:
+        # the same pairs of local GPUs on every node at once: a unit is node * g + gpu
+        rounds = [
+            [(n * g + a, n * g + b) for n in nodes for a, b in pairs]
+            for pairs in round_robin(range(g))
+        ]
+        stages.append(
+            Stage(
+                GPU_PAIRS,
+                Isolation(
+                    [n * g + i for n in nodes for i in range(g)],
+                    mode="pairs",
+                    pair_rounds=rounds,
+                    expected=expected.get(GPU_PAIRS),
+                    **common,
+                ),
+                lambda t: [layout.ranks[u // g][u % g] for u in t.units],
+                lambda u: f"{layout.hosts[u // g]} GPU {u % g}",
+                lambda u: u // g,
+            )
+        )
+    if "inter" in settings.stages and len(layout.hosts) >= 2:
+        stages.append(
+            Stage(
+                INTER,
+                for_units(nodes, group=settings.group, expected=expected.get(INTER), **common),
+                lambda t: [r for n in t.units for r in layout.ranks[n]],
+                lambda u: layout.hosts[u],
+                lambda u: u,
+            )
+        )
+    return stages

@@ -1,0 +1,171 @@
+"""The worker torchrun starts for `diagnose`: `python -m commbench.diagnose.worker RUN_DIR`.
+
+It is the collectives worker (process group, heartbeats the watchdog reads, the context)
+running the diagnosis's stages instead of a sweep. Each round, every test runs at once on
+its own subgroup: warm-up, a barrier, timed all_reduces, the per-iteration maximum over
+the test's ranks. One world all_reduce then gives every rank every test's samples, so each
+runs the same planner on the same numbers and they agree on the next round without a word.
+Each node's local rank 0 journals the tests into that node's run directory, so every node
+holds the evidence and reaches the verdict, whichever node fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from commbench.collectives.settings import CollectivesSettings
+from commbench.collectives.specs import busbw_factor
+from commbench.diagnose.plan import Result, Test
+from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
+from commbench.diagnose.stages import Layout, Stage, plan_stages
+from commbench.launch.protocol import EVENTS_FILE, Journal
+from commbench.launch.worker import Worker
+from commbench.results.schema import CHECK_NA, ResultRow
+from commbench.results.store import RunDir
+
+
+def bus_gbps(size_bytes: int, time_us: float, n: int) -> float:
+    """All-reduce bus bandwidth (nccl-tests' convention): algbw x 2(n-1)/n."""
+    if time_us <= 0:
+        return 0.0
+    return size_bytes / (time_us * 1e3) * (busbw_factor("all_reduce", n) or 1.0)
+
+
+class DiagnoseWorker(Worker):
+    def __init__(self, run_dir: Path, settings: CollectivesSettings, d: DiagnoseSettings) -> None:
+        super().__init__(run_dir, settings)
+        self.d = d
+        self.groups: dict[tuple[int, ...], Any] = {}
+        self.round_index = -1
+        self.iters = settings.iters or DEFAULT_ITERS
+        self.warmup = DEFAULT_WARMUP if settings.warmup is None else settings.warmup
+
+    def init(self) -> None:
+        super().init()
+        if self.local_rank == 0 and self.journal is None:  # every node keeps the evidence
+            self.journal = Journal(self.run_dir / EVENTS_FILE)
+            self.journal.write({"type": "context", **self._context(self.ranks_info)})
+
+    def _groups(self, members: list[list[int]]) -> None:
+        """The subgroups of a round's tests, made by every rank in the same order (new_group
+        is a world call; torch's member-only creation deadlocked here once a rank had made
+        other groups before), each once per run."""
+        for ranks in members:
+            key = tuple(ranks)
+            if key not in self.groups:
+                self.groups[key] = dist.new_group(ranks)
+
+    def _time(self, members: list[int]) -> list[float]:
+        handle = self.groups[tuple(members)]
+        count = max(1, self.d.size_bytes // 4)
+        buf = torch.ones(count, dtype=torch.float32, device=self.device)
+
+        def call() -> None:
+            dist.all_reduce(buf, group=handle)
+
+        self.hb.phase = "warmup"
+        self._timer(call, self.warmup)
+        dist.barrier(group=handle)
+        self.hb.phase = "timed"
+        samples = self._timer(call, self.iters)
+        return self._agree_max(samples, handle)
+
+    def _round(self, stage: Stage, tests: list[Test]) -> list[Result]:
+        self.round_index += 1
+        self.hb.point, self.hb.iteration = self.round_index, 0
+        self.hb.phase = "setup"
+        members = [stage.ranks_of(t) for t in tests]
+        self._groups(members)
+        mine = next((i for i, m in enumerate(members) if self.rank in m), None)
+        samples: list[float] = []
+        if mine is not None:
+            samples = self._time(members[mine])
+        self.hb.phase = "exchange"
+        buf = torch.zeros(len(tests) * self.iters, dtype=torch.float64, device=self.device)
+        if mine is not None and self.rank == min(members[mine]):
+            buf[mine * self.iters : (mine + 1) * self.iters] = torch.tensor(
+                samples, dtype=torch.float64
+            )
+        dist.all_reduce(buf)
+        values = buf.tolist()
+        results = []
+        for i, test in enumerate(tests):
+            us = values[i * self.iters : (i + 1) * self.iters]
+            n = len(members[i])
+            gbps = tuple(bus_gbps(self.d.size_bytes, t, n) for t in us)
+            results.append(Result(test, gbps))
+            self._journal(stage, test, members[i], us, gbps)
+        return results
+
+    def _journal(
+        self, stage: Stage, test: Test, ranks: list[int], us: list[float], gbps: tuple[float, ...]
+    ) -> None:
+        if self.journal is None:
+            return
+        who = ", ".join(stage.unit_name(u) for u in test.units)
+        row = ResultRow.measured(
+            op="all_reduce",
+            strategy="",
+            dtype="float32",
+            reduce_op="sum",
+            world_size=len(ranks),
+            size_bytes=max(1, self.d.size_bytes // 4) * 4,
+            count=max(1, self.d.size_bytes // 4),
+            in_place=True,
+            requested_bytes=self.d.size_bytes,
+            samples_us=us,
+            busbw_factor=busbw_factor("all_reduce", len(ranks)),
+            check=CHECK_NA,
+            warmup=self.warmup,
+            note=f"{stage.name} round {test.round + 1}: {who}",
+        )
+        self.journal.write({"type": "row", "point": self.round_index, "row": row.to_dict()})
+        self.journal.write(
+            {
+                "type": "diagnose",
+                "stage": stage.name,
+                "round": test.round,
+                "probe": list(test.probe),
+                "fillers": list(test.fillers),
+                "ranks": ranks,
+                "samples_gbps": list(gbps),
+            }
+        )
+
+    def run(self) -> None:
+        layout = Layout.from_ranks(self.ranks_info)
+        for stage in plan_stages(layout, self.d):
+            while tests := stage.iso.next_round():
+                stage.iso.record(self._round(stage, tests))
+        self.hb.phase = "finishing"
+        dist.barrier()
+        if self.journal is not None:
+            self.journal.write({"type": "done"})
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    data = json.loads(RunDir(run_dir).settings_file.read_text())
+    worker = DiagnoseWorker(
+        run_dir, CollectivesSettings.from_dict(data), DiagnoseSettings.from_dict(data["diagnose"])
+    )
+    try:
+        worker.init()
+        worker.run()
+    except BaseException as exc:
+        worker.hb.stop(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        raise
+    worker.close()
+
+
+if __name__ == "__main__":
+    main()
