@@ -230,6 +230,6 @@ def test_the_scale_benchmark_meets_its_goal() -> None:
     for line in lines[2:]:
         nodes, bad, rounds, tests, found, fps = (c.strip() for c in line.strip("|").split("|"))
         assert int(rounds) <= 20 and found == f"{bad}/{bad}" and fps == "0"
-        assert int(tests) < int(nodes)  # all pairs would take nodes * (nodes - 1) / 2
+        assert int(tests) < 2 * int(nodes)  # all pairs would take nodes * (nodes - 1) / 2
     assert any(line.startswith("| 1024 |") for line in lines)
     assert SMALL < 16  # the table's rows all exercise screen mode
