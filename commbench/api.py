@@ -337,21 +337,10 @@ def diagnose(
     diagnosis.json). `baseline`: an expectations file (`{"inter-node": GB/s, ...}`) or an
     earlier diagnose run, instead of the peers' median."""
     from commbench.collectives.placement import resolve_placement
-    from commbench.collectives.settings import DEFAULT_TIMEOUT, CollectivesSettings
-    from commbench.compare import parse_fraction
-    from commbench.diagnose.expectations import load_expectations
     from commbench.diagnose.run import run_diagnose
-    from commbench.diagnose.settings import (
-        CPU_DEFAULT_SIZE,
-        DEFAULT_ITERS,
-        DEFAULT_TOLERANCE,
-        GPU_DEFAULT_SIZE,
-        DiagnoseSettings,
-    )
-    from commbench.errors import UserError
+    from commbench.diagnose.settings import diagnose_settings
     from commbench.launch.launcher import resolve_launch
     from commbench.results.store import check_parent
-    from commbench.sizes import parse_sizes
 
     out = Path(out)
     check_parent(out)
@@ -362,35 +351,15 @@ def diagnose(
         rdzv_id=rdzv_id,
         debug=debug,
     )
-    place = resolve_placement(device, nproc, backend)
-    spec = (
-        sizes
-        if sizes is not None
-        else (GPU_DEFAULT_SIZE if place.device == "cuda" else CPU_DEFAULT_SIZE)
-    )
-    parsed = parse_sizes(str(spec))
-    if len(parsed) != 1:
-        raise UserError(f"--sizes: diagnose tests at one size, got {len(parsed)} ({spec})")
-    if isinstance(stages, str):
-        stages = [s.strip() for s in stages.split(",") if s.strip()]
-    settings = DiagnoseSettings(
-        size_bytes=parsed[0],
-        stages=list(stages) if stages is not None else ["intra", "inter"],
-        tolerance=DEFAULT_TOLERANCE
-        if tolerance is None
-        else parse_fraction(tolerance, "--tolerance"),
-        expected_gbps=load_expectations(Path(baseline)) if baseline is not None else {},
-    )
-    collectives = CollectivesSettings(
-        ops=["all_reduce"],
-        sizes=parsed,
-        nproc=place.nproc,
-        backend=place.backend,
-        device=place.device,
+    settings, collectives = diagnose_settings(
+        resolve_placement(device, nproc, backend),
+        sizes=sizes,
+        tolerance=tolerance,
+        stages=stages,
+        baseline=baseline,
+        iters=iters,
         warmup=warmup,
-        iters=DEFAULT_ITERS if iters is None else iters,
-        check=False,
-        timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+        timeout=timeout,
     )
     diagnosis, _ = run_diagnose(settings, collectives, out, launch, on_test=on_test)
     return diagnosis

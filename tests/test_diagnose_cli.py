@@ -134,3 +134,18 @@ def test_three_nodes_reach_the_same_verdict(tmp_path: Path, free_port: int) -> N
     suite = ET.fromstring(outputs[0][0])
     assert suite.tag == "testsuite" and suite.get("tests") == "3"
     assert len(suite.findall("testcase")) == 3
+
+
+def test_slurm_script_wraps_diagnose_checked_on_the_submit_host() -> None:
+    runner = CliRunner()
+    ok = runner.invoke(
+        app, ["slurm-script", "-N", "4", "--gpus-per-node", "8", "--", "diagnose", "--sizes", "64M"]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert "srun --ntasks-per-node=1 --cpu-bind=none commbench diagnose --sizes 64M" in ok.stdout
+    bad = runner.invoke(app, ["slurm-script", "-N", "4", "--", "diagnose", "--stages", "x"])
+    assert bad.exit_code == 2 and "--stages: choose from intra, inter" in bad.output
+    wide = runner.invoke(
+        app, ["slurm-script", "-N", "2", "--gpus-per-node", "2", "--", "diagnose", "--nproc", "4"]
+    )
+    assert wide.exit_code == 2 and "--gpus-per-node 2" in wide.output

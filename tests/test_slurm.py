@@ -144,7 +144,10 @@ CI_SUITE = str(Path(__file__).parent.parent / "configs" / "ci.yaml")
         (["--", "collectives", "--sizes", "1X"], "unknown unit 'X'"),
         (["--", "collectives", "--bogus"], "the wrapped command: No such option: --bogus"),
         (["--", "collectives", "--iters", "many"], "'--iters': expected a whole number"),
-        (["--", "compare", "a", "b"], "runs collectives or run on every node, not 'compare'"),
+        (
+            ["--", "compare", "a", "b"],
+            "runs collectives, run or diagnose on every node, not 'compare'",
+        ),
         (["--", "run", "missing.yaml"], "missing.yaml: no such suite file"),
         (["--time", "abc"], "is not a SLURM time"),
         (["--job-name", "a;rm -rf /"], "--job-name 'a;rm -rf /'"),

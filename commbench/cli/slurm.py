@@ -12,7 +12,7 @@ from commbench.cli._common import reported_errors
 _SLURM_TIME = re.compile(r"[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
 # The commands that run across the nodes of a job (the others run on one machine).
-_WRAPPABLE = ("collectives", "run")
+_WRAPPABLE = ("collectives", "run", "diagnose")
 
 
 _SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
@@ -27,7 +27,8 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
     name, rest = args[0], args[1:]
     if name not in _WRAPPABLE:
         raise UserError(
-            f"slurm-script runs {' or '.join(_WRAPPABLE)} on every node, not {name!r}: "
+            f"slurm-script runs {', '.join(_WRAPPABLE[:-1])} or {_WRAPPABLE[-1]} on every node, "
+            f"not {name!r}: "
             "e.g. `commbench slurm-script -N 2 -- collectives --sizes 1K-1G`"
         )
     parent = ctx.parent
@@ -71,6 +72,20 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
         )
         _check_gpus(settings.device, settings.nproc, gpus_per_node)
         validate_ranks(settings, nodes * settings.nproc)
+    elif name == "diagnose":
+        from commbench.diagnose.settings import diagnose_settings
+
+        _, settings = diagnose_settings(
+            placer(params["device"], params["nproc"], params["backend"]),
+            sizes=params["sizes"],
+            tolerance=params["tolerance"],
+            stages=params["stages"],
+            baseline=params["baseline"],
+            iters=params["iters"],
+            warmup=params["warmup"],
+            timeout=params["timeout"],
+        )
+        _check_gpus(settings.device, settings.nproc, gpus_per_node)
     elif name == "run":
         from commbench.suites.runner import prepare_suite
         from commbench.suites.store import load_runs

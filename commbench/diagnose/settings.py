@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+
+if TYPE_CHECKING:
+    from commbench.collectives.placement import Placement
+    from commbench.collectives.settings import CollectivesSettings
 
 STAGES = ("intra", "inter")
 GPU_DEFAULT_SIZE = "64M"
@@ -48,3 +54,51 @@ class DiagnoseSettings:
     def from_dict(cls, data: dict[str, Any]) -> DiagnoseSettings:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def diagnose_settings(
+    place: Placement,
+    *,
+    sizes: str | int | None = None,
+    tolerance: str | float | None = None,
+    stages: str | Sequence[str] | None = None,
+    baseline: str | Path | None = None,
+    iters: int | None = None,
+    warmup: int | None = None,
+    timeout: float | None = None,
+) -> tuple[DiagnoseSettings, CollectivesSettings]:
+    """What a `diagnose` command line asks for, on nodes placed as `place`: the diagnosis's
+    own settings and the collectives settings of its launch. The command, the Python API
+    and `slurm-script` (checking the command it wraps) all build them here."""
+    from commbench.collectives.settings import DEFAULT_TIMEOUT, CollectivesSettings
+    from commbench.compare import parse_fraction
+    from commbench.diagnose.expectations import load_expectations
+    from commbench.sizes import parse_sizes
+
+    if sizes is None:
+        sizes = GPU_DEFAULT_SIZE if place.device == "cuda" else CPU_DEFAULT_SIZE
+    parsed = parse_sizes(str(sizes))
+    if len(parsed) != 1:
+        raise UserError(f"--sizes: diagnose tests at one size, got {len(parsed)} ({sizes})")
+    if isinstance(stages, str):
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
+    settings = DiagnoseSettings(
+        size_bytes=parsed[0],
+        stages=list(stages) if stages is not None else list(STAGES),
+        tolerance=DEFAULT_TOLERANCE
+        if tolerance is None
+        else parse_fraction(tolerance, "--tolerance"),
+        expected_gbps=load_expectations(Path(baseline)) if baseline is not None else {},
+    )
+    collectives = CollectivesSettings(
+        ops=["all_reduce"],
+        sizes=parsed,
+        nproc=place.nproc,
+        backend=place.backend,
+        device=place.device,
+        warmup=warmup,
+        iters=DEFAULT_ITERS if iters is None else iters,
+        check=False,
+        timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+    )
+    return settings, collectives
