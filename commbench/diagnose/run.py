@@ -9,6 +9,7 @@ exits with the same code. A node whose ranks failed or hung (the watchdog names 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,8 @@ class Diagnosis:
 
 
 def _gbps(value: float) -> str:
-    return f"{value:.3g} GB/s"
+    """A bandwidth in the unit that reads: GB/s, or MB/s below 1 GB/s."""
+    return f"{value:.3g} GB/s" if value >= 1 else f"{value * 1000:.3g} MB/s"
 
 
 def conclude(
@@ -99,8 +101,10 @@ def conclude(
     failed_ranks: list[int],
     failure: str | None,
     path: Path,
+    store_host: str | None = None,
 ) -> Diagnosis:
-    """Replay the stages on the journalled tests and name each node's verdict."""
+    """Replay the stages on the journalled tests and name each node's verdict. `store_host`:
+    the rendezvous endpoint's host, whose node is lost when the job's store is."""
     nodes = [NodeVerdict(host=h, node=i) for i, h in enumerate(layout.hosts)]
     node_of_rank = {r: i for i, ranks in enumerate(layout.ranks) for r in ranks}
     recorded: dict[tuple[str, int, tuple[int, ...]], Result] = {}
@@ -122,11 +126,25 @@ def conclude(
         pairs = {r.test.units: r.median for r in stage.iso.results if len(r.test.units) == 2}
         if pairs:
             pair_gbps[stage.name] = {(a, b): v for (a, b), v in pairs.items()}
-    for rank in failed_ranks:
-        i = node_of_rank.get(rank)
-        if i is not None:
-            nodes[i].verdict = FAILED
-            nodes[i].evidence.insert(0, f"rank {rank} failed: {failure or 'see run.json'}")
+    lost = roll_call(layout, events) or lost_nodes(layout, failure)
+    if not lost and store_host and failure and _STORE_LOST.search(failure):
+        lost = {i for i, h in enumerate(layout.hosts) if h == store_host}
+        lost |= {i for i, a in enumerate(layout.addresses or []) if a == store_host}
+    if lost:  # the nodes the survivors lost: their own errors were only the consequence
+        for n in sorted(lost):
+            nodes[n].verdict = FAILED
+            nodes[n].evidence.insert(0, "its peers lost the connection to it (died or cut off)")
+    else:
+        for rank in failed_ranks:
+            at = node_of_rank.get(rank)
+            if at is not None and nodes[at].verdict != FAILED:
+                nodes[at].verdict = FAILED
+                nodes[at].evidence.insert(0, f"rank {rank} failed: {failure or 'see run.json'}")
+    if status is not RunStatus.COMPLETE:
+        ran = sum(s["tests"] for s in stages_out)
+        for node in nodes:
+            if node.verdict == HEALTHY:
+                node.evidence.append(f"not fully tested: the diagnosis stopped after {ran} tests")
     return Diagnosis(
         path=path,
         status=status,
@@ -135,6 +153,35 @@ def conclude(
         failure=failure,
         pair_gbps=pair_gbps,
     )
+
+
+_PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
+"""A peer's address in gloo's errors: "Connection reset by peer [10.0.0.4]:46312"."""
+
+
+_STORE_LOST = re.compile(r"RendezvousConnectionError|C10d store has failed")
+"""torchrun's words when the job's store, on the rendezvous host, is gone."""
+
+
+def roll_call(layout: Layout, events: list[dict[str, Any]]) -> set[int]:
+    """The nodes lost after a failed round, by the survivors' roll call (`worker._roll_call`):
+    nodes none of whose ranks signed in, or the node that hosted the store when it is gone."""
+    calls = [e for e in events if e.get("type") == "rollcall"]
+    signed = {int(r) for e in calls for r in e.get("alive", [])}
+    lost = {i for i, ranks in enumerate(layout.ranks) if signed and not signed & set(ranks)}
+    gone = {str(e["store_lost"]) for e in calls if e.get("store_lost")}
+    for i, (host, address) in enumerate(zip(layout.hosts, layout.addresses or [], strict=False)):
+        if host in gone or address in gone:
+            lost.add(i)
+    return lost
+
+
+def lost_nodes(layout: Layout, failure: str | None) -> set[int]:
+    """The nodes whose address the failed ranks' errors name as the peer they lost."""
+    if not failure or not layout.addresses:
+        return set()
+    named = set(_PEER.findall(failure))
+    return {i for i, a in enumerate(layout.addresses) if a is not None and a in named}
 
 
 def _replay(stage: Stage, recorded: dict[tuple[str, int, tuple[int, ...]], Result]) -> int:
@@ -222,6 +269,9 @@ def run_diagnose(
         failed_ranks=outcome.failed_ranks,
         failure=outcome.failure,
         path=outcome.run_dir,
+        store_host=launch.rdzv_endpoint.rpartition(":")[0]
+        if launch and launch.rdzv_endpoint
+        else None,
     )
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     if diagnosis.pair_gbps:

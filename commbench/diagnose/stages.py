@@ -24,6 +24,8 @@ class Layout:
 
     hosts: list[str]
     ranks: list[list[int]]
+    addresses: list[str | None] | None = None
+    """The address each node's ranks are reached at (what a peer's error names)."""
 
     @classmethod
     def from_ranks(cls, ranks: Sequence[dict[str, Any]]) -> Layout:
@@ -31,12 +33,18 @@ class Layout:
         nodes = sorted({int(r.get("node", 0)) for r in ranks})
         index = {n: i for i, n in enumerate(nodes)}
         hosts = [""] * len(nodes)
+        addresses: list[str | None] = [None] * len(nodes)
         members: list[list[tuple[int, int]]] = [[] for _ in nodes]
         for r in ranks:
             i = index[int(r.get("node", 0))]
             hosts[i] = str(r.get("host", ""))
+            addresses[i] = addresses[i] or (str(r["address"]) if r.get("address") else None)
             members[i].append((int(r.get("local_rank", 0)), int(r["rank"])))
-        return cls(hosts=hosts, ranks=[[rank for _, rank in sorted(m)] for m in members])
+        return cls(
+            hosts=hosts,
+            ranks=[[rank for _, rank in sorted(m)] for m in members],
+            addresses=addresses,
+        )
 
     @property
     def gpus_per_node(self) -> int:

@@ -12,7 +12,11 @@ holds the evidence and reaches the verdict, whichever node fails.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,10 @@ from commbench.launch.protocol import EVENTS_FILE, Journal
 from commbench.launch.worker import Worker
 from commbench.results.schema import CHECK_NA, ResultRow
 from commbench.results.store import RunDir
+
+ROLLCALL_WAIT = 8.0
+"""Seconds the survivors of a failed round wait for each other at the roll call."""
+_PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 
 
 def bus_gbps(size_bytes: int, time_us: float, n: int) -> float:
@@ -139,11 +147,52 @@ class DiagnoseWorker(Worker):
             }
         )
 
+    def _roll_call(self, exc: Exception) -> None:
+        """Which ranks are still alive, asked through the job's store after a failed round.
+
+        A peer's death reaches each survivor as an error naming whichever connection broke
+        first, often another survivor that failed a moment before; each survivor alone
+        cannot tell. So every survivor signs in at the store and waits for the others: the
+        nodes none of whose ranks sign are the lost ones. If the store itself is gone, so is
+        the node that hosted it (the rendezvous endpoint's)."""
+        self.hb.phase = "roll call"
+        view: dict[str, Any] = {
+            "type": "rollcall",
+            "rank": self.rank,
+            "error": " ".join(str(exc).split())[:300],
+            "peers": _PEER.findall(str(exc)),
+        }
+        try:
+            store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                is_master=False,
+                timeout=timedelta(seconds=5),
+            )
+            store.set(f"commbench/rollcall/{self.rank}", "1")
+            keys = [f"commbench/rollcall/{r}" for r in range(self.world)]
+            deadline = time.monotonic() + ROLLCALL_WAIT
+            alive: list[int] = []
+            while time.monotonic() < deadline:
+                alive = [r for r, key in enumerate(keys) if store.check([key])]
+                if len(alive) == self.world:
+                    break
+                time.sleep(0.2)
+            view["alive"] = alive
+        except Exception:  # the store went with the node that hosted it
+            view["store_lost"] = os.environ.get("MASTER_ADDR")
+        if self.journal is not None:
+            self.journal.write(view)
+
     def run(self) -> None:
         layout = Layout.from_ranks(self.ranks_info)
-        for stage in plan_stages(layout, self.d):
-            while tests := stage.iso.next_round():
-                stage.iso.record(self._round(stage, tests))
+        try:
+            for stage in plan_stages(layout, self.d):
+                while tests := stage.iso.next_round():
+                    stage.iso.record(self._round(stage, tests))
+        except Exception as exc:  # a peer died or was cut off: find out who, then fail
+            self._roll_call(exc)
+            raise
         self.hb.phase = "finishing"
         dist.barrier()
         if self.journal is not None:

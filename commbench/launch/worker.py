@@ -65,6 +65,26 @@ def plan_iterations(settings: CollectivesSettings, estimate_us: float) -> int:
     return max(settings.min_iters, min(settings.max_iters, wanted))
 
 
+def own_address() -> str | None:
+    """The IPv4 address this rank's peers reach it at, as gloo picks it: the interface
+    GLOO_SOCKET_IFNAME names, else what the host name resolves to. A peer's error names the
+    address it lost ("Connection reset by peer [10.0.0.4]"): this turns it back into a host."""
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0].strip()
+    try:
+        if ifname:
+            import fcntl
+            import struct
+
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                packed = struct.pack("256s", ifname.encode()[:15])
+                return socket.inet_ntoa(
+                    fcntl.ioctl(s.fileno(), 0x8915, packed)[20:24]
+                )  # SIOCGIFADDR
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None
+
+
 class Worker:
     def __init__(self, run_dir: Path, settings: CollectivesSettings) -> None:
         self.run_dir = run_dir
@@ -118,6 +138,7 @@ class Worker:
             "host": self.host,
             "node": int(os.environ.get("GROUP_RANK", "0")),
             "pid": os.getpid(),
+            "address": own_address(),
             "device": str(self.device),
             "device_name": torch.cuda.get_device_name(self.device)
             if self.device.type == "cuda"
