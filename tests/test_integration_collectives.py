@@ -56,6 +56,9 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         assert row.world_size == 2
         assert row.check == ("n/a" if row.op == "barrier" else "ok"), row
         assert row.stats.n == 5 and len(row.samples_us) == 5 and row.time_us > 0
+        # each rank's own times; the headline samples are their per-iteration maximum
+        assert row.ranks is not None and row.ranks.ranks == [0, 1], row
+        assert max(row.ranks.median_us) <= row.time_us * (1 + 1e-12)
         # torch's all_reduce/broadcast/reduce write into their input: nccl-tests' in-place
         assert row.in_place == (row.op in ("all_reduce", "broadcast", "reduce")), row
     ctx = run.context
@@ -113,6 +116,8 @@ def test_subgroup_ranks_time_a_pair_inside_a_bigger_job(tmp_path: Path) -> None:
     assert outcome.status == "complete", outcome.failure
     assert [r.check for r in outcome.rows] == ["ok"] * 4
     assert all(r.world_size == 2 for r in outcome.rows)
+    # rank 0 is no member: it records the members' times, and none of its own
+    assert all(r.ranks is not None and r.ranks.ranks == [1, 3] for r in outcome.rows)
     ag = next(r for r in outcome.rows if r.op == "all_gather")
     assert ag.in_place and ag.busbw_gbps == pytest.approx(ag.algbw_gbps * 0.5)
 

@@ -51,6 +51,10 @@ SETTINGS_OPTIONS = (
 these names); the others say where and how it is launched."""
 
 
+STRAGGLER_LINES = 5
+"""At most this many lines about the ranks the others waited for; the report lists them all."""
+
+
 def settings_options(params: dict[str, Any]) -> dict[str, Any]:
     """The settings flags of a parsed `collectives` command line: `slurm-script` checks the
     command it wraps with them, on the submit host, as the command itself would."""
@@ -187,10 +191,12 @@ def register(app: typer.Typer) -> None:
 
 
 def report(run: Run, fmt: Format) -> None:
-    """Print a finished run: its table (and the strategy comparison) on stdout, the noise
-    warning and the status line on stderr; then exit as the run's verdict says."""
+    """Print a finished run: its table (and the strategy comparison) on stdout; the noise
+    warning, the ranks the others waited for and the status line on stderr; then exit as the
+    run's verdict says."""
     from commbench.compare import noisy_warning
     from commbench.results.exporters import export
+    from commbench.results.stragglers import summary_lines
 
     rows, record = run.rows, run.record
     if rows:
@@ -204,6 +210,8 @@ def report(run: Run, fmt: Format) -> None:
     warning = noisy_warning(rows)
     if warning:
         typer.echo(f"commbench: warning: {warning}", err=True)
+    for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
+        typer.echo(f"commbench: {line}", err=True)
     if record.note and not rows:
         # a node without global rank 0: its ranks measured, another node holds the rows
         typer.echo(f"commbench: {record.status}: {record.note}", err=True)

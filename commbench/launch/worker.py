@@ -3,7 +3,9 @@
 Every rank runs the same sweep. Per point: warm up, agree on the iteration count (the
 maximum estimate over ranks, so every rank calls the op equally often), barrier, time each
 iteration, check the result, then reduce the samples to their per-iteration maximum over
-ranks (the slowest rank finishes the collective) and let rank 0 journal the row.
+ranks (the slowest rank finishes the collective) and let rank 0 journal the row. After the
+timed loop, never inside it, one more small reduction brings rank 0 each member's own median,
+95th percentile and slack (`RankTimes`): which rank the others waited for.
 """
 
 from __future__ import annotations
@@ -36,8 +38,16 @@ from commbench.launch.protocol import (
     StoreShare,
     heartbeat_path,
 )
-from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.results.schema import (
+    CHECK_FAILED,
+    CHECK_NA,
+    CHECK_OK,
+    CHECK_SKIPPED,
+    RankTimes,
+    ResultRow,
+)
 from commbench.results.store import RunDir
+from commbench.stats import quantile
 from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 
 # Adaptive warm-up: about this much time, within [2, 20] iterations, the first of which also
@@ -125,6 +135,9 @@ class Worker:
         members = self.s.ranks if self.s.ranks else list(range(self.world))
         handle = dist.new_group(members) if self.s.ranks else None  # every rank must call new_group
         self.group = None
+        # the group's order as every rank (rank 0 too, member or not) can know it: new_group
+        # sorts its ranks
+        self.members = sorted(members)
         if self.rank in members:
             # Group order and this rank's place in it come from the process group itself:
             # new_group sorts its ranks, so `--ranks 2,0` is the group [0, 2], whatever the
@@ -296,6 +309,33 @@ class Worker:
         failed = [r for r in range(self.world) if values[int(n) + r] > 0]
         return values[: int(n)], failed
 
+    def _rank_times(self, own: list[float], maxima: list[float]) -> RankTimes | None:
+        """Each member's median, p95 and median slack (max over ranks - own time, per
+        iteration), brought to rank 0 by one world reduction of a world x 3 buffer in which
+        every rank fills its own row; a rank without samples (outside a `--ranks` subgroup)
+        leaves -1 there and gets no entry. Rank 0 gets the record, the others None."""
+        buf = torch.full((self.world, 3), -1.0, dtype=torch.float64, device=self.device)
+        if own:
+            # maxima are own's very floats where this rank was slowest: each slack is exactly
+            # 0 there and > 0 elsewhere, never negative
+            slack = sorted(m - t for m, t in zip(maxima[: len(own)], own, strict=True))
+            ordered = sorted(own)
+            mine = [quantile(ordered, 0.5), quantile(ordered, 0.95), quantile(slack, 0.5)]
+            buf[self.rank] = torch.tensor(mine, dtype=torch.float64)
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+        if self.rank != 0:
+            return None
+        values = buf.tolist()
+        ranks = [r for r in self.members if values[r][0] >= 0]
+        if not ranks:
+            return None
+        return RankTimes(
+            ranks=ranks,
+            median_us=[values[r][0] for r in ranks],
+            p95_us=[values[r][1] for r in ranks],
+            wait_us=[values[r][2] for r in ranks],
+        )
+
     def run(self) -> None:
         s = self.s
         for index, point in enumerate(plan_points(s, self.group_size)):
@@ -326,7 +366,9 @@ class Worker:
             warmup, ok, note = 0, True, ""
             if self.group is not None:
                 samples, warmup, ok, note = self._measure(entry, plan.count)
-            samples, failed = self._exchange(samples, ok)
+            own = samples
+            samples, failed = self._exchange(own, ok)
+            ranks = self._rank_times(own, samples)
             if self.rank == 0:
                 if spec.latency_only:
                     check = CHECK_NA
@@ -343,6 +385,7 @@ class Worker:
                     check=check,
                     warmup=warmup,
                     note=notes,
+                    ranks=ranks,
                     **common,
                 )
                 self._emit(index, row, failed)

@@ -21,6 +21,8 @@ from commbench.report.figures import context_title
 from commbench.report.options import Images, ReportFormat
 from commbench.results.exporters import HEADERS, build_tables
 from commbench.results.runs import Run, Suite, load
+from commbench.results.schema import STRAGGLER_MIN_SHARE, STRAGGLER_MIN_US
+from commbench.results.stragglers import summary_lines
 from commbench.sizes import format_size
 from commbench.topology import TopologySnapshot, load_snapshot
 from commbench.topology.render import link_matrix, pcie_label
@@ -153,6 +155,33 @@ def result_blocks(run: Run, level: int) -> list[Block]:
     return blocks
 
 
+MAX_STRAGGLER_LINES = 20
+"""A report lists the findings about waited-for ranks up to this many lines."""
+
+
+def straggler_blocks(run: Run, level: int) -> list[Block]:
+    """Which ranks the others waited for (`Run.straggler_summary`); nothing for a run without
+    per-rank times (an import, p2p, a run stored before commbench kept them)."""
+    measured = sum(1 for r in run.rows if r.ranks is not None)
+    if not measured:
+        return []
+    blocks: list[Block] = [
+        Heading(level, "Waited-for ranks"),
+        Para(
+            "At each point, the rank whose own time per iteration was furthest below the slowest "
+            "rank's (its median slack) is the one the others waited for: it arrived last. It is "
+            "named when its slack exceeds every other rank's by at least "
+            f"{STRAGGLER_MIN_SHARE:.0%} of the iteration and {STRAGGLER_MIN_US:g} us (scheduling "
+            "noise alone gives every rank some slack)."
+        ),
+    ]
+    lines = summary_lines(run.straggler_summary(), limit=MAX_STRAGGLER_LINES)
+    if not lines:
+        points = f"{measured} point{'s' if measured > 1 else ''}"
+        return [*blocks, Para(f"No rank kept the others waiting ({points} with per-rank times).")]
+    return [*blocks, Bullets(lines)]
+
+
 def plot_blocks(runs: list[Run], level: int) -> list[Block]:
     from commbench.report.figures import all_figures
     from commbench.report.plots import png_bytes
@@ -187,6 +216,7 @@ def run_blocks(run: Run, level: int, images: Images, topology: bool = True) -> l
     if topology:
         blocks += topology_blocks(run.context.topology, level, run.context.topology_error)
     blocks += result_blocks(run, level)
+    blocks += straggler_blocks(run, level)
     if images is Images.embed:
         blocks += plot_blocks([run], level)
     return blocks

@@ -3,6 +3,7 @@ them: any run kind, or a suite, loaded from its directory.
 
     run = load_run("results/20240611-090000-collectives")
     run.kind, run.status, run.context.world_size, run.rows, run.to_frame()
+    run.rows[0].ranks, run.stragglers()   # each rank's own times; whom the others waited for
     suite = load_suite("results/suites/20240611-090000-suite-ci")
     {entry.name: suite.run(entry) for entry in suite.entries}
 """
@@ -19,6 +20,7 @@ from commbench.files import shown
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
+from commbench.results.stragglers import RankWaits, WaitedFor, summarise, waited_for
 from commbench.results.verdict import Verdict, judge
 
 if TYPE_CHECKING:
@@ -69,6 +71,16 @@ class Run:
     def unfinished(self) -> str | None:
         """How the run did not finish (`RunRecord.unfinished`); None when it did."""
         return self.record.unfinished
+
+    def stragglers(self) -> list[WaitedFor]:
+        """Every point at which the others waited a meaningful time for one rank, with its
+        host (`results.stragglers`); empty for a run without per-rank times."""
+        return waited_for(self.rows, self.context.ranks)
+
+    def straggler_summary(self) -> list[RankWaits | WaitedFor]:
+        """The same findings folded: a rank waited for at most points once, then the other
+        points, most telling first (`results.stragglers.summarise`)."""
+        return summarise(self.rows, self.context.ranks)
 
     def to_frame(self) -> pandas.DataFrame:
         """The rows as a pandas DataFrame with results.csv's columns."""

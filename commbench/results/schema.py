@@ -3,14 +3,18 @@
 A `ResultRow` is one (op, strategy, dtype, size) point of a collectives run, a line of an
 imported nccl-tests log, or one copy of a p2p run. Its summary is a `Stats` (microseconds)
 next to the samples it summarises; a p2p copy adds a `P2PCopy` sub-record (which copy, how
-it ran, what it should reach and the verdict). This module is the one place that reads and
-writes rows: `ResultRow.to_dict`/`from_dict` for results.json, `rows_from_stored` for a whole
-results.json of any version (version 1 is migrated on load), `csv_record` for results.csv.
+it ran, what it should reach and the verdict), a collectives point a `RankTimes` (each member
+rank's own times and how long the others waited for it). This module is the one place that
+reads and writes rows: `ResultRow.to_dict`/`from_dict` for results.json, `rows_from_stored`
+for a whole results.json of any version (version 1 is migrated on load), `csv_record` for
+results.csv.
 
 Files written by commbench carry `schema_version`. Readers accept the versions they can
 migrate and refuse newer ones with a message, so an old commbench never misreads a new run.
 Version 2 nests the stats (`"stats": {"median": ...}`) and the p2p fields (`"p2p": {...}`);
-version 1 had them flat, and p2p rows of their own in milliseconds.
+version 1 had them flat, and p2p rows of their own in milliseconds. A version-2 collectives
+row may hold `"ranks": {...}` (`RankTimes`); rows written before it was added, imported rows
+and p2p rows have none, which is why it is optional rather than a new version.
 """
 
 from __future__ import annotations
@@ -49,6 +53,15 @@ CHECK_OK = "ok"
 CHECK_FAILED = "failed"
 CHECK_SKIPPED = "skipped"  # --no-check, or an op that cannot run here (sendrecv at n=1)
 CHECK_NA = "n/a"  # nothing to check (barrier)
+
+STRAGGLER_MIN_SHARE = 0.05
+"""A rank is named as the one the others waited for (`RankTimes.straggler`) only when its
+wait exceeds every other rank's by at least this share of the point's median iteration time.
+Not its wait alone: on a shared machine every rank arrives last now and then, so every rank
+shows some slack from scheduling noise alone (on a 2-core CPU run, 5-30% of the iteration at
+every point); a rank that makes the others wait stands out from them."""
+STRAGGLER_MIN_US = 1.0
+"""... and by at least this long: below a microsecond the clocks cannot tell who waited."""
 
 P2P_OP = "p2p"
 """The op of a p2p copy's row; the copy's name (`0->1 p2p uni sequential`) is its strategy."""
@@ -114,6 +127,64 @@ class P2PCopy:
         return {name: getattr(self, name) for name in _P2P_NAMES}
 
 
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """The rank the others waited for at one point (`ResultRow.straggler`)."""
+
+    rank: int
+    """Its global rank."""
+    wait_us: float
+    """About how long the others waited for it per iteration (its median slack)."""
+    share: float
+    """wait_us / the point's median iteration time (`ResultRow.time_us`)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RankTimes:
+    """Each member rank's own times at one collectives point, in group order.
+
+    The row's `samples_us` are the maximum over ranks of each iteration, which is what the op
+    costs the job, and says nothing about which rank it cost. A synchronising collective ends
+    on every rank about when the last rank arrives, so the rank that arrives last spends the
+    least time inside the call: its slack, (maximum over ranks) - (its own time) of an
+    iteration, is about how long the others waited for it. The rank with the largest median
+    slack is the one the others waited for (`straggler`). The lists are parallel, one item per
+    rank of `ranks`; ranks outside a `--ranks` subgroup have no entry."""
+
+    ranks: list[int]
+    """Global ranks of the group's members, in group order (ascending: new_group sorts)."""
+    median_us: list[float]
+    """Each rank's median of its own per-iteration times, microseconds."""
+    p95_us: list[float]
+    """Each rank's 95th percentile of its own per-iteration times."""
+    wait_us: list[float]
+    """Each rank's median slack over the iterations (>= 0): how long the others waited for it."""
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.ranks), len(self.median_us), len(self.p95_us), len(self.wait_us)}
+        if len(sizes) != 1:
+            raise ValueError("RankTimes: ranks, median_us, p95_us and wait_us differ in length")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"RankTimes: a rank is listed twice in {self.ranks}")
+
+    def straggler(self, time_us: float) -> Straggler | None:
+        """The rank the others waited for, given the point's median iteration time: the one
+        with the largest wait, when that exceeds every other rank's by a meaningful time
+        (`STRAGGLER_MIN_SHARE` of `time_us`, and `STRAGGLER_MIN_US`); else None, two ranks
+        equally late included (no one rank held the others up)."""
+        if not self.ranks or not time_us > 0:  # NaN or 0: no iteration to share
+            return None
+        wait, *others = sorted(self.wait_us, reverse=True)
+        runner_up = others[0] if others else 0.0
+        if wait - runner_up < max(STRAGGLER_MIN_US, STRAGGLER_MIN_SHARE * time_us):
+            return None
+        rank = self.ranks[self.wait_us.index(wait)]
+        return Straggler(rank=rank, wait_us=wait, share=wait / time_us)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: list(getattr(self, name)) for name in _RANKS_NAMES}
+
+
 @dataclass(kw_only=True, slots=True)
 class ResultRow:
     """One measured point: its identity, bandwidth, check, `stats` (microseconds) and the
@@ -144,11 +215,20 @@ class ResultRow:
     """Per-iteration time, maximum over ranks, in microseconds."""
     p2p: P2PCopy | None = None
     """The p2p copy this row measured; None for every other run kind."""
+    ranks: RankTimes | None = None
+    """Each member rank's own times at a collectives point; None for other run kinds, points
+    that did not run, and rows stored before commbench kept them."""
 
     @property
     def time_us(self) -> float:
         """The median time, microseconds (NaN when the point has none)."""
         return self.stats.median
+
+    @property
+    def straggler(self) -> Straggler | None:
+        """The rank the others waited for at this point (`RankTimes.straggler`); None
+        without per-rank times or without a meaningful wait."""
+        return None if self.ranks is None else self.ranks.straggler(self.time_us)
 
     @property
     def key(self) -> tuple[str, str, str, str, int, int]:
@@ -171,6 +251,8 @@ class ResultRow:
             data["samples_us"] = list(self.samples_us)
         if self.p2p is not None:
             data["p2p"] = self.p2p.to_dict()
+        if self.ranks is not None:
+            data["ranks"] = self.ranks.to_dict()
         return data
 
     @classmethod
@@ -186,6 +268,9 @@ class ResultRow:
         copy = f.sub("p2p")
         if copy is not None:
             kwargs["p2p"] = P2PCopy(**_read(copy, _P2P_READERS, ()))
+        ranks = f.sub("ranks")
+        if ranks is not None:
+            kwargs["ranks"] = _rank_times(ranks)
         return cls(**kwargs)
 
     @classmethod
@@ -290,6 +375,28 @@ _P2P_READERS: dict[str, Conv[Any]] = {
     "suspicious": boolean,
     "diagnosis": string,
 }
+_RANKS_READERS: dict[str, Conv[Any]] = {
+    "ranks": list_of(integer_in(0, MAX_WORLD_SIZE - 1), max_items=MAX_WORLD_SIZE),
+    "median_us": list_of(_time, max_items=MAX_WORLD_SIZE),
+    "p95_us": list_of(_time, max_items=MAX_WORLD_SIZE),
+    "wait_us": list_of(_time, max_items=MAX_WORLD_SIZE),
+}
+
+
+def _rank_times(f: Fields) -> RankTimes:
+    """A row's `ranks`, its lists checked to be parallel and its ranks distinct."""
+    # not `_read`: its null-means-NaN names (`median_us`, `p95_us`) are lists here
+    values = {name: f.req(name, conv) for name, conv in _RANKS_READERS.items()}
+    for name in ("median_us", "p95_us", "wait_us"):
+        if len(values[name]) != len(values["ranks"]):
+            raise UserError(
+                f"{f.at(name)}: {len(values[name])} items for {len(values['ranks'])} ranks"
+            )
+    if len(set(values["ranks"])) != len(values["ranks"]):
+        raise UserError(f"{f.at('ranks')}: a rank is listed twice")
+    return RankTimes(**values)
+
+
 _NAN_WHEN_NULL = {*TIMES, "cv", "time_us", *(f"{name}_us" for name in TIMES)}
 """Figures stored as null when unknown (version 2's stats, version 1's flat names)."""
 _NULLABLE = {
@@ -304,9 +411,10 @@ _NULLABLE = {
     "peer_access",
 }
 _TOP_NAMES = tuple(
-    f.name for f in fields(ResultRow) if f.name not in ("stats", "samples_us", "p2p")
+    f.name for f in fields(ResultRow) if f.name not in ("stats", "samples_us", "p2p", "ranks")
 )
 _P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
+_RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
 _REQUIRED = tuple(
     f.name
     for f in fields(ResultRow)
