@@ -30,39 +30,14 @@ def test_rendezvous_on_an_address_the_host_name_does_not_resolve_to(
         # a fresh namespace has every port free; free_port keeps to the house rule anyway
         endpoint = f"{cluster.addresses[0]}:{free_port}"
         rdzv_id = f"netns-{os.getpid()}-{cluster.tag}"
+        command = (
+            f"-m commbench collectives --nnodes 2 --rdzv-endpoint {endpoint} --rdzv-id {rdzv_id} "
+            "--nproc 1 --device cpu --ops all_reduce --sizes 4K --iters 3 --warmup 1 --timeout 60"
+        )
         nodes = [
             cluster.popen(
                 r,
-                [
-                    sys.executable,
-                    "-m",
-                    "commbench",
-                    "collectives",
-                    "--nnodes",
-                    "2",
-                    "--node-rank",
-                    str(r),
-                    "--rdzv-endpoint",
-                    endpoint,
-                    "--rdzv-id",
-                    rdzv_id,
-                    "--nproc",
-                    "1",
-                    "--device",
-                    "cpu",
-                    "--ops",
-                    "all_reduce",
-                    "--sizes",
-                    "4K",
-                    "--iters",
-                    "3",
-                    "--warmup",
-                    "1",
-                    "--timeout",
-                    "60",
-                    "-o",
-                    str(tmp_path / f"node{r}"),
-                ],
+                [sys.executable, *command.split(), "--node-rank", str(r), "-o", f"node{r}"],
                 cwd=tmp_path,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
