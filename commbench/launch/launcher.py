@@ -30,6 +30,7 @@ from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
 )
+from commbench.launch.rendezvous import host_store_args
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
 from commbench.results.lifecycle import INTERRUPTED, now, start_run
@@ -189,6 +190,7 @@ def torchrun_command(
             launch.rdzv_endpoint,
             "--rdzv-id",
             launch.rdzv_id,
+            *host_store_args(launch.rdzv_endpoint, launch.node_rank),
         ]
     cmd += ["-m", worker, str(run_dir)]
     return cmd
