@@ -361,5 +361,4 @@ def diagnose(
         warmup=warmup,
         timeout=timeout,
     )
-    diagnosis, _ = run_diagnose(settings, collectives, out, launch, on_test=on_test)
-    return diagnosis
+    return run_diagnose(settings, collectives, out, launch, on_test=on_test)

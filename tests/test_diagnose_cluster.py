@@ -34,9 +34,12 @@ CPU_RATE_MBIT = 1000.0  # the slow-node test: the link fast enough that CPU time
 CPU_QUOTA = 0.05
 
 
-def start(cluster: Cluster, out: Path, port: int, *, timeout: float = 60) -> list[subprocess.Popen]:
-    return [
-        cluster.popen(
+def start(
+    cluster: Cluster, out: Path, port: int, *, timeout: float = 60, nodes: list[int] | None = None
+) -> dict[int, subprocess.Popen]:
+    """commbench diagnose on each of `nodes` (every node by default), by node."""
+    return {
+        node: cluster.popen(
             node,
             [
                 sys.executable,
@@ -72,12 +75,13 @@ def start(cluster: Cluster, out: Path, port: int, *, timeout: float = 60) -> lis
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for node in range(NODES)
-    ]
+        for node in (range(NODES) if nodes is None else nodes)
+    }
 
 
-def finish(procs: list[subprocess.Popen], out: Path, survivors: list[int]) -> list[dict]:
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+def finish(procs: dict[int, subprocess.Popen], out: Path, survivors: list[int]) -> list[dict]:
+    """Wait for every process; the survivors' diagnoses, which must agree on the exit code."""
+    outputs = [p.communicate(timeout=240)[0] for p in procs.values()]
     codes = [procs[n].returncode for n in survivors]
     assert len(set(codes)) == 1, outputs  # the same exit code on every node
     diagnoses = [
@@ -163,10 +167,37 @@ def test_a_killed_node_is_failed_on_every_survivor(tmp_path: Path, free_port: in
             time.sleep(0.05)
         cluster.kill_node(dead)
         started = time.monotonic()
-        diagnoses = finish([procs[n] for n in range(NODES)], tmp_path, survivors)
+        diagnoses = finish(procs, tmp_path, survivors)
         assert time.monotonic() - started < 90  # every survivor ended, within its timeout
         for d in diagnoses:
             assert d["verdict"] == "failed" and d["status"] == "failed"
             assert verdicts(d)[dead] == "failed", (dead, d)
             assert [v for n, v in enumerate(verdicts(d)) if n != dead] == ["healthy"] * 2, d
             assert d["stages"][0]["tests"] >= 1  # what was measured before is kept
+
+
+def test_a_node_that_never_comes_is_failed_by_name(tmp_path: Path, free_port: int) -> None:
+    absent = random.randrange(NODES)
+    came = [n for n in range(NODES) if n != absent]
+    with Cluster(NODES) as cluster:
+        procs = start(cluster, tmp_path, free_port, timeout=6, nodes=came)
+        started = time.monotonic()
+        diagnoses = finish(procs, tmp_path, came)
+        assert time.monotonic() - started < 60  # named at once, not after torchrun's minutes
+        for d in diagnoses:
+            assert d["verdict"] == "failed" and d["stages"] == []
+            assert verdicts(d)[absent] == "failed", (absent, d)
+            assert "did not join" in d["nodes"][absent]["evidence"][0]
+            assert d["nodes"][absent]["host"] == f"node rank {absent}"  # no SLURM list here
+            if absent != 0:  # the others signed in, by their own host names
+                assert [d["nodes"][n]["host"] for n in came] == [cluster.hosts[n] for n in came]
+
+
+def test_muster_names_a_missing_node_from_slurms_list() -> None:
+    from commbench.diagnose.muster import Muster
+
+    came = Muster(expected=3, joined={0: "gpu01", 2: "gpu03"}, names=["gpu01", "gpu02", "gpu03"])
+    assert came.missing == [1] and came.name(1) == "gpu02"
+    assert came.account() == "1 of 3 node(s) did not join within the wait: gpu02"
+    lost = Muster(expected=3, joined={1: "gpu02"}, names=None, store_unreachable=True)
+    assert lost.missing == [0] and "rendezvous host (node rank 0)" in lost.account()

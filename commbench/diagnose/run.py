@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point
+from commbench.diagnose.muster import Muster, muster
 from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DiagnoseSettings
 from commbench.diagnose.stages import INTER, Layout, Stage, plan_stages
-from commbench.launch.launcher import LaunchOptions, Outcome, run_collectives
+from commbench.launch.launcher import LaunchOptions, run_collectives
+from commbench.launch.protocol import STARTUP_TIMEOUT
 from commbench.results.record import RunKind, RunStatus
 from commbench.results.store import atomic_write, dump_json
 
@@ -235,8 +237,15 @@ def run_diagnose(
     out_parent: Path,
     launch: LaunchOptions | None = None,
     on_test: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[Diagnosis, Outcome]:
-    """Launch the diagnosis on this node, conclude it and write RUN_DIR/diagnosis.json."""
+) -> Diagnosis:
+    """Launch the diagnosis on this node, conclude it and write RUN_DIR/diagnosis.json.
+
+    On several nodes, the nodes first sign in (`muster`): a node that never comes is named
+    by its host at once, and nothing is launched (torchrun would wait for it for minutes)."""
+    if launch is not None and launch.nnodes > 1:
+        came = _muster(launch, collectives)
+        if came.missing:
+            return _not_all_came(came, settings, collectives, out_parent, launch)
     events: list[dict[str, Any]] = []
 
     def on_event(event: dict[str, Any]) -> None:
@@ -281,7 +290,66 @@ def run_diagnose(
             write_heatmaps(diagnosis, layout)
         except Exception:  # a figure must never cost the verdict
             pass
-    return diagnosis, outcome
+    return diagnosis
+
+
+def _muster(launch: LaunchOptions, collectives: CollectivesSettings) -> Muster:
+    names = None
+    if launch.source == "slurm":
+        import os
+
+        from commbench.launch.slurm import from_env
+
+        job = from_env(dict(os.environ))
+        names = job.nodes if job else None
+    return muster(launch, wait=min(collectives.timeout, STARTUP_TIMEOUT), names=names)
+
+
+def _not_all_came(
+    came: Muster,
+    settings: DiagnoseSettings,
+    collectives: CollectivesSettings,
+    out_parent: Path,
+    launch: LaunchOptions,
+) -> Diagnosis:
+    """The diagnosis of a cluster some of whose nodes never came: they failed, by name."""
+    from commbench.context import host_context
+    from commbench.results.lifecycle import start_run
+    from commbench.results.record import RunContext
+
+    life = start_run(
+        out_parent,
+        RunKind.DIAGNOSE,
+        settings={**collectives.to_dict(), "diagnose": settings.to_dict()},
+        context=RunContext.from_dict(host_context(), "context"),
+        launch={
+            "nnodes": launch.nnodes,
+            "node_rank": launch.node_rank,
+            "rdzv_endpoint": launch.rdzv_endpoint,
+            "rdzv_id": launch.rdzv_id,
+            "source": launch.source,
+            "debug": launch.debug,
+        },
+    )
+    nodes = []
+    for n in range(came.expected):
+        if n in came.missing:
+            node = NodeVerdict(host=came.name(n), node=n, verdict=FAILED)
+            node.evidence.append("did not join the diagnosis (not started, down or unreachable)")
+        elif n not in came.joined:
+            node = NodeVerdict(host=came.name(n), node=n)
+            node.evidence.append("not known: the rendezvous host did not answer")
+        else:
+            node = NodeVerdict(host=came.name(n), node=n)
+            node.evidence.append("not tested: the diagnosis needs every node")
+        nodes.append(node)
+    failure = came.account()
+    diagnosis = Diagnosis(
+        path=life.path, status=RunStatus.FAILED, nodes=nodes, stages=[], failure=failure
+    )
+    atomic_write(life.path / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
+    life.finish(RunStatus.FAILED, failure)
+    return diagnosis
 
 
 def load_diagnosis(run_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""Who came: the nodes sign in before a multi-node diagnosis starts.
+
+torchrun's rendezvous waits for every node and, when one never comes, ends after minutes
+with nothing that says which. A diagnosis must name it. So before launching, every node signs
+in with its host name at a small store that node rank 0 keeps on the rendezvous port + 1
+(torch's public `TCPStore`), and each waits up to `wait` seconds for the others. A node that
+does not sign in is missing: named by its host when SLURM's node list says which host it is,
+else by its node rank. If the store never answers, node rank 0 (the endpoint's host) is the
+one missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from commbench.launch.launcher import LaunchOptions
+
+POLL = 0.2
+READ_WAIT = 10.0
+"""How long node rank 0 keeps the store up for the others to read who came."""
+
+
+@dataclass(slots=True)
+class Muster:
+    expected: int
+    joined: dict[int, str] = field(default_factory=dict)
+    """Node rank -> host name of every node that signed in."""
+    names: list[str] | None = None
+    """The job's host names by node rank (SLURM's node list), where known."""
+    store_unreachable: bool = False
+
+    @property
+    def missing(self) -> list[int]:
+        """The nodes known not to have come (only the store's own when it never answered:
+        of the others nothing is known then)."""
+        if self.store_unreachable:
+            return [0]
+        return [n for n in range(self.expected) if n not in self.joined]
+
+    def name(self, node: int) -> str:
+        if node in self.joined:
+            return self.joined[node]
+        if self.names and node < len(self.names):
+            return self.names[node]
+        return f"node rank {node}"
+
+    def account(self) -> str:
+        missing = self.missing
+        who = ", ".join(self.name(n) for n in missing)
+        if self.store_unreachable:
+            return f"the rendezvous host ({who}) did not answer: it is down, not started or unreachable"
+        return f"{len(missing)} of {self.expected} node(s) did not join within the wait: {who}"
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send what C++ code writes to fd 2 to /dev/null for the block (Python's own stderr is
+    untouched: an exception still reaches the caller)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -> Muster:
+    """Sign this node in and wait up to `wait` s for the others (a multi-node launch only)."""
+    from torch.distributed import TCPStore
+
+    host, _, port = (launch.rdzv_endpoint or "").rpartition(":")
+    host = host.strip("[]")
+    key = f"commbench/muster/{launch.rdzv_id}"
+    result = Muster(expected=launch.nnodes, names=names)
+    master = launch.node_rank == 0
+    try:
+        with _quiet_stderr():  # c10d logs every failed connect with a C++ stack
+            store = TCPStore(
+                host,
+                int(port) + 1,
+                is_master=master,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=wait),
+            )
+    except Exception:  # RuntimeError/DistNetworkError: nobody listens there
+        result.store_unreachable = not master
+        result.joined = {launch.node_rank: socket.gethostname()}
+        return result
+    store.set(f"{key}/{launch.node_rank}", socket.gethostname())
+    keys = [f"{key}/{n}" for n in range(launch.nnodes)]
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and not store.check(keys):
+        time.sleep(POLL)
+    result.joined = {
+        n: store.get(k).decode(errors="replace") for n, k in enumerate(keys) if store.check([k])
+    }
+    store.set(f"{key}/read/{launch.node_rank}", "1")
+    if master:  # keep the store up until everyone who came has read it
+        read = [f"{key}/read/{n}" for n in result.joined]
+        until = time.monotonic() + READ_WAIT
+        while time.monotonic() < until and not store.check(read):
+            time.sleep(POLL)
+    del store
+    return result
