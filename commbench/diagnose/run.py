@@ -157,7 +157,7 @@ def conclude(
     )
 
 
-_PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
+PEER_ADDRESS = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 """A peer's address in gloo's errors: "Connection reset by peer [10.0.0.4]:46312"."""
 
 
@@ -182,7 +182,7 @@ def lost_nodes(layout: Layout, failure: str | None) -> set[int]:
     """The nodes whose address the failed ranks' errors name as the peer they lost."""
     if not failure or not layout.addresses:
         return set()
-    named = set(_PEER.findall(failure))
+    named = set(PEER_ADDRESS.findall(failure))
     return {i for i, a in enumerate(layout.addresses) if a is not None and a in named}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from datetime import timedelta
@@ -27,6 +26,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import busbw_factor
 from commbench.diagnose.plan import Result, Test
+from commbench.diagnose.run import PEER_ADDRESS
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
 from commbench.launch.protocol import EVENTS_FILE, Journal
@@ -36,7 +36,6 @@ from commbench.results.store import RunDir
 
 ROLLCALL_WAIT = 8.0
 """Seconds the survivors of a failed round wait for each other at the roll call."""
-_PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
 
 
 def bus_gbps(size_bytes: int, time_us: float, n: int) -> float:
@@ -160,7 +159,7 @@ class DiagnoseWorker(Worker):
             "type": "rollcall",
             "rank": self.rank,
             "error": " ".join(str(exc).split())[:300],
-            "peers": _PEER.findall(str(exc)),
+            "peers": PEER_ADDRESS.findall(str(exc)),
         }
         try:
             store = dist.TCPStore(
