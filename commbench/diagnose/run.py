@@ -104,6 +104,7 @@ def conclude(
     failure: str | None,
     path: Path,
     store_host: str | None = None,
+    this_node: int | None = None,
 ) -> Diagnosis:
     """Replay the stages on the journalled tests and name each node's verdict. `store_host`:
     the rendezvous endpoint's host, whose node is lost when the job's store is."""
@@ -128,7 +129,8 @@ def conclude(
         pairs = {r.test.units: r.median for r in stage.iso.results if len(r.test.units) == 2}
         if pairs:
             pair_gbps[stage.name] = {(a, b): v for (a, b), v in pairs.items()}
-    lost = roll_call(layout, events) or lost_nodes(layout, failure)
+    # this node's own failure text names its own address for a peer on the same node
+    lost = roll_call(layout, events) or lost_nodes(layout, failure) - {this_node}
     if not lost and store_host and failure and _STORE_LOST.search(failure):
         lost = {i for i, h in enumerate(layout.hosts) if h == store_host}
         lost |= {i for i, a in enumerate(layout.addresses or []) if a == store_host}
@@ -278,6 +280,7 @@ def run_diagnose(
         failed_ranks=outcome.failed_ranks,
         failure=outcome.failure,
         path=outcome.run_dir,
+        this_node=launch.node_rank if launch else 0,
         store_host=launch.rdzv_endpoint.rpartition(":")[0]
         if launch and launch.rdzv_endpoint
         else None,

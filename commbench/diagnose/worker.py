@@ -180,8 +180,10 @@ class DiagnoseWorker(Worker):
             view["alive"] = alive
         except Exception:  # the store went with the node that hosted it
             view["store_lost"] = os.environ.get("MASTER_ADDR")
-        if self.journal is not None:
-            self.journal.write(view)
+        # any rank may be the one that failed (torchrun then stops its siblings): each
+        # appends its view to the node's journal itself (one write per line: never torn)
+        journal = self.journal or Journal(self.run_dir / EVENTS_FILE)
+        journal.write(view)
 
     def run(self) -> None:
         layout = Layout.from_ranks(self.ranks_info)
