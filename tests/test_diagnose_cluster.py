@@ -5,7 +5,7 @@ Each node is a network namespace with its own address on a bridge and its own ho
 address, gloo bound to the namespace's interface. Every node's link is shaped with tc (tbf),
 so the network, not this machine's noisy loopback, is the bottleneck. The faults: one node's
 link slowed to a quarter, one node's workers held to a CPU quota (cgroup v1), one node killed
-half-way. The bad node is put at a random position each run (printed on failure). Diagnose
+half-way, one node's workers stopped (SIGSTOP) half-way, one node never started. The bad node is put at a random position each run (printed on failure). Diagnose
 must name exactly it, on every node, with the same exit code; a healthy cluster, twice over,
 must have no node flagged.
 """
@@ -13,7 +13,9 @@ must have no node flagged.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -201,3 +203,30 @@ def test_muster_names_a_missing_node_from_slurms_list() -> None:
     assert came.account() == "1 of 3 node(s) did not join within the wait: gpu02"
     lost = Muster(expected=3, joined={1: "gpu02"}, names=None, store_unreachable=True)
     assert lost.missing == [0] and "rendezvous host (node rank 0)" in lost.account()
+
+
+def test_a_hung_node_is_failed_on_every_survivor(tmp_path: Path, free_port: int) -> None:
+    hung = random.randrange(NODES)
+    survivors = [n for n in range(NODES) if n != hung]
+    with Cluster(NODES) as cluster:
+        for node in range(NODES):
+            cluster.shape(node, RATE_MBIT)
+        procs = start(cluster, tmp_path, free_port, timeout=10)
+        watch = tmp_path / f"node{survivors[0]}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # stopped once the first round is in
+            events = list(watch.glob("*-diagnose/events.jsonl"))
+            if events and events[0].read_text().count('"type": "diagnose"') >= 1:
+                break
+            time.sleep(0.05)
+        stopped = []
+        for beat in (tmp_path / f"node{hung}").glob("*-diagnose/ranks/rank*.json"):
+            pid = int(json.loads(beat.read_text())["pid"])
+            os.kill(pid, signal.SIGSTOP)  # alive but silent, as a wedged GPU or a frozen host
+            stopped.append(pid)
+        assert stopped
+        diagnoses = finish({n: procs[n] for n in survivors}, tmp_path, survivors)
+        for d in diagnoses:
+            assert d["verdict"] == "failed"
+            assert verdicts(d)[hung] == "failed", (hung, d)
+            assert [v for n, v in enumerate(verdicts(d)) if n != hung] == ["healthy"] * 2, d
