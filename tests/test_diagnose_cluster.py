@@ -5,9 +5,9 @@ Each node is a network namespace with its own address on a bridge and its own ho
 address, gloo bound to the namespace's interface. Every node's link is shaped with tc (tbf),
 so the network, not this machine's noisy loopback, is the bottleneck. The faults: one node's
 link slowed to a quarter, one node's workers held to a CPU quota (cgroup v1), one node killed
-half-way, one node's workers stopped (SIGSTOP) half-way, one node never started. The bad node is put at a random position each run (printed on failure). Diagnose
-must name exactly it, on every node, with the same exit code; a healthy cluster, twice over,
-must have no node flagged.
+half-way, one node's workers stopped (SIGSTOP) half-way, one node never started. The bad node
+is put at a random position each run (printed on failure). Diagnose must name exactly it, on
+every node, with the same exit code; a healthy cluster, twice over, must have no node flagged.
 """
 
 from __future__ import annotations
