@@ -35,6 +35,7 @@ from commbench.numbers import parse_number
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.summary import bandwidth_bound
 
 if TYPE_CHECKING:
     import pandas
@@ -45,9 +46,6 @@ DEFAULT_ALPHA = 0.01
 # The same limit `commbench collectives` warns at: above it, one run's median is not a
 # reliable estimate of the next run's.
 DEFAULT_NOISY_CV = 0.2
-# A point whose busbw is under this fraction of its series' best is latency-bound: half the
-# peak is where the fixed cost and the transfer take equal time (t = a + S/B at S = aB).
-LATENCY_BOUND_FRACTION = 0.5
 # Fewer samples than this on either side: no test, the ratio alone decides.
 MIN_SAMPLES = 3
 
@@ -360,8 +358,9 @@ def context_mismatches(base: RunContext, new: RunContext) -> list[str]:
 def _latency_bound(key: PointKey, row: ResultRow, peaks: dict[tuple[Any, ...], float]) -> bool:
     if row.busbw_gbps is None or not math.isfinite(row.busbw_gbps):
         return True  # barrier: nothing but latency
+    # the summary's rule (`commbench.results.summary`), so both name the same points
     peak = peaks.get(_series_key(key), 0.0)
-    return peak > 0 and row.busbw_gbps < LATENCY_BOUND_FRACTION * peak
+    return peak > 0 and not bandwidth_bound(row.busbw_gbps, peak)
 
 
 def _judge(
