@@ -183,19 +183,9 @@ def _measured(row: ResultRow) -> bool:
     return row.check != CHECK_FAILED and math.isfinite(row.time_us) and row.time_us > 0
 
 
-# IQR / 1.349 estimates the standard deviation of normal samples, so `dispersion` reads like
-# a coefficient of variation, and the same `noisy_cv` threshold applies to it.
-IQR_TO_SIGMA = 1.349
-
-
 def dispersion(row: ResultRow) -> float | None:
-    """A point's robust spread: IQR / (1.349 x median). Equal to the cv for well-behaved
-    samples, but a few outliers do not move it (one 100x iteration among 200 sends the cv to
-    3.7 and would hide a real 30% slowdown). Rows without quartiles fall back to the cv."""
-    quartiles = (row.stats.q1, row.stats.q3, row.time_us)
-    if row.stats.n >= 4 and all(math.isfinite(v) for v in quartiles) and row.time_us > 0:
-        return (row.stats.q3 - row.stats.q1) / (IQR_TO_SIGMA * row.time_us)
-    return row.stats.cv if row.stats.n >= 2 and math.isfinite(row.stats.cv) else None
+    """A point's robust spread, IQR / (1.349 x median): `Stats.spread`."""
+    return row.stats.spread()
 
 
 def noisy_warning(rows: Sequence[ResultRow], threshold: float = DEFAULT_NOISY_CV) -> str | None:

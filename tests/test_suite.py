@@ -307,7 +307,7 @@ def test_suite_runs_every_section_into_one_directory(
     # what was measured is on stdout, a table per run, as `commbench collectives` prints it
     for name in ("collectives-float32", "collectives-bfloat16", "strategies-float32"):
         assert f"=== {name} (complete) ===" in result.stdout
-    assert "# all_reduce  float32  op=sum  n=8" in result.stdout
+    assert "# all_reduce  float32  op=sum  8 ranks" in result.stdout
     (suite_dir,) = (tmp_path / "out").iterdir()
     record = SuiteDir(suite_dir).read_record()
     assert [(e.name, e.status) for e in record.entries] == [

@@ -227,7 +227,7 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
             )
             last_size = r["size_bytes"]
         dtype, reduce_op, n = key
-        title = f"all_reduce strategies  {dtype}  op={reduce_op}  n={n}"
+        title = f"all_reduce strategies  {dtype}  op={reduce_op}  {n} ranks"
         headers = [
             "size",
             "strategy",
