@@ -58,7 +58,8 @@ def progress_text(elapsed: float, done: int, total: int, since_first: float = 0.
 
 class LiveRows:
     """The `on_progress(done, total, row)` of a measuring command: shows each row as it
-    comes (see the module's docstring). Use it as a context manager around the run."""
+    comes (see the module's docstring). Use it as a context manager around the run. A suite
+    passes one to all its runs: `(0, total, None)` starts the next one afresh."""
 
     def __init__(
         self,
@@ -114,6 +115,9 @@ class LiveRows:
     # -- on_progress ----------------------------------------------------------------------
 
     def __call__(self, done: int, total: int, row: ResultRow | None) -> None:
+        if row is None and done == 0 and self.rows:
+            # the next run of a suite: its own table, clock and ETA
+            self.rows, self.started, self.first_at = [], self.now(), None
         self.done, self.total = done, total
         if row is None:
             return
