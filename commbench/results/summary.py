@@ -100,6 +100,8 @@ class Device:
     """The model: `NVIDIA H100 80GB HBM3`, or `cpu`."""
     node: int | None = None
     local_rank: int | None = None
+    pci_bus_id: str | None = None
+    """As an nccl-tests log names the GPU; commbench's own runs do not record it."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -161,14 +163,19 @@ def devices(ranks: Sequence[Mapping[str, Any]]) -> list[Device]:
         rank = _int(info.get("rank"))
         if rank is None:
             continue
+        local_rank, bus = _int(info.get("local_rank")), _str(info.get("pci_bus_id"))
+        device = _str(info.get("device"))
+        if device is None and bus is not None and local_rank is not None:
+            device = f"cuda:{local_rank}"  # an nccl-tests log: its "device N" is the ordinal
         out.append(
             Device(
                 rank=rank,
                 host=_str(info.get("host")),
-                device=_str(info.get("device")),
+                device=device,
                 device_name=_str(info.get("device_name")),
                 node=_int(info.get("node")),
-                local_rank=_int(info.get("local_rank")),
+                local_rank=local_rank,
+                pci_bus_id=bus,
             )
         )
     return sorted(out, key=lambda d: d.rank)
@@ -204,7 +211,12 @@ def render(summary: RunSummary, *, markdown: bool = False) -> str:
     out: list[str] = []
     if summary.devices:
         cells = [
-            [str(d.rank), d.host or "-", d.device or "-", d.device_name or "-"]
+            [
+                str(d.rank),
+                d.host or "-",
+                (d.device or "-") + (f" [{d.pci_bus_id}]" if d.pci_bus_id else ""),
+                d.device_name or "-",
+            ]
             for d in summary.devices
         ]
         out += [_title("Using devices", markdown), *table(DEVICE_HEADERS, cells, left={1, 2, 3})]
