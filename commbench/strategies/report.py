@@ -20,7 +20,6 @@ from commbench.results.exporters import Format, format_time
 from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
-from commbench.tables import fixed
 from commbench.strategies.model import (
     STRUCTURE,
     Fit,
@@ -31,6 +30,7 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
+from commbench.tables import fixed
 
 SHORT_NAMES: dict[str, str] = {
     "direct": "direct",
