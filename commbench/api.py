@@ -194,12 +194,15 @@ def run_suite(
     rdzv_id: str | None = None,
     debug: bool = False,
     on_event: Callable[[str], None] | None = None,
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
 ) -> SuiteOutcome:
     """Run a suite file (`commbench run`) into a new suite directory under `out`.
 
     Returns the outcome: `.path`, `.entries` (each run's status), `.failed`, and with a
     `baseline`, `.gate` (the comparison, as `compare` returns it); `.passed` and `.exit_code`
-    judge both. `on_event(line)` gets the progress lines the CLI prints.
+    judge both. `on_event(line)` gets the progress lines the CLI prints (`[2/3]
+    strategies-float32: measuring`); `on_progress(done, total, row)` each entry's points as
+    `collectives` gives them, from `(0, total, None)` at the start of every entry.
     """
     from commbench.collectives.placement import resolve_placement
     from commbench.launch.launcher import resolve_launch
@@ -234,6 +237,7 @@ def run_suite(
         gate=gate,
         plot=not no_plot,
         on_event=on_event,
+        on_progress=on_progress,
     )
 
 

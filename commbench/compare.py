@@ -35,6 +35,7 @@ from commbench.numbers import parse_number
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.summary import bandwidth_bound
 
 if TYPE_CHECKING:
     import pandas
@@ -45,9 +46,6 @@ DEFAULT_ALPHA = 0.01
 # The same limit `commbench collectives` warns at: above it, one run's median is not a
 # reliable estimate of the next run's.
 DEFAULT_NOISY_CV = 0.2
-# A point whose busbw is under this fraction of its series' best is latency-bound: half the
-# peak is where the fixed cost and the transfer take equal time (t = a + S/B at S = aB).
-LATENCY_BOUND_FRACTION = 0.5
 # Fewer samples than this on either side: no test, the ratio alone decides.
 MIN_SAMPLES = 3
 
@@ -185,19 +183,9 @@ def _measured(row: ResultRow) -> bool:
     return row.check != CHECK_FAILED and math.isfinite(row.time_us) and row.time_us > 0
 
 
-# IQR / 1.349 estimates the standard deviation of normal samples, so `dispersion` reads like
-# a coefficient of variation, and the same `noisy_cv` threshold applies to it.
-IQR_TO_SIGMA = 1.349
-
-
 def dispersion(row: ResultRow) -> float | None:
-    """A point's robust spread: IQR / (1.349 x median). Equal to the cv for well-behaved
-    samples, but a few outliers do not move it (one 100x iteration among 200 sends the cv to
-    3.7 and would hide a real 30% slowdown). Rows without quartiles fall back to the cv."""
-    quartiles = (row.stats.q1, row.stats.q3, row.time_us)
-    if row.stats.n >= 4 and all(math.isfinite(v) for v in quartiles) and row.time_us > 0:
-        return (row.stats.q3 - row.stats.q1) / (IQR_TO_SIGMA * row.time_us)
-    return row.stats.cv if row.stats.n >= 2 and math.isfinite(row.stats.cv) else None
+    """A point's robust spread, IQR / (1.349 x median): `Stats.spread`."""
+    return row.stats.spread()
 
 
 def noisy_warning(rows: Sequence[ResultRow], threshold: float = DEFAULT_NOISY_CV) -> str | None:
@@ -360,8 +348,9 @@ def context_mismatches(base: RunContext, new: RunContext) -> list[str]:
 def _latency_bound(key: PointKey, row: ResultRow, peaks: dict[tuple[Any, ...], float]) -> bool:
     if row.busbw_gbps is None or not math.isfinite(row.busbw_gbps):
         return True  # barrier: nothing but latency
+    # the summary's rule (`commbench.results.summary`), so both name the same points
     peak = peaks.get(_series_key(key), 0.0)
-    return peak > 0 and row.busbw_gbps < LATENCY_BOUND_FRACTION * peak
+    return peak > 0 and not bandwidth_bound(row.busbw_gbps, peak)
 
 
 def _judge(

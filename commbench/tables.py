@@ -7,6 +7,7 @@ end the cell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 
@@ -35,3 +36,18 @@ def markdown_table(
 
     rule = "|" + "|".join("---" if i in left else "---:" for i in range(len(headers))) + "|"
     return [line(headers), rule, *(line(row) for row in cells)]
+
+
+MAX_DECIMALS = 9
+
+
+def fixed(value: float | None, digits: int = 2) -> str:
+    """A number in fixed notation, never in exponent form (`8e-05` reads as a typo where a
+    bandwidth is expected): `digits` decimals, more for a small non-zero value so that it keeps
+    two significant digits instead of rounding to 0.00. None and NaN are `-`."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    decimals = digits
+    if value != 0 and abs(value) < 10 ** (1 - digits):
+        decimals = min(MAX_DECIMALS, max(digits, 1 - math.floor(math.log10(abs(value)))))
+    return f"{value:.{decimals}f}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -235,3 +236,18 @@ def test_import_command_refuses_malformed_logs(tmp_path: Path) -> None:
             app, ["import", "nccl-tests", str(H100), "--world-size", world]
         )
         assert bad_world.exit_code == 2 and "--world-size must be at least 1" in bad_world.stderr
+
+
+def test_import_prints_the_path_then_devices_and_both_averages(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["import", "nccl-tests", str(H100), "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (path,) = result.stdout.split()  # stdout: the run directory alone, for scripts
+    assert Path(path).is_dir()
+    err = result.stderr
+    assert "# Using devices" in err and "cuda:0 [0000:04:00]" in err
+    assert re.search(r"^ +15  ztan-mig-gq73 ", err, re.M)
+    assert re.search(r"^all_reduce float32 sum 16 ranks +338\.82 +8G +\d+\.\d\d", err, re.M)
+    assert re.search(r"^all_reduce float32 sum 16 ranks in-place +\d+\.\d\d +", err, re.M)
+    # the log's own figure, which averages every size, is shown at last
+    assert "nccl-tests' own Avg bus bandwidth (all_reduce, every size" in err
+    assert err.rstrip().endswith("70.74 GB/s")

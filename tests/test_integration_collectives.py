@@ -75,7 +75,8 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         "stddev_us",
         "cv",
     } <= set(rows[0])
-    assert "# all_gather  float32  n=2" in out and "busbw_GB/s" in out
+    assert "# all_gather  float32  2 ranks" in out and "busbw_GB/s" in out
+    assert "# Using devices" in out and "# Bus bandwidth: peak" in out
 
 
 def test_world_4_integer_max_rounds_uneven_sizes(tmp_path: Path) -> None:

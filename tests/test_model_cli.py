@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,15 @@ def test_predicts_every_strategy_and_the_winner() -> None:
     )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "model  n=8  nccl algorithms, alpha 5.00 us/step, beta 100 GB/s" in out
+    assert "model  8 ranks  nccl algorithms, alpha 5.00 us/step, beta 100 GB/s" in out
     for header in ("direct", "red+bcast", "rs+ag", "ring", "ring_naive", "winner"):
         assert header in out
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln[:2] in ("1K", "1G")}
     # 1 KiB: 7 naive steps beat 14; 1 GiB: (n-1) S loses to 2(n-1)/n S
     assert lines["1K"].endswith("ring_naive")
     assert lines["1G"].endswith("direct")
-    assert "70.02 (0.026)" in lines["1K"]  # 14 x 5 us + 1.75 KiB / 100 GB/s
+    assert "70.02 us (0.026)" in lines["1K"]  # 14 x 5 us + 1.75 KiB / 100 GB/s
+    assert " ms (" in lines["1G"] and "^" not in out  # human units; nothing fitted to exceed
 
 
 def test_json_has_params_and_a_row_per_prediction() -> None:
@@ -103,7 +105,12 @@ def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
     assert sorted({r["world_size"] for r in data["rows"]}) == [4, 8, 64, 1024]
     table = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "2"])
     assert "beta 2 GB/s" in table.stdout  # a flag overrides the fitted value
-    assert "fitted to 3 direct all_reduce points" in table.stdout
+    assert "fitted to 3 direct all_reduce points measured at 4 ranks, sizes 1K-1M" in table.stdout
+    # 1M at 4 ranks was measured; the same size at 8, 64 and 1024 ranks is an extrapolation
+    rows = [ln for ln in table.stdout.splitlines() if ln.startswith("1M")]
+    assert rows[0].split()[1] != "^" and all(ln.split()[1] == "^" for ln in rows[1:])
+    assert "^ extrapolated: beyond what was measured (4 ranks, sizes 1K-1M)" in table.stdout
+    assert not re.search(r"\d{5,}", table.stdout)  # no raw microsecond counts
     assert "bandwidth given, worst fit error" in table.stdout
     assert "alpha 200" not in table.stdout  # latency refitted with beta held at 2 GB/s
     both = runner.invoke(

@@ -32,7 +32,7 @@ def test_markdown_report_holds_context_topology_tables_and_plots() -> None:
     assert "NVIDIA H100 80GB HBM3 x8 · nccl 2.21.5 · world size 8" in text
     assert "## Context" in text and "| NCCL | 2.21.5 |" in text and "| driver | 550.90.07 |" in text
     assert "## Topology" in text and "| GPU0 | X | NV18 |" in text
-    assert "### all_reduce  float32  op=sum  n=8" in text
+    assert "### all_reduce  float32  op=sum  8 ranks" in text
     assert "| 1G | 268435456 | 5225.99 | 205.46 | 359.56 |" in text
     images = DATA_URI.findall(text)
     assert len(images) == 4  # three ops and the strategies

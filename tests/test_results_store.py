@@ -116,8 +116,12 @@ def test_exporters_share_one_table() -> None:
     rows = [make_row(1024), make_row(2048, note="rounded from 2050 B", requested_bytes=2050)]
     table = export(rows, Format.table)
     md = export(rows, Format.md)
-    assert "# all_reduce  float32  op=sum  n=4" in table
-    assert "### all_reduce  float32  op=sum  n=4" in md
+    assert "# all_reduce  float32  op=sum  4 ranks" in table
+    assert "### all_reduce  float32  op=sum  4 ranks" in md
+    # world size in the title, iterations under their own name, the gate's spread: no `n`, no cv
+    assert table.splitlines()[1].split() == [
+        "size", "count", "time_us", "algbw_GB/s", "busbw_GB/s", "spread", "iters", "check"
+    ]  # fmt: skip
     assert "| 2K |" in md and "rounded from 2050 B" in md and "rounded from 2050 B" in table
     as_json = json.loads(export(rows, Format.json))
     assert as_json["schema_version"] == SCHEMA_VERSION and as_json["rows"][1]["size_bytes"] == 2048

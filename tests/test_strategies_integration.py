@@ -109,7 +109,7 @@ def test_cli_strategies_alone_run_only_the_strategies_and_compare(tmp_path: Path
     assert {r.strategy for r in rows} == set(STRATEGIES)  # no plain ops
     assert all(r.check == "ok" for r in rows)
     out = result.stdout
-    assert "all_reduce strategies  float32  op=prod  n=2" in out
+    assert "all_reduce strategies  float32  op=prod  2 ranks" in out
     assert "vs_direct" in out and "meas/model" in out
     # 3 iterations on a busy machine may not grow with size: then the table says why
     assert "fitted to 3 direct all_reduce points" in out or "model not fitted" in out

@@ -61,7 +61,7 @@ def test_records_ratio_fastest_and_model() -> None:
 
 def test_table_marks_fastest_and_disagreement() -> None:
     text = render_comparison(model_rows({"ring": 2.0}), Format.table, backend="gloo")
-    assert "all_reduce strategies  float32  op=sum  n=4" in text
+    assert "all_reduce strategies  float32  op=sum  4 ranks" in text
     assert "ring_naive *" in text
     assert "2.00x!" in text  # ring measured at twice the model
     assert "fitted to 2 direct all_reduce points" in text

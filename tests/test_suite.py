@@ -150,7 +150,7 @@ class FakeLauncher:
         self.stop_after = stop_after
         """The run of this number is complete, but a SIGTERM came while it was wound up."""
 
-    def __call__(self, settings: Any, out_parent: Path, **_: Any) -> Outcome:
+    def __call__(self, settings: Any, out_parent: Path, **kw: Any) -> Outcome:
         self.calls.append(settings)
         golden = load_run(GOLDEN)
         if settings.strategies:
@@ -160,7 +160,7 @@ class FakeLauncher:
         rows = [self.scaled(r) for r in wanted]
         held = settings.dtype not in self.elsewhere_dtypes
         rows = rows if held else []
-        run_dir = new_run_dir(out_parent, "collectives")
+        run_dir = new_run_dir(out_parent, kw.get("name") or "collectives")
         meta = {
             "kind": "collectives",
             "run_id": run_dir.name,
@@ -307,9 +307,22 @@ def test_suite_runs_every_section_into_one_directory(
     # what was measured is on stdout, a table per run, as `commbench collectives` prints it
     for name in ("collectives-float32", "collectives-bfloat16", "strategies-float32"):
         assert f"=== {name} (complete) ===" in result.stdout
-    assert "# all_reduce  float32  op=sum  n=8" in result.stdout
+    assert "# all_reduce  float32  op=sum  8 ranks" in result.stdout
+    assert "# Bus bandwidth: peak, and average over the bandwidth-bound sizes" in result.stdout
+    # the suite's progress: entry i of n, as each starts
+    started = [ln for ln in result.stderr.splitlines() if ln.endswith(": measuring")]
+    assert started == [
+        "commbench: [1/4] collectives-float32: measuring",
+        "commbench: [2/4] collectives-bfloat16: measuring",
+        "commbench: [3/4] strategies-float32: measuring",
+        "commbench: [4/4] p2p: measuring",
+    ]
     (suite_dir,) = (tmp_path / "out").iterdir()
     record = SuiteDir(suite_dir).read_record()
+    # each run's directory is named after its entry, and the suite records the path
+    for entry in record.entries:
+        if entry.section in ("collectives", "strategies"):
+            assert entry.path is not None and entry.path.endswith(f"-{entry.name}"), entry.path
     assert [(e.name, e.status) for e in record.entries] == [
         ("collectives-float32", "complete"),
         ("collectives-bfloat16", "complete"),
@@ -565,6 +578,13 @@ def test_a_real_suite_and_its_repeat_go_through_the_gate(tmp_path: Path) -> None
     (base,) = (tmp_path / "a").iterdir()
     run_dir = load_runs(base)["collectives-float32"].path
     assert (run_dir / "plots" / "all_reduce.png").is_file()
+    assert run_dir.parent == base and run_dir.name.endswith("-collectives-float32")
+    # entry 1 of 1, then its points one line each, in order, as they were measured
+    err = first.stderr.splitlines()
+    start = err.index("commbench: [1/1] collectives-float32: measuring")
+    points = [ln for ln in err[start:] if ln.startswith("commbench: [") and "all_reduce" in ln]
+    assert [ln.split()[1] for ln in points] == ["[1/2", "[2/2"]
+    assert "  4K  " in points[0] and "  256K  " in points[1]
 
     again = CliRunner().invoke(
         app, ["run", str(path), "-o", str(tmp_path / "b"), "--baseline", str(base), "--no-plot"]

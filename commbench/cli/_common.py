@@ -77,13 +77,22 @@ def reported_errors() -> Iterator[None]:
 def progress_bar() -> Progress:
     """The bar a long command shows on stderr while it measures: transient (the table it
     prints after replaces it), and off when stderr is not a terminal (CI logs, pipes)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         transient=True,
         disable=not sys.stderr.isatty(),
     )

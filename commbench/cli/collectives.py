@@ -13,7 +13,6 @@ from commbench.cli._common import (
     NODE_RANK,
     RDZV_ENDPOINT,
     RDZV_ID,
-    progress_bar,
     reported_errors,
 )
 from commbench.collectives.settings import (
@@ -28,7 +27,6 @@ from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
     from commbench.results.runs import Run
-    from commbench.results.schema import ResultRow
 
 SETTINGS_OPTIONS = (
     "ops",
@@ -160,19 +158,10 @@ def register(app: typer.Typer) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
             import commbench.api
+            from commbench.cli.live import LiveRows
 
-            progress = progress_bar()
-            task = progress.add_task("starting workers", total=None)
-
-            def on_progress(done: int, total: int, row: ResultRow | None) -> None:
-                label = "measuring"
-                if row is not None:
-                    from commbench.sizes import format_size
-
-                    label = f"{row.strategy or row.op} {format_size(row.size_bytes)}"
-                progress.update(task, completed=done, total=total, description=label)
-
-            with progress:
+            # every point on stderr as it is measured; stdout gets only what --format asks for
+            with LiveRows() as on_progress:
                 run = commbench.api.collectives(
                     **{name: ctx.params[name] for name in SETTINGS_OPTIONS},
                     nproc=nproc,
@@ -191,22 +180,28 @@ def register(app: typer.Typer) -> None:
 
 
 def report(run: Run, fmt: Format) -> None:
-    """Print a finished run: its table (and the strategy comparison) on stdout; the noise
-    warning, the ranks the others waited for and the status line on stderr; then exit as the
-    run's verdict says."""
+    """Print a finished run: its table (and the strategy comparison), the devices used and
+    the bandwidth summary on stdout (csv and json: the rows alone, so they stay parseable);
+    the noise warning, the ranks the others waited for and the status line on stderr; then
+    exit as the run's verdict says."""
     from commbench.compare import noisy_warning
     from commbench.results.exporters import export
     from commbench.results.stragglers import summary_lines
+    from commbench.results.summary import render, summarise
 
     rows, record = run.rows, run.record
     if rows:
         typer.echo(export(rows, fmt), nl=False)
-        if fmt in (Format.table, Format.md) and any(r.strategy for r in rows):
+        human = fmt in (Format.table, Format.md)
+        if human and any(r.strategy for r in rows):
             from commbench.strategies.report import render_comparison
 
             typer.echo(
                 "\n" + render_comparison(rows, fmt, record.settings.get("backend")), nl=False
             )
+        summary = render(summarise(rows, run.context.ranks), markdown=fmt is Format.md)
+        if human and summary:
+            typer.echo("\n" + summary, nl=False)
     warning = noisy_warning(rows)
     if warning:
         typer.echo(f"commbench: warning: {warning}", err=True)

@@ -32,7 +32,11 @@ def nccl_tests(
         None, "--world-size", help="Ranks, when the log has no device lines."
     ),
 ) -> None:
-    """Read nccl-tests results (out-of-place and in-place) into commbench run directories."""
+    """Read nccl-tests results (out-of-place and in-place) into commbench run directories.
+
+    Each run directory is printed on stdout (a script captures it); what it holds (the
+    devices, the peak and average bus bandwidth per series, the log's own "Avg bus bandwidth")
+    on stderr."""
     with reported_errors():
         from commbench.errors import UserError
         from commbench.importers.nccl_tests import OP_NAMES, import_log
@@ -48,6 +52,26 @@ def nccl_tests(
         for log in logs:
             run_dir = import_log(log, out, op=op, world_size=world_size)
             typer.echo(str(run_dir))
+            typer.echo(_summary(run_dir), err=True, nl=False)
+
+
+def _summary(run_dir: Path) -> str:
+    """The imported run's devices and bandwidth summary, then the average nccl-tests printed,
+    which every size goes into (latency-bound ones too), so it reads lower than ours."""
+    from commbench.results.runs import load_run
+    from commbench.results.summary import render, summarise
+    from commbench.tables import fixed
+
+    run = load_run(run_dir)
+    out = render(summarise(run.rows, run.context.ranks))
+    for section in run.record.sections:
+        avg = section.get("avg_busbw_gbps")
+        if isinstance(avg, int | float):
+            out += (
+                f"nccl-tests' own Avg bus bandwidth ({section.get('op')}, every size, "
+                f"out-of-place and in-place): {fixed(float(avg))} GB/s\n"
+            )
+    return out + "\n"
 
 
 def register(app: typer.Typer) -> None:

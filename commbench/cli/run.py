@@ -28,6 +28,7 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
     the runs apart)."""
     from commbench.results.exporters import export
     from commbench.results.runs import load_run
+    from commbench.results.summary import render, summarise
 
     runs = [
         (entry, load_run(suite_dir / entry.path).rows)
@@ -37,8 +38,10 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
     if fmt not in (Format.table, Format.md):
         every = [row for _, rows in runs for row in rows]
         return export(every, fmt) if every else ""
+    markdown = fmt is Format.md
     return "\n".join(
         f"=== {entry.name} ({entry.status}) ===\n\n{export(rows, fmt)}"
+        + (f"\n{summary}" if (summary := render(summarise(rows), markdown=markdown)) else "")
         for entry, rows in runs
         if rows
     )
@@ -90,27 +93,31 @@ def register(app: typer.Typer) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():
             import commbench.api
+            from commbench.cli.live import LiveRows
 
             def on_event(message: str) -> None:
                 typer.echo(f"commbench: {message}", err=True)
 
-            outcome = commbench.api.run_suite(
-                config,
-                baseline=baseline,
-                out=out,
-                nproc=nproc,
-                device=device,
-                backend=backend,
-                tolerance=tolerance,
-                allow_mismatch=allow_mismatch,
-                no_plot=no_plot,
-                nnodes=nnodes,
-                node_rank=node_rank,
-                rdzv_endpoint=rdzv_endpoint,
-                rdzv_id=rdzv_id,
-                debug=debug,
-                on_event=on_event,
-            )
+            # `[i/n] entry: measuring`, then the entry's points as `collectives` shows them
+            with LiveRows() as on_progress:
+                outcome = commbench.api.run_suite(
+                    config,
+                    baseline=baseline,
+                    out=out,
+                    nproc=nproc,
+                    device=device,
+                    backend=backend,
+                    tolerance=tolerance,
+                    allow_mismatch=allow_mismatch,
+                    no_plot=no_plot,
+                    nnodes=nnodes,
+                    node_rank=node_rank,
+                    rdzv_endpoint=rdzv_endpoint,
+                    rdzv_id=rdzv_id,
+                    debug=debug,
+                    on_event=on_event,
+                    on_progress=on_progress,
+                )
             if outcome.comparisons is not None:
                 from commbench.report.comparison import render_many
 

@@ -236,8 +236,12 @@ def run_collectives(
     extra_settings: dict[str, Any] | None = None,
     points: list[Point] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    name: str | None = None,
 ) -> Outcome:
     """Validate, launch torchrun, watch it, and return what was measured.
+
+    `name` names the run directory (`<timestamp>-<name>`) instead of the kind: a suite's
+    entry (`strategies-float32`), so that nobody has to open run.json to tell them apart.
 
     Another run kind that times collectives over the same launch (`diagnose`) passes its
     `kind`, its `worker` module, its own settings (written beside these in settings.json;
@@ -255,6 +259,7 @@ def run_collectives(
     life = start_run(
         out_parent,
         kind,
+        name=name,
         settings=all_settings,
         context=context,
         launch={

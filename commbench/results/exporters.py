@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from commbench.files import dump_json
 from commbench.results.schema import SCHEMA_VERSION, ResultRow, csv_columns, csv_record
 from commbench.sizes import format_size
-from commbench.tables import markdown_table, text_table
+from commbench.tables import fixed, markdown_table, text_table
 
 
 class Format(str, Enum):
@@ -28,12 +28,14 @@ class Format(str, Enum):
 
 
 def _num(value: float | None, digits: int = 2) -> str:
-    """Fixed decimals, but never round a small non-zero bandwidth down to 0.00."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if value != 0 and abs(value) < 10**-digits * 10:
-        return f"{value:.2g}"
-    return f"{value:.{digits}f}"
+    """Fixed decimals, never an exponent, never a small non-zero bandwidth rounded to 0.00."""
+    return fixed(value, digits)
+
+
+def _spread(row: ResultRow) -> str:
+    """The gate's robust spread (`Stats.spread`) as a percentage of the median."""
+    spread = row.stats.spread()
+    return "-" if spread is None else f"{spread:.0%}"
 
 
 class Series(Protocol):
@@ -54,32 +56,60 @@ def group_title(row: Series) -> str:
     parts.append(row.dtype)
     if row.reduce_op:
         parts.append(f"op={row.reduce_op}")
-    parts.append(f"n={row.world_size}")
+    # the world size in words: a bare `n=2` read as the iteration count
+    parts.append(f"{row.world_size} rank" + ("s" if row.world_size != 1 else ""))
     if row.in_place:
         parts.append("in-place")
     return "  ".join(parts)
 
 
-HEADERS = ["size", "count", "time_us", "algbw_GB/s", "busbw_GB/s", "cv", "n", "check"]
+HEADERS = ["size", "count", "time_us", "algbw_GB/s", "busbw_GB/s", "spread", "iters", "check"]
+"""`count` is elements (as nccl-tests names it), `time_us` the median, `spread` the robust
+spread the noise warning and the gate judge by (IQR / 1.349 median, `Stats.spread`), `iters`
+the timed iterations."""
+
+
+def row_cells(row: ResultRow) -> list[str]:
+    """One point's cells under `HEADERS`."""
+    check = row.check + (" *" if row.note else "")
+    return [
+        format_size(row.size_bytes) if row.op != "barrier" else "-",
+        str(row.count),
+        _num(row.time_us),
+        _num(row.algbw_gbps),
+        _num(row.busbw_gbps),
+        _spread(row),
+        str(row.stats.n),
+        check,
+    ]
+
+
+def format_time(us: float) -> str:
+    """Microseconds in the unit a person reads: `850.20 us`, `12.34 ms`, `2.95 s`."""
+    if not math.isfinite(us):
+        return "-"
+    for limit, unit, factor in ((1e3, "us", 1.0), (1e6, "ms", 1e3)):
+        if abs(us) < limit:
+            return f"{us / factor:.2f} {unit}"
+    return f"{us / 1e6:.2f} s"
+
+
+def point_line(row: ResultRow) -> str:
+    """One point on one line, as a log streams it: the series, size, median time, busbw,
+    spread and check (`commbench collectives` prints one per point as it is measured)."""
+    size = format_size(row.size_bytes) if row.op != "barrier" else "-"
+    parts = [group_title(row).replace("  ", " "), size, f"time {format_time(row.time_us)}"]
+    if row.busbw_gbps is not None:
+        parts.append(f"busbw {_num(row.busbw_gbps)} GB/s")
+    parts += [f"spread {_spread(row)}", row.check + (f" ({row.note})" if row.note else "")]
+    return "  ".join(parts)
 
 
 def build_tables(rows: list[ResultRow]) -> list[tuple[str, list[list[str]]]]:
     """Rows -> (title, cell rows) per op/strategy/dtype group, in the order measured."""
     groups: dict[str, list[list[str]]] = {}
     for row in rows:
-        title = group_title(row)
-        check = row.check + (" *" if row.note else "")
-        cells = [
-            format_size(row.size_bytes) if row.op != "barrier" else "-",
-            str(row.count),
-            _num(row.time_us),
-            _num(row.algbw_gbps),
-            _num(row.busbw_gbps),
-            _num(row.stats.cv),
-            str(row.stats.n),
-            check,
-        ]
-        groups.setdefault(title, []).append(cells)
+        groups.setdefault(group_title(row), []).append(row_cells(row))
     return list(groups.items())
 
 
@@ -169,4 +199,15 @@ def export(rows: list[ResultRow], fmt: Format) -> str:
     return EXPORTERS[Format(fmt)](rows)
 
 
-__all__ = ["EXPORTERS", "Format", "build_tables", "dicts_to_csv", "export", "rows_to_csv"]
+__all__ = [
+    "EXPORTERS",
+    "HEADERS",
+    "Format",
+    "build_tables",
+    "dicts_to_csv",
+    "export",
+    "format_time",
+    "point_line",
+    "row_cells",
+    "rows_to_csv",
+]

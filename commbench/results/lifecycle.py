@@ -79,11 +79,12 @@ def start_run(
     settings: dict[str, Any],
     context: RunContext,
     status: RunStatus = RunStatus.RUNNING,
+    name: str | None = None,
     **fields: Any,
 ) -> Life[RunDir, RunRecord]:
-    """Create `parent/<timestamp>-<kind>` and write its record (running, unless an import says
-    otherwise); `fields` are more of `RunRecord`'s."""
-    directory = RunDir.create(parent, kind.value)
+    """Create `parent/<timestamp>-<name>` (the kind, unless a suite names its entry) and write
+    its record (running, unless an import says otherwise); `fields` are more of `RunRecord`'s."""
+    directory = RunDir.create(parent, name or kind.value)
     record = RunRecord(
         kind=kind,
         run_id=directory.name,

@@ -205,7 +205,8 @@ class RunDir:
 
     @classmethod
     def create(cls, parent: Path, kind: str) -> RunDir:
-        """A new `parent/<timestamp>-<kind>[-N]` (`new_run_dir`)."""
+        """A new `parent/<timestamp>-<kind>[-N]` (`new_run_dir`); a suite's entry passes its
+        own name (`strategies-float32`) for `kind`, so its directory says what it holds."""
         return cls(new_run_dir(parent, kind))
 
     @classmethod

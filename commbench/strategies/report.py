@@ -16,7 +16,7 @@ from typing import Any
 
 from commbench.collectives.specs import STRATEGIES
 from commbench.errors import UserError
-from commbench.results.exporters import Format
+from commbench.results.exporters import Format, format_time
 from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
@@ -30,6 +30,7 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
+from commbench.tables import fixed
 
 SHORT_NAMES: dict[str, str] = {
     "direct": "direct",
@@ -45,14 +46,13 @@ DISAGREE = 0.25
 
 
 def _num(value: float | None, digits: int = 2) -> str:
-    """Two decimals; none from 1000 up (the digits are noise); never 0.00 for a small value."""
+    """Two decimals; none from 1000 up (the digits are noise); never 0.00 for a small value,
+    never an exponent (`tables.fixed`)."""
     if value is None or math.isnan(value):
         return "-"
     if abs(value) >= 1000:
         return f"{value:.0f}"
-    if value != 0 and abs(value) < 10**-digits * 10:
-        return f"{value:.2g}"
-    return f"{value:.{digits}f}"
+    return fixed(value, digits)
 
 
 def _render(
@@ -227,7 +227,7 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
             )
             last_size = r["size_bytes"]
         dtype, reduce_op, n = key
-        title = f"all_reduce strategies  {dtype}  op={reduce_op}  n={n}"
+        title = f"all_reduce strategies  {dtype}  op={reduce_op}  {n} ranks"
         headers = [
             "size",
             "strategy",
@@ -280,6 +280,23 @@ def prediction_records(predictions: list[Prediction]) -> list[dict[str, Any]]:
     ]
 
 
+def _measured_range(fitted: Fit) -> str:
+    """`2 ranks, sizes 1K-1M`: where the fit's points were measured."""
+    worlds = ",".join(map(str, fitted.world_sizes))
+    ranks = f"{worlds} rank{'s' if fitted.world_sizes != [1] else ''}"
+    if not fitted.sizes:
+        return ranks
+    low, high = format_size(min(fitted.sizes)), format_size(max(fitted.sizes))
+    return f"{ranks}, sizes {low}" + (f"-{high}" if high != low else "")
+
+
+def _beyond(fitted: Fit, world_size: int, size: int) -> bool:
+    """A prediction outside the measured world sizes and size range: an extrapolation."""
+    if fitted.world_sizes and not min(fitted.world_sizes) <= world_size <= max(fitted.world_sizes):
+        return True
+    return bool(fitted.sizes) and not min(fitted.sizes) <= size <= max(fitted.sizes)
+
+
 def render_predictions(
     predictions: list[Prediction], params: Params, fmt: Format, fitted: Fit | None = None
 ) -> str:
@@ -300,27 +317,39 @@ def render_predictions(
     strategies = list(dict.fromkeys(p.strategy for p in predictions))
     out: list[str] = []
     bullet = "- " if fmt == Format.md else ""
+    measured = _measured_range(fitted) if fitted else None
     if fitted:
         out += [
-            f"{bullet}fitted to {fitted.points} direct all_reduce points "
-            f"(n={','.join(map(str, fitted.world_sizes))}, {len(fitted.sizes)} sizes), "
-            f"{fitted.quality}",
+            f"{bullet}fitted to {fitted.points} direct all_reduce points measured at "
+            f"{measured}, {fitted.quality}",
             "",
         ]
+    extrapolated = False
     for n in dict.fromkeys(p.world_size for p in predictions):
         cells = []
         for size in dict.fromkeys(p.size_bytes for p in predictions if p.world_size == n):
             at = {p.strategy: p for p in predictions if (p.world_size, p.size_bytes) == (n, size)}
+            beyond = fitted is not None and _beyond(fitted, n, size)
+            extrapolated = extrapolated or beyond
             cells.append(
                 [
-                    format_size(size),
-                    *(f"{_num(at[s].time_us)} ({_num(at[s].busbw_gbps)})" for s in strategies),
+                    format_size(size) + (" ^" if beyond else ""),
+                    *(
+                        f"{format_time(at[s].time_us)} ({_num(at[s].busbw_gbps)})"
+                        for s in strategies
+                    ),
                     winner(at.values()),
                 ]
             )
         headers = ["size", *(SHORT_NAMES.get(s, s) for s in strategies), "winner"]
-        title = f"model  n={n}  {_params_text(params)}  cells: time_us (busbw_GB/s)"
+        title = f"model  {n} ranks  {_params_text(params)}  cells: time (busbw GB/s)"
         out += _render(title, headers, cells, Format(fmt), left=(0, len(headers) - 1))
+    if extrapolated:
+        out += [
+            f"{bullet}^ extrapolated: beyond what was measured ({measured}); the model's "
+            "straight line may not hold there (other algorithms, protocols, congestion)",
+            "",
+        ]
     out += [
         f"{bullet}what the model counts ({params.backend}):",
         *_legend(strategies, params.backend, Format(fmt)),

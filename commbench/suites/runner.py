@@ -184,6 +184,9 @@ class _Suite:
         self.record = self.life.record
         self.entries = self.record.entries
         self.warnings = self.record.warnings
+        self.measured = 0
+        self.to_measure = 0
+        """Entries that launch something (collectives, strategies, p2p): `[i/n]` counts them."""
         self.held_elsewhere: list[str] = []
         """Entries whose rows another node holds (it ran global rank 0): it gates them."""
 
@@ -207,10 +210,14 @@ class _Suite:
         entry = Entry(name=name, section=section, status=RunStatus.RUNNING)
         self.entries.append(entry)
         self.save()
-        self.on_event(f"{name}: measuring")
+        self.on_event(f"{self.counter()} {name}: measuring")
         try:
             outcome = run_collectives(
-                settings, self.path, launch=self.machine.launch(name), on_progress=self.on_progress
+                settings,
+                self.path,
+                launch=self.machine.launch(name),
+                on_progress=self.on_progress,
+                name=name,
             )
         except CommbenchError as exc:
             entry.status, entry.failure = RunStatus.FAILED, str(exc)
@@ -237,6 +244,11 @@ class _Suite:
             raise KeyboardInterrupt
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
+
+    def counter(self) -> str:
+        """`[2/3]`: which of the suite's measuring entries starts now."""
+        self.measured += 1
+        return f"[{self.measured}/{self.to_measure}]"
 
     def write_plots(self, run_dir: Path) -> None:
         from commbench.report.plots import write_run_plots
@@ -272,7 +284,7 @@ class _Suite:
         entry = Entry(name="p2p", section="p2p", status=RunStatus.RUNNING)
         self.entries.append(entry)
         self.save()
-        self.on_event("p2p: measuring")
+        self.on_event(f"{self.counter()} p2p: measuring")
         try:
             outcome = run_p2p(_p2p_options(options, self.machine.device), self.path)
         except Interrupted:
@@ -466,6 +478,9 @@ def run_suite(
     # announced once everything is checked and its directory made: a refused suite prints
     # its one error line only
     on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
+    suite.to_measure = sum(1 for item in planned if item.skip is None) + (
+        1 if config.p2p and machine.device == "cuda" else 0
+    )
     interrupted = False
     try:
         # SIGTERM (a CI job's timeout) and SIGHUP end a suite like Ctrl-C: saved, exit 130
