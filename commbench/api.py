@@ -41,12 +41,12 @@ def collectives(
     nproc: int | None = None,
     backend: str | None = None,
     device: str | None = None,
-    dtype: str = "float32",
+    dtype: str | Sequence[str] = "float32",
     reduce_op: str = "sum",
     warmup: int | None = None,
     iters: int | None = None,
     min_time: float | None = None,
-    in_place: bool = False,
+    in_place: bool | str = False,
     check: bool = True,
     async_op: bool = False,
     graph: bool = False,
@@ -284,27 +284,39 @@ def compare(
 
 
 def topology(
-    from_snapshot: PathLike | None = None, *, from_smi: PathLike | None = None
+    from_snapshot: PathLike | None = None,
+    *,
+    from_smi: PathLike | None = None,
+    gpu: str | None = None,
+    all_nics: bool = False,
 ) -> TopologySnapshot:
     """How this machine's GPUs are wired, through NVML (`commbench topo`); or the snapshot
     file `from_snapshot` (`topo --format json` writes one; a run.json holds one), or the text
-    `nvidia-smi topo -m` printed on another machine (`from_smi`; "-" reads stdin). Without
-    NVML or a GPU the snapshot says so (`nvml_error`) rather than raising."""
+    `nvidia-smi topo -m` printed on another machine (`from_smi`; "-" reads stdin), whose GPU
+    model `gpu` names (`"Tesla V100-SXM2-16GB"`: the matrix has no model, so its link rates are
+    otherwise assumed). Without NVML or a GPU the snapshot says so (`nvml_error`) rather than
+    raising. NICs come from sysfs; virtual ones (lo, veth, bridges) only with `all_nics`."""
     from commbench.errors import UserError
     from commbench.files import read_stdin, read_text
     from commbench.topology import discover, load_snapshot, parse_nvidia_smi
 
     if from_snapshot is not None and from_smi is not None:
         raise UserError("--from and --from-smi both name an input; give one")
+    if gpu is not None and from_smi is None:
+        raise UserError("--gpu names the model of an imported matrix: give --from-smi too")
     if from_snapshot is not None:
         return load_snapshot(Path(from_snapshot))
     if from_smi is None:
-        return discover()
+        return discover(all_nics=all_nics)
+    from commbench.topology.rates import gpu_model
+
+    if gpu is not None:  # an unknown model is refused before the file is read
+        gpu_model(gpu)
     what = "nvidia-smi topo -m output"
     smi = Path(from_smi)
     text = read_stdin(what) if str(smi) == "-" else read_text(smi, what, lenient=True)
     try:
-        return parse_nvidia_smi(text)
+        return parse_nvidia_smi(text, gpu=gpu)
     except UserError as exc:
         raise UserError(f"{smi}: {exc}") from None
 

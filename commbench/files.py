@@ -163,7 +163,12 @@ def read_stdin(what: str, *, limit: int | None = None) -> str:
 
 
 def write_text(path: Path | str, text: str) -> None:
-    """Write `text` (UTF-8) to `path` where a user asked for it (`--out FILE`): a regular file,
+    """Write `text` (UTF-8) to `path`: see `write_bytes`."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path | str, data: bytes) -> None:
+    """Write `data` to `path` where a user asked for it (`--out FILE`): a regular file,
     or a FIFO or device such as /dev/stdout. A FIFO nobody reads would block the open forever,
     so it is opened non-blocking and refused at once; any OSError is one line naming `path`."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
@@ -179,7 +184,7 @@ def write_text(path: Path | str, text: str) -> None:
     try:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "wb", closefd=False) as fh:
-            fh.write(text.encode("utf-8"))
+            fh.write(data)
     except OSError as exc:
         raise UserError(f"cannot write {shown(path)}: {exc.strerror or exc}") from None
     finally:

@@ -21,6 +21,7 @@ FLOORS: list[set[str]] = [
     {"fields", "sizes", "processes"},
     {"gpu_memory"},
     {"topology"},
+    {"health"},
     {"context"},
     {"results"},
     {"collectives"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,16 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.report.figures import (
+    Figure,
     all_figures,
     context_title,
     op_figures,
     p2p_figures,
+    peak_text,
     strategies_figure,
+    topology_peak,
 )
-from commbench.report.plots import size_ticks, write_run_plots
+from commbench.report.plots import draw, format_time_us, size_ticks, write_run_plots
 from commbench.results.record import RunRecord
 from commbench.results.runs import load_run
 from commbench.results.runs import load_run as load_run_any
@@ -43,12 +47,14 @@ def test_one_figure_per_op_with_busbw_and_latency_panels() -> None:
     assert [f.name for f in figures] == ["all_reduce", "all_gather", "reduce_scatter"]
     ar = figures[0]
     assert ar.title == "all_reduce — NVIDIA H100 80GB HBM3 x8 · nccl 2.21.5 · world size 8"
-    bus, lat = ar.panels
-    assert (bus.ylabel, bus.ylog, lat.ylabel, lat.ylog) == (
-        "busbw (GB/s)",
-        False,
-        "time (us)",
+    lat, bus = ar.panels
+    # both log-log: a linear busbw axis hides everything below ~128K
+    assert (lat.title, lat.ylabel, lat.ylog, lat.ytime) == ("latency", "time per call", True, True)
+    assert (bus.title, bus.ylabel, bus.ylog, bus.ytime) == (
+        "bus bandwidth",
+        "bus bandwidth (GB/s)",
         True,
+        False,
     )
     (series,) = bus.series
     rows = sorted(
@@ -94,22 +100,29 @@ def test_imported_nccl_tests_run_plots_both_placements(tmp_path: Path) -> None:
 
     run = load_run(import_log(NCCL_LOGS / "h100x16_2nodes_all_reduce.log", tmp_path))
     (figure,) = op_figures([run])
-    labels = [s.label for s in figure.panels[0].series]
+    labels = [s.label for s in figure.panels[1].series]
     assert labels == ["out-of-place", "in-place"]
-    assert figure.panels[0].series[0].y[-1] == 338.82
+    assert figure.panels[1].series[0].y[-1] == 338.82
     assert "(2 nodes)" in figure.title
 
 
 def test_strategies_figure_has_each_strategy_and_the_plain_op_dashed() -> None:
     figure = strategies_figure([load_run(GOLDEN)])
     assert figure is not None
-    (panel,) = figure.panels
-    assert [(s.label, s.dashed) for s in panel.series] == [
-        ("direct", False),
-        ("reduce_scatter_all_gather", False),
-        ("ring", False),
-        ("all_reduce (plain)", True),
-    ]
+    # latency beside bandwidth: small messages are where strategies differ 2-5x
+    lat, bus = figure.panels
+    assert (lat.title, lat.ytime, bus.title, bus.ytime) == ("latency", True, "bus bandwidth", False)
+    for panel in (lat, bus):
+        assert [(s.label, s.dashed) for s in panel.series] == [
+            ("direct", False),
+            ("reduce_scatter_all_gather", False),
+            ("ring", False),
+            ("all_reduce (plain)", True),
+        ]
+    run = load_run(GOLDEN)
+    ring = sorted((r for r in run.rows if r.strategy == "ring"), key=lambda r: r.size_bytes)
+    assert lat.series[2].y == [r.time_us for r in ring]
+    assert bus.series[2].y == [r.busbw_gbps for r in ring]
     assert strategies_figure([load_run(RUNS / "cpu-gloo-a")]) is None
 
 
@@ -239,3 +252,229 @@ def test_a_finished_collectives_run_writes_its_plots(tmp_path: Path) -> None:
         "all_reduce.svg",
     ]
     assert "plot(s) in" in result.stderr
+
+
+# -- axes, units, peaks and labels, read off the matplotlib Figure the core draws ------------
+
+
+def drawn(figure: Figure) -> Any:
+    """The matplotlib Figure for a spec, laid out so its tick labels exist."""
+    fig = draw(figure)
+    fig.canvas.draw()
+    return fig
+
+
+def texts(fig: Any) -> list[str]:
+    """Every piece of text in a drawn figure: titles, axis labels, ticks, legends, notes."""
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def peak_lines(ax: Any) -> list[float]:
+    return [line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == "peak"]
+
+
+def test_op_figure_axes_are_log_log_with_size_and_time_labels() -> None:
+    (figure, *_) = op_figures([load_run(GOLDEN)])
+    fig = drawn(figure)
+    try:
+        lat, bus = fig.axes
+        assert [ax.get_xscale() for ax in (lat, bus)] == ["log", "log"]
+        assert [ax.get_yscale() for ax in (lat, bus)] == ["log", "log"]
+        for ax in (lat, bus):
+            ticks = [t.get_text() for t in ax.get_xticklabels()]
+            assert ticks == [
+                "1K",
+                "4K",
+                "16K",
+                "64K",
+                "256K",
+                "1M",
+                "4M",
+                "16M",
+                "64M",
+                "256M",
+                "1G",
+            ]
+            assert ax.get_xlabel() == "message size"
+        times = [t.get_text() for t in lat.get_yticklabels() if t.get_text()]
+        assert "20 µs" in times and "1 ms" in times
+        assert all(t.endswith((" µs", " ms")) for t in times), times
+        assert lat.get_ylabel() == "time per call" and bus.get_ylabel() == "bus bandwidth (GB/s)"
+        words = " ".join(texts(fig))
+        assert "µs" in words and not re.search(r"\bus\b", words)
+    finally:
+        plt_close(fig)
+
+
+def test_time_labels_change_unit_with_the_decade() -> None:
+    assert [format_time_us(v) for v in (0.5, 20, 500, 2000, 5e6)] == [
+        "500 ns",
+        "20 µs",
+        "500 µs",
+        "2 ms",
+        "5 s",
+    ]
+
+
+def plt_close(fig: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_peak_from_the_run_topology_is_the_slowest_link_among_its_gpus() -> None:
+    run = load_run(GOLDEN)
+    assert topology_peak(run) == 450.0  # NV18 x 25 GB/s between every pair of the 8 H100s
+    (figure, *_) = op_figures([run])
+    lat, bus = figure.panels
+    assert [(p.gbps, p.label) for p in bus.peaks] == [(450.0, "peak 450 GB/s")]
+    assert lat.peaks == []  # a bandwidth is not a time
+    fig = drawn(figure)
+    try:
+        assert peak_lines(fig.axes[1]) == [450.0] and peak_lines(fig.axes[0]) == []
+        assert "peak 450 GB/s" in texts(fig)
+        low, high = fig.axes[1].get_ylim()
+        assert low < 450.0 < high
+    finally:
+        plt_close(fig)
+    strategies = strategies_figure([run])
+    assert strategies is not None and strategies.panels[1].peaks[0].gbps == 450.0
+
+
+def test_peak_of_a_run_on_two_dgx1v_gpus_is_their_link(tmp_path: Path) -> None:
+    """cuda:0 and cuda:3 are NV2 (50 GB/s), cuda:0 and cuda:5 SYS: the slowest link counts."""
+    from commbench.topology import parse_nvidia_smi
+
+    smi = (
+        Path(__file__).parent / "fixtures/topology/smi_dgx1v_v100_hybrid_cube_mesh.txt"
+    ).read_text()
+    snapshot = parse_nvidia_smi(smi, gpu="Tesla V100-SXM2-16GB").to_dict()
+
+    def on(devices: list[str], **extra: Any) -> float | None:
+        run_dir = tmp_path / "-".join(devices).replace(":", "")
+        shutil.copytree(RUNS / "cpu-gloo-a", run_dir)
+        data = json.loads((run_dir / "run.json").read_text())
+        data["context"].update(
+            topology=snapshot,
+            device="cuda",
+            ranks=[{"rank": i, "device": d} for i, d in enumerate(devices)],
+            **extra,
+        )
+        (run_dir / "run.json").write_text(json.dumps(data))
+        return topology_peak(load_run(run_dir))
+
+    assert on(["cuda:0", "cuda:3"]) == 50.0
+    assert on(["cuda:0", "cuda:3", "cuda:5"]) == pytest.approx(15.754, abs=1e-3)
+    assert peak_text(15.754) == "peak 15.8 GB/s" and peak_text(0.125) == "peak 0.125 GB/s"
+    assert on(["cuda:0"]) is None  # one GPU: no link between GPUs
+    assert on(["cuda:1", "cuda:2"], nnodes=2) is None  # the network is not in the snapshot
+
+
+def test_no_peak_line_on_a_cpu_run_unless_given() -> None:
+    run = load_run(RUNS / "cpu-gloo-a")
+    assert topology_peak(run) is None
+    figures = op_figures([run])
+    assert all(p.peaks == [] for f in figures for p in f.panels)
+    fig = drawn(figures[0])
+    try:
+        assert all(peak_lines(ax) == [] for ax in fig.axes)
+        assert not any(t.startswith("peak") for t in texts(fig))
+    finally:
+        plt_close(fig)
+    (given, *_) = op_figures([run], peak_gbps=12.5)
+    assert [p.label for p in given.panels[1].peaks] == ["peak 12.5 GB/s"]
+    fig = drawn(given)
+    try:
+        assert peak_lines(fig.axes[1]) == [12.5] and "peak 12.5 GB/s" in texts(fig)
+    finally:
+        plt_close(fig)
+
+
+def test_labels_name_the_legend_entries() -> None:
+    runs = [load_run(RUNS / "cpu-gloo-a"), load_run(RUNS / "cpu-gloo-b")]
+    (figure, *_) = op_figures(runs, labels=["before", "after"])
+    assert [s.label for p in figure.panels for s in p.series] == ["before", "after"] * 2
+    fig = drawn(figure)
+    try:
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == ["before", "after"]
+    finally:
+        plt_close(fig)
+
+
+def test_plot_label_and_peak_through_the_cli(tmp_path: Path) -> None:
+    runs = [str(RUNS / "cpu-gloo-a"), str(RUNS / "cpu-gloo-b")]
+    out = tmp_path / "figs"
+    args = ["plot", *runs, "-o", str(out), "--formats", "svg", "--peak", "2.5"]
+    result = CliRunner().invoke(app, [*args, "--label", "before", "--label", "after"])
+    assert result.exit_code == 0, result.output
+    svg = (out / "all_reduce.svg").read_text()  # matplotlib keeps each text in a comment
+    assert "before" in svg and "after" in svg and "peak 2.5 GB/s" in svg
+    assert "cpu-gloo-a" not in svg
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--label", "only-one"], "1 --label for 2 run(s): give one per run, in order"),
+        (["--label", "a", "--label", "b", "--label", "c"], "3 --label for 2 run(s)"),
+        (["--label", "a", "--label", " "], "--label must be printable text, not empty"),
+        (["--peak", "fast"], "--peak: expected a number (digits 0-9), got 'fast'"),
+        (["--peak", "0"], "--peak must be a bandwidth in GB/s"),
+        (["--peak", "1e9"], "--peak must be a bandwidth in GB/s"),
+    ],
+)
+def test_plot_bad_label_or_peak_is_one_line_and_exit_2(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    runs = [str(RUNS / "cpu-gloo-a"), str(RUNS / "cpu-gloo-b")]
+    result = CliRunner().invoke(app, ["plot", *runs, "-o", str(tmp_path / "f"), *extra])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: error: "), result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "f").exists()
+
+
+def test_suite_runs_are_named_by_their_entries(tmp_path: Path) -> None:
+    from commbench.results.record import Entry, RunStatus, SuiteRecord
+    from commbench.results.store import SuiteDir
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copytree(RUNS / "cpu-gloo-a", suite / "20240611-090000-gloo-a")
+    shutil.copytree(RUNS / "cpu-gloo-b", suite / "20240611-090100-gloo-b")
+    done = RunStatus.COMPLETE
+    entries = [
+        Entry(name="baseline", section="collectives", path="20240611-090000-gloo-a", status=done),
+        Entry(name="tuned", section="collectives", path="20240611-090100-gloo-b", status=done),
+    ]
+    SuiteDir(suite).write_record(SuiteRecord(name="demo", status=done, entries=entries))
+    runs = [load_run(suite / e.path) for e in entries if e.path]
+    (figure, *_) = op_figures(runs)
+    assert [s.label for s in figure.panels[0].series] == ["baseline", "tuned"]
+    # a run directory given alone, outside its suite, keeps its folder name
+    assert (
+        op_figures([load_run(RUNS / "cpu-gloo-a"), load_run(RUNS / "cpu-gloo-b")])[0]
+        .panels[0]
+        .series[0]
+        .label
+        == "cpu-gloo-a"
+    )
+    # through the CLI, the suite directory stands for its runs: --label counts them
+    result = CliRunner().invoke(app, ["plot", str(suite), "--formats", "svg"])
+    assert result.exit_code == 0, result.output
+    assert "tuned" in (suite / "plots" / "all_reduce.svg").read_text()
+    bad = CliRunner().invoke(app, ["plot", str(suite), "--label", "one"])
+    assert bad.exit_code == 2 and "1 --label for 2 run(s)" in bad.stderr
+
+
+def test_runs_with_different_peaks_name_theirs() -> None:
+    runs = [load_run(GOLDEN), load_run(RUNS / "cpu-gloo-a")]
+    (figure, *_) = op_figures(runs)
+    assert [p.label for p in figure.panels[1].peaks] == ["peak 450 GB/s (h100x8-golden)"]
+    (named, *_) = op_figures(runs, labels=["h100", "laptop"])
+    assert [p.label for p in named.panels[1].peaks] == ["peak 450 GB/s (h100)"]

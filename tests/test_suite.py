@@ -69,7 +69,7 @@ def test_full_suite_sweeps_1k_to_1g() -> None:
         ({"collectives": {"iters": 2.5}}, "collectives.iters: expected an integer"),
         (
             {"collectives": {"in_place": "yes please"}},
-            "collectives.in_place: expected true or false",
+            "collectives.in_place: expected true, false or both",
         ),
         ({"collectives": {"sizes": "1K-"}}, "collectives.sizes: malformed size"),
         ({"collectives": {"sizes": {"cuda": "1K"}}}, "collectives.sizes.cpu: missing"),
@@ -111,6 +111,18 @@ def test_a_section_set_to_true_takes_its_defaults() -> None:
     suite = parse_suite({"collectives": True}, "s.yaml")
     assert suite.collectives is not None and suite.collectives.ops[0] == "all_reduce"
     assert suite.name == "s" and suite.strategies is None
+
+
+def test_a_suite_measures_both_forms_when_asked() -> None:
+    from commbench.suites.runner import Machine, plan_runs
+
+    suite = parse_suite({"collectives": {"in_place": "both", "dtypes": ["float32"]}}, "s.yaml")
+    assert suite.collectives is not None and suite.collectives.in_place == "both"
+    (planned,) = plan_runs(suite, Machine(device="cpu", nproc=2, backend="gloo"))
+    assert planned.settings.in_place == "both"
+    plain = parse_suite({"collectives": {"in_place": True}}, "s.yaml")
+    (planned,) = plan_runs(plain, Machine(device="cpu", nproc=2, backend="gloo"))
+    assert planned.settings.in_place == "yes"
 
 
 def test_run_refuses_bad_yaml_with_exit_2(tmp_path: Path) -> None:

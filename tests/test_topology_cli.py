@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
+from commbench.topology import SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topology"
 sys.path.insert(0, str(FIXTURES))
@@ -47,7 +48,7 @@ def test_no_nvml_json_still_describes_the_host(machine: Machine) -> None:
     result = runner.invoke(app, ["topo", "--format", "json"])
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == SCHEMA_VERSION
     assert data["gpus"] == [] and data["pairs"] == []
     assert data["nvml_error"] == "NVML: library not found"
     assert data["host"]["cpu_threads"] >= 1
@@ -73,7 +74,7 @@ def test_json_snapshot_has_the_promised_fields(machine: Machine) -> None:
     result = runner.invoke(app, ["topo", "--format", "json"])
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert data["schema_version"] == 1 and len(data["gpus"]) == 8
+    assert data["schema_version"] == SCHEMA_VERSION and len(data["gpus"]) == 8
     pair = next(p for p in data["pairs"] if p["src"] == 2 and p["dst"] == 5)
     assert pair["link"] == "NV18" and pair["nvlinks"] == 18
     assert pair["p2p"] is True and pair["peak_gbps"] == 450.0

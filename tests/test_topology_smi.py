@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from commbench.errors import UserError
-from commbench.topology import parse_nvidia_smi
+from commbench.topology import parse_nvidia_smi, rates
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topology"
 
@@ -56,16 +57,89 @@ def test_dgx1v_hybrid_cube_mesh() -> None:
     assert s.gpus[4].numa_node is None
 
 
-def test_imported_rates_are_assumed_and_say_so() -> None:
+def test_imported_rates_are_assumed_conservatively_and_say_so() -> None:
     s = parse_nvidia_smi(smi("dgx1v_v100_hybrid_cube_mesh"))
-    nv2, sys_pair = s.pair(0, 3), s.pair(0, 5)
-    assert nv2.peak_gbps == pytest.approx(50.0)
+    nv1, nv2, sys_pair = s.pair(0, 1), s.pair(0, 3), s.pair(0, 5)
+    # NV1/NV2 could be a P100's first-generation links (20 GB/s), the oldest that many allow
+    assert nv2.peak_gbps == pytest.approx(40.0)
     assert nv2.peak_assumed
-    assert "assumed 25 GB/s per link" in nv2.note
-    assert sys_pair.peak_gbps == pytest.approx(16 * 16 * 128 / 130 / 8)  # assumed Gen4 x16
-    assert sys_pair.peak_assumed and "assumed Gen4 x16" in sys_pair.note
+    assert "assumed 20 GB/s per link" in nv2.note
+    assert sys_pair.peak_gbps == pytest.approx(16 * 8 * 128 / 130 / 8)  # assumed Gen3 x16
+    assert sys_pair.peak_assumed and "assumed Gen3 x16" in sys_pair.note
     assert nv2.p2p is None
-    assert any("assumed rates" in w for w in s.warnings)
+    # the bug this guards: Gen4 assumed for SYS read 31.5 GB/s, faster than NV1's 25
+    assert nv1.peak_gbps is not None and sys_pair.peak_gbps is not None
+    assert sys_pair.peak_gbps < nv1.peak_gbps
+    warning = next(w for w in s.warnings if "assumed rates" in w)
+    assert "--gpu" in warning
+
+
+def test_every_imported_sys_pair_is_slower_than_every_nvlink_pair() -> None:
+    for path in FIXTURES.glob("smi_*.txt"):
+        s = parse_nvidia_smi(path.read_text())
+        nv = [p.peak_gbps for p in s.pairs if p.nvlinks > 0 and p.peak_gbps is not None]
+        pcie = [p.peak_gbps for p in s.pairs if p.nvlinks == 0 and p.peak_gbps is not None]
+        if nv and pcie:
+            assert max(pcie) < min(nv), path.name
+
+
+def test_named_v100_model_gives_datasheet_rates() -> None:
+    s = parse_nvidia_smi(smi("dgx1v_v100_hybrid_cube_mesh"), gpu="Tesla V100-SXM2-16GB")
+    assert {g.name for g in s.gpus} == {"Tesla V100-SXM2-16GB"}
+    nv1, nv2, sys_pair = s.pair(0, 1), s.pair(0, 3), s.pair(0, 5)
+    assert nv1.peak_gbps == pytest.approx(25.0) and nv2.peak_gbps == pytest.approx(50.0)
+    assert "2 x NVLink2 at 25 GB/s" in nv2.note
+    assert sys_pair.peak_gbps == pytest.approx(16 * 8 * 128 / 130 / 8)  # Gen3 x16, V100's own
+    assert "PCIe Gen3 x16" in sys_pair.note and "assumed" not in sys_pair.note
+    assert not any(p.peak_assumed for p in s.pairs)
+    assert not any("assumed rates" in w for w in s.warnings)
+
+
+def test_named_model_of_a_slow_nvlink_board() -> None:
+    """A40s run NVLink 3 at 14.0625 GB/s per link: the model, not the NV# count, says so."""
+    text = smi("a40x8_nv4_pairs_nics")
+    named = parse_nvidia_smi(text, gpu="NVIDIA A40")
+    nv = [p for p in named.pairs if p.nvlinks > 0]
+    assert nv and all(p.peak_gbps == pytest.approx(p.nvlinks * 14.0625) for p in nv)
+    pcie = [p for p in named.pairs if p.nvlinks == 0]
+    assert pcie and all(p.peak_gbps == pytest.approx(16 * 16 * 128 / 130 / 8) for p in pcie)
+
+
+def test_a_model_without_nvlink_on_an_nvlink_matrix_is_flagged() -> None:
+    s = parse_nvidia_smi(smi("dgx1v_v100_hybrid_cube_mesh"), gpu="Tesla T4")
+    assert any("Tesla T4 has no NVLink, but the matrix shows NV# pairs" in w for w in s.warnings)
+    assert s.pair(0, 1).peak_assumed and not s.pair(0, 5).peak_assumed
+
+
+@pytest.mark.parametrize(
+    ("given", "model"),
+    [
+        ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2"),
+        ("tesla v100-sxm2-32gb", "Tesla V100-SXM2"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4"),
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE"),
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
+        ("H100 SXM5", "NVIDIA H100 80GB HBM3"),
+        ("NVIDIA A10", "NVIDIA A10"),
+        ("l40s", "NVIDIA L40S"),
+    ],
+)
+def test_model_names_match_by_words(given: str, model: str) -> None:
+    assert rates.gpu_model(given).name == model
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("Radeon MI300X", "unknown GPU model 'Radeon MI300X'; known: 'Tesla P100-SXM2'"),
+        ("V100", "matches several: 'Tesla V100-SXM2', 'Tesla V100-SXM3', 'Tesla V100-PCIE'"),
+        ("A1", "unknown GPU model"),  # a word, not a prefix of A10/A100/A40
+        ("V100 " * 10_000, "unknown GPU model 'V100 V100"),  # a paste: refused, cut short
+    ],
+)
+def test_unknown_or_ambiguous_model_is_refused(given: str, message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_nvidia_smi(smi("dgx1v_v100_hybrid_cube_mesh"), gpu=given)
 
 
 def test_h100_nvswitch_with_nic_legend_and_gpu_numa_id() -> None:
@@ -230,3 +304,54 @@ GOOD = smi("a100_p4d_nvswitch_nv12")
 def test_bad_text_names_the_line(text: str, message: str) -> None:
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_nvidia_smi(text)
+
+
+def test_cli_gpu_names_the_model_of_an_imported_matrix() -> None:
+    from typer.testing import CliRunner
+
+    from commbench.cli import app
+
+    path = str(FIXTURES / "smi_dgx1v_v100_hybrid_cube_mesh.txt")
+    runner = CliRunner()
+    plain = runner.invoke(app, ["topo", "--from-smi", path])
+    assert plain.exit_code == 0, plain.output
+    assert "GPU0<->GPU1  NV1   1        ?    20.0*" in plain.stdout
+    assert "GPU0<->GPU5  SYS   0        ?    15.8*" in plain.stdout
+    named = runner.invoke(app, ["topo", "--from-smi", path, "--gpu", "Tesla V100-SXM2-16GB"])
+    assert named.exit_code == 0, named.output
+    assert "GPU model Tesla V100-SXM2-16GB" in named.stdout
+    assert "GPU0<->GPU1  NV1   1        ?    25.0       1 x NVLink2 at 25 GB/s" in named.stdout
+    assert "GPU0<->GPU5  SYS   0        ?    15.8       PCIe Gen3 x16" in named.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "Tesla Z9000"], "unknown GPU model 'Tesla Z9000'; known: "),
+        (["--gpu", "A100"], "matches several: 'NVIDIA A100-SXM4', 'NVIDIA A100-PCIE'"),
+    ],
+)
+def test_cli_unknown_gpu_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from commbench.cli import app
+
+    path = str(FIXTURES / "smi_dgx1v_v100_hybrid_cube_mesh.txt")
+    result = CliRunner().invoke(app, ["topo", "--from-smi", path, *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commbench: error: ")
+    assert message in lines[0]
+    # without an imported matrix there is nothing for --gpu to name
+    alone = CliRunner().invoke(app, ["topo", "--gpu", "Tesla T4"])
+    assert alone.exit_code == 2 and "give --from-smi too" in alone.stderr
+
+
+def test_api_topology_takes_the_gpu_keyword() -> None:
+    import commbench.api
+
+    path = FIXTURES / "smi_dgx1v_v100_hybrid_cube_mesh.txt"
+    s = commbench.api.topology(from_smi=path, gpu="Tesla V100-SXM2-16GB")
+    assert s.pair(0, 3).peak_gbps == pytest.approx(50.0)
+    with pytest.raises(UserError, match="unknown GPU model"):
+        commbench.api.topology(from_smi=path, gpu="nope")

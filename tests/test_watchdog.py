@@ -289,3 +289,33 @@ def test_workers_remove_the_temporary_files_of_a_vanished_launcher(
     hb._remove_launcher_temps()
     assert not any(p.exists() for p in mine)
     assert other.exists()  # another writer's
+
+
+def test_a_remote_rank_that_never_published_is_mirrored_as_a_placeholder(tmp_path: Path) -> None:
+    """One rank stopped before its first heartbeat reached the job's store must not hide the
+    others' heartbeats, and must itself be nameable (by host) when the run hangs."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from commbench.launch.protocol import Heartbeat, StoreShare, read_heartbeats
+    from commbench.launch.watchdog import REMOTE_SILENT, Watch, describe_hang
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))
+    hb = Heartbeat(tmp_path / "ranks" / "rank0.json", rank=0, host="n0")
+    try:
+        hb.share = StoreShare(store, 3, {0}, mirror=True, hosts={0: "n0", 1: "n1", 2: "n2"})
+        store.set(f"{StoreShare.PREFIX}1", json.dumps({"rank": 1, "host": "n1", "pid": 7}))
+        hb._mirror()
+    finally:
+        hb.stop()
+    beats = read_heartbeats(tmp_path)
+    assert beats[1]["remote"] and beats[1]["pid"] == 7  # the published one is not held back
+    assert beats[2]["remote"] and beats[2]["host"] == "n2" and "never reported" in beats[2]["phase"]
+    stale = time.time() - 600  # long silent, while this node's own heartbeat is fresh
+    os.utime(tmp_path / "ranks" / "rank2.json", (stale, stale))
+    os.utime(tmp_path / "ranks" / "rank1.json")
+    watch = Watch(tmp_path, [])
+    watch.heartbeats = read_heartbeats(tmp_path)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [2] and f"rank 2 (host n2, pid None) {REMOTE_SILENT}" in message, message

@@ -100,8 +100,9 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option(
             "float32",
             "--dtype",
-            metavar="DTYPE",
-            help="float32, float16, bfloat16, float64, int32, int64, int8, uint8.",
+            metavar="DTYPE[,DTYPE...]",
+            help="float32, float16, bfloat16, float64, int32, int64, int8, uint8; a comma list "
+            "measures each in one launch.",
         ),
         reduce_op: str = typer.Option(
             "sum", "--reduce-op", metavar="sum|avg|max|min|prod", help="sum, avg, max, min or prod."
@@ -118,8 +119,12 @@ def register(app: typer.Typer) -> None:
             help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-{DEFAULT_MAX_ITERS} "
             f"iterations). Default {DEFAULT_MIN_TIME}.",
         ),
-        in_place: bool = typer.Option(
-            False, "--in-place", help="In-place all_gather / reduce_scatter."
+        in_place: str = typer.Option(
+            "no",
+            "--in-place",
+            metavar="no|yes|both",
+            help="all_gather / reduce_scatter out of place (no), in place (yes), or both side "
+            "by side as nccl-tests prints them. The other ops have one form.",
         ),
         check: bool = typer.Option(
             True, "--check/--no-check", help="Verify every op's result after timing."
@@ -185,6 +190,7 @@ def report(run: Run, fmt: Format) -> None:
     the noise warning, the ranks the others waited for and the status line on stderr; then
     exit as the run's verdict says."""
     from commbench.compare import noisy_warning
+    from commbench.health.findings import notes_block
     from commbench.results.exporters import export
     from commbench.results.stragglers import summary_lines
     from commbench.results.summary import render, summarise
@@ -202,6 +208,14 @@ def report(run: Run, fmt: Format) -> None:
         summary = render(summarise(rows, run.context.ranks), markdown=fmt is Format.md)
         if human and summary:
             typer.echo("\n" + summary, nl=False)
+        if human:
+            from commbench.results.network import network_lines
+
+            for line in network_lines(rows, run.context):
+                typer.echo(line)
+    health = notes_block(run.context.health, markdown=fmt is Format.md)
+    if health:  # after the table on stdout; on stderr where stdout is csv or json
+        typer.echo(health, nl=False, err=fmt not in (Format.table, Format.md))
     warning = noisy_warning(rows)
     if warning:
         typer.echo(f"commbench: warning: {warning}", err=True)

@@ -83,9 +83,12 @@ class LiveRows:
 
     def line(self, row: ResultRow) -> str:
         """The one line a point gets in a log."""
+        from commbench.collectives.specs import OPS
         from commbench.results.exporters import point_line
 
-        return f"commbench: {self._progress()} {point_line(row)}"
+        spec = OPS.get(row.op)
+        two_forms = not row.strategy and spec is not None and spec.in_place == "optional"
+        return f"commbench: {self._progress()} {point_line(row, two_forms=two_forms)}"
 
     def _progress(self) -> str:
         now = self.now()

@@ -12,7 +12,6 @@ from commbench.errors import UserError
 from commbench.results.exporters import Format
 
 # World sizes a fitted model extrapolates to when --world is not given.
-SCALE_WORLDS = (8, 64, 1024)
 # More ranks than any machine runs: a typo, not a world to model.
 MAX_WORLD = 1 << 24
 
@@ -83,7 +82,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             from commbench.collectives.specs import parse_strategies
             from commbench.sizes import parse_sizes
-            from commbench.strategies.model import Fit, Params, fit, predict
+            from commbench.strategies.model import SCALE_WORLDS, Fit, Params, fit, predict
             from commbench.strategies.report import render_predictions
 
             names = parse_strategies(strategies)

@@ -139,6 +139,8 @@ def _report(run: Run, fmt: Format) -> None:
             "such numbers are not to be trusted as they stand (see the diagnosis)",
             err=True,
         )
+    for line in run.health_findings():
+        typer.echo(f"commbench: link health: {line.message}", err=True)
     typer.echo(f"commbench: {run.record.status}: {len(run.rows)} rows in {run.path}", err=True)
     error = run.verdict.error()
     if error is not None:

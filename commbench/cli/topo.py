@@ -42,6 +42,19 @@ def register(app: typer.Typer) -> None:
             help="Analyse the text `nvidia-smi topo -m` printed on another machine "
             "(- reads it from stdin).",
         ),
+        gpu: str | None = typer.Option(
+            None,
+            "--gpu",
+            metavar="MODEL",
+            help="With --from-smi: the GPU model as nvidia-smi names it "
+            '("Tesla V100-SXM2-16GB"), for its datasheet link rates; without it rates are '
+            "assumed conservatively (PCIe Gen3 x16, oldest NVLink generation).",
+        ),
+        all_nics: bool = typer.Option(
+            False,
+            "--all-nics",
+            help="Also list virtual network interfaces (lo, veth, bridges, tun).",
+        ),
         out: Path | None = typer.Option(
             None,
             "--out",
@@ -55,7 +68,9 @@ def register(app: typer.Typer) -> None:
             import commbench.api
             from commbench.topology import render
 
-            snapshot = commbench.api.topology(from_snapshot, from_smi=from_smi)
+            snapshot = commbench.api.topology(
+                from_snapshot, from_smi=from_smi, gpu=gpu, all_nics=all_nics
+            )
             table = render(snapshot)
             body = dump_json(snapshot.to_dict()) if fmt is Format.json else table
             if out is not None:

@@ -51,6 +51,9 @@ class CollectivesSettings:
     device: str
     """cuda or cpu: where the buffers live and how iterations are timed."""
     dtype: str = "float32"
+    """The first of `dtypes` (what a reader of one dtype per run takes)."""
+    dtypes: list[str] = field(default_factory=list)
+    """Every dtype measured, in order (`--dtype float32,bfloat16`); [dtype] when not given."""
     reduce_op: str = "sum"
     warmup: int | None = None
     """Warm-up iterations per point; None adapts to the size (see `worker.plan_iterations`)."""
@@ -62,7 +65,10 @@ class CollectivesSettings:
     """Floor on timed iterations: the regression gate's significance test needs samples."""
     max_iters: int = DEFAULT_MAX_ITERS
     """Ceiling on timed iterations, so 1 KiB points do not run for ever on fast links."""
-    in_place: bool = False
+    in_place: str = "no"
+    """no, yes or both (`IN_PLACE`): for the ops that have both forms (all_gather,
+    reduce_scatter), measure out of place, in place, or both side by side as nccl-tests does.
+    A bool (settings stored before `both`) reads as yes/no."""
     check: bool = True
     async_op: bool = False
     graph: bool = False
@@ -86,8 +92,15 @@ class CollectivesSettings:
             raise UserError("no sizes to measure")
         for size in self.sizes:
             check_size(size)
-        if self.dtype not in DTYPES:
-            raise UserError(f"unknown dtype {self.dtype!r}; choose from: {', '.join(DTYPES)}")
+        if not self.dtypes:
+            self.dtypes = [self.dtype]
+        for dtype in self.dtypes:
+            if dtype not in DTYPES:
+                raise UserError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
+        if len(set(self.dtypes)) != len(self.dtypes):
+            raise UserError(f"--dtype names a dtype twice: {','.join(self.dtypes)}")
+        self.dtype = self.dtypes[0]
+        self.in_place = in_place_choice(self.in_place)
         if self.reduce_op not in REDUCE_OPS:
             raise UserError(
                 f"unknown reduce op {self.reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
@@ -132,12 +145,12 @@ class CollectivesSettings:
         ops: str | Sequence[str] | None = None,
         strategies: str | Sequence[str] | None = None,
         sizes: str | Sequence[int | str] | None = None,
-        dtype: str = "float32",
+        dtype: str | Sequence[str] = "float32",
         reduce_op: str = "sum",
         warmup: int | None = None,
         iters: int | None = None,
         min_time: float | None = None,
-        in_place: bool = False,
+        in_place: bool | str = False,
         check: bool = True,
         async_op: bool = False,
         graph: bool = False,
@@ -154,6 +167,7 @@ class CollectivesSettings:
         from commbench.sizes import parse_sizes
 
         check_iteration_flags(iters, min_time)
+        dtypes = parse_dtypes(dtype)
         if sizes is None:
             sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
         return cls(
@@ -164,12 +178,13 @@ class CollectivesSettings:
             nproc=place.nproc,
             backend=place.backend,
             device=place.device,
-            dtype=dtype,
+            dtype=dtypes[0],
+            dtypes=dtypes,
             reduce_op=reduce_op,
             warmup=warmup,
             iters=iters,
             min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
-            in_place=in_place,
+            in_place=in_place_choice(in_place),
             check=check,
             async_op=async_op,
             graph=graph,
@@ -185,6 +200,34 @@ class CollectivesSettings:
     def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+IN_PLACE = ("no", "yes", "both")
+
+
+def in_place_choice(value: bool | str) -> str:
+    """`--in-place` as one of IN_PLACE; a bool (the old flag, a stored run, a suite's YAML
+    true/false) as yes or no."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value not in IN_PLACE:
+        raise UserError(
+            f"--in-place must be one of {', '.join(IN_PLACE)}, got {quoted(str(value))}"
+        )
+    return value
+
+
+def parse_dtypes(value: str | Sequence[str]) -> list[str]:
+    """`--dtype float32,bfloat16` (or a list) as a list of dtype names, in order."""
+    if isinstance(value, str):
+        items = [t.strip() for t in value.split(",")]
+    elif all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise UserError(f"dtypes must be names, got {list(value)!r}")
+    if not items or any(not t for t in items):
+        raise UserError(f"--dtype must be a comma list of dtypes, got {quoted(str(value))}")
+    return items
 
 
 def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
@@ -238,34 +281,62 @@ def _sizes(values: Sequence[int | str]) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One measurement of a sweep: an op (or an all-reduce strategy) at one requested size."""
+    """One measurement of a sweep: an op (or an all-reduce strategy) at one requested size,
+    in one dtype and one form (in place or not)."""
 
     op: str
     strategy: str
     requested_bytes: int
+    dtype: str = "float32"
+    in_place: bool = False
+    """Whether the output buffer is the input (the row's `in_place`: always True for the ops
+    torch runs in place, all_reduce, broadcast and reduce)."""
+
+
+def forms(op: str, in_place: str) -> list[bool]:
+    """The forms an op is measured in: the one it has, or for the ops that have both
+    (OpSpec.in_place "optional") what `--in-place` asks, out of place first."""
+    has = OPS[op].in_place
+    if has == "always":
+        return [True]
+    if has == "never":
+        return [False]
+    return {"no": [False], "yes": [True], "both": [False, True]}[in_place]
 
 
 def plan_points(settings: CollectivesSettings, group_size: int) -> list[Point]:
     """The sweep in the order workers measure it; the launcher uses it for progress.
 
+    Per dtype, each op in each of its forms across the sizes, then the strategies.
     Requested sizes that round to the same size for an op (`--sizes 6,1` of float32 both
     give 4 B) are measured once, at the first of them: two rows of one size would be two
     keys for one point in `compare`.
     """
 
-    def distinct(op: str) -> list[int]:
+    def distinct(op: str, dtype: str) -> list[int]:
         seen: dict[int, int] = {}
         for s in settings.sizes:
-            seen.setdefault(plan_size(op, s, settings.dtype, group_size).size_bytes, s)
+            seen.setdefault(plan_size(op, s, dtype, group_size).size_bytes, s)
         return list(seen.values())
 
     points: list[Point] = []
-    for op in settings.ops:
-        sizes = [0] if op == "barrier" else distinct(op)
-        points.extend(Point(op=op, strategy="", requested_bytes=s) for s in sizes)
-    for strategy in settings.strategies:
-        points.extend(
-            Point(op="all_reduce", strategy=strategy, requested_bytes=s)
-            for s in distinct("all_reduce")
-        )
+    for dtype in settings.dtypes or [settings.dtype]:
+        for op in settings.ops:
+            sizes = [0] if op == "barrier" else distinct(op, dtype)
+            for form in forms(op, settings.in_place):
+                points.extend(
+                    Point(op=op, strategy="", requested_bytes=s, dtype=dtype, in_place=form)
+                    for s in sizes
+                )
+        for strategy in settings.strategies:
+            points.extend(
+                Point(
+                    op="all_reduce",
+                    strategy=strategy,
+                    requested_bytes=s,
+                    dtype=dtype,
+                    in_place=True,
+                )
+                for s in distinct("all_reduce", dtype)
+            )
     return points

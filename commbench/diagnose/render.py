@@ -31,7 +31,12 @@ def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
         f"{s['name']} {s['tests']} tests in {s['rounds']} rounds" for s in diagnosis.stages
     )
     out.append("")
-    out.append(f"verdict: {diagnosis.verdict}" + (f" ({tested})" if tested else ""))
+    sick = [n.host or f"node {n.node}" for n in diagnosis.nodes if n.health]
+    out.append(
+        f"verdict: {diagnosis.verdict}"
+        + (f" ({tested})" if tested else "")
+        + (f"; link health findings on {', '.join(sick)}" if sick else "")
+    )
     return "\n".join(out) + "\n"
 
 

@@ -20,6 +20,7 @@ from commbench.diagnose.muster import Muster, muster
 from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DiagnoseSettings
 from commbench.diagnose.stages import INTER, Layout, Stage, plan_stages
+from commbench.health.record import RunHealth
 from commbench.launch.launcher import LaunchOptions, run_collectives
 from commbench.launch.protocol import STARTUP_TIMEOUT
 from commbench.results.record import RunKind, RunStatus
@@ -41,6 +42,8 @@ class NodeVerdict:
     evidence: list[str] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
     """GPUs (or GPU pairs) named inside the node, with their evidence."""
+    health: list[dict[str, Any]] = field(default_factory=list)
+    """The node's link health findings (`health.findings`), when this node took them."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class NodeVerdict:
             "verdict": self.verdict,
             "evidence": self.evidence,
             "gpus": self.gpus,
+            "health": self.health,
         }
 
 
@@ -285,6 +289,7 @@ def run_diagnose(
         if launch and launch.rdzv_endpoint
         else None,
     )
+    add_health(diagnosis, outcome.record.context.health, launch.node_rank if launch else 0)
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     if diagnosis.pair_gbps:
         try:
@@ -294,6 +299,24 @@ def run_diagnose(
         except Exception:  # a figure must never cost the verdict
             pass
     return diagnosis
+
+
+def add_health(diagnosis: Diagnosis, health: RunHealth | None, node: int) -> None:
+    """This node's link health findings into its evidence, and into diagnosis.json.
+
+    Evidence, not verdict: every node must reach the same verdict (and exit code) from the
+    measurements all of them share, while each node's launcher snapshots only its own links.
+    A node that degraded itself from its own counters would disagree with its peers about
+    itself. The findings explain a degraded node's numbers, and the verdict line names every
+    node that has some, so a sick link that did not (yet) cost bandwidth is still seen."""
+    from commbench.health.findings import run_findings
+
+    if not 0 <= node < len(diagnosis.nodes):
+        return
+    verdict = diagnosis.nodes[node]
+    for finding in run_findings(health):
+        verdict.health.append(finding.to_dict())
+        verdict.evidence.append(f"link health: {finding.message}")
 
 
 def _muster(launch: LaunchOptions, collectives: CollectivesSettings) -> Muster:
@@ -325,6 +348,7 @@ def _not_all_came(
         RunKind.DIAGNOSE,
         settings={**collectives.to_dict(), "diagnose": settings.to_dict()},
         context=RunContext.from_dict(host_context(), "context"),
+        health=True,
         launch={
             "nnodes": launch.nnodes,
             "node_rank": launch.node_rank,

@@ -262,6 +262,7 @@ def run_collectives(
         name=name,
         settings=all_settings,
         context=context,
+        health=True,
         launch={
             "nnodes": launch.nnodes,
             "node_rank": launch.node_rank,

@@ -88,7 +88,7 @@ def _probe_cache_key(settings: CollectivesSettings) -> str:
         torch_version,
         settings.backend,
         settings.device,
-        settings.dtype,
+        ",".join(settings.dtypes or [settings.dtype]),
         settings.reduce_op,
         ",".join(sorted(settings.ops)),
         ",".join(sorted(settings.strategies)),

@@ -26,7 +26,7 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
 
     from commbench.collectives.ops import TORCH_DTYPES, Group
     from commbench.collectives.registry import selected
-    from commbench.collectives.settings import CollectivesSettings
+    from commbench.collectives.settings import CollectivesSettings, forms
     from commbench.launch.preflight import buffer_gpus
 
     s = CollectivesSettings.from_dict(settings_dict)
@@ -52,20 +52,23 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
     dist.init_process_group(s.backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
         group = Group(handle=None, ranks=[0], rank=0)
-        dtype = TORCH_DTYPES[s.dtype]
-        for entry in selected(s.ops, s.strategies):
-            spec = entry.spec
-            if spec.latency_only or spec.too_few_ranks(1):
-                continue  # nothing in it depends on the dtype, or it cannot run here
-            try:
-                bufs = entry.buffers(4, dtype, device, group, s.in_place)
-                entry.call(bufs, group, s.reduce_op, s.async_op)()
-            except Exception as exc:  # the message is what the user needs
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                what = f"{spec.title} with dtype {s.dtype}"
-                if spec.reduces:
-                    what += f" and reduce op {s.reduce_op}"
-                return {"ok": False, "error": f"{s.backend} cannot run {what}: {first}"}
+        for name in s.dtypes or [s.dtype]:
+            dtype = TORCH_DTYPES[name]
+            for entry in selected(s.ops, s.strategies):
+                spec = entry.spec
+                if spec.latency_only or spec.too_few_ranks(1):
+                    continue  # nothing in it depends on the dtype, or it cannot run here
+                for in_place in forms(spec.op, s.in_place) if not spec.strategy else [True]:
+                    try:
+                        bufs = entry.buffers(4, dtype, device, group, in_place)
+                        entry.call(bufs, group, s.reduce_op, s.async_op)()
+                    except Exception as exc:  # the message is what the user needs
+                        text = str(exc).strip()
+                        first = text.splitlines()[0] if text else type(exc).__name__
+                        what = f"{spec.title} with dtype {name}"
+                        if spec.reduces:
+                            what += f" and reduce op {s.reduce_op}"
+                        return {"ok": False, "error": f"{s.backend} cannot run {what}: {first}"}
         if s.device == "cuda":
             torch.cuda.synchronize()
     finally:

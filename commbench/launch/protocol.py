@@ -140,13 +140,31 @@ class Heartbeat:
         """Copy the other nodes' heartbeats into this node's ranks/ directory, rewriting a
         file only when its content changed: its mtime is then when that rank last showed life,
         by this node's clock (remote clocks may be skewed)."""
-        for rank, value in self.share.fetch_remote().items():
+        fetched = self.share.fetch_remote()
+        for rank, value in fetched.items():
             if self._mirrored.get(rank) == value:
                 continue
             self._mirrored[rank] = value
             data = json.loads(value)
             data["remote"] = True
             _replace(self.path.parent / f"rank{rank}.json", json.dumps(data).encode())
+        for rank in self.share.remote_ranks():
+            if rank in fetched or rank in self._mirrored:
+                continue
+            # never published: a rank stopped or wedged before its first heartbeat reached the
+            # store. A placeholder, written once, ages like a silent heartbeat, so a hang can
+            # still name it (and its host) instead of "all ranks are waiting".
+            self._mirrored[rank] = b""
+            placeholder = {
+                "rank": rank,
+                "host": self.share.hosts.get(rank),
+                "pid": None,
+                "point": -1,
+                "phase": "start-up (never reported through the job's store)",
+                "iteration": 0,
+                "remote": True,
+            }
+            _replace(self.path.parent / f"rank{rank}.json", json.dumps(placeholder).encode())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -209,20 +227,35 @@ class StoreShare:
 
     PREFIX = "commbench/heartbeat/"
 
-    def __init__(self, store: Any, world: int, local_ranks: set[int], mirror: bool) -> None:
+    def __init__(
+        self,
+        store: Any,
+        world: int,
+        local_ranks: set[int],
+        mirror: bool,
+        hosts: dict[int, str] | None = None,
+    ) -> None:
         self.store = store
         self.world = world
         self.local_ranks = local_ranks
         self.mirror = mirror
+        self.hosts = hosts or {}
+        """Each rank's host, from the ranks' roll at start-up: names a rank never heard from."""
 
     def publish(self, rank: int, value: bytes) -> None:
         self.store.set(f"{self.PREFIX}{rank}", value)
 
+    def remote_ranks(self) -> list[int]:
+        return [r for r in range(self.world) if r not in self.local_ranks]
+
     def fetch_remote(self) -> dict[int, bytes]:
-        remote = [r for r in range(self.world) if r not in self.local_ranks]
+        """The heartbeats the other nodes' ranks have published so far. Each key is checked
+        on its own (get would block on a missing one): one rank that never published must
+        not hide all the others."""
+        remote = [r for r in self.remote_ranks() if self.store.check([f"{self.PREFIX}{r}"])]
+        if not remote:
+            return {}
         keys = [f"{self.PREFIX}{r}" for r in remote]
-        if not keys or not self.store.check(keys):
-            return {}  # not every rank has published yet; get would block
         return dict(zip(remote, self.store.multi_get(keys), strict=True))
 
 

@@ -116,7 +116,6 @@ class Worker:
             self.device = torch.device("cuda", self.local_rank)
         else:
             self.device = torch.device("cpu")
-        self.dtype = TORCH_DTYPES[settings.dtype]
         self.journal: Journal | None = None
         pattern.progress = self.hb.tick
         self.profile_parts: list[Path] = []
@@ -182,7 +181,10 @@ class Worker:
             )
         except Exception:  # no shared heartbeats: hangs are still named per node
             return
-        self.hb.share = StoreShare(store, self.world, local, mirror=self.local_rank == 0)
+        hosts = {int(r["rank"]): str(r["host"]) for r in ranks}
+        self.hb.share = StoreShare(
+            store, self.world, local, mirror=self.local_rank == 0, hosts=hosts
+        )
 
     def _context(self, ranks: list[Any]) -> dict[str, Any]:
         nccl = None
@@ -221,12 +223,14 @@ class Worker:
             return time_cuda(call, iters, tick)
         return time_cpu(call, iters, tick)
 
-    def _measure(self, entry: Collective, count: int) -> tuple[list[float], int, bool, str]:
+    def _measure(
+        self, entry: Collective, count: int, dtype: str, in_place: bool
+    ) -> tuple[list[float], int, bool, str]:
         """Time one point on this member rank: (samples_us, warmup, check_ok, note)."""
         assert self.group is not None
         grp, s, spec = self.group, self.s, entry.spec
         self.hb.phase = "setup"  # allocating a large buffer takes a while: a phase of its own
-        bufs = entry.buffers(count, self.dtype, self.device, grp, s.in_place)
+        bufs = entry.buffers(count, TORCH_DTYPES[dtype], self.device, grp, in_place)
         call = entry.call(bufs, grp, s.reduce_op, s.async_op)
         note = ""
         self.hb.phase = "warmup"
@@ -262,7 +266,7 @@ class Worker:
             ok = entry.check(bufs, call, grp, s.reduce_op)
         if s.profile:
             self.hb.phase = "profile"
-            self._profile(call, f"{spec.name} {count} x {s.dtype}")
+            self._profile(call, f"{spec.name} {count} x {dtype}")
         return samples, warmup, ok, note
 
     def _profile(self, call: Any, label: str) -> None:
@@ -342,19 +346,18 @@ class Worker:
             self.hb.point, self.hb.iteration = index, 0
             entry = collective(point.op, point.strategy)
             spec = entry.spec
-            plan = plan_size(spec.op, point.requested_bytes, s.dtype, self.group_size)
+            plan = plan_size(spec.op, point.requested_bytes, point.dtype, self.group_size)
             common: dict[str, Any] = {
                 "op": spec.op,
                 "strategy": spec.strategy,
-                "dtype": s.dtype,
+                "dtype": point.dtype,
                 "reduce_op": s.reduce_op if spec.reduces else "",
                 "world_size": self.group_size,
                 "size_bytes": plan.size_bytes,
                 "count": plan.count,
                 # torch's all_reduce, broadcast and reduce write into their input: in-place in
                 # nccl-tests' terms, so they join nccl-tests' in-place column in `compare`
-                "in_place": spec.in_place == "always"
-                or (s.in_place and spec.in_place == "optional"),
+                "in_place": point.in_place,
                 "requested_bytes": plan.requested_bytes,
             }
             too_few = spec.too_few_ranks(self.group_size)
@@ -365,7 +368,9 @@ class Worker:
             samples: list[float] = []
             warmup, ok, note = 0, True, ""
             if self.group is not None:
-                samples, warmup, ok, note = self._measure(entry, plan.count)
+                samples, warmup, ok, note = self._measure(
+                    entry, plan.count, point.dtype, point.in_place
+                )
             own = samples
             samples, failed = self._exchange(own, ok)
             ranks = self._rank_times(own, samples)

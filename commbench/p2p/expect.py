@@ -236,7 +236,7 @@ class Fabric:
     def _pcie_link(self, g: int, outbound: bool) -> str:
         gbps, gen, width, assumed = self.pcie(g)
         way = "outbound" if outbound else "inbound"
-        size = "link" if not assumed else "link (assumed Gen4 x16)"
+        size = "link" if not assumed else f"link (assumed Gen{gen} x{width})"
         return self._add(
             f"pcie-{'up' if outbound else 'down'}:{g}",
             f"cuda:{g}'s PCIe Gen{gen} x{width} {size}, {way}",

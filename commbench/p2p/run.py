@@ -333,6 +333,7 @@ def _run(
         RunKind.P2P,
         settings=settings.to_dict(),
         context=context,
+        health=True,
         notes=notes,
         steps_total=len(steps),
         steps_done=0,

@@ -2,14 +2,23 @@
 
 Nothing here imports matplotlib. `commbench.report.plots` draws these specs; tests check
 the specs, which is exactly what matplotlib is handed.
+
+Every op gets two panels over a log2 size axis. Time per call on log-log axes: small
+messages are latency-bound (flat, a few µs) and large ones grow linearly, so both regions
+read as lines. Bus bandwidth on log-log axes too: on a linear axis everything below ~128K
+lies on zero, where strategies and links differ most; on a log axis the latency-bound
+region is a rising line, the bandwidth-bound one a plateau to hold against the peak.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from commbench.errors import UserError
 from commbench.results.record import RunContext, RunKind
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, P2P_OP, ResultRow
@@ -29,11 +38,23 @@ class Series:
 
 
 @dataclass(kw_only=True, slots=True)
+class Peak:
+    """A theoretical bandwidth to draw as a horizontal line on a bandwidth panel."""
+
+    gbps: float
+    label: str
+    """`peak 450 GB/s`, with the run it belongs to when the runs on a figure differ."""
+
+
+@dataclass(kw_only=True, slots=True)
 class Panel:
     title: str
     ylabel: str
     series: list[Series]
     ylog: bool = False
+    ytime: bool = False
+    """y is a time in µs: ticks read `5 µs`, `2 ms` rather than `2000`."""
+    peaks: list[Peak] = field(default_factory=list)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,13 +97,102 @@ def context_title(context: RunContext) -> str:
     return " · ".join(parts)
 
 
-def run_labels(runs: list[Run]) -> list[str]:
-    """Legend names: the run directory, plus what tells the runs apart when that is context."""
+def suite_entry_name(path: Path) -> str | None:
+    """The name of the suite entry that made the run at `path`, when a suite did (its
+    directory sits inside the suite's, and suite.json names it); None otherwise."""
+    from commbench.results.runs import is_suite, load_suite
+
+    run = path.resolve()
+    for parent in list(run.parents)[:3]:
+        try:
+            if not is_suite(parent):
+                continue
+            entries = load_suite(parent).entries
+        except (UserError, OSError):  # an unreadable suite.json names nothing: the folder will do
+            return None
+        for entry in entries:
+            if entry.path and (parent / entry.path).resolve() == run:
+                return entry.name
+        return None
+    return None
+
+
+def run_names(runs: Sequence[Run]) -> list[str]:
+    """What to call each run in a legend: its suite entry's name, else its directory's."""
+    return [suite_entry_name(r.path) or r.path.name for r in runs]
+
+
+def run_labels(runs: list[Run], names: Sequence[str] | None = None) -> list[str]:
+    """Legend names: the given names (`plot --label`) as they are; else the suite entry or
+    directory name, plus what tells the runs apart when that is context."""
+    if names is not None:
+        return list(names)
+    own = run_names(runs)
     if len(runs) == 1:
-        return [runs[0].path.name]
+        return own
     titles = [context_title(r.context) for r in runs]
     distinct = len(set(titles)) > 1
-    return [f"{r.path.name} ({t})" if distinct else r.path.name for r, t in zip(runs, titles)]
+    return [f"{n} ({t})" if distinct else n for n, t in zip(own, titles)]
+
+
+def topology_peak(run: Run) -> float | None:
+    """The theoretical peak a collective on this run's GPUs can reach per direction: the
+    slowest link among the GPUs its ranks used, from the topology recorded with the run.
+
+    None where it cannot be known: CPU ranks, one GPU, several nodes (the network between
+    them is not in the snapshot), no snapshot, or a pair whose peak is unknown."""
+    context = run.context
+    topology = context.topology
+    if topology is None or (context.nnodes or 1) > 1 or len(context.hosts) > 1:
+        return None
+    used: set[int] = set()
+    for rank in context.ranks:
+        device = rank.get("device")
+        if not isinstance(device, str) or not device.startswith("cuda:"):
+            return None
+        index = device.removeprefix("cuda:")
+        if not index.isdecimal():
+            return None
+        used.add(int(index))
+    if len(used) < 2:
+        return None
+    peaks = [p.peak_gbps for p in topology.pairs if p.src in used and p.dst in used]
+    if len(peaks) < len(used) * (len(used) - 1) or any(p is None for p in peaks):
+        return None
+    return min(p for p in peaks if p is not None)
+
+
+def peak_text(gbps: float) -> str:
+    """`peak 450 GB/s`, `peak 15.8 GB/s` (PCIe Gen3 x16), `peak 0.125 GB/s`."""
+    shown = f"{gbps:.1f}".rstrip("0").rstrip(".") if gbps >= 10 else f"{gbps:.3g}"
+    return f"peak {shown} GB/s"
+
+
+def _peaks(runs: list[Run], labels: list[str], peak_gbps: float | None) -> list[Peak]:
+    """The peak lines of a bandwidth panel: the one given, else each run's own (once per
+    value; named after the runs when they differ)."""
+    if peak_gbps is not None:
+        return [Peak(gbps=peak_gbps, label=peak_text(peak_gbps))]
+    known: dict[float, list[str]] = {}
+    for run, label in zip(runs, labels):
+        peak = topology_peak(run)
+        if peak is not None:
+            known.setdefault(peak, []).append(label)
+    if len(known) == 1 and sum(map(len, known.values())) == len(runs):
+        ((gbps, _),) = known.items()
+        return [Peak(gbps=gbps, label=peak_text(gbps))]
+    return [
+        Peak(gbps=gbps, label=f"{peak_text(gbps)} ({', '.join(names)})")
+        for gbps, names in known.items()
+    ]
+
+
+def _pick(runs: list[Run], having: list[Run], labels: Sequence[str] | None) -> list[str] | None:
+    """The given labels of the runs in `having` (a figure draws only the runs with its op)."""
+    if labels is None:
+        return None
+    by_run = {id(r): label for r, label in zip(runs, labels)}
+    return [by_run[id(r)] for r in having]
 
 
 def figure_title(what: str, runs: list[Run]) -> str:
@@ -182,8 +292,20 @@ def _busbw_band(row: ResultRow) -> tuple[float, float] | None:
     return (busbw * row.time_us / row.stats.q3, busbw * row.time_us / row.stats.q1)
 
 
-def op_figures(runs: list[Run]) -> list[Figure]:
-    """Per op: busbw and latency against message size, one line per run (and variant)."""
+BUSBW_LABEL = "bus bandwidth (GB/s)"
+TIME_LABEL = "time per call"
+
+
+def op_figures(
+    runs: list[Run],
+    *,
+    peak_gbps: float | None = None,
+    labels: Sequence[str] | None = None,
+) -> list[Figure]:
+    """Per op: latency and busbw against message size, one line per run (and variant).
+
+    `peak_gbps` draws that peak on the bandwidth panels; without it each run's topology
+    gives one where it is known. `labels` names the runs in the legend, in order."""
     # p2p copies have their own figure (the heatmap): a line per op would mix every pair.
     # barrier moves no bytes: a size axis means nothing for it (its latency is in the tables)
     ops = list(
@@ -202,45 +324,77 @@ def op_figures(runs: list[Run]) -> list[Figure]:
 
         # Only the runs that measured this op name the figure and its lines.
         having = [run for run in runs if any(select(r) and _plotted(r) for r in run.rows)]
-        labels = run_labels(having)
+        given = _pick(runs, having, labels)
+        names = run_labels(having, given)
         panels = []
-        bus = _series_for(having, labels, select, _busbw, band=_busbw_band)
-        if bus:
-            panels.append(Panel(title="bus bandwidth", ylabel="busbw (GB/s)", series=bus))
-        lat = _series_for(having, labels, select, _time, band=_time_band)
+        lat = _series_for(having, names, select, _time, band=_time_band)
         if lat:
-            panels.append(Panel(title="latency", ylabel="time (us)", series=lat, ylog=True))
+            panels.append(
+                Panel(title="latency", ylabel=TIME_LABEL, series=lat, ylog=True, ytime=True)
+            )
+        bus = _series_for(having, names, select, _busbw, band=_busbw_band)
+        if bus:
+            panels.append(
+                Panel(
+                    title="bus bandwidth",
+                    ylabel=BUSBW_LABEL,
+                    series=bus,
+                    ylog=True,
+                    peaks=_peaks(having, given or run_names(having), peak_gbps),
+                )
+            )
         if panels:
             figures.append(Figure(name=op, title=figure_title(op, having), panels=panels))
     return figures
 
 
-def strategies_figure(runs: list[Run]) -> Figure | None:
-    """All-reduce strategies side by side, with the plain all_reduce dashed for reference."""
+def strategies_figure(
+    runs: list[Run],
+    *,
+    peak_gbps: float | None = None,
+    labels: Sequence[str] | None = None,
+) -> Figure | None:
+    """All-reduce strategies side by side, latency beside bandwidth (small messages are where
+    strategies differ 2-5x), with the plain all_reduce dashed for reference."""
 
     def strategy(row: ResultRow) -> bool:
         return bool(row.strategy) and row.op != P2P_OP
 
-    runs = [run for run in runs if any(strategy(r) for r in run.rows)]
-    labels = run_labels(runs)
-    series = _series_for(
-        runs, labels, strategy, _busbw, name_of=lambda r: r.strategy, band=_busbw_band
-    )
-    if not series:
+    def plain(row: ResultRow) -> bool:
+        return row.op == "all_reduce" and not row.strategy
+
+    having = [run for run in runs if any(strategy(r) for r in run.rows)]
+    given = _pick(runs, having, labels)
+    names = run_labels(having, given)
+    panels = []
+    for metric, band, title in ((_time, _time_band, "latency"), (_busbw, _busbw_band, "bw")):
+        series = _series_for(
+            having, names, strategy, metric, name_of=lambda r: r.strategy, band=band
+        )
+        if not series:
+            continue
+        reference = _series_for(
+            having, names, plain, metric, name_of=lambda r: "all_reduce (plain)"
+        )
+        for s in reference:
+            s.dashed = True
+        if title == "latency":
+            panel = Panel(
+                title="latency", ylabel=TIME_LABEL, series=series + reference, ylog=True, ytime=True
+            )
+        else:
+            panel = Panel(
+                title="bus bandwidth",
+                ylabel=BUSBW_LABEL,
+                series=series + reference,
+                ylog=True,
+                peaks=_peaks(having, given or run_names(having), peak_gbps),
+            )
+        panels.append(panel)
+    if not panels:
         return None
-    reference = _series_for(
-        runs,
-        labels,
-        lambda r: r.op == "all_reduce" and not r.strategy,
-        _busbw,
-        name_of=lambda r: "all_reduce (plain)",
-    )
-    for s in reference:
-        s.dashed = True
     return Figure(
-        name="strategies",
-        title=figure_title("all-reduce strategies", runs),
-        panels=[Panel(title="bus bandwidth", ylabel="busbw (GB/s)", series=series + reference)],
+        name="strategies", title=figure_title("all-reduce strategies", having), panels=panels
     )
 
 
@@ -271,10 +425,18 @@ def p2p_figures(runs: list[Run]) -> list[Figure]:
     return figures
 
 
-def all_figures(runs: list[Run]) -> list[Figure]:
-    """Every figure the runs have data for: per op, the strategies, the p2p heatmaps."""
-    figures = op_figures(runs)
-    strategies = strategies_figure(runs)
+def all_figures(
+    runs: list[Run],
+    *,
+    peak_gbps: float | None = None,
+    labels: Sequence[str] | None = None,
+) -> list[Figure]:
+    """Every figure the runs have data for: per op, the strategies, the p2p heatmaps.
+
+    `peak_gbps` is drawn on every bandwidth panel (else each run's topology peak, where
+    known); `labels` name the runs, one per run in order (else suite entry or folder)."""
+    figures = op_figures(runs, peak_gbps=peak_gbps, labels=labels)
+    strategies = strategies_figure(runs, peak_gbps=peak_gbps, labels=labels)
     if strategies is not None:
         figures.append(strategies)
     figures.extend(p2p_figures(runs))

@@ -13,5 +13,8 @@ class ReportFormat(str, Enum):
 class Images(str, Enum):
     embed = "embed"
     """PNG data URIs in the document (self-contained)."""
+    files = "files"
+    """PNG files in a directory beside the document (`<stem>_files/`), linked relatively: a
+    markdown file stays small and readable, and renders with its plots where it is viewed."""
     none = "none"
     """Tables only: for places that strip data URIs (GitHub step summaries)."""

@@ -19,6 +19,7 @@ from commbench.report.figures import Figure, Heatmap, Panel, all_figures
 from commbench.results.runs import Run, load_run
 from commbench.results.store import RunDir, writing
 from commbench.sizes import format_size
+from commbench.topology.model import MAX_PEAK_GBPS
 
 FORMATS = ("png", "svg")
 DPI = 110
@@ -43,6 +44,37 @@ def size_ticks(lo: int, hi: int) -> list[int]:
     while len(exps[::step]) > MAX_TICKS:
         step += 1
     return [2**e for e in exps[::step]]
+
+
+def format_time_us(us: float) -> str:
+    """A time axis label: `500 ns`, `20 µs`, `5 ms`, `2 s` (a log axis spans several)."""
+    for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "µs")):
+        if us >= scale:
+            return f"{us / scale:g} {unit}"
+    return f"{us * 1e3:g} ns"
+
+
+def _draw_peaks(ax: Any, panel: Panel) -> None:
+    """Each peak as a grey dashed line across the panel, named at its left end, where the
+    bandwidth of small messages leaves the panel empty (not in the legend, which names
+    the measured lines)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    on_line = blended_transform_factory(ax.transAxes, ax.transData)
+    for i, peak in enumerate(panel.peaks):
+        line = ax.axhline(peak.gbps, color="0.35", linestyle=(0, (6, 3)), linewidth=1.1)
+        line.set_gid("peak")
+        line.set_label(f"_{peak.label}")  # underscore: kept out of the legend
+        ax.text(
+            0.02,
+            peak.gbps,
+            peak.label,
+            transform=on_line,
+            ha="left",
+            va="top" if i % 2 == 0 else "bottom",
+            fontsize=8,
+            color="0.25",
+        )
 
 
 def _draw_panel(ax: Any, panel: Panel) -> None:
@@ -83,13 +115,26 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         ax.xaxis.set_major_locator(FixedLocator(size_ticks(min(xs), max(xs))))
         ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(round(v))))
+    _draw_peaks(ax, panel)
     if panel.ylog:
         ax.set_yscale("log")
         # plain numbers (600, 6000), not 6x10^3: readers compare them with their own logs
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        low, high = ax.get_ylim()
+        # 1-2-5 per decade reads well over a few decades; over many (a GPU run beside a CPU
+        # one) it crowds the axis, so powers of ten alone
+        decades = math.log10(high / low) if 0 < low < high else 0.0
+        subs = (1.0, 2.0, 5.0) if decades <= 4.5 else (1.0,)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+        if panel.ytime:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_time_us(v)))
+        else:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("message size (bytes)")
+    if panel.peaks:  # the line in view, with room above it
+        low, high = ax.get_ylim()
+        top = max(p.gbps for p in panel.peaks) * (1.5 if panel.ylog else 1.1)
+        ax.set_ylim(low, max(high, top))
+    ax.set_xlabel("message size")
     ax.set_ylabel(panel.ylabel)
     ax.set_title(panel.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
@@ -183,23 +228,64 @@ def write_figures(
     return written
 
 
-def plot_runs(runs: list[Run], out_dir: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+def check_peak(peak_gbps: float | None) -> float | None:
+    """`--peak`: a bandwidth a link can have, in GB/s (UserError otherwise)."""
+    if peak_gbps is None:
+        return None
+    if not math.isfinite(peak_gbps) or not 0 < peak_gbps <= MAX_PEAK_GBPS:
+        raise UserError(f"--peak must be a bandwidth in GB/s, 0 < GBPS <= {MAX_PEAK_GBPS:g}")
+    return peak_gbps
+
+
+def check_labels(labels: Sequence[str] | None, runs: Sequence[Run]) -> list[str] | None:
+    """`--label`: one non-empty name per run, in order (UserError otherwise)."""
+    if labels is None:
+        return None
+    if len(labels) != len(runs):
+        raise UserError(
+            f"{len(labels)} --label for {len(runs)} run(s): give one per run, in order "
+            "(a suite counts one per entry that made a run)"
+        )
+    names = [label.strip() for label in labels]
+    if any(not name or not name.isprintable() for name in names):
+        raise UserError("--label must be printable text, not empty")
+    return names
+
+
+def plot_runs(
+    runs: list[Run],
+    out_dir: Path,
+    formats: Sequence[str] = FORMATS,
+    *,
+    peak_gbps: float | None = None,
+    labels: Sequence[str] | None = None,
+) -> list[Path]:
+    """Write every figure of `runs` into `out_dir`. `peak_gbps` is drawn on the bandwidth
+    panels (else each run's topology peak, where known); `labels` names the runs."""
     if not formats:  # `--formats ''` would write nothing and look like success
         raise UserError(f"no plot format given; choose from: {', '.join(FORMATS)}")
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise UserError(f"unknown plot format {bad[0]!r}; choose from: {', '.join(FORMATS)}")
-    figures = all_figures(runs)
+    peak = check_peak(peak_gbps)
+    names = check_labels(labels, runs)
+    figures = all_figures(runs, peak_gbps=peak, labels=names)
     if not figures:
-        names = ", ".join(str(r.path) for r in runs)
-        raise UserError(f"nothing to plot: no measured points in {names}")
+        shown_names = ", ".join(str(r.path) for r in runs)
+        raise UserError(f"nothing to plot: no measured points in {shown_names}")
     return write_figures(figures, out_dir, formats)
 
 
 def plot_paths(
-    paths: Sequence[Path], out_dir: Path, formats: Sequence[str] = FORMATS
+    paths: Sequence[Path],
+    out_dir: Path,
+    formats: Sequence[str] = FORMATS,
+    *,
+    peak_gbps: float | None = None,
+    labels: Sequence[str] | None = None,
 ) -> list[Path]:
-    return plot_runs([load_run(p) for p in paths], out_dir, formats)
+    runs = [load_run(p) for p in paths]
+    return plot_runs(runs, out_dir, formats, peak_gbps=peak_gbps, labels=labels)
 
 
 @dataclass(frozen=True, slots=True)

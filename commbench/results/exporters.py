@@ -11,6 +11,7 @@ import io
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -94,23 +95,90 @@ def format_time(us: float) -> str:
     return f"{us / 1e6:.2f} s"
 
 
-def point_line(row: ResultRow) -> str:
+def point_line(row: ResultRow, *, two_forms: bool = False) -> str:
     """One point on one line, as a log streams it: the series, size, median time, busbw,
-    spread and check (`commbench collectives` prints one per point as it is measured)."""
+    spread and check (`commbench collectives` prints one per point as it is measured).
+    `two_forms`: the op has an in-place and an out-of-place form, and the line says which
+    (in-place rows always say so), as `--in-place both` streams them one after the other."""
     size = format_size(row.size_bytes) if row.op != "barrier" else "-"
-    parts = [group_title(row).replace("  ", " "), size, f"time {format_time(row.time_us)}"]
+    title = group_title(row).replace("  ", " ")
+    if two_forms and not row.in_place:
+        title += " out-of-place"
+    parts = [title, size, f"time {format_time(row.time_us)}"]
     if row.busbw_gbps is not None:
         parts.append(f"busbw {_num(row.busbw_gbps)} GB/s")
     parts += [f"spread {_spread(row)}", row.check + (f" ({row.note})" if row.note else "")]
     return "  ".join(parts)
 
 
-def build_tables(rows: list[ResultRow]) -> list[tuple[str, list[list[str]]]]:
-    """Rows -> (title, cell rows) per op/strategy/dtype group, in the order measured."""
-    groups: dict[str, list[list[str]]] = {}
+@dataclass(frozen=True, slots=True)
+class TableGroup:
+    """One table of a run: a series (op, strategy, dtype, reduce op, world size) over sizes."""
+
+    title: str
+    headers: list[str]
+    cells: list[list[str]]
+    op: str
+    strategy: str
+
+
+FORM_HEADERS = ["time_us", "algbw_GB/s", "busbw_GB/s", "spread", "check"]
+"""The columns of one form when out-of-place and in-place stand side by side."""
+BOTH_HEADERS = [
+    "size",
+    "count",
+    *(f"out {h}" for h in FORM_HEADERS),
+    *(f"in {h}" for h in FORM_HEADERS),
+]
+"""nccl-tests' layout for an op measured both ways: per size, the out-of-place columns then
+the in-place ones (`--in-place both`); `out`/`in` prefix each so no column is ambiguous."""
+
+
+def _form_cells(row: ResultRow | None) -> list[str]:
+    if row is None:
+        return ["-"] * len(FORM_HEADERS)
+    cells = row_cells(row)
+    return [cells[2], cells[3], cells[4], cells[5], cells[7]]
+
+
+def _series_key(row: ResultRow) -> tuple[str, str, str, str, int]:
+    return (row.op, row.strategy, row.dtype, row.reduce_op, row.world_size)
+
+
+def build_tables(rows: list[ResultRow]) -> list[TableGroup]:
+    """Rows -> one table per op/strategy/dtype group, in the order measured. An op measured
+    both out of place and in place gets one table with the two forms side by side."""
+    forms: dict[tuple[str, str, str, str, int], set[bool]] = {}
     for row in rows:
-        groups.setdefault(group_title(row), []).append(row_cells(row))
-    return list(groups.items())
+        forms.setdefault(_series_key(row), set()).add(row.in_place)
+    tables: dict[str, TableGroup] = {}
+    paired: dict[str, dict[int, dict[bool, ResultRow]]] = {}
+    for row in rows:
+        if len(forms[_series_key(row)]) == 2:
+            base = group_title(replace(row, in_place=False))
+            title = f"{base}  out-of-place | in-place"
+            if title not in tables:
+                tables[title] = TableGroup(title, list(BOTH_HEADERS), [], row.op, row.strategy)
+                paired[title] = {}
+            paired[title].setdefault(row.size_bytes, {})[row.in_place] = row
+            continue
+        title = group_title(row)
+        if title not in tables:
+            tables[title] = TableGroup(title, list(HEADERS), [], row.op, row.strategy)
+        tables[title].cells.append(row_cells(row))
+    for title, by_size in paired.items():
+        for both in by_size.values():
+            first = both.get(False) or both[True]
+            size = format_size(first.size_bytes) if first.op != "barrier" else "-"
+            tables[title].cells.append(
+                [
+                    size,
+                    str(first.count),
+                    *_form_cells(both.get(False)),
+                    *_form_cells(both.get(True)),
+                ]
+            )
+    return list(tables.values())
 
 
 _ROUNDED = re.compile(r"^rounded from \d+ B (to .+)$")
@@ -139,8 +207,8 @@ def _notes(rows: list[ResultRow]) -> list[str]:
 
 def to_table(rows: list[ResultRow]) -> str:
     out: list[str] = []
-    for title, cells in build_tables(rows):
-        out += [f"# {title}", *text_table(HEADERS, cells), ""]
+    for t in build_tables(rows):
+        out += [f"# {t.title}", *text_table(t.headers, t.cells), ""]
     notes = _notes(rows)
     if notes:
         out.append("* " + "\n* ".join(notes))
@@ -149,8 +217,8 @@ def to_table(rows: list[ResultRow]) -> str:
 
 def to_markdown(rows: list[ResultRow]) -> str:
     out: list[str] = []
-    for title, cells in build_tables(rows):
-        out += [f"### {title}\n", *markdown_table(HEADERS, cells), ""]
+    for t in build_tables(rows):
+        out += [f"### {t.title}\n", *markdown_table(t.headers, t.cells), ""]
     notes = _notes(rows)
     if notes:
         out.extend(f"- \\* {n}" for n in notes)
@@ -200,9 +268,11 @@ def export(rows: list[ResultRow], fmt: Format) -> str:
 
 
 __all__ = [
+    "BOTH_HEADERS",
     "EXPORTERS",
     "HEADERS",
     "Format",
+    "TableGroup",
     "build_tables",
     "dicts_to_csv",
     "export",

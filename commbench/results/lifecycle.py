@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from commbench.health.record import HealthSnapshot, RunHealth
 from commbench.processes import ProcessId
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.store import RunDir, SuiteDir
@@ -52,7 +53,12 @@ class Life(Generic[D, R]):
         self._write(self.record)
 
     def finish(self, status: RunStatus, failure: str | None = None) -> None:
-        """Write the record's final status (and why, when it did not complete)."""
+        """Write the record's final status (and why, when it did not complete); a run whose
+        health was snapshot before gets its `after` snapshot here, whatever its status."""
+        if isinstance(self.record, RunRecord):
+            health = self.record.context.health
+            if health is not None and health.after is None:
+                health.after = _take_health()
         self.record.status = status
         self.record.failure = failure
         self.record.finished_at = self.record.finished_at or now()
@@ -80,10 +86,16 @@ def start_run(
     context: RunContext,
     status: RunStatus = RunStatus.RUNNING,
     name: str | None = None,
+    health: bool = False,
     **fields: Any,
 ) -> Life[RunDir, RunRecord]:
     """Create `parent/<timestamp>-<name>` (the kind, unless a suite names its entry) and write
-    its record (running, unless an import says otherwise); `fields` are more of `RunRecord`'s."""
+    its record (running, unless an import says otherwise); `fields` are more of `RunRecord`'s.
+
+    `health`: snapshot this node's link health counters now and again at `finish()` (runs that
+    measure this machine: collectives, p2p, diagnose; not an import of someone else's)."""
+    if health:
+        context.health = RunHealth(before=_take_health())
     directory = RunDir.create(parent, name or kind.value)
     record = RunRecord(
         kind=kind,
@@ -97,6 +109,13 @@ def start_run(
     life = Life(directory, record, directory.write_record)
     life.save()
     return life
+
+
+def _take_health() -> HealthSnapshot:
+    # imported here: pynvml is loaded only by the runs that snapshot health
+    from commbench.health.capture import take
+
+    return take()
 
 
 def start_suite(parent: Path, record: SuiteRecord) -> Life[SuiteDir, SuiteRecord]:

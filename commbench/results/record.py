@@ -30,6 +30,7 @@ from commbench.fields import (
     number_in,
     string,
 )
+from commbench.health.record import RunHealth
 from commbench.processes import ProcessId
 from commbench.results.schema import MAX_COUNT, MAX_WORLD_SIZE, SCHEMA_VERSION
 from commbench.topology import TopologySnapshot
@@ -171,6 +172,9 @@ class RunContext:
     topology: TopologySnapshot | None = None
     topology_error: str | None = None
     """Why there is no snapshot: its discovery failed."""
+    health: RunHealth | None = None
+    """Link health counters (per GPU, per RDMA port) taken before and after the run by the
+    process that writes this record; absent from records older than it."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields this commbench does not know (kept as they are, unchecked)."""
 
@@ -180,7 +184,9 @@ class RunContext:
         values = {key: f.opt(key, conv) for key, conv in _CONTEXT_FIELDS.items()}
         ctx = cls(**{k: v for k, v in values.items() if v is not None})
         ctx.topology = _snapshot(f)
-        known = {*_CONTEXT_FIELDS, "topology"}
+        health = f.sub("health")
+        ctx.health = None if health is None else RunHealth.from_dict(health.data, health.where)
+        known = {*_CONTEXT_FIELDS, "topology", "health"}
         ctx.extra = {k: v for k, v in f.data.items() if k not in known}
         return ctx
 
@@ -191,6 +197,8 @@ class RunContext:
             if key == "env" or value not in (None, [], {}):
                 data[key] = value
         data["topology"] = None if self.topology is None else self.topology.to_dict()
+        if self.health is not None:
+            data["health"] = self.health.to_dict()
         return {**data, **self.extra}
 
     def comparable(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
 from commbench.files import shown
+from commbench.health.findings import Finding, run_findings
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
@@ -71,6 +72,11 @@ class Run:
     def unfinished(self) -> str | None:
         """How the run did not finish (`RunRecord.unfinished`); None when it did."""
         return self.record.unfinished
+
+    def health_findings(self) -> list[Finding]:
+        """Links below their maximum and error counters that moved during the run
+        (`health.findings` on `context.health`); empty for a record without health."""
+        return run_findings(self.context.health)
 
     def stragglers(self) -> list[WaitedFor]:
         """Every point at which the others waited a meaningful time for one rank, with its

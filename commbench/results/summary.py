@@ -186,11 +186,18 @@ def summarise(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]] = ()
     return RunSummary(series=tuple(summarise_series(rows)), devices=tuple(devices(ranks)))
 
 
-def series_label(s: SeriesSummary) -> str:
-    """`all_reduce float32 sum 2 ranks in-place`: the series in words."""
+def series_label(s: SeriesSummary, *, two_forms: bool = False) -> str:
+    """`all_reduce float32 sum 2 ranks in-place`: the series in words. `two_forms`: the run
+    has this series in place too (`--in-place both`, an nccl-tests log), so the out-of-place
+    one says so."""
     parts = [s.name, s.dtype, s.reduce_op, f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
-    parts += ["in-place"] if s.in_place else []
+    parts += ["in-place"] if s.in_place else (["out-of-place"] if two_forms else [])
     return " ".join(p for p in parts if p)
+
+
+def _twin(s: SeriesSummary) -> tuple[str, str, str, str, int]:
+    """What a series and its other form (in place or not) share."""
+    return (s.op, s.strategy, s.dtype, s.reduce_op, s.world_size)
 
 
 def _span(sizes: Sequence[int]) -> str:
@@ -204,11 +211,26 @@ SUMMARY_HEADERS = ["series", "peak busbw GB/s", "at size", "avg busbw GB/s", "av
 DEVICE_HEADERS = ["rank", "host", "device", "model"]
 
 
-def render(summary: RunSummary, *, markdown: bool = False) -> str:
-    """The "Using devices" block and the bandwidth summary, as text or Markdown tables; ''
-    when there is neither. The summary's title says what "average" means."""
-    table = markdown_table if markdown else text_table
-    out: list[str] = []
+SUMMARY_TITLE = (
+    "Bus bandwidth: peak, and average over the bandwidth-bound sizes (busbw at least half the peak)"
+)
+"""The summary table's title: it says what "average" means."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class SummaryTable:
+    """One table of a summary as cells, for renderers other than `render` (the report)."""
+
+    title: str
+    headers: list[str]
+    cells: list[list[str]]
+    left: set[int]
+    """Columns of words (left-aligned); the others are numbers."""
+
+
+def tables(summary: RunSummary) -> list[SummaryTable]:
+    """The "Using devices" table and the bandwidth summary, each only where there is data."""
+    out = []
     if summary.devices:
         cells = [
             [
@@ -219,13 +241,15 @@ def render(summary: RunSummary, *, markdown: bool = False) -> str:
             ]
             for d in summary.devices
         ]
-        out += [_title("Using devices", markdown), *table(DEVICE_HEADERS, cells, left={1, 2, 3})]
-        out.append("")
+        out.append(
+            SummaryTable(title="Using devices", headers=DEVICE_HEADERS, cells=cells, left={1, 2, 3})
+        )
     series = [s for s in summary.series if s.peak_busbw_gbps is not None]
     if series:
+        in_place = {_twin(s) for s in series if s.in_place}
         cells = [
             [
-                series_label(s),
+                series_label(s, two_forms=_twin(s) in in_place),
                 fixed(s.peak_busbw_gbps),
                 format_size(s.peak_size_bytes) if s.peak_size_bytes is not None else "-",
                 fixed(s.avg_busbw_gbps),
@@ -233,11 +257,19 @@ def render(summary: RunSummary, *, markdown: bool = False) -> str:
             ]
             for s in series
         ]
-        title = (
-            "Bus bandwidth: peak, and average over the bandwidth-bound sizes "
-            "(busbw at least half the peak)"
+        out.append(
+            SummaryTable(title=SUMMARY_TITLE, headers=SUMMARY_HEADERS, cells=cells, left={0})
         )
-        out += [_title(title, markdown), *table(SUMMARY_HEADERS, cells, left={0})]
+    return out
+
+
+def render(summary: RunSummary, *, markdown: bool = False) -> str:
+    """The "Using devices" block and the bandwidth summary, as text or Markdown tables; ''
+    when there is neither. The summary's title says what "average" means."""
+    table = markdown_table if markdown else text_table
+    out: list[str] = []
+    for t in tables(summary):
+        out += [_title(t.title, markdown), *table(t.headers, t.cells, left=t.left), ""]
     return "\n".join(out).rstrip() + "\n" if out else ""
 
 
@@ -250,6 +282,7 @@ __all__ = [
     "Device",
     "RunSummary",
     "SeriesSummary",
+    "SummaryTable",
     "bandwidth_bound",
     "busbw_of",
     "devices",
@@ -258,4 +291,5 @@ __all__ = [
     "series_label",
     "summarise",
     "summarise_series",
+    "tables",
 ]

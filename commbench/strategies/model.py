@@ -55,6 +55,10 @@ STRUCTURE: dict[str, dict[str, str]] = {
 """One line per strategy and backend: what the cost below counts."""
 
 
+SCALE_WORLDS = (8, 64, 1024)
+"""World sizes a fitted model is also shown at (`commbench model --from`, the report)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Cost:
     steps: int

@@ -123,6 +123,15 @@ def _bool(value: Any, path: str) -> bool:
     return value
 
 
+def _in_place(value: Any, path: str) -> bool | str:
+    """true, false, or `both` (out-of-place and in-place side by side)."""
+    if isinstance(value, bool):
+        return value
+    if value == "both":
+        return "both"
+    raise _Invalid(path, f"expected true, false or both, got {_type_name(value)}")
+
+
 def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise _Invalid(path, f"expected a string, got {_type_name(value)}")
@@ -271,7 +280,8 @@ class CollectivesSection:
     dtypes: list[str] = field(default_factory=lambda: ["float32"])
     """One run per dtype."""
     reduce_op: str = "sum"
-    in_place: bool = False
+    in_place: bool | str = False
+    """true, false or "both"."""
     check: bool = True
     timing: Timing = field(default_factory=Timing)
 
@@ -325,12 +335,13 @@ def _collectives(value: Any) -> CollectivesSection:
     from commbench.collectives.specs import OPS, REDUCE_OPS
 
     s = _Section(_section_data(value), "collectives")
+    out_of_place: bool | str = False
     out = CollectivesSection(
         ops=s.get("ops", _names(list(OPS), "ops"), list(OPS)),
         sizes=s.get("sizes", _sizes, Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES)),
         dtypes=s.get("dtypes", _dtypes, ["float32"]),
         reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
-        in_place=s.get("in_place", _bool, False),
+        in_place=s.get("in_place", _in_place, out_of_place),
         check=s.get("check", _bool, True),
         timing=_timing(s),
     )

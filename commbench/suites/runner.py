@@ -117,10 +117,10 @@ def _collectives_settings(
     sizes: list[int],
     dtype: str,
     reduce_op: str,
-    in_place: bool = False,
+    in_place: bool | str = False,
     check: bool = True,
 ) -> Any:
-    from commbench.collectives.settings import CollectivesSettings
+    from commbench.collectives.settings import CollectivesSettings, in_place_choice
 
     return CollectivesSettings(
         ops=ops,
@@ -131,7 +131,7 @@ def _collectives_settings(
         device=machine.device,
         dtype=dtype,
         reduce_op=reduce_op,
-        in_place=in_place,
+        in_place=in_place_choice(in_place),
         check=check,
         warmup=timing.warmup,
         iters=timing.iters,

@@ -13,8 +13,10 @@ from commbench.topology import pairs as verdicts
 from commbench.topology.cpus import cpus_from_mask, format_cpu_list
 from commbench.topology.host import host_info, pci_numa_node
 from commbench.topology.model import Gpu, HostInfo, NvLink, Pair, TopologySnapshot
+from commbench.topology.network import discover_nics, gpu_links
 from commbench.topology.nvml import Nvml
 from commbench.topology.rates import nvlink_gen_from_nvml
+from commbench.topology.sysfs import SYSFS_ENV, sysfs_root
 from commbench.topology.visible import resolve_visible
 
 # nvmlNvLinkDeviceType_t
@@ -244,23 +246,31 @@ def discover(
     nvml: Any = None,
     environ: Mapping[str, str] | None = None,
     root: Path = Path("/"),
+    all_nics: bool = False,
 ) -> TopologySnapshot:
     """This machine's GPUs, pairs and host context. Never raises for a missing GPU or NVML.
 
     Without NVML (no driver, no library) the snapshot has no GPUs and `nvml_error` says why.
     GPU indices are CUDA ordinals: CUDA_VISIBLE_DEVICES is honoured by matching NVML devices
     by UUID. `nvml` replaces the pynvml module (tests pass a fake); `root` replaces `/` for
-    the /proc and /sys reads.
+    the /proc and /sys reads. NICs come from `sysfs_root()` (COMMBENCH_SYSFS_ROOT, else
+    `root`/sys), virtual ones only with `all_nics`.
     """
+    env = os.environ if environ is None else environ
     host = host_info(root)
     session = Nvml(nvml)
     reason = session.open()
     if reason is not None:
-        return TopologySnapshot(
+        snapshot = TopologySnapshot(
             source="nvml",
             captured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             host=host,
             nvml_error=reason,
         )
-    with session:
-        return _Probe(session, os.environ if environ is None else environ, root, host).snapshot()
+    else:
+        with session:
+            snapshot = _Probe(session, env, root, host).snapshot()
+    sys_root = sysfs_root(env) if SYSFS_ENV in env else root / "sys"
+    nics = discover_nics(sys_root, include_virtual=all_nics)
+    snapshot.nics = gpu_links(snapshot.gpus, nics, sys_root)
+    return snapshot

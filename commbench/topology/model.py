@@ -18,7 +18,9 @@ from commbench.errors import UserError
 from commbench.fields import Fields, Value, boolean, integer, integer_in, number_in, string
 from commbench.files import load_json, shown
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added the sysfs NIC fields (kind, state, speed_gbps, ports, ...); a version-1 snapshot
+loads with them unknown, which is what it knew."""
 
 # Connection labels as `nvidia-smi topo -m` prints them, nearest first ("NV#" aside).
 PCIE_LABELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -35,6 +37,10 @@ MAX_GPUS = 128
 MAX_NVLINKS = 64
 MAX_PEAK_GBPS = 10_000.0
 _MAX_BYTES = 1 << 50  # device memory
+MAX_NIC_GBPS = 100_000.0
+"""No NIC (all ports together) is faster: 1.6 Tb/s ports exist, 100 Tb/s do not."""
+MAX_NICS = 1024
+_MAX_PORTS = 64
 _MAX_SMALL = 1 << 16  # link numbers, generations, lane counts, NUMA node ids, CPU counts
 
 
@@ -180,15 +186,58 @@ class Pair:
 
 
 @dataclass(kw_only=True, slots=True)
+class NicPort:
+    """One port of an RDMA device (`class/infiniband/<dev>/ports/<n>`)."""
+
+    port: int
+    """The port number (1 on a single-port ConnectX)."""
+    state: str | None = None
+    """Logical state (`ACTIVE`, `DOWN`, `INIT`), without the kernel's number prefix."""
+    phys_state: str | None = None
+    """Physical state (`LinkUp`, `Disabled`, `Polling`)."""
+    rate_gbps: float | None = None
+    """Line rate in Gb/s (bits) while ACTIVE; None when down or not reported."""
+    link_layer: str | None = None
+    """`InfiniBand` or `Ethernet` (RoCE)."""
+
+
+NIC_KINDS = ("ethernet", "infiniband", "roce", "loopback", "other")
+
+
+@dataclass(kw_only=True, slots=True)
 class Nic:
-    """A network device `nvidia-smi topo -m` listed next to the GPUs; kept for context."""
+    """A network device: from sysfs on this machine, or a column of an imported
+    `nvidia-smi topo -m` matrix (which knows only its name and labels)."""
 
     name: str
-    """Its column name in the matrix (`NIC0`, or `mlx5_0` in older outputs)."""
+    """Its name: the RDMA device (`mlx5_0`), the interface (`eth0`), or the matrix column
+    (`NIC0`)."""
     device: str
     """Its device name (`mlx5_0`), from the NIC legend when there is one."""
     gpu_links: list[str] = field(default_factory=list)
-    """Label from each GPU (by index) to this NIC."""
+    """Label from each GPU (by index) to this NIC; empty without GPUs."""
+    kind: str | None = None
+    """`ethernet`, `infiniband`, `roce` (an RDMA device on Ethernet), `loopback` or
+    `other`; None when unknown (an imported matrix)."""
+    state: str | None = None
+    """`up`, `down`, ... (operstate, or `up` when an RDMA port is ACTIVE); None if unknown."""
+    speed_gbps: float | None = None
+    """Line rate in Gb/s (bits; all active ports of an RDMA device); None when the kernel
+    reports none (virtio, veth, a down link), never a guess."""
+    mtu: int | None = None
+    """MTU in bytes."""
+    driver: str | None = None
+    """Kernel driver (`mlx5_core`, `virtio_net`)."""
+    pci_bus_id: str | None = None
+    """PCI function it sits on (`0000:0c:00.0`); None for a virtual interface."""
+    numa_node: int | None = None
+    """NUMA node of its PCI function; None when the kernel says -1 or nothing."""
+    netdev: str | None = None
+    """For an RDMA device: its network interface(s) (`ib0`, comma-separated)."""
+    virtual: bool = False
+    """No PCI function behind it (lo, veth, bridges, tun); skipped unless asked for."""
+    ports: list[NicPort] = field(default_factory=list)
+    """RDMA ports; empty for a plain interface."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -211,7 +260,7 @@ class TopologySnapshot:
     pairs: list[Pair] = field(default_factory=list)
     """Every ordered pair of distinct GPUs."""
     nics: list[Nic] = field(default_factory=list)
-    """Network devices listed by an imported matrix (NVML does not report them)."""
+    """Network devices: from sysfs (this machine), or listed by an imported matrix."""
     warnings: list[str] = field(default_factory=list)
     """Things the reader should know: unknown values, ignored entries, assumptions."""
 
@@ -241,10 +290,7 @@ class TopologySnapshot:
             "nvml_error": self.nvml_error,
             "gpus": [_gpu_to_dict(g) for g in self.gpus],
             "pairs": [_pair_to_dict(p) for p in self.pairs],
-            "nics": [
-                {"name": n.name, "device": n.device, "gpu_links": list(n.gpu_links)}
-                for n in self.nics
-            ],
+            "nics": [_nic_to_dict(n) for n in self.nics],
             "warnings": list(self.warnings),
         }
 
@@ -278,7 +324,7 @@ class TopologySnapshot:
             raise UserError(f"{where}.schema_version: {version} is not a valid version")
         gpus = [_gpu_from(item) for item in f.items("gpus", max_items=MAX_GPUS)]
         pairs = [_pair_from(item) for item in f.items("pairs", max_items=MAX_GPUS * (MAX_GPUS - 1))]
-        nics = [_nic_from(item) for item in f.items("nics", required=False, max_items=MAX_GPUS)]
+        nics = [_nic_from(item) for item in f.items("nics", required=False, max_items=MAX_NICS)]
         _check_consistency(gpus, pairs, nics, where)
         return cls(
             schema_version=SCHEMA_VERSION,
@@ -368,6 +414,33 @@ def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
                 "remote_pci_bus_id": lk.remote_pci_bus_id,
             }
             for lk in g.nvlinks
+        ],
+    }
+
+
+def _nic_to_dict(n: Nic) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "device": n.device,
+        "gpu_links": list(n.gpu_links),
+        "kind": n.kind,
+        "state": n.state,
+        "speed_gbps": n.speed_gbps,
+        "mtu": n.mtu,
+        "driver": n.driver,
+        "pci_bus_id": n.pci_bus_id,
+        "numa_node": n.numa_node,
+        "netdev": n.netdev,
+        "virtual": n.virtual,
+        "ports": [
+            {
+                "port": p.port,
+                "state": p.state,
+                "phys_state": p.phys_state,
+                "rate_gbps": p.rate_gbps,
+                "link_layer": p.link_layer,
+            }
+            for p in n.ports
         ],
     }
 
@@ -482,10 +555,35 @@ def _nic_from(item: Value) -> Nic:
     for i, label in enumerate(links):
         if not is_link_label(label):
             raise UserError(f"{f.where}.gpu_links[{i}]: {label!r} is not a topology label")
+    kind = f.opt("kind", string)
+    if kind is not None and kind not in NIC_KINDS:
+        raise UserError(f"{f.where}.kind: {kind!r} is not one of {', '.join(NIC_KINDS)}")
+    ports = []
+    for x in f.items("ports", required=False, max_items=_MAX_PORTS):
+        p = x.obj()
+        ports.append(
+            NicPort(
+                port=p.req("port", _small),
+                state=p.opt("state", string),
+                phys_state=p.opt("phys_state", string),
+                rate_gbps=p.opt("rate_gbps", number_in(0, MAX_NIC_GBPS)),
+                link_layer=p.opt("link_layer", string),
+            )
+        )
     return Nic(
         name=f.req("name", string),
         device=f.opt("device", string) or f.req("name", string),
         gpu_links=links,
+        kind=kind,
+        state=f.opt("state", string),
+        speed_gbps=f.opt("speed_gbps", number_in(0, MAX_NIC_GBPS)),
+        mtu=f.opt("mtu", integer_in(0, 1 << 20)),
+        driver=f.opt("driver", string),
+        pci_bus_id=f.opt("pci_bus_id", string),
+        numa_node=f.opt("numa_node", _small),
+        netdev=f.opt("netdev", string),
+        virtual=f.opt("virtual", boolean) or False,
+        ports=ports,
     )
 
 

@@ -88,8 +88,15 @@ def nvlink_counts(gpus: Sequence[Gpu], other_gpu_bus_ids: Collection[str] = ()) 
     return counts
 
 
-def _nvlink_rate(a: Gpu, b: Gpu) -> tuple[float, int | None, bool]:
-    """(per-link GB/s, generation, assumed) for NVLinks between `a` and `b`."""
+def _models(a: Gpu, b: Gpu) -> list[rates.GpuModel] | None:
+    """Both GPUs' datasheet models, when both names match one (an imported matrix named with
+    `--gpu`, or NVML names whose generation or PCIe link NVML could not report)."""
+    models = [rates.find_gpu_model(g.name) for g in (a, b)]
+    return [m for m in models if m is not None] if all(models) else None
+
+
+def _nvlink_rate(a: Gpu, b: Gpu, nvlinks: int) -> tuple[float, int | None, bool]:
+    """(per-link GB/s, generation, assumed) for `nvlinks` NVLinks between `a` and `b`."""
     gens = [g for g in (a.nvlink_generation, b.nvlink_generation) if g is not None]
     gen = min(gens) if len(gens) == 2 else None
     known = [
@@ -99,13 +106,23 @@ def _nvlink_rate(a: Gpu, b: Gpu) -> tuple[float, int | None, bool]:
     ]
     if len(known) == 2:
         return min(known), gen, False
-    return rates.NVLINK_ASSUMED_GBPS_PER_LINK, gen, True
+    models = _models(a, b)
+    if models and all(m.nvlink_gbps_per_link is not None for m in models):
+        slow = min(models, key=lambda m: m.nvlink_gbps_per_link or 0.0)
+        assert slow.nvlink_gbps_per_link is not None
+        return slow.nvlink_gbps_per_link, slow.nvlink_gen, False
+    return rates.assumed_nvlink_gbps_per_link(nvlinks), gen, True
 
 
 def _pcie_rate(a: Gpu, b: Gpu) -> tuple[float, str, bool]:
     """(GB/s, description, assumed) of the slower of the two GPUs' PCIe links at their max."""
     gens = [g for g in (a.pcie_max_gen, b.pcie_max_gen) if g is not None]
     widths = [w for w in (a.pcie_max_width, b.pcie_max_width) if w is not None]
+    if len(gens) != 2 or len(widths) != 2:
+        models = _models(a, b)
+        if models:
+            gens = [m.pcie_gen for m in models]
+            widths = [m.pcie_width for m in models]
     if len(gens) == 2 and len(widths) == 2:
         gen, width = min(gens), min(widths)
         gbps = rates.pcie_gbps(gen, width)
@@ -137,7 +154,7 @@ def assess(
     peak: float | None
     assumed = False
     if nvlinks > 0 and p2p is not False:
-        rate, gen, assumed = _nvlink_rate(a, b)
+        rate, gen, assumed = _nvlink_rate(a, b, nvlinks)
         peak = nvlinks * rate
         if assumed:
             links = f"{nvlinks} NVLink{'s' * (nvlinks != 1)}"

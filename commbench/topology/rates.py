@@ -8,6 +8,9 @@ encoding, which is what a one-way copy can hope for. Measured copies land below 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from commbench.errors import UserError, quoted
 
 # NVLink bandwidth per link, per direction, by NVLink generation.
 #   gen1 (P100): 20 GB/s. gen2 (V100): 25 GB/s, 6 links = 300 GB/s bidirectional.
@@ -58,8 +61,9 @@ PCIE_GBPS_PER_LANE: dict[int, float] = {
 }
 
 # What we assume for a PCIe path whose generation and width we do not know (an imported
-# `nvidia-smi topo -m` has neither): the most common data-centre slot today.
-PCIE_ASSUMED_GEN = 4
+# `nvidia-smi topo -m` has neither): Gen3 x16, the slowest slot a multi-GPU server still has,
+# so an assumed peak is one no real pair falls short of (`--gpu` names the model instead).
+PCIE_ASSUMED_GEN = 3
 PCIE_ASSUMED_WIDTH = 16
 
 
@@ -87,3 +91,249 @@ def pcie_gbps(gen: int | None, width: int | None) -> float | None:
         return None
     per_lane = PCIE_GBPS_PER_LANE.get(gen)
     return None if per_lane is None else per_lane * width
+
+
+# -- GPU models --------------------------------------------------------------------------------
+# `nvidia-smi topo -m` names no GPU model, so an imported matrix cannot know its link rates;
+# `commbench topo --from-smi FILE --gpu MODEL` names it. Rates are per link, per direction.
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A GPU model's links, from its datasheet: what a pair of them can reach."""
+
+    name: str
+    """The name as nvidia-smi prints it (`Tesla V100-SXM2-16GB` without the memory size)."""
+    aliases: tuple[str, ...]
+    """Other ways people and nvidia-smi versions write it (`NVIDIA H100 80GB HBM3`)."""
+    nvlink_gen: int | None
+    """NVLink generation; None for boards without NVLink."""
+    nvlink_gbps_per_link: float | None
+    """NVLink rate per link, per direction."""
+    pcie_gen: int
+    pcie_width: int
+
+
+GPU_MODELS: tuple[GpuModel, ...] = (
+    # https://images.nvidia.com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf
+    # (NVLink 160 GB/s bidirectional over 4 links; PCIe Gen3 x16 32 GB/s)
+    GpuModel(
+        name="Tesla P100-SXM2",
+        aliases=("P100 SXM2",),
+        nvlink_gen=1,
+        nvlink_gbps_per_link=20.0,
+        pcie_gen=3,
+        pcie_width=16,
+    ),
+    # https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf
+    # (V100 SXM2: NVLink 300 GB/s over 6 links; PCIe 32 GB/s = Gen3 x16, both bidirectional)
+    GpuModel(
+        name="Tesla V100-SXM2",
+        aliases=("V100 SXM2",),
+        nvlink_gen=2,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=3,
+        pcie_width=16,
+    ),
+    # DGX-2's V100s (same GV100, NVLink2 to NVSwitches): the V100 datasheet above
+    GpuModel(
+        name="Tesla V100-SXM3",
+        aliases=("V100 SXM3",),
+        nvlink_gen=2,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=3,
+        pcie_width=16,
+    ),
+    # The V100 datasheet above: the PCIe board has no NVLink, PCIe Gen3 x16
+    GpuModel(
+        name="Tesla V100-PCIE",
+        aliases=("V100 PCIe", "V100S PCIe", "Tesla V100S-PCIE"),
+        nvlink_gen=None,
+        nvlink_gbps_per_link=None,
+        pcie_gen=3,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+    # (A100 SXM: NVLink 600 GB/s over 12 third-generation links; PCIe Gen4 64 GB/s)
+    GpuModel(
+        name="NVIDIA A100-SXM4",
+        aliases=("A100 SXM4", "A100 SXM"),
+        nvlink_gen=3,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # The A100 datasheet above: A100 PCIe, NVLink bridge for 2 GPUs 600 GB/s; PCIe Gen4 64 GB/s
+    GpuModel(
+        name="NVIDIA A100-PCIE",
+        aliases=("A100 PCIe", "A100 80GB PCIe", "A100 40GB PCIe"),
+        nvlink_gen=3,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+    # (H100 SXM: NVLink 900 GB/s over 18 fourth-generation links, PCIe Gen5 128 GB/s;
+    # nvidia-smi prints the SXM5 board as "NVIDIA H100 80GB HBM3")
+    GpuModel(
+        name="NVIDIA H100 80GB HBM3",
+        aliases=("H100 SXM5", "H100 SXM"),
+        nvlink_gen=4,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=5,
+        pcie_width=16,
+    ),
+    # The H100 datasheet above: H100 NVL, NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s
+    GpuModel(
+        name="NVIDIA H100 NVL",
+        aliases=(),
+        nvlink_gen=4,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=5,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/data-center/h100/PB-11133-001_v01.pdf
+    # (H100 PCIe product brief: NVLink bridge 600 GB/s bidirectional, PCIe Gen5 x16)
+    GpuModel(
+        name="NVIDIA H100 PCIe",
+        aliases=(),
+        nvlink_gen=4,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=5,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: NVLink 900 GB/s, PCIe Gen5
+    # 128 GB/s)
+    GpuModel(
+        name="NVIDIA H200",
+        aliases=("H200 SXM",),
+        nvlink_gen=4,
+        nvlink_gbps_per_link=25.0,
+        pcie_gen=5,
+        pcie_width=16,
+    ),
+    # https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf
+    # (NVLink 112.5 GB/s bidirectional over 4 links, i.e. 14.0625 per link each way; PCIe Gen4)
+    GpuModel(
+        name="NVIDIA A40",
+        aliases=(),
+        nvlink_gen=3,
+        nvlink_gbps_per_link=14.0625,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (PCIe Gen4 x16 64 GB/s
+    # bidirectional; no NVLink)
+    GpuModel(
+        name="NVIDIA L40S",
+        aliases=(),
+        nvlink_gen=None,
+        nvlink_gbps_per_link=None,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/en-us/data-center/l4/ (PCIe Gen4 x16 64 GB/s; no NVLink)
+    GpuModel(
+        name="NVIDIA L4",
+        aliases=(),
+        nvlink_gen=None,
+        nvlink_gbps_per_link=None,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf
+    # (PCIe Gen4 64 GB/s; no NVLink)
+    GpuModel(
+        name="NVIDIA A10",
+        aliases=(),
+        nvlink_gen=None,
+        nvlink_gbps_per_link=None,
+        pcie_gen=4,
+        pcie_width=16,
+    ),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
+    # (PCIe Gen3 x16 32 GB/s; no NVLink)
+    GpuModel(
+        name="Tesla T4",
+        aliases=(),
+        nvlink_gen=None,
+        nvlink_gbps_per_link=None,
+        pcie_gen=3,
+        pcie_width=16,
+    ),
+)
+
+# Words that do not tell models apart: vendor prefixes and memory sizes (a V100-SXM2-32GB
+# links like the 16GB one).
+_NOISE = re.compile(r"^(nvidia|tesla|\d+gb)$")
+
+
+def _words(name: str) -> tuple[str, ...]:
+    return tuple(w for w in re.split(r"[\s\-_]+", name.lower()) if w and not _NOISE.match(w))
+
+
+def _contains(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    n = len(part)
+    return n > 0 and any(words[i : i + n] == part for i in range(len(words) - n + 1))
+
+
+# Longer than any name nvidia-smi prints (NVML's buffer is 96 bytes): a pasted file, not a name.
+MAX_MODEL_NAME = 96
+
+
+def _candidates(name: str) -> list[GpuModel]:
+    """The models a name may mean, best first: those with a name inside `name` (the
+    longest such name wins), else those whose names hold `name`."""
+    asked = _words(name[:MAX_MODEL_NAME])
+    if not asked or len(name) > MAX_MODEL_NAME:
+        return []
+    inside: dict[str, tuple[int, GpuModel]] = {}
+    around: dict[str, GpuModel] = {}
+    for model in GPU_MODELS:
+        for alias in (model.name, *model.aliases):
+            words = _words(alias)
+            if _contains(asked, words):
+                if len(words) > inside.get(model.name, (0, model))[0]:
+                    inside[model.name] = (len(words), model)
+            elif _contains(words, asked):
+                around[model.name] = model
+    if inside:
+        longest = max(n for n, _ in inside.values())
+        return [m for n, m in inside.values() if n == longest]
+    return list(around.values())
+
+
+def find_gpu_model(name: str) -> GpuModel | None:
+    """The model a name means (`Tesla V100-SXM2-16GB`, `v100-sxm2`, `NVIDIA H100 80GB HBM3`),
+    matched case-insensitively word by word, so `A10` never matches `A100`; None when no
+    model or several do. Vendor prefixes and memory sizes do not count."""
+    hits = _candidates(name)
+    return hits[0] if len(hits) == 1 else None
+
+
+def gpu_model(name: str) -> GpuModel:
+    """The model `--gpu` names; UserError naming the candidates or listing the known ones."""
+    hits = _candidates(name)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        several = ", ".join(repr(m.name) for m in hits)
+        raise UserError(f"GPU model {quoted(name)} matches several: {several}; give the full name")
+    known = ", ".join(repr(m.name) for m in GPU_MODELS)
+    raise UserError(f"unknown GPU model {quoted(name)}; known: {known}")
+
+
+# Without a model, an imported matrix gets rates no real pair of its shape falls short of:
+# PCIe Gen3 x16 for PCIe paths, and for NV# the oldest NVLink generation with that many links
+# per GPU (P100, gen1, has 4). A SYS pair (15.75 GB/s) then never reads faster than an NV1
+# pair (20 GB/s), as it did with Gen4 assumed. GA102 boards (A40, RTX A6000) run slower
+# links: naming the model is the way to get them right.
+NVLINK_LINKS_BY_GEN: dict[int, int] = {1: 4, 2: 6, 3: 12, 4: 18, 5: 18}
+
+
+def assumed_nvlink_gbps_per_link(nvlinks: int) -> float:
+    """The conservative per-link rate for `nvlinks` bonded links of unknown generation."""
+    for gen in sorted(NVLINK_LINKS_BY_GEN):
+        if nvlinks <= NVLINK_LINKS_BY_GEN[gen]:
+            return NVLINK_GBPS_PER_LINK[gen]
+    return NVLINK_ASSUMED_GBPS_PER_LINK

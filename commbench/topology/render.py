@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from commbench.tables import text_table
-from commbench.topology.model import UNKNOWN_LABEL, Pair, TopologySnapshot
+from commbench.topology.model import UNKNOWN_LABEL, Nic, Pair, TopologySnapshot
+from commbench.topology.network import nearest_nic
 
 # nvidia-smi's own legend, current wording.
 LEGEND = (
@@ -47,8 +48,11 @@ def host_lines(s: TopologySnapshot) -> list[str]:
     h = s.host
     lines = []
     if s.source == "nvidia-smi":
+        named = [g.name for g in s.gpus if not g.name.startswith("unknown")]
         lines.append(
-            "Source:  imported `nvidia-smi topo -m` (it names no GPU model, PCIe or NVLink "
+            f"Source:  imported `nvidia-smi topo -m`, GPU model {named[0]} (given with --gpu)"
+            if named
+            else "Source:  imported `nvidia-smi topo -m` (it names no GPU model, PCIe or NVLink "
             "generation)"
         )
     if s.source != "nvidia-smi" or h.cpu_model or h.hostname:
@@ -220,6 +224,51 @@ def pair_lines(s: TopologySnapshot) -> list[str]:
     return lines
 
 
+def _rate(nic: Nic) -> str:
+    if nic.speed_gbps is None:
+        return "unknown"
+    return f"{nic.speed_gbps:g} Gb/s"
+
+
+def nic_lines(s: TopologySnapshot) -> list[str]:
+    """The NIC table (line rate in Gb/s, bits: the unit NICs are sold in), then each GPU's
+    nearest NIC by PCI path; fields an imported matrix does not give print as unknown."""
+    rows = [
+        [
+            nic.name,
+            _or(nic.kind),
+            _or(nic.state),
+            _rate(nic),
+            _or(nic.numa_node, "N/A"),
+            _or(nic.pci_bus_id, "-"),
+            _or(
+                nic.netdev if nic.netdev else (nic.device if nic.device != nic.name else None), "-"
+            ),
+        ]
+        for nic in s.nics
+    ]
+    lines = ["NICs (line rate in Gb/s = 1e9 bits/s):"]
+    imported = s.source == "nvidia-smi"
+    last = "Device" if imported else "Netdev"
+    lines += _table(["NIC", "Kind", "State", "Rate", "NUMA", "PCI", last], rows)
+    if imported:
+        lines.append("unknown: nvidia-smi topo -m gives only the NICs' names and labels")
+    elif any(nic.speed_gbps is None for nic in s.nics):
+        lines.append("unknown rate: the kernel reports no speed (virtio, veth, a down link)")
+    if s.gpus and any(nic.gpu_links for nic in s.nics):
+        nearest = []
+        for g in s.gpus:
+            nic = nearest_nic(s.nics, g.index)
+            label = nic.gpu_links[g.index] if nic is not None else UNKNOWN_LABEL
+            nearest.append(
+                [f"GPU{g.index}", nic.name if nic is not None else "none", label]
+                + ([_rate(nic)] if nic is not None else ["-"])
+            )
+        lines += ["", "Nearest NIC per GPU (by PCI path; NIC columns of the matrix above):"]
+        lines += _table(["GPU", "NIC", "Link", "Rate"], nearest)
+    return lines
+
+
 def render(s: TopologySnapshot) -> str:
     """The default `commbench topo` output."""
     lines = host_lines(s)
@@ -231,6 +280,8 @@ def render(s: TopologySnapshot) -> str:
         lines += ["", *matrix_lines(s)]
         if s.pairs:
             lines += ["", *pair_lines(s)]
+    if s.nics:
+        lines += ["", *nic_lines(s)]
     if s.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in s.warnings]

@@ -5,7 +5,9 @@ second is not `X`), so prompts, pasted comments and a citation line above it are
 Handled: NIC rows and columns (`NIC0` with a NIC legend, or `mlx5_0` in older drivers), with
 or without the `CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns, `N/A` cells, tab
 or space separation, and the legend after the matrix. The matrix names no GPU model and no
-PCIe or NVLink generation, so peaks rest on assumed rates and say so.
+PCIe or NVLink generation: `gpu=` names the model (its datasheet rates, from
+`commbench.topology.rates.GPU_MODELS`), else peaks rest on conservative assumed rates and
+the snapshot says so.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 
 from commbench.errors import UserError
 from commbench.topology import pairs as verdicts
+from commbench.topology import rates
 from commbench.topology.cpus import is_cpu_list
 from commbench.topology.model import (
     MAX_GPUS,
@@ -126,8 +129,15 @@ def _int_or_none(value: str | None) -> int | None:
     return int(value) if value is not None and _NUMBER.match(value) else None
 
 
-def parse_nvidia_smi(text: str) -> TopologySnapshot:
-    """A snapshot from `nvidia-smi topo -m` output; UserError names the line that is wrong."""
+IMPORTED_NAME = "unknown (imported from nvidia-smi topo -m)"
+
+
+def parse_nvidia_smi(text: str, *, gpu: str | None = None) -> TopologySnapshot:
+    """A snapshot from `nvidia-smi topo -m` output; UserError names the line that is wrong.
+
+    `gpu` is the GPU model as nvidia-smi names it (`Tesla V100-SXM2-16GB`); an unknown one is
+    a UserError listing the known models."""
+    model = rates.gpu_model(gpu) if gpu is not None else None
     lines = _strip(text)
     start = _find_header(lines)
     if start is None:
@@ -208,11 +218,22 @@ def parse_nvidia_smi(text: str) -> TopologySnapshot:
     for name in gpu_cols:
         if name not in rows:
             raise UserError(f"row {name} is missing from the matrix (header at line {header_line})")
-    return _snapshot(devices, gpu_cols, rows, nic_names)
+    named = gpu.strip() if gpu is not None and model is not None else None
+    snapshot = _snapshot(devices, gpu_cols, rows, nic_names, named)
+    if model is not None and model.nvlink_gen is None and any(p.nvlinks for p in snapshot.pairs):
+        snapshot.warnings.append(
+            f"--gpu {model.name} has no NVLink, but the matrix shows NV# pairs: their rates "
+            "are assumed; is it the right model?"
+        )
+    return snapshot
 
 
 def _snapshot(
-    devices: list[str], gpu_cols: list[str], rows: dict[str, _Row], nic_names: dict[str, str]
+    devices: list[str],
+    gpu_cols: list[str],
+    rows: dict[str, _Row],
+    nic_names: dict[str, str],
+    model_name: str | None,
 ) -> TopologySnapshot:
     col = {d: i for i, d in enumerate(devices)}
     warnings: list[str] = []
@@ -228,7 +249,7 @@ def _snapshot(
         gpus.append(
             Gpu(
                 index=index,
-                name="unknown (imported from nvidia-smi topo -m)",
+                name=model_name or IMPORTED_NAME,
                 numa_node=node,
                 gpu_numa_id=_int_or_none(extras.get("GPU NUMA ID")),
                 cpu_affinity=cpu_affinity,
@@ -268,7 +289,10 @@ def _snapshot(
     if any(p.peak_assumed for p in pair_list):
         warnings.append(
             "imported matrix: GPU model, PCIe and NVLink generations are not in "
-            "`nvidia-smi topo -m` output, so peaks marked * use assumed rates"
+            "`nvidia-smi topo -m` output, so peaks marked * use assumed rates (PCIe "
+            f"Gen{rates.PCIE_ASSUMED_GEN} x{rates.PCIE_ASSUMED_WIDTH}, the oldest NVLink "
+            "generation the NV# count allows); name the model for datasheet rates: "
+            'commbench topo --from-smi FILE --gpu "Tesla V100-SXM2-16GB"'
         )
     return TopologySnapshot(
         source="nvidia-smi",

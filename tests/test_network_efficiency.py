@@ -1,0 +1,92 @@
+"""Inter-node busbw against the NICs' line rate, on a stored two-node run.
+
+tests/fixtures/runs/two-node-gloo-pcie8 is a real run: two commbench "nodes" on localhost
+(2 gloo ranks each), launched with COMMBENCH_SYSFS_ROOT=tests/fixtures/sysfs/pcie8_eth so the
+snapshot it embeds has NICs with known rates (a 100 GbE RoCE port, 1 GbE, a virtio port)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from commbench.report.document import build_report, to_markdown
+from commbench.report.options import Images
+from commbench.results.network import ABOVE_LINE_RATE, UNKNOWN_RATE, network_lines
+from commbench.results.runs import Run, load_run
+from commbench.sizes import format_size
+from commbench.topology import discover
+from commbench.topology.sysfs import SYSFS_ENV
+
+HERE = Path(__file__).parent
+RUN = HERE / "fixtures" / "runs" / "two-node-gloo-pcie8"
+sys.path.insert(0, str(HERE / "fixtures" / "topology"))
+
+from fake_nvml import FakeNvml, load_machine  # noqa: E402
+
+
+def run() -> Run:
+    return load_run(RUN)
+
+
+def test_stored_two_node_run_against_its_nic() -> None:
+    r = run()
+    assert r.context.nnodes == 2 and r.context.backend == "gloo"
+    lines = network_lines(r.rows, r.context)
+    # gloo without GLOO_SOCKET_IFNAME: one interface, the fastest up one (mlx5_0, 100 Gb/s)
+    assert lines[0].startswith("network peak: 1 x 100 Gb/s per node = 12.5 GB/s (mlx5_0;")
+    by_op = {line.split()[0]: line for line in lines[1:]}
+    assert set(by_op) == {"all_reduce", "all_gather", "all_to_all", "sendrecv"}
+    # W = 4 ranks, G = 2 per node: all_to_all bound B (W-1)/(G (W-G)) = 12.5 * 3/4, sendrecv B/G
+    assert "(bound 9.38 GB/s for all_to_all)" in by_op["all_to_all"]
+    assert "(bound 6.25 GB/s for sendrecv)" in by_op["sendrecv"]
+    assert "bound" not in by_op["all_reduce"]  # a ring op's bound is the node's NIC rate
+    best = max((x for x in r.rows if x.op == "all_reduce"), key=lambda x: x.busbw_gbps or 0)
+    assert f"= {100 * (best.busbw_gbps or 0) / 12.5:.0f}% of 1 x 100 Gb/s" in by_op["all_reduce"]
+
+
+def test_unknown_rate_is_said() -> None:
+    r = run()
+    context = dataclasses.replace(r.context, env={"GLOO_SOCKET_IFNAME": "eth0"})
+    assert network_lines(r.rows, context) == [f"network: {UNKNOWN_RATE}: eth0"]
+
+
+def test_single_node_runs_have_no_network_note() -> None:
+    r = run()
+    assert network_lines(r.rows, dataclasses.replace(r.context, nnodes=1)) == []
+
+
+def test_nccl_uses_the_rdma_nics_the_env_names() -> None:
+    r = run()
+    env = {SYSFS_ENV: str(HERE / "fixtures" / "sysfs" / "dgx_h100")}
+    dgx = discover(nvml=FakeNvml(load_machine("dgx_h100")), environ=env)
+    context = dataclasses.replace(r.context, backend="nccl", topology=dgx, env={})
+    assert network_lines(r.rows, context)[0].startswith("network peak: 8 x 400 Gb/s per node")
+    some = dataclasses.replace(context, env={"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"})
+    assert "2 x 400 Gb/s per node = 100.0 GB/s" in network_lines(r.rows, some)[0]
+    but_one = dataclasses.replace(context, env={"NCCL_IB_HCA": "^mlx5_0"})
+    assert "7 x 400 Gb/s" in network_lines(r.rows, but_one)[0]
+    # a busbw past the node's 400 GB/s cannot have crossed the NICs
+    fast = [dataclasses.replace(x, busbw_gbps=450.0) for x in r.rows if x.op == "all_reduce"]
+    line = network_lines(fast, context)[1]
+    assert "= 112% of 8 x 400 Gb/s" in line and ABOVE_LINE_RATE in line
+
+
+def test_report_carries_the_network_note() -> None:
+    text = to_markdown(build_report(RUN, Images.none)).text
+    assert "network peak: 1 x 100 Gb/s per node" in text
+
+
+def test_every_bandwidth_bound_point_and_no_latency_bound_one() -> None:
+    r = run()
+    lines = network_lines(r.rows, r.context, every_point=True)[1:]
+    peaks: dict[tuple[str, bool], float] = {}
+    for x in r.rows:
+        if x.busbw_gbps:
+            key = (x.op, x.in_place)
+            peaks[key] = max(peaks.get(key, 0.0), x.busbw_gbps)
+    bound = [x for x in r.rows if x.busbw_gbps and x.busbw_gbps >= 0.5 * peaks[(x.op, x.in_place)]]
+    latency = [x for x in r.rows if x.busbw_gbps and x not in bound]
+    assert len(lines) == len(bound) and latency  # the run has both kinds
+    for x in latency:
+        assert not any(line.startswith(f"{x.op} {format_size(x.size_bytes)}:") for line in lines)
