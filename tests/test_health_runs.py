@@ -21,7 +21,7 @@ from commbench.cli import app
 from commbench.diagnose.render import render_diagnosis
 from commbench.diagnose.run import HEALTHY, Diagnosis, NodeVerdict, add_health
 from commbench.health.capture import take
-from commbench.health.record import RunHealth
+from commbench.health.record import NodeHealth, RunHealth
 from commbench.p2p import measure
 from commbench.results.record import RunStatus
 from commbench.results.runs import load_run
@@ -136,3 +136,86 @@ def test_diagnose_healthy_links_change_nothing(tmp_path: Path) -> None:
     )
     add_health(diagnosis, health, 0)
     assert diagnosis.verdict == HEALTHY and diagnosis.nodes[0].evidence == []
+
+
+def _node_sysfs(tmp_path: Path, name: str, downtrained: bool) -> Path:
+    sysfs = tmp_path / name
+    shutil.copytree(SYSFS, sysfs)
+    if downtrained:  # a cable that trained one lane of four: static, in every snapshot
+        rate = sysfs / "class/infiniband/mlx5_1/ports/1/rate"
+        rate.write_text("100 Gb/sec (1X NDR)\n")
+    return sysfs
+
+
+@pytest.mark.integration
+def test_multi_node_run_records_every_nodes_health(tmp_path: Path, free_port: int) -> None:
+    """Two "nodes" on one machine, each launcher (and its workers) reading its own sysfs: the
+    node that writes the results records the other node's snapshots too, and its notes, the
+    stored record and the report name the other node's sick port."""
+    roots = [_node_sysfs(tmp_path, "sys0", False), _node_sysfs(tmp_path, "sys1", True)]
+    common = [sys.executable, "-m", "commbench", "collectives", *ARGS, "--nproc", "1"]
+    common += ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--rdzv-id", "hn"]
+    nodes = [
+        subprocess.Popen(
+            [*common, "--node-rank", str(r), "-o", f"node{r}", "--timeout", "60"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COMMBENCH_SYSFS_ROOT": str(roots[r])},
+        )
+        for r in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    runs = [load_run(next((tmp_path / f"node{r}").iterdir())) for r in (0, 1)]
+    (writer,) = [i for i, r in enumerate(runs) if r.rows]
+    run = runs[writer]
+    health = run.context.health
+    assert health is not None and health.before is not None and health.after is not None
+    (other,) = health.nodes
+    own_node = {r["node"] for r in run.context.ranks if r["rank"] == 0}
+    assert {health.node} == own_node and other.node != health.node
+    assert other.before is not None and other.after is not None
+    # the other node's snapshots are its own sysfs's: node rank 1 read the downtrained copy
+    other_rate = {p.device: p.rate for p in other.after.ports}["mlx5_1"]
+    own_rate = {p.device: p.rate for p in health.after.ports}["mlx5_1"]
+    sick_is_other = writer == 0
+    assert (other_rate if sick_is_other else own_rate) == "100 Gb/sec (1X NDR)"
+    sick = other.node if sick_is_other else health.node
+    message = f"node {sick}: mlx5_1/1: 100 Gb/sec (1X NDR), other InfiniBand ports trained 4X"
+    assert [f.message for f in run.health_findings()] == [message]
+    assert f"Link health:\n  {message}\n" in outputs[writer][0]
+    stored = json.loads((run.path / "run.json").read_text())["context"]["health"]
+    assert [n["node"] for n in stored["nodes"]] == [other.node]
+    report = CliRunner().invoke(app, ["report", str(run.path)])
+    assert report.exit_code == 0, report.output
+    assert f"- {message}\n" in report.stdout
+
+
+def test_diagnose_evidence_from_another_nodes_health(tmp_path: Path) -> None:
+    """Node 0's diagnosis gets node 1's findings from the health its workers gathered."""
+    sick = FakeNvml(load_machine("health4"))
+    well = FakeNvml(load_machine("dgx_h100"))
+    own = take(well, root=tmp_path)
+    other = NodeHealth(node=1, host="node-b", before=take(sick, root=tmp_path))
+    other.after = take(sick, root=tmp_path)
+    own.host = "node-a"
+    health = RunHealth(before=own, after=own, node=0, nodes=[other])
+    diagnosis = Diagnosis(
+        path=tmp_path,
+        status=RunStatus.COMPLETE,
+        nodes=[NodeVerdict(host="node-a", node=0), NodeVerdict(host="node-b", node=1)],
+        stages=[],
+    )
+    add_health(diagnosis, health, 0)
+    a, b = diagnosis.nodes
+    assert (a.verdict, a.health, b.verdict) == (HEALTHY, [], HEALTHY)
+    assert "link health: node-b: GPU3: PCIe Gen5 x8, max x16: half the host bandwidth" in (
+        b.evidence
+    )
+    assert all(f["node"] == 1 for f in b.health)
+    text = render_diagnosis(diagnosis, "table")
+    assert "verdict: healthy; link health findings on node-b" in text
+    # the record round-trips: what node 0 stored reads back the same
+    again = RunHealth.from_dict(json.loads(json.dumps(health.to_dict())), "health")
+    assert again.to_dict() == health.to_dict()

@@ -302,19 +302,22 @@ def run_diagnose(
 
 
 def add_health(diagnosis: Diagnosis, health: RunHealth | None, node: int) -> None:
-    """This node's link health findings into its evidence, and into diagnosis.json.
+    """The link health findings into each node's evidence, and into diagnosis.json: this
+    node's (`node`) and, on a multi-node run, every other node's, which their workers gathered
+    over the job's process group, so every node's diagnosis names every sick link.
 
     Evidence, not verdict: every node must reach the same verdict (and exit code) from the
-    measurements all of them share, while each node's launcher snapshots only its own links.
-    A node that degraded itself from its own counters would disagree with its peers about
-    itself. The findings explain a degraded node's numbers, and the verdict line names every
-    node that has some, so a sick link that did not (yet) cost bandwidth is still seen."""
+    measurements all of them share, and the health snapshots of the other nodes may be
+    missing (a node that died before the end sends no `after`). The findings explain a
+    degraded node's numbers, and the verdict line names every node that has some, so a sick
+    link that did not (yet) cost bandwidth is still seen."""
     from commbench.health.findings import run_findings
 
-    if not 0 <= node < len(diagnosis.nodes):
-        return
-    verdict = diagnosis.nodes[node]
     for finding in run_findings(health):
+        at = node if finding.node is None else finding.node
+        if not 0 <= at < len(diagnosis.nodes):
+            continue
+        verdict = diagnosis.nodes[at]
         verdict.health.append(finding.to_dict())
         verdict.evidence.append(f"link health: {finding.message}")
 

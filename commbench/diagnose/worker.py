@@ -59,6 +59,7 @@ class DiagnoseWorker(Worker):
         if self.local_rank == 0 and self.journal is None:  # every node keeps the evidence
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(self.ranks_info)})
+            self.journal_health("before", self.health_before)
 
     def _groups(self, members: list[list[int]]) -> None:
         """The subgroups of a round's tests, made by every rank in the same order (new_group
@@ -195,6 +196,7 @@ class DiagnoseWorker(Worker):
             self._roll_call(exc)
             raise
         self.hb.phase = "finishing"
+        self.journal_health("after", self.gather_health())
         dist.barrier()
         if self.journal is not None:
             self.journal.write({"type": "done"})

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from commbench.health.record import GpuHealth, HealthSnapshot, RdmaPortHealth, RunHealth
+from commbench.health.record import (
+    GpuHealth,
+    HealthSnapshot,
+    NodeHealth,
+    RdmaPortHealth,
+    RunHealth,
+)
 
 # Per-lane transfer rate by PCIe generation, GT/s (PCI-SIG figures; Gen1-2 lose 20% to 8b/10b,
 # ignored here: the ratio to the same GPU's maximum is what is reported).
@@ -68,9 +74,19 @@ class Finding:
     subject: str
     kind: FindingKind
     message: str
+    node: int | None = None
+    """On a multi-node run, the node whose link it is (its message then starts with the
+    node's name); None on one node."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"subject": self.subject, "kind": self.kind.value, "message": self.message}
+        out: dict[str, Any] = {
+            "subject": self.subject,
+            "kind": self.kind.value,
+            "message": self.message,
+        }
+        if self.node is not None:
+            out["node"] = self.node
+        return out
 
 
 def _share(fraction: float) -> str:
@@ -305,8 +321,29 @@ def port_downtrained(ports: list[RdmaPortHealth]) -> list[Finding]:
 
 
 def run_findings(health: RunHealth | None) -> list[Finding]:
-    """The findings of a run record's `context.health` (none for a record without one)."""
-    return [] if health is None else findings(health.before, health.after)
+    """The findings of a run record's `context.health` (none for a record without one).
+
+    On a multi-node run, every node's, in node order, each message led by the node's name
+    (its host, or `node N` where hosts repeat, as on one machine's test "nodes")."""
+    if health is None:
+        return []
+    if health.node is None and not health.nodes:
+        return findings(health.before, health.after)
+    snap = health.before or health.after
+    own = NodeHealth(
+        node=-1 if health.node is None else health.node,
+        host=None if snap is None else snap.host,
+        before=health.before,
+        after=health.after,
+    )
+    nodes = sorted([own, *health.nodes], key=lambda n: n.node)
+    hosts = [n.host for n in nodes]
+    out: list[Finding] = []
+    for n in nodes:
+        name = n.host if n.host is not None and hosts.count(n.host) == 1 else f"node {n.node}"
+        for f in findings(n.before, n.after):
+            out.append(Finding(f.subject, f.kind, f"{name}: {f.message}", max(n.node, 0)))
+    return out
 
 
 def health_lines(health: RunHealth | None) -> list[str]:

@@ -26,6 +26,7 @@ MAX_COUNTER = 1 << 64
 """Hardware counters are 64-bit at most."""
 MAX_GPUS = 1024
 MAX_PORTS = 4096
+MAX_NODES = 1 << 16
 
 _count = integer_in(0, MAX_COUNTER)
 _small = integer_in(0, 1024)
@@ -181,23 +182,73 @@ class HealthSnapshot:
 
 
 @dataclass(kw_only=True, slots=True)
-class RunHealth:
-    """`context.health`: the snapshot taken before the run and the one taken after it."""
+class NodeHealth:
+    """Another node's snapshots in a multi-node run. Its local rank 0 worker takes them when
+    the workers start and when they finish, and they are gathered over the job's process group
+    to the node that writes the record: the sick link is as often on node 7 as on node 0."""
 
+    node: int
+    """The node's rank in the job (torchrun's group rank, as `context.ranks[].node`)."""
+    host: str | None = None
     before: HealthSnapshot | None = None
     after: HealthSnapshot | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "node": self.node,
+            "host": self.host,
             "before": None if self.before is None else self.before.to_dict(),
             "after": None if self.after is None else self.after.to_dict(),
         }
 
     @classmethod
+    def from_fields(cls, f: Fields) -> NodeHealth:
+        before, after = _snapshots(f)
+        return cls(
+            node=f.req("node", integer_in(0, 1 << 20)),
+            host=f.opt("host", string),
+            before=before,
+            after=after,
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class RunHealth:
+    """`context.health`: the snapshot taken before the run and the one taken after it on the
+    node that wrote the record (`node`, where a multi-node run says which), and, on a
+    multi-node run, the other nodes' (`nodes`)."""
+
+    before: HealthSnapshot | None = None
+    after: HealthSnapshot | None = None
+    node: int | None = None
+    """This record's own node in a multi-node run (None on one node)."""
+    nodes: list[NodeHealth] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "before": None if self.before is None else self.before.to_dict(),
+            "after": None if self.after is None else self.after.to_dict(),
+        }
+        if self.node is not None or self.nodes:  # single-node records keep their old shape
+            out["node"] = self.node
+            out["nodes"] = [n.to_dict() for n in self.nodes]
+        return out
+
+    @classmethod
     def from_dict(cls, data: Any, where: str) -> RunHealth:
         f = Fields(data, where)
-        before, after = f.sub("before"), f.sub("after")
+        before, after = _snapshots(f)
         return cls(
-            before=None if before is None else HealthSnapshot.from_dict(before.data, before.where),
-            after=None if after is None else HealthSnapshot.from_dict(after.data, after.where),
+            before=before,
+            after=after,
+            node=f.opt("node", integer_in(0, 1 << 20)),
+            nodes=[NodeHealth.from_fields(i.obj()) for i in f.items("nodes", False, MAX_NODES)],
         )
+
+
+def _snapshots(f: Fields) -> tuple[HealthSnapshot | None, HealthSnapshot | None]:
+    before, after = f.sub("before"), f.sub("after")
+    return (
+        None if before is None else HealthSnapshot.from_dict(before.data, before.where),
+        None if after is None else HealthSnapshot.from_dict(after.data, after.where),
+    )

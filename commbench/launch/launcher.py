@@ -24,6 +24,8 @@ from typing import Any
 from commbench.collectives.settings import MAX_NODES, CollectivesSettings, Point, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
 from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, quoted
+from commbench.fields import Fields
+from commbench.health.record import NodeHealth
 from commbench.launch import procs
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
@@ -225,6 +227,22 @@ def preflight(settings: CollectivesSettings, launch: LaunchOptions | None = None
     return probe_info
 
 
+def _add_node_health(context: RunContext, journaled: dict[str, Any]) -> None:
+    """The other nodes' link health (multi-node runs) into `context.health`; an entry that
+    does not validate is left out, never a reason to lose the run."""
+    if context.health is None or not journaled["nodes"]:
+        return
+    node = journaled["node"]
+    context.health.node = node if isinstance(node, int) and node >= 0 else None
+    for entry in sorted(journaled["nodes"].values(), key=lambda e: e["node"]):
+        try:
+            context.health.nodes.append(
+                NodeHealth.from_fields(Fields(entry, f"health of node {entry['node']}"))
+            )
+        except UserError:
+            continue
+
+
 def run_collectives(
     settings: CollectivesSettings,
     out_parent: Path,
@@ -379,6 +397,7 @@ def run_collectives(
         if not writer and launch.nnodes > 1:
             record.note = "this node did not run global rank 0: the results are in the run directory on rank 0's node"
         _add_workers(context, watch.worker_context)
+        _add_node_health(context, watch.node_health)
         context.probe = probe_info
         record.failed_ranks = culprits
         record.points_done = len(watch.rows)

@@ -81,6 +81,9 @@ class Watch:
         self.reader = JournalReader(run_dir / EVENTS_FILE)
         self.rows: list[ResultRow] = []
         self.worker_context: dict[str, Any] = {}
+        self.node_health: dict[str, Any] = {"node": None, "nodes": {}}
+        """The other nodes' link health of a multi-node run, as the workers journal it:
+        this node's own `node` and, per other node, its host and `before`/`after` snapshot."""
         self.done = False
         self.failed_checks: list[int] = []
         self.pids: set[int] = set()
@@ -117,6 +120,8 @@ class Watch:
                 on_row(row)
             elif kind == "done":
                 self.done = True
+            elif kind == "health":
+                self._add_health(event)
             elif self.on_event is not None:
                 self.on_event(event)
         self.heartbeats = read_heartbeats(self.run_dir)
@@ -136,6 +141,18 @@ class Watch:
             self.last_signature = signature
             self.last_progress = time.monotonic()
         self._note_stopped()
+
+    def _add_health(self, event: dict[str, Any]) -> None:
+        phase = event.get("phase")
+        if phase not in ("before", "after") or not isinstance(event.get("nodes"), list):
+            return
+        self.node_health["node"] = event.get("node")
+        for entry in event["nodes"]:
+            if isinstance(entry, dict) and isinstance(entry.get("node"), int):
+                node = self.node_health["nodes"].setdefault(
+                    entry["node"], {"node": entry["node"], "host": entry.get("host")}
+                )
+                node[phase] = entry.get("snapshot")
 
     def _note_stopped(self) -> None:
         now = time.monotonic()

@@ -161,9 +161,44 @@ class Worker:
         self.ranks_info: list[dict[str, Any]] = ranks
         """Every rank's host, node and device, in global rank order."""
         self._share_heartbeats(ranks)
+        self.health_before = self.gather_health()
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(ranks)})
+            self.journal_health("before", self.health_before)
+
+    def gather_health(self) -> list[dict[str, Any]]:
+        """On a multi-node run, every node's link health snapshot, taken by its local rank 0
+        and gathered on every rank (a world collective: every rank calls it, in the same
+        place). Each launcher snapshots only its own node; this is how the record's writer
+        learns the others'. Empty on one node, where the launcher's own snapshots say it all.
+        Taking one never raises (a part it cannot read is named in the snapshot's errors)."""
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        if len({r["node"] for r in self.ranks_info}) < 2:
+            return []
+        own = None
+        if self.local_rank == 0:
+            from commbench.health.capture import take
+
+            own = {"node": node, "host": self.host, "snapshot": take().to_dict()}
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, own)
+        return [g for g in gathered if g is not None]
+
+    def journal_health(self, phase: str, nodes: list[dict[str, Any]]) -> None:
+        """Journal the other nodes' snapshots (`phase` before or after) for this node's
+        launcher, which adds them to the record as `context.health.nodes`."""
+        if self.journal is None or not nodes:
+            return
+        own = int(os.environ.get("GROUP_RANK", "0"))
+        self.journal.write(
+            {
+                "type": "health",
+                "phase": phase,
+                "node": own,
+                "nodes": [n for n in nodes if n["node"] != own],
+            }
+        )
 
     def _share_heartbeats(self, ranks: list[Any]) -> None:
         """On a multi-node run, publish heartbeats in the job's store; each node's local rank 0
@@ -396,6 +431,7 @@ class Worker:
                 self._emit(index, row, failed)
         self.hb.phase = "finishing"
         self.merge_profile()
+        self.journal_health("after", self.gather_health())
         dist.barrier()
         if self.journal is not None:
             self.journal.write({"type": "done"})
