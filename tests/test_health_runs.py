@@ -176,6 +176,7 @@ def test_multi_node_run_records_every_nodes_health(tmp_path: Path, free_port: in
     own_node = {r["node"] for r in run.context.ranks if r["rank"] == 0}
     assert {health.node} == own_node and other.node != health.node
     assert other.before is not None and other.after is not None
+    assert other.nics is not None  # sent for the network bound (this fixture tree has none)
     # the other node's snapshots are its own sysfs's: node rank 1 read the downtrained copy
     other_rate = {p.device: p.rate for p in other.after.ports}["mlx5_1"]
     own_rate = {p.device: p.rate for p in health.after.ports}["mlx5_1"]

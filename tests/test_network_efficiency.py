@@ -90,3 +90,35 @@ def test_every_bandwidth_bound_point_and_no_latency_bound_one() -> None:
     assert len(lines) == len(bound) and latency  # the run has both kinds
     for x in latency:
         assert not any(line.startswith(f"{x.op} {format_size(x.size_bytes)}:") for line in lines)
+
+
+def test_the_bound_is_the_slowest_nodes() -> None:
+    """The other node sent its NICs (as a multi-node run's workers do): its RoCE port is down,
+    so gloo's fastest interface there is the 1 GbE port, and that bounds every ring."""
+    from commbench.health.record import NodeHealth, RunHealth
+
+    r = run()
+    assert r.context.topology is not None
+    nics = [dataclasses.replace(n) for n in r.context.topology.nics]
+    theirs = [dataclasses.replace(n, state="down") if n.name == "mlx5_0" else n for n in nics]
+    slow = NodeHealth(node=1, host="node-b", nics=theirs)
+    context = dataclasses.replace(r.context, health=RunHealth(node=0, nodes=[slow]))
+    lines = network_lines(r.rows, context)
+    assert lines[0].startswith("network peak: 1 x 1 Gb/s per node = 0.125 GB/s (eno1;")
+    assert "the slowest node's NICs (node-b; this node has 1 x 100 Gb/s)" in lines[0]
+    assert "assumed" not in lines[0].split("(eno1;")[1].replace("assumed the fastest", "")
+    # the same NICs as this node's: the bound stays this node's, nothing is assumed
+    alike = dataclasses.replace(slow, nics=nics)
+    same = dataclasses.replace(r.context, health=RunHealth(node=0, nodes=[alike]))
+    first = network_lines(r.rows, same)[0]
+    assert first.startswith("network peak: 1 x 100 Gb/s per node") and "slowest" not in first
+    assert "nodes assumed like this one" not in first
+    # a node whose interface reports no speed makes the bound unknown, and is named
+    virtio = [dataclasses.replace(n, speed_gbps=None) for n in theirs]
+    unknown = dataclasses.replace(slow, nics=virtio)
+    context = dataclasses.replace(r.context, health=RunHealth(node=0, nodes=[unknown]))
+    (line,) = network_lines(r.rows, context)
+    assert line.startswith(f"network: {UNKNOWN_RATE}: ") and line.endswith(" on node-b")
+    # the record round-trips the NICs
+    again = RunHealth.from_dict(RunHealth(node=0, nodes=[slow]).to_dict(), "health")
+    assert again.nodes[0].nics == theirs

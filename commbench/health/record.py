@@ -20,6 +20,7 @@ from commbench.fields import (
     number_in,
     string,
 )
+from commbench.topology.model import Nic
 
 HEALTH_SCHEMA_VERSION = 1
 MAX_COUNTER = 1 << 64
@@ -27,6 +28,7 @@ MAX_COUNTER = 1 << 64
 MAX_GPUS = 1024
 MAX_PORTS = 4096
 MAX_NODES = 1 << 16
+MAX_NICS = 1024
 
 _count = integer_in(0, MAX_COUNTER)
 _small = integer_in(0, 1024)
@@ -192,6 +194,9 @@ class NodeHealth:
     host: str | None = None
     before: HealthSnapshot | None = None
     after: HealthSnapshot | None = None
+    nics: list[Nic] | None = None
+    """The node's NICs when its workers started (`commbench topo`'s, without GPU links):
+    the network bound of a multi-node run is its slowest node's. None when not sent."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -199,16 +204,21 @@ class NodeHealth:
             "host": self.host,
             "before": None if self.before is None else self.before.to_dict(),
             "after": None if self.after is None else self.after.to_dict(),
+            "nics": None if self.nics is None else [n.to_dict() for n in self.nics],
         }
 
     @classmethod
     def from_fields(cls, f: Fields) -> NodeHealth:
         before, after = _snapshots(f)
+        nics = None
+        if f.data.get("nics") is not None:
+            nics = [Nic.from_dict(i.data, i.path) for i in f.items("nics", True, MAX_NICS)]
         return cls(
             node=f.req("node", integer_in(0, 1 << 20)),
             host=f.opt("host", string),
             before=before,
             after=after,
+            nics=nics,
         )
 
 

@@ -153,6 +153,8 @@ class Watch:
                     entry["node"], {"node": entry["node"], "host": entry.get("host")}
                 )
                 node[phase] = entry.get("snapshot")
+                if entry.get("nics") is not None:
+                    node["nics"] = entry["nics"]
 
     def _note_stopped(self) -> None:
         now = time.monotonic()

@@ -161,18 +161,19 @@ class Worker:
         self.ranks_info: list[dict[str, Any]] = ranks
         """Every rank's host, node and device, in global rank order."""
         self._share_heartbeats(ranks)
-        self.health_before = self.gather_health()
+        self.health_before = self.gather_health(nics=True)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(ranks)})
             self.journal_health("before", self.health_before)
 
-    def gather_health(self) -> list[dict[str, Any]]:
+    def gather_health(self, *, nics: bool = False) -> list[dict[str, Any]]:
         """On a multi-node run, every node's link health snapshot, taken by its local rank 0
         and gathered on every rank (a world collective: every rank calls it, in the same
         place). Each launcher snapshots only its own node; this is how the record's writer
         learns the others'. Empty on one node, where the launcher's own snapshots say it all.
-        Taking one never raises (a part it cannot read is named in the snapshot's errors)."""
+        Taking one never raises (a part it cannot read is named in the snapshot's errors).
+        With `nics`, each node sends its NICs too: the network bound is the slowest node's."""
         node = int(os.environ.get("GROUP_RANK", "0"))
         if len({r["node"] for r in self.ranks_info}) < 2:
             return []
@@ -181,6 +182,8 @@ class Worker:
             from commbench.health.capture import take
 
             own = {"node": node, "host": self.host, "snapshot": take().to_dict()}
+            if nics:
+                own["nics"] = _own_nics()
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(gathered, own)
         return [g for g in gathered if g is not None]
@@ -448,6 +451,16 @@ class Worker:
         self.hb.stop()
         if self.journal is not None:
             self.journal.close()
+
+
+def _own_nics() -> list[dict[str, Any]] | None:
+    """This node's NICs for the record's writer (None if sysfs could not be read at all)."""
+    from commbench.topology.network import discover_nics
+
+    try:
+        return [n.to_dict() for n in discover_nics()]
+    except Exception:  # the network bound then assumes this node like the writer's
+        return None
 
 
 @record

@@ -17,9 +17,10 @@ NICs per call, over the node's usable NIC rate B (bytes/s, all usable NICs toget
 - sendrecv: the rank pair that straddles two nodes goes through its own NIC share: B / G.
 
 Usable NICs are those up, not virtual, with a known rate, restricted to NCCL_IB_HCA /
-NCCL_SOCKET_IFNAME (nccl) or GLOO_SOCKET_IFNAME (gloo) when the run set them. The run records
-the launching node's snapshot only, so every node is assumed alike. A rate the kernel does not
-report is said to be unknown, never guessed.
+NCCL_SOCKET_IFNAME (nccl) or GLOO_SOCKET_IFNAME (gloo) when the run set them. Every node's
+workers send their NICs to the record's writer, and the bound is the slowest node's (a node
+with a port down bounds the whole ring); a node that sent none is assumed like the writer's.
+A rate the kernel does not report is said to be unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -108,22 +109,67 @@ def usable_nics(
 
 
 def network_peak(context: RunContext) -> NetworkPeak | None:
-    """The node's usable NIC rate for a multi-node run; None for a single-node one."""
+    """The usable NIC rate of a multi-node run's slowest node; None for a single-node one.
+
+    The run's own node is read from its topology snapshot, the others from the NICs their
+    workers sent (`context.health.nodes[].nics`); a node that sent none is assumed like the
+    record's own, and the assumption is said."""
     if (context.nnodes or 1) <= 1:
         return None
     snapshot = context.topology
     if snapshot is None:
         return NetworkPeak(nics=(), unknown="network rate unknown (the run has no topology)")
     chosen, notes = usable_nics(snapshot.nics, context.env, context.backend)
-    notes.append(f"all {context.nnodes} nodes assumed alike (the run recorded one node's NICs)")
+    others = [n for n in (context.health.nodes if context.health else []) if n.nics is not None]
+    own_gbps = _known_gbps(chosen)
+    slowest = None
+    if own_gbps is not None:  # an unknown rate here says unknown whatever the others have
+        rated = []
+        for node in others:
+            theirs, _ = usable_nics(node.nics or [], context.env, context.backend)
+            gbps = _known_gbps(theirs)
+            rated.append((-1.0 if gbps is None else gbps, node.node, node, theirs))
+        low = min(rated, key=lambda r: (r[0], r[1]), default=None)
+        if low is not None and low[0] < own_gbps:
+            slowest = (low[2], low[3])
+    unrecorded = (context.nnodes or 1) - 1 - len(others)
+    if unrecorded > 0:
+        notes.append(
+            f"{unrecorded} of {context.nnodes} nodes assumed like this one (their NICs were not "
+            "recorded)"
+        )
+    where = ""
+    if slowest is not None:
+        node, theirs = slowest
+        name = node.host or f"node {node.node}"
+        where = f" on {name}"
+        mine = NetworkPeak(nics=tuple(chosen)).describe() or "none"
+        notes.append(f"the slowest node's NICs ({name}; this node has {mine})")
+        chosen = theirs
     if not chosen:
-        return NetworkPeak(nics=(), assumptions=tuple(notes), unknown="no usable NIC recorded")
+        return NetworkPeak(
+            nics=(), assumptions=tuple(notes), unknown=f"no usable NIC recorded{where}"
+        )
     if any(n.speed_gbps is None for n in chosen):
         names = ", ".join(n.name for n in chosen if n.speed_gbps is None)
         return NetworkPeak(
-            nics=tuple(chosen), assumptions=tuple(notes), unknown=f"{UNKNOWN_RATE}: {names}"
+            nics=tuple(chosen),
+            assumptions=tuple(notes),
+            unknown=f"{UNKNOWN_RATE}: {names}{where}",
         )
     return NetworkPeak(nics=tuple(chosen), assumptions=tuple(notes))
+
+
+def _gbps(value: float) -> str:
+    """12.5, 400.0, but 0.125 (a 1 GbE port), never 0.1."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _known_gbps(nics: Sequence[Nic]) -> float | None:
+    """Their rates together (Gb/s), or None if there are none or one is unknown."""
+    if not nics or any(n.speed_gbps is None for n in nics):
+        return None
+    return sum(n.speed_gbps or 0.0 for n in nics)
 
 
 def busbw_bound(op: str, world: int, nnodes: int, node_gbps: float) -> float | None:
@@ -199,7 +245,7 @@ def network_lines(
     if peak.unknown is not None:
         return [f"network: {peak.unknown}"]
     lines = [
-        f"network peak: {peak.describe()} per node = {peak.node_gbps:.1f} GB/s "
+        f"network peak: {peak.describe()} per node = {_gbps(peak.node_gbps)} GB/s "
         f"({', '.join(n.name for n in peak.nics)}; {'; '.join(peak.assumptions)})"
     ]
     points = net_points(rows, context)

@@ -239,6 +239,13 @@ class Nic:
     ports: list[NicPort] = field(default_factory=list)
     """RDMA ports; empty for a plain interface."""
 
+    def to_dict(self) -> dict[str, Any]:
+        return _nic_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Nic:
+        return _nic_from(Value(data, where))
+
 
 @dataclass(kw_only=True, slots=True)
 class TopologySnapshot:
