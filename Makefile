@@ -10,7 +10,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Linux wheels are CUDA builds (the pinned CPU build above could not see the GPU).
 TORCH_GPU ?= torch>=2.5
 
-.PHONY: install test lint bench demo clean slurm-deps gpu-check browser-check
+.PHONY: install test lint bench demo clean slurm-deps browser-deps gpu-check browser-check
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -50,6 +50,14 @@ slurm-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			slurmd slurmctld slurm-client munge iproute2 >/dev/null; \
 	else echo "slurm-deps: not root or no apt-get; the SLURM test will be skipped"; fi
+
+# Debian's Chromium for the browser test of the HTML report (skipped without it).
+browser-deps:
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "browser-deps: chromium did not install; the browser test will be skipped"; \
+	else echo "browser-deps: not root or no apt-get; the browser test will be skipped"; fi
 
 # The HTML report in Debian's headless Chromium (apt-get install chromium): no outside
 # reference, every image decodes, a screenshot in /tmp/commbench-browser/screenshot.png.

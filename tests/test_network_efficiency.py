@@ -38,9 +38,12 @@ def test_stored_two_node_run_against_its_nic() -> None:
     by_op = {line.split()[0]: line for line in lines[1:]}
     assert set(by_op) == {"all_reduce", "all_gather", "all_to_all", "sendrecv"}
     # W = 4 ranks, G = 2 per node: all_to_all bound B (W-1)/(G (W-G)) = 12.5 * 3/4, sendrecv B/G
-    assert "(bound 9.38 GB/s for all_to_all)" in by_op["all_to_all"]
-    assert "(bound 6.25 GB/s for sendrecv)" in by_op["sendrecv"]
+    assert "% of 9.38 GB/s (all_to_all's bound on 1 x 100 Gb/s)" in by_op["all_to_all"]
+    assert "% of 6.25 GB/s (sendrecv's bound on 1 x 100 Gb/s)" in by_op["sendrecv"]
     assert "bound" not in by_op["all_reduce"]  # a ring op's bound is the node's NIC rate
+    send = next(x for x in r.rows if x.op == "sendrecv" and x.size_bytes == 4 << 20)
+    # the percentage is of the op's bound (6.25 GB/s), not of the node's 12.5 GB/s
+    assert f"= {100 * (send.busbw_gbps or 0) / 6.25:.0f}% of 6.25" in by_op["sendrecv"]
     best = max((x for x in r.rows if x.op == "all_reduce"), key=lambda x: x.busbw_gbps or 0)
     assert f"= {100 * (best.busbw_gbps or 0) / 12.5:.0f}% of 1 x 100 Gb/s" in by_op["all_reduce"]
 

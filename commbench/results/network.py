@@ -202,10 +202,12 @@ class NetPoint:
         r = self.row
         head = (
             f"{r.op}{' ' + r.strategy if r.strategy else ''} {format_size(r.size_bytes)}: "
-            f"busbw {r.busbw_gbps:.3g} GB/s = {self.percent:.0f}% of {peak.describe()}"
+            f"busbw {r.busbw_gbps:.3g} GB/s = {self.percent:.0f}% of "
         )
-        if not math.isclose(self.bound_gbps, peak.node_gbps):
-            head += f" (bound {self.bound_gbps:.3g} GB/s for {r.op})"
+        if math.isclose(self.bound_gbps, peak.node_gbps):
+            head += peak.describe()
+        else:  # the percentage is of the op's own bound, never of the NICs' total
+            head += f"{self.bound_gbps:.3g} GB/s ({r.op}'s bound on {peak.describe()})"
         return head + (f"; {ABOVE_LINE_RATE}" if self.percent > 100 else "")
 
 
