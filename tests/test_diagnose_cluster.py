@@ -37,7 +37,13 @@ CPU_QUOTA = 0.05
 
 
 def start(
-    cluster: Cluster, out: Path, port: int, *, timeout: float = 60, nodes: list[int] | None = None
+    cluster: Cluster,
+    out: Path,
+    port: int,
+    *,
+    timeout: float = 60,
+    nodes: list[int] | None = None,
+    iters: int = 8,
 ) -> dict[int, subprocess.Popen]:
     """commbench diagnose on each of `nodes` (every node by default), by node."""
     return {
@@ -55,7 +61,7 @@ def start(
                 "--sizes",
                 "512K",
                 "--iters",
-                "8",
+                str(iters),
                 "--warmup",
                 "1",
                 "--stages",
@@ -132,7 +138,11 @@ def test_a_slow_node_is_named(tmp_path: Path, free_port: int) -> None:
         for node in range(NODES):
             cluster.shape(node, CPU_RATE_MBIT)
         cluster.cpu_quota(bad, CPU_QUOTA)
-        procs = start(cluster, tmp_path, free_port)
+        # A CPU quota throttles in bursts: an iteration that finds quota left in the 100 ms
+        # period runs at full speed, so about a third of the bad node's samples are fast.
+        # With 8 samples a test was sometimes not significantly slow (the rank-sum test) and
+        # the node went free; 24 give the test its power whatever the bursts.
+        procs = start(cluster, tmp_path, free_port, iters=24)
         # only the bad node's workers are held (torch's import at 5% of a core would take
         # minutes): moved into the cgroup as their heartbeats appear, before the first test
         moved: set[int] = set()
