@@ -185,6 +185,8 @@ def test_multi_node_run_records_every_nodes_health(tmp_path: Path, free_port: in
     sick = other.node if sick_is_other else health.node
     message = f"node {sick}: mlx5_1/1: 100 Gb/sec (1X NDR), other InfiniBand ports trained 4X"
     assert [f.message for f in run.health_findings()] == [message]
+    # the health fixture trees hold RDMA ports but no NIC devices: the network note says so
+    assert "\nNetwork efficiency:\n  network: no usable NIC recorded\n" in outputs[writer][0]
     assert f"Link health:\n  {message}\n" in outputs[writer][0]
     stored = json.loads((run.path / "run.json").read_text())["context"]["health"]
     assert [n["node"] for n in stored["nodes"]] == [other.node]

@@ -131,6 +131,43 @@ def test_cli_table_says_unknown_and_lists_virtual_on_request(
     ).items()
 
 
+def test_a_tree_with_only_virtual_interfaces_says_none_recorded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    virtual_only = tmp_path / "sys"
+    (virtual_only / "devices" / "virtual" / "net" / "lo").mkdir(parents=True)
+    (virtual_only / "class" / "net").mkdir(parents=True)
+    (virtual_only / "class" / "net" / "lo").symlink_to("../../devices/virtual/net/lo")
+    monkeypatch.setenv(SYSFS_ENV, str(virtual_only))
+    result = runner.invoke(app, ["topo"])
+    assert result.exit_code == 0, result.output
+    assert "NICs: none recorded (virtual ones, such as lo" in result.stdout
+    every = runner.invoke(app, ["topo", "--all-nics"])
+    assert "NICs: none recorded" not in every.stdout
+    assert any(line.startswith("lo ") for line in every.stdout.splitlines())
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+@pytest.mark.parametrize("command", [["topo"], ["p2p"], ["collectives", "--device", "cpu"]])
+def test_a_sysfs_root_that_is_no_directory_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, command: list[str]
+) -> None:
+    """A typo in COMMBENCH_SYSFS_ROOT would read as a machine without NICs: refused, exit 2,
+    before anything is launched."""
+    root = tmp_path / "nope"
+    if kind == "file":
+        root.write_text("")
+    monkeypatch.setenv(SYSFS_ENV, str(root))
+    result = runner.invoke(app, command)
+    assert result.exit_code == 2, result.output
+    what = "does not exist" if kind == "missing" else "is not a directory"
+    assert (
+        result.stderr
+        == f"commbench: error: {SYSFS_ENV}={root} {what}: it names a directory laid out like /sys (unset it to read /sys)\n"
+    )
+    assert not (tmp_path / "results").exists()
+
+
 # --- robustness ---------------------------------------------------------------------------
 
 

@@ -211,8 +211,13 @@ def report(run: Run, fmt: Format) -> None:
         if human:
             from commbench.results.network import network_lines
 
-            for line in network_lines(rows, run.context):
-                typer.echo(line)
+            network = network_lines(rows, run.context)
+            if network:  # a titled block, like the link health notes below it
+                md = fmt is Format.md
+                title = "\n**Network efficiency**\n" if md else "\nNetwork efficiency:"
+                typer.echo(title)
+                for line in network:
+                    typer.echo(f"- {line}" if md else f"  {line}")
     health = notes_block(run.context.health, markdown=fmt is Format.md)
     if health:  # after the table on stdout; on stderr where stdout is csv or json
         typer.echo(health, nl=False, err=fmt not in (Format.table, Format.md))

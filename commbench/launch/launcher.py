@@ -39,6 +39,7 @@ from commbench.results.lifecycle import INTERRUPTED, now, start_run
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import ResultRow
 from commbench.results.verdict import Verdict, judge, wrong_points
+from commbench.topology.sysfs import check_sysfs_root
 from commbench.torch_version import require_torch
 
 POLL = 0.1
@@ -221,6 +222,7 @@ def preflight(settings: CollectivesSettings, launch: LaunchOptions | None = None
     checks every run with it before it makes its directory."""
     launch = launch or LaunchOptions()
     require_torch()
+    check_sysfs_root()
     validate_ranks(settings, settings.nproc * launch.nnodes)
     probe_info = probe(settings)
     check_resources(settings, probe_info)

@@ -190,9 +190,6 @@ def result_blocks(run: Run, level: int, figures: dict[str, Image] | None = None)
     warning = noisy_warning(run.rows)
     if warning:
         blocks.append(Para(warning + "."))
-    network = network_lines(run.rows, run.context, every_point=True)
-    if network:
-        blocks.append(Bullets(network))
     noted = sorted({(r.op, r.size_bytes, r.note) for r in run.rows if r.note})
     notes = [f"{op} {format_size(size)}: {note}" for op, size, note in noted]
     if notes:
@@ -357,6 +354,9 @@ def run_blocks(
     blocks += result_blocks(run, level, figures)
     blocks += strategies_blocks(run, level, figures)
     blocks += straggler_blocks(run, level)
+    network = network_lines(run.rows, run.context, every_point=True)
+    if network:
+        blocks += [Heading(level, "Network efficiency"), Bullets(network)]
     health = report_lines(run.context.health)
     if health:
         blocks += [Heading(level, "Link health"), Bullets(health)]

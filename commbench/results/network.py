@@ -14,7 +14,10 @@ NICs per call, over the node's usable NIC rate B (bytes/s, all usable NICs toget
   G (W - G) / W bytes per byte of S: busbw <= B (W - 1) / (G (W - G)).
 - gather / scatter: the root's node receives (or sends) the (W - G) off-node slices of S:
   busbw <= B (W - 1) / (W - G).
-- sendrecv: the rank pair that straddles two nodes goes through its own NIC share: B / G.
+- sendrecv (each rank to the next): one rank per node sends off-node, through one NIC (NCCL
+  takes the GPU's nearest, gloo its one interface), so its busbw is bounded by the fastest
+  usable NIC's rate, B / N for N equal NICs: 50 GB/s on an 8 x 400 Gb/s node, the whole 12.5
+  GB/s of a node with one 100 GbE port, however many ranks share that node.
 
 Usable NICs are those up, not virtual, with a known rate, restricted to NCCL_IB_HCA /
 NCCL_SOCKET_IFNAME (nccl) or GLOO_SOCKET_IFNAME (gloo) when the run set them. Every node's
@@ -60,6 +63,11 @@ class NetworkPeak:
     def node_gbps(self) -> float:
         """All usable NICs together, GB/s (bytes) per direction."""
         return sum(n.speed_gbps or 0.0 for n in self.nics) / 8
+
+    @property
+    def nic_gbps(self) -> float:
+        """The fastest usable NIC alone, GB/s: what one rank's point-to-point traffic gets."""
+        return max((n.speed_gbps or 0.0 for n in self.nics), default=0.0) / 8
 
     def describe(self) -> str:
         """`8 x 400 Gb/s` (or `8 x 400 Gb/s + 1 x 100 Gb/s`)."""
@@ -160,6 +168,11 @@ def network_peak(context: RunContext) -> NetworkPeak | None:
     return NetworkPeak(nics=tuple(chosen), assumptions=tuple(notes))
 
 
+def _percent(value: float) -> str:
+    """`82%`, but `<1%` where rounding would print a 0% that reads as nothing moved."""
+    return "<1%" if 0 < value < 0.5 else f"{value:.0f}%"
+
+
 def _gbps(value: float) -> str:
     """12.5, 400.0, but 0.125 (a 1 GbE port), never 0.1."""
     return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
@@ -172,9 +185,12 @@ def _known_gbps(nics: Sequence[Nic]) -> float | None:
     return sum(n.speed_gbps or 0.0 for n in nics)
 
 
-def busbw_bound(op: str, world: int, nnodes: int, node_gbps: float) -> float | None:
-    """The most busbw (GB/s) the network allows `op` over `world` ranks on `nnodes` nodes;
-    None for an op that moves no data or ranks that all fit on one node."""
+def busbw_bound(
+    op: str, world: int, nnodes: int, node_gbps: float, nic_gbps: float | None = None
+) -> float | None:
+    """The most busbw (GB/s) the network allows `op` over `world` ranks on `nnodes` nodes,
+    whose usable NICs carry `node_gbps` together and `nic_gbps` the fastest alone (default:
+    all of it); None for an op that moves no data or ranks that all fit on one node."""
     per_node = math.ceil(world / nnodes)
     off = world - per_node
     if off <= 0:
@@ -186,7 +202,7 @@ def busbw_bound(op: str, world: int, nnodes: int, node_gbps: float) -> float | N
     if op in ROOTED_SPLIT_OPS:
         return node_gbps * (world - 1) / off
     if op == "sendrecv":
-        return node_gbps / per_node
+        return node_gbps if nic_gbps is None else min(nic_gbps, node_gbps)
     return None
 
 
@@ -202,7 +218,7 @@ class NetPoint:
         r = self.row
         head = (
             f"{r.op}{' ' + r.strategy if r.strategy else ''} {format_size(r.size_bytes)}: "
-            f"busbw {r.busbw_gbps:.3g} GB/s = {self.percent:.0f}% of "
+            f"busbw {r.busbw_gbps:.3g} GB/s = {_percent(self.percent)} of "
         )
         if math.isclose(self.bound_gbps, peak.node_gbps):
             head += peak.describe()
@@ -229,7 +245,7 @@ def net_points(rows: Sequence[ResultRow], context: RunContext) -> list[NetPoint]
         if r.size_bytes <= 0 or not bandwidth_bound(busbw, peaks.get(series_key(r), 0.0)):
             continue
         assert busbw is not None
-        bound = busbw_bound(r.op, r.world_size, context.nnodes or 1, peak.node_gbps)
+        bound = busbw_bound(r.op, r.world_size, context.nnodes or 1, peak.node_gbps, peak.nic_gbps)
         if bound:
             points.append(NetPoint(row=r, bound_gbps=bound, percent=100 * busbw / bound))
     return points

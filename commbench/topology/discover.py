@@ -16,7 +16,7 @@ from commbench.topology.model import Gpu, HostInfo, NvLink, Pair, TopologySnapsh
 from commbench.topology.network import discover_nics, gpu_links
 from commbench.topology.nvml import Nvml
 from commbench.topology.rates import nvlink_gen_from_nvml
-from commbench.topology.sysfs import SYSFS_ENV, sysfs_root
+from commbench.topology.sysfs import SYSFS_ENV, check_sysfs_root, sysfs_root
 from commbench.topology.visible import resolve_visible
 
 # nvmlNvLinkDeviceType_t
@@ -257,6 +257,7 @@ def discover(
     `root`/sys), virtual ones only with `all_nics`.
     """
     env = os.environ if environ is None else environ
+    check_sysfs_root(env)
     host = host_info(root)
     session = Nvml(nvml)
     reason = session.open()

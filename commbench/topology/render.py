@@ -282,6 +282,11 @@ def render(s: TopologySnapshot) -> str:
             lines += ["", *pair_lines(s)]
     if s.nics:
         lines += ["", *nic_lines(s)]
+    elif s.source == "nvml":  # discovered from sysfs: say so rather than leave a silence
+        lines += [
+            "",
+            "NICs: none recorded (virtual ones, such as lo, veth and bridges, only with --all-nics)",
+        ]
     if s.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in s.warnings]

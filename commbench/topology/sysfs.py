@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from commbench.errors import UserError
+
 SYSFS_ENV = "COMMBENCH_SYSFS_ROOT"
 MAX_ATTR_BYTES = 64 * 1024
 """sysfs attributes are one page at most; a larger file is not an attribute."""
@@ -24,6 +26,19 @@ def sysfs_root(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     value = env.get(SYSFS_ENV, "")
     return Path(value) if value else Path("/sys")
+
+
+def check_sysfs_root(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a COMMBENCH_SYSFS_ROOT that names no directory, before anything is read or
+    launched: a typo there would otherwise read as a machine with no NIC and no RDMA port."""
+    env = os.environ if environ is None else environ
+    value = env.get(SYSFS_ENV, "")
+    if value and not Path(value).is_dir():
+        what = "does not exist" if not Path(value).exists() else "is not a directory"
+        raise UserError(
+            f"{SYSFS_ENV}={value} {what}: it names a directory laid out like /sys "
+            "(unset it to read /sys)"
+        )
 
 
 def read_attr(path: Path) -> str | None:
