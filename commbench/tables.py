@@ -49,5 +49,8 @@ def fixed(value: float | None, digits: int = 2) -> str:
         return "-"
     decimals = digits
     if value != 0 and abs(value) < 10 ** (1 - digits):
-        decimals = min(MAX_DECIMALS, max(digits, 1 - math.floor(math.log10(abs(value)))))
+        # the decimals of the value as two significant digits round it (0.00999 -> 0.010, not
+        # 0.0100: a third digit where its neighbours have two)
+        shown = abs(float(f"{value:.2g}")) or abs(value)
+        decimals = min(MAX_DECIMALS, max(digits, 1 - math.floor(math.log10(shown))))
     return f"{value:.{decimals}f}"

@@ -69,7 +69,9 @@ def test_json_has_params_and_a_row_per_prediction() -> None:
     assert sum(r["winner"] for r in data["rows"]) == 4
 
 
-def make_run(tmp_path: Path, sizes: list[int], backend: str = "gloo") -> Path:
+def make_run(
+    tmp_path: Path, sizes: list[int], backend: str = "gloo", dtypes: tuple[str, ...] = ("float32",)
+) -> Path:
     truth = Params(alpha_us=200.0, bw_gbps=0.5)
     rows = [
         ResultRow.measured(
@@ -78,13 +80,14 @@ def make_run(tmp_path: Path, sizes: list[int], backend: str = "gloo") -> Path:
             busbw_factor=1.5,
             op="all_reduce",
             strategy="direct",
-            dtype="float32",
+            dtype=dtype,
             reduce_op="sum",
             world_size=4,
             count=s // 4,
             check="ok",
         )
         for s in sizes
+        for dtype in dtypes
     ]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -116,7 +119,19 @@ def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:
     both = runner.invoke(
         app, ["model", "--from", str(run_dir), "-s", "1M", "--bw", "2", "--latency", "5"]
     )
-    assert both.exit_code == 0 and "latency and bandwidth given" in both.stdout
+    assert both.exit_code == 0 and "latency and bandwidth given: worst error" in both.stdout
+    assert "checked against 3 direct all_reduce points" in both.stdout  # nothing was fitted
+    assert "fitted to" not in both.stdout
+
+
+def test_several_dtypes_are_said_to_be_pooled(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, [1024, 65536], dtypes=("bfloat16", "float32"))
+    table = runner.invoke(app, ["model", "--from", str(run_dir), "-s", "1M"])
+    assert table.exit_code == 0, table.output
+    assert (
+        "fitted to 4 direct all_reduce points (bfloat16, float32 pooled: the model is in bytes)"
+        in table.stdout
+    )
 
 
 def test_nccl_predictions_say_what_the_ring_only_model_leaves_out() -> None:

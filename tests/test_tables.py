@@ -26,3 +26,22 @@ def test_markdown_escapes_cell_pipes_and_marks_alignment() -> None:
 def test_a_row_of_the_wrong_width_is_a_bug_not_a_silently_cut_column() -> None:
     with pytest.raises(ValueError):
         text_table(["a", "b"], [["1"]])
+
+
+def test_fixed_keeps_two_significant_digits_and_never_an_exponent() -> None:
+    from commbench.tables import fixed
+
+    assert [fixed(v) for v in (359.56, 0.5, 0.0043, 8e-05)] == [
+        "359.56",
+        "0.50",
+        "0.0043",
+        "0.000080",
+    ]
+    # a value that rounds up to the next power of ten keeps two digits, like its neighbours
+    assert [fixed(v) for v in (0.00999, 0.00995, 0.000999, -0.00999)] == [
+        "0.010",
+        "0.010",
+        "0.0010",
+        "-0.010",
+    ]
+    assert [fixed(v) for v in (None, float("nan"), float("inf"))] == ["-", "-", "-"]

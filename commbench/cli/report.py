@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
                 return
             if images is None and fmt is ReportFormat.md:
                 typer.echo(
-                    "plots left out of markdown on stdout: --out FILE writes them beside it, "
+                    "commbench: note: plots left out of markdown on stdout: --out FILE writes "
+                    "them beside it, "
                     "--images embed puts them inline",
                     err=True,
                 )

@@ -232,12 +232,16 @@ class Fit:
     """Largest |model - measured| / measured over the points."""
     fixed: tuple[str, ...] = ()
     """Parameters the user gave ('alpha', 'beta') instead of fitting them."""
+    dtypes: tuple[str, ...] = ()
+    """The dtypes of the rows used: the model is in bytes, so several are pooled in one fit."""
 
     @property
     def quality(self) -> str:
         """How far to trust the fit, in words: two free parameters through two sizes always
         fit exactly, which says nothing about the model."""
         given = {"alpha": "latency", "beta": "bandwidth"}
+        if len(self.fixed) == 2:
+            return f"latency and bandwidth given: worst error {self.worst_error:.0%}"
         held = f"{' and '.join(given[f] for f in self.fixed)} given, " if self.fixed else ""
         free = 2 - len(self.fixed)
         if free and len(self.sizes) <= free:
@@ -336,4 +340,5 @@ def fit(
         world_sizes=sorted({r.world_size for r in points}),
         worst_error=worst,
         fixed=fixed,
+        dtypes=tuple(sorted({r.dtype for r in points})),
     )

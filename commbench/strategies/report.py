@@ -55,6 +55,11 @@ def _num(value: float | None, digits: int = 2) -> str:
     return fixed(value, digits)
 
 
+def _time(us: float | None) -> str:
+    """A time in the unit a person reads (`218.00 us`, `4.00 ms`): one column, one form."""
+    return "-" if us is None else format_time(us)
+
+
 def _render(
     title: str,
     headers: list[str],
@@ -217,10 +222,10 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
                 [
                     format_size(r["size_bytes"]) if r["size_bytes"] != last_size else "",
                     r["strategy"] + (f" {mark}" if mark else ""),
-                    _num(r["time_us"]),
+                    _time(r["time_us"]),
                     _num(r["busbw_gbps"]),
                     f"{r['vs_direct']:.2f}x" if r["vs_direct"] is not None else "-",
-                    _num(r["model_us"]),
+                    _time(r["model_us"]),
                     f"{ratio:.2f}x{flag}" if ratio is not None else "-",
                     r["factor"] or "-",
                 ]
@@ -231,10 +236,10 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
         headers = [
             "size",
             "strategy",
-            "time_us",
+            "time",
             "busbw_GB/s",
             "vs_direct",
-            "model_us",
+            "model",
             "meas/model",
             "main factor (model)",
         ]
@@ -319,8 +324,14 @@ def render_predictions(
     bullet = "- " if fmt == Format.md else ""
     measured = _measured_range(fitted) if fitted else None
     if fitted:
+        verb = "checked against" if len(fitted.fixed) == 2 else "fitted to"
+        pooled = (
+            f" ({', '.join(fitted.dtypes)} pooled: the model is in bytes)"
+            if len(fitted.dtypes) > 1
+            else ""
+        )
         out += [
-            f"{bullet}fitted to {fitted.points} direct all_reduce points measured at "
+            f"{bullet}{verb} {fitted.points} direct all_reduce points{pooled} measured at "
             f"{measured}, {fitted.quality}",
             "",
         ]
