@@ -291,7 +291,8 @@ def topology(
     all_nics: bool = False,
 ) -> TopologySnapshot:
     """How this machine's GPUs are wired, through NVML (`commbench topo`); or the snapshot
-    file `from_snapshot` (`topo --format json` writes one; a run.json holds one), or the text
+    file `from_snapshot` (`topo --format json` writes one; a run.json holds one, and a run
+    directory names its run.json), or the text
     `nvidia-smi topo -m` printed on another machine (`from_smi`; "-" reads stdin), whose GPU
     model `gpu` names (`"Tesla V100-SXM2-16GB"`: the matrix has no model, so its link rates are
     otherwise assumed). Without NVML or a GPU the snapshot says so (`nvml_error`) rather than
@@ -305,7 +306,10 @@ def topology(
     if gpu is not None and from_smi is None:
         raise UserError("--gpu names the model of an imported matrix: give --from-smi too")
     if from_snapshot is not None:
-        return load_snapshot(Path(from_snapshot))
+        source = Path(from_snapshot)
+        if source.is_dir() and (source / "run.json").is_file():  # a run directory
+            source = source / "run.json"
+        return load_snapshot(source)
     if from_smi is None:
         return discover(all_nics=all_nics)
     from commbench.topology.rates import gpu_model

@@ -163,6 +163,9 @@ def test_from_a_run_json_reads_the_snapshot_it_embeds(tmp_path: Path) -> None:
     result = runner.invoke(app, ["topo", "--from", str(run_json)])
     assert result.exit_code == 0, result.output
     assert "GPU0<->GPU3  NV2   2        yes  50.0" in result.stdout
+    # the run directory itself names its run.json
+    by_dir = runner.invoke(app, ["topo", "--from", str(tmp_path)])
+    assert by_dir.exit_code == 0 and by_dir.stdout == result.stdout, by_dir.output
     run_json.write_text(json.dumps({"schema_version": 1, "context": {"topology": None}}))
     _fails_with(
         ["topo", "--from", str(run_json)], "context.topology: this run recorded no topology"
