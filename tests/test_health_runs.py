@@ -86,6 +86,7 @@ def test_p2p_with_a_fake_nvml_reports_the_downtrained_gpu_and_moving_crc(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(load_machine("health4")))
+    (tmp_path / "no-sysfs").mkdir()  # an empty tree: no RDMA port (a missing one is refused)
     monkeypatch.setenv("COMMBENCH_SYSFS_ROOT", str(tmp_path / "no-sysfs"))
     monkeypatch.setattr(measure, "CudaBackend", lambda: measure.CpuBackend(4))
     result = CliRunner().invoke(app, ["p2p", "--size", "64K", "--warmup", "1", "--iters", "3"])
