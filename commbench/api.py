@@ -14,6 +14,7 @@ cannot drift apart. Nothing here prints; nothing heavy is imported before a func
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -307,8 +308,9 @@ def topology(
         raise UserError("--gpu names the model of an imported matrix: give --from-smi too")
     if from_snapshot is not None:
         source = Path(from_snapshot)
-        if source.is_dir() and (source / "run.json").is_file():  # a run directory
-            source = source / "run.json"
+        with contextlib.suppress(OSError):  # a name the system refuses: load_snapshot says so
+            if source.is_dir() and (source / "run.json").is_file():  # a run directory
+                source = source / "run.json"
         return load_snapshot(source)
     if from_smi is None:
         return discover(all_nics=all_nics)

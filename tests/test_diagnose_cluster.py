@@ -102,6 +102,22 @@ def finish(procs: dict[int, subprocess.Popen], out: Path, survivors: list[int]) 
     return diagnoses
 
 
+def own_pids(node_dir: Path) -> list[int]:
+    """The pids of a node's own workers, from its run directory's heartbeats. The directory
+    also holds the other nodes' heartbeats, mirrored for its launcher (`remote`, their pids
+    those of processes of other nodes; a placeholder for a rank not heard from has none):
+    a fault put on those would land on the wrong node."""
+    pids = []
+    for beat in node_dir.glob("*-diagnose/ranks/rank*.json"):
+        try:
+            data = json.loads(beat.read_text())
+        except (ValueError, OSError):
+            continue  # being replaced right now: read again on the next pass
+        if not data.get("remote") and isinstance(data.get("pid"), int):
+            pids.append(data["pid"])
+    return pids
+
+
 def verdicts(diagnosis: dict) -> list[str]:
     return [n["verdict"] for n in diagnosis["nodes"]]
 
@@ -148,11 +164,7 @@ def test_a_slow_node_is_named(tmp_path: Path, free_port: int) -> None:
         moved: set[int] = set()
         deadline = time.monotonic() + 120
         while not moved and time.monotonic() < deadline:
-            for beat in (tmp_path / f"node{bad}").glob("*-diagnose/ranks/rank*.json"):
-                try:
-                    pid = int(json.loads(beat.read_text())["pid"])
-                except (ValueError, KeyError, OSError):
-                    continue
+            for pid in own_pids(tmp_path / f"node{bad}"):
                 cluster.move_to_cgroup(bad, pid)
                 moved.add(pid)
             time.sleep(0.05)
@@ -231,8 +243,7 @@ def test_a_hung_node_is_failed_on_every_survivor(tmp_path: Path, free_port: int)
                 break
             time.sleep(0.05)
         stopped = []
-        for beat in (tmp_path / f"node{hung}").glob("*-diagnose/ranks/rank*.json"):
-            pid = int(json.loads(beat.read_text())["pid"])
+        for pid in own_pids(tmp_path / f"node{hung}"):
             os.kill(pid, signal.SIGSTOP)  # alive but silent, as a wedged GPU or a frozen host
             stopped.append(pid)
         assert stopped

@@ -319,3 +319,49 @@ def test_a_remote_rank_that_never_published_is_mirrored_as_a_placeholder(tmp_pat
     watch.heartbeats = read_heartbeats(tmp_path)
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [2] and f"rank 2 (host n2, pid None) {REMOTE_SILENT}" in message, message
+
+
+def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
+    tmp_path: Path,
+) -> None:
+    """Node 0 hosts the job's store and its rank went silent: when its launcher gave up, the
+    store went with it, so a survivor's torchrun stopped its rank (gone, but it beat after the
+    stall), and another survivor's rank sat one iteration behind its peer, waiting. Only the
+    silent rank is a culprit; the others are named as what they are."""
+    from commbench.launch.protocol import read_heartbeats
+    from commbench.launch.watchdog import REMOTE_SILENT, Watch, describe_hang
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    now = time.time()
+    beats = {
+        0: {"rank": 0, "host": "n0", "pid": None, "point": -1, "remote": True,
+            "phase": "start-up (never reported through the job's store)", "iteration": 0},
+        1: {"rank": 1, "host": "n1", "pid": dead.pid, "point": 2, "phase": "timed",
+            "iteration": 1, "time": now - 1},
+        2: {"rank": 2, "host": "n1", "pid": os.getpid(), "point": 2, "phase": "exchange",
+            "iteration": 0, "time": now},
+    }  # fmt: skip
+    for rank, beat in beats.items():
+        (ranks / f"rank{rank}.json").write_text(json.dumps(beat))
+    stale = now - 600
+    os.utime(ranks / "rank0.json", (stale, stale))
+    watch = Watch(tmp_path, [])
+    watch.heartbeats = read_heartbeats(tmp_path)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [0], message
+    assert f"rank 0 (host n0, pid None) {REMOTE_SILENT}" in message
+    assert f"rank 1 (host n1, pid {dead.pid}) is gone (a consequence:" in message
+    assert "behind" not in message
+    # the same rank gone with no one silent before it is the culprit, and a rank behind
+    # the others is one when nobody stopped
+    (ranks / "rank0.json").unlink()
+    watch.heartbeats = read_heartbeats(tmp_path)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [1] and "consequence" not in message, message
+    (ranks / "rank1.json").write_text(json.dumps({**beats[1], "pid": os.getpid()}))
+    watch.heartbeats = read_heartbeats(tmp_path)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [2] and "rank 2 (host n1" in message and "is behind the others" in message

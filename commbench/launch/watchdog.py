@@ -263,7 +263,9 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     unbeaten = {r: pid for r, pid in watch.stopped_ranks().items() if r not in beats}
     live = {r: b for r, b in beats.items() if r not in dead}
     behind: dict[int, dict[str, Any]] = {}
-    if live:
+    # a rank behind the others is the suspect only when none stopped, went silent or died:
+    # else it is just waiting on that one (its peers reached one more iteration first)
+    if live and not dead and not unbeaten:
         furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
         behind = {
             r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
@@ -277,9 +279,24 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
             "debugger) during start-up, "
             "before its first heartbeat"
         )
-    for r, (_, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
+
+    # A rank that is gone but beat after another went stopped or silent was alive when the
+    # run stalled: its torchrun lost the job's store (hosted by the stalled node) or its
+    # peers and stopped it. A consequence, named as one, never a culprit: else a survivor
+    # whose launcher noticed the stall a moment after the store's host gave up would blame
+    # its own node.
+    def last_beat(b: dict[str, Any]) -> float:  # the rank's own clock where it wrote one
+        return float(b.get("time") or b.get("mtime") or now)
+
+    quiet = [last_beat(beats[r]) for r, (level, _) in dead.items() if level < 2]
+    first_quiet = min(quiet, default=None)
+    for r, (level, how) in sorted(dead.items(), key=lambda kv: (kv[1][0], kv[0])):
         b = beats[r]
-        culprits.append(r)
+        after = first_quiet is not None and level == 2 and last_beat(b) > first_quiet
+        if after:
+            how += " (a consequence: it beat after the run stalled, then lost its peers or store)"
+        else:
+            culprits.append(r)
         parts.append(
             f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: last heartbeat "
             f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
