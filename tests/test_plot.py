@@ -478,3 +478,22 @@ def test_runs_with_different_peaks_name_theirs() -> None:
     assert [p.label for p in figure.panels[1].peaks] == ["peak 450 GB/s (h100x8-golden)"]
     (named, *_) = op_figures(runs, labels=["h100", "laptop"])
     assert [p.label for p in named.panels[1].peaks] == ["peak 450 GB/s (h100)"]
+
+
+def test_a_labelled_run_is_named_even_alone_in_its_figure() -> None:
+    """`--label` on one run, or an op only one of several runs measured: the single line is
+    still named in a legend (a figure without one would not say whose line it is)."""
+    run = load_run(RUNS / "cpu-gloo-a")
+    (alone, *_) = op_figures([run])
+    fig = drawn(alone)
+    try:
+        assert fig.legends == []  # one run, not named: no other line to tell it from
+    finally:
+        plt_close(fig)
+    (named, *_) = op_figures([run], labels=["baseline"])
+    fig = drawn(named)
+    try:
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == ["baseline"]
+    finally:
+        plt_close(fig)

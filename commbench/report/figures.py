@@ -73,6 +73,9 @@ class Figure:
     title: str
     panels: list[Panel] = field(default_factory=list)
     heatmap: Heatmap | None = None
+    legend: bool = False
+    """Name even a single line: the runs were named (`--label`) or several were plotted, so
+    a figure that only one of them has must still say which."""
 
 
 # -- titles and labels -----------------------------------------------------------------------
@@ -344,7 +347,14 @@ def op_figures(
                 )
             )
         if panels:
-            figures.append(Figure(name=op, title=figure_title(op, having), panels=panels))
+            figures.append(
+                Figure(
+                    name=op,
+                    title=figure_title(op, having),
+                    panels=panels,
+                    legend=labels is not None or len(runs) > 1,
+                )
+            )
     return figures
 
 

@@ -170,7 +170,8 @@ def draw(figure: Figure) -> Any:
         cols = max(1, len(figure.panels))
         labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
         ncol = 2 if len(labels) > 3 else 1
-        legend_rows = math.ceil(len(labels) / ncol) if len(labels) > 1 else 0
+        named = len(labels) > 1 or (figure.legend and len(labels) == 1)
+        legend_rows = math.ceil(len(labels) / ncol) if named else 0
         height = 4.6 + 0.22 * legend_rows
         fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
         for ax, panel in zip(axes[0], figure.panels):
@@ -191,7 +192,9 @@ def draw(figure: Figure) -> Any:
             )
             fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
     fig.suptitle(textwrap.fill(figure.title, int(fig.get_figwidth() * 11)), fontsize=11)
-    if figure.heatmap is not None or len({s.label for p in figure.panels for s in p.series}) <= 1:
+    if figure.heatmap is not None or (
+        len({s.label for p in figure.panels for s in p.series}) <= 1 and not figure.legend
+    ):
         fig.tight_layout()
     return fig
 
