@@ -83,6 +83,16 @@ def test_a_terminal_sees_the_table_grow_under_a_progress_line() -> None:
     assert "# all_reduce  float32  op=sum  2 ranks" in view
     assert view.index(" 1K ") < view.index(" 4K ") < view.index("[2/4 0:03 eta 0:06]")
     assert "##########----------" in view
+    # a terminal narrower than the table: each row is cut, never wrapped onto a next line
+    narrow = Console(file=io.StringIO(), width=40, color_system=None)
+    narrow.print(live)
+    shown = narrow.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert all(len(line) <= 40 for line in shown)
+    assert [line.split()[0] for line in shown if line.lstrip().startswith(("1K", "4K"))] == [
+        "1K",
+        "4K",
+    ]
+    assert len(shown) == len(view.splitlines())  # as many lines as at full width
 
 
 @pytest.mark.integration

@@ -113,7 +113,13 @@ class LiveRows:
         from commbench.results.exporters import to_table
 
         lines = to_table(self.rows).splitlines()[-VIEW_LINES:] if self.rows else []
-        return Group(*(Text(ln) for ln in lines), Text(self.status(), style="bold"))
+        # a row wider than the terminal is cut with an ellipsis, never wrapped: a wrapped row
+        # starts its rest at column 0 and the columns no longer line up (the whole table is
+        # printed when the run ends)
+        return Group(
+            *(Text(ln, no_wrap=True, overflow="ellipsis") for ln in lines),
+            Text(self.status(), style="bold"),
+        )
 
     # -- on_progress ----------------------------------------------------------------------
 
