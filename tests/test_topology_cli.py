@@ -86,6 +86,7 @@ def test_out_writes_the_snapshot_and_shows_the_table(machine: Machine, tmp_path:
     result = runner.invoke(app, ["topo", "--format", "json", "--out", str(out)])
     assert result.exit_code == 0
     assert "GPU0<->GPU1  NV4" in result.stdout  # the human table on screen
+    assert result.stderr == f"commbench: topology written to {out}\n"
     saved = json.loads(out.read_text())
     assert saved["pairs"][0]["peak_gbps"] == 56.25
     # ... and a saved snapshot renders offline the same way.

@@ -76,5 +76,6 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_text(out, body)
                 typer.echo(table, nl=False)
+                typer.echo(f"commbench: topology written to {out}", err=True)
             else:
                 typer.echo(body, nl=False)
