@@ -300,6 +300,7 @@ def topology(
     raising. NICs come from sysfs; virtual ones (lo, veth, bridges) only with `all_nics`."""
     from commbench.errors import UserError
     from commbench.files import read_stdin, read_text
+    from commbench.results.store import RUN_FILE
     from commbench.topology import discover, load_snapshot, parse_nvidia_smi
 
     if from_snapshot is not None and from_smi is not None:
@@ -309,8 +310,8 @@ def topology(
     if from_snapshot is not None:
         source = Path(from_snapshot)
         with contextlib.suppress(OSError):  # a name the system refuses: load_snapshot says so
-            if source.is_dir() and (source / "run.json").is_file():  # a run directory
-                source = source / "run.json"
+            if source.is_dir() and (source / RUN_FILE).is_file():  # a run directory
+                source = source / RUN_FILE
         return load_snapshot(source)
     if from_smi is None:
         return discover(all_nics=all_nics)

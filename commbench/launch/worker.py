@@ -102,6 +102,8 @@ class Worker:
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.node = int(os.environ.get("GROUP_RANK", "0"))
+        """This node's rank in the job (torchrun's group rank)."""
         self.host = socket.gethostname()
         launcher = os.environ.get(LAUNCHER_PID_ENV)
         self.hb = Heartbeat(
@@ -148,7 +150,7 @@ class Worker:
             "rank": self.rank,
             "local_rank": self.local_rank,
             "host": self.host,
-            "node": int(os.environ.get("GROUP_RANK", "0")),
+            "node": self.node,
             "pid": os.getpid(),
             "address": own_address(),
             "device": str(self.device),
@@ -174,14 +176,13 @@ class Worker:
         learns the others'. Empty on one node, where the launcher's own snapshots say it all.
         Taking one never raises (a part it cannot read is named in the snapshot's errors).
         With `nics`, each node sends its NICs too: the network bound is the slowest node's."""
-        node = int(os.environ.get("GROUP_RANK", "0"))
         if len({r["node"] for r in self.ranks_info}) < 2:
             return []
         own = None
         if self.local_rank == 0:
             from commbench.health.capture import take
 
-            own = {"node": node, "host": self.host, "snapshot": take().to_dict()}
+            own = {"node": self.node, "host": self.host, "snapshot": take().to_dict()}
             if nics:
                 own["nics"] = _own_nics()
         gathered: list[Any] = [None] * self.world
@@ -193,21 +194,19 @@ class Worker:
         launcher, which adds them to the record as `context.health.nodes`."""
         if self.journal is None or not nodes:
             return
-        own = int(os.environ.get("GROUP_RANK", "0"))
         self.journal.write(
             {
                 "type": "health",
                 "phase": phase,
-                "node": own,
-                "nodes": [n for n in nodes if n["node"] != own],
+                "node": self.node,
+                "nodes": [n for n in nodes if n["node"] != self.node],
             }
         )
 
     def _share_heartbeats(self, ranks: list[Any]) -> None:
         """On a multi-node run, publish heartbeats in the job's store; each node's local rank 0
         mirrors the other nodes' into this node's run directory for its launcher."""
-        node = int(os.environ.get("GROUP_RANK", "0"))
-        local = {r["rank"] for r in ranks if r["node"] == node}
+        local = {r["rank"] for r in ranks if r["node"] == self.node}
         if len(local) == self.world or "MASTER_ADDR" not in os.environ:
             return
         try:
