@@ -14,14 +14,42 @@ from pathlib import Path
 import pytest
 
 from commbench.launch import procs
-from commbench.launch.protocol import STARTUP_TIMEOUT, Heartbeat, heartbeat_path
+from commbench.launch.control import ControlPlane
+from commbench.launch.heartbeat import Heartbeat
+from commbench.launch.protocol import (
+    STARTUP_TIMEOUT,
+    FleetSummary,
+    NodeSilence,
+    RankState,
+    heartbeat_path,
+)
 from commbench.launch.watchdog import Watch
+
+BEAT = {"type": "heartbeat", "version": 1}
+"""What every heartbeat file starts with (a `RankBeat`)."""
+
+
+def _fleet(problems=(), silent=(), behind=(), furthest=(-1, 0)) -> FleetSummary:
+    """A fleet summary as the aggregator publishes it, round-tripped through its encoding."""
+    made = FleetSummary(
+        seq=1, time=time.time(), interval=0.5, nnodes=3, reporting=3, progress=1,
+        furthest=furthest, problems=tuple(problems), silent_nodes=tuple(silent),
+        behind=tuple(behind),
+    )  # fmt: skip
+    return FleetSummary.from_json(made.to_json())
+
+
+def _watching(run_dir: Path, fleet: FleetSummary) -> Watch:
+    watch = Watch(run_dir, [])
+    watch.control = ControlPlane(run_dir)  # its thread never started: the summary is given
+    watch.control.fleet = fleet
+    return watch
 
 
 def _beat(run_dir: Path, rank: int, point: int, phase: str) -> None:
     path = heartbeat_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rank": rank, "pid": 1, "point": point, "phase": phase}))
+    path.write_text(json.dumps({**BEAT, "rank": rank, "pid": 1, "point": point, "phase": phase}))
 
 
 def test_start_up_gets_the_start_up_allowance_then_the_timeout_applies(tmp_path: Path) -> None:
@@ -62,8 +90,6 @@ def test_processes_are_found_by_their_run_marker(tmp_path: Path) -> None:
 def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_path: Path) -> None:
     """The other node's watchdog may stop its stuck rank before ours fires: our ranks then
     only report a reset connection, and the rank that went silent is the cause to name."""
-    import os
-    import time
 
     from commbench.launch.watchdog import describe_crash
 
@@ -72,6 +98,7 @@ def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_pa
     path.write_text(
         json.dumps(
             {
+                **BEAT,
                 "rank": 0,
                 "local_rank": 0,
                 "pid": 1,
@@ -82,22 +109,26 @@ def test_a_crash_from_a_lost_peer_names_the_silent_rank_on_the_other_node(tmp_pa
             }
         )
     )
-    remote = heartbeat_path(tmp_path, 1)
-    remote.write_text(
-        json.dumps(
-            {"rank": 1, "pid": 7, "point": 3, "phase": "timed", "host": "n1", "remote": True}
-        )
+    silent = RankState(
+        rank=1, node=1, host="n1", pid=7, point=3, phase="timed", state="silent", quiet_s=6
     )
-    stale = time.time() - 6
-    os.utime(remote, (stale, stale))
-    watch = Watch(tmp_path, [])
+    watch = _watching(tmp_path, _fleet(problems=[silent]))
     watch.poll(lambda row: None)
     failure, culprits = describe_crash(watch, 1, timeout=5)
     assert culprits[0] == 1
     assert failure.startswith("worker failure: rank 1 (host n1) stopped responding")
     assert "rank 0 (host n0, exit 1) RuntimeError: Connection reset by peer" in failure
-    # with the remote rank still fresh, our rank's error is all there is to say
-    os.utime(remote)
+    # a remote rank its own launcher saw stopped is named as stopped, not as silent
+    stopped = RankState(
+        rank=1, node=1, host="n1", pid=7, point=3, phase="timed", state="stopped", quiet_s=6
+    )
+    watch.control.fleet = _fleet(problems=[stopped])
+    watch.poll(lambda row: None)
+    failure, culprits = describe_crash(watch, 1, timeout=5)
+    assert culprits[0] == 1
+    assert failure.startswith("worker failure: rank 1 (host n1) is stopped (SIGSTOP"), failure
+    # with the remote rank running, our rank's error is all there is to say
+    watch.control.fleet = _fleet()
     watch.poll(lambda row: None)
     failure, culprits = describe_crash(watch, 1, timeout=5)
     assert culprits == [0] and "rank 1" not in failure
@@ -291,34 +322,41 @@ def test_workers_remove_the_temporary_files_of_a_vanished_launcher(
     assert other.exists()  # another writer's
 
 
-def test_a_remote_rank_that_never_published_is_mirrored_as_a_placeholder(tmp_path: Path) -> None:
-    """One rank stopped before its first heartbeat reached the job's store must not hide the
-    others' heartbeats, and must itself be nameable (by host) when the run hangs."""
-    from datetime import timedelta
+def test_a_node_never_heard_from_is_named_by_its_ranks_and_host(tmp_path: Path) -> None:
+    """A node whose launcher never published a digest (stopped before its workers' first
+    heartbeat) must still be nameable when the run hangs: by the ranks and host the writer's
+    roll gives it."""
+    from commbench.launch.watchdog import NODE_SILENT, describe_hang
 
-    import torch.distributed as dist
-
-    from commbench.launch.protocol import Heartbeat, StoreShare, read_heartbeats
-    from commbench.launch.watchdog import REMOTE_SILENT, Watch, describe_hang
-
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=5))
-    hb = Heartbeat(tmp_path / "ranks" / "rank0.json", rank=0, host="n0")
+    hb = Heartbeat(heartbeat_path(tmp_path, 0), rank=0, host="n0")
     try:
-        hb.share = StoreShare(store, 3, {0}, mirror=True, hosts={0: "n0", 1: "n1", 2: "n2"})
-        store.set(f"{StoreShare.PREFIX}1", json.dumps({"rank": 1, "host": "n1", "pid": 7}))
-        hb._mirror()
+        watch = _watching(tmp_path, _fleet(silent=[NodeSilence(node=2, quiet_s=30, never=True)]))
+        watch.worker_context = {
+            "ranks": [{"rank": r, "node": r, "host": f"n{r}"} for r in range(3)]
+        }
+        watch.poll(lambda row: None)
     finally:
         hb.stop()
-    beats = read_heartbeats(tmp_path)
-    assert beats[1]["remote"] and beats[1]["pid"] == 7  # the published one is not held back
-    assert beats[2]["remote"] and beats[2]["host"] == "n2" and "never reported" in beats[2]["phase"]
-    stale = time.time() - 600  # long silent, while this node's own heartbeat is fresh
-    os.utime(tmp_path / "ranks" / "rank2.json", (stale, stale))
-    os.utime(tmp_path / "ranks" / "rank1.json")
-    watch = Watch(tmp_path, [])
-    watch.heartbeats = read_heartbeats(tmp_path)
+    assert watch.heartbeats[2]["remote"] and "never reported" in watch.heartbeats[2]["phase"]
     message, culprits = describe_hang(watch, timeout=10)
-    assert culprits == [2] and f"rank 2 (host n2, pid None) {REMOTE_SILENT}" in message, message
+    assert culprits == [2] and f"rank 2 (host n2, pid None) {NODE_SILENT}" in message, message
+
+
+def test_a_remote_rank_stopped_is_named_as_its_node_saw_it(tmp_path: Path) -> None:
+    from commbench.launch.watchdog import describe_hang
+
+    stopped = RankState(rank=5, node=1, host="n1", pid=99, point=2, phase="timed", state="stopped")
+    behind = RankState(rank=6, node=1, host="n1", pid=98, point=1, phase="timed")
+    watch = _watching(tmp_path, _fleet(problems=[stopped], behind=[behind], furthest=(2, 4)))
+    watch.poll(lambda row: None)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [5], message
+    assert "rank 5 (host n1, pid 99) is stopped (SIGSTOP or a debugger)" in message
+    assert "behind" not in message  # waiting on the stopped one, not a suspect
+    watch.control.fleet = _fleet(behind=[behind], furthest=(2, 4))
+    watch.poll(lambda row: None)
+    message, culprits = describe_hang(watch, timeout=10)
+    assert culprits == [6] and "rank 6 (host n1, pid 98) is behind the others" in message
 
 
 def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
@@ -328,8 +366,7 @@ def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
     store went with it, so a survivor's torchrun stopped its rank (gone, but it beat after the
     stall), and another survivor's rank sat one iteration behind its peer, waiting. Only the
     silent rank is a culprit; the others are named as what they are."""
-    from commbench.launch.protocol import read_heartbeats
-    from commbench.launch.watchdog import REMOTE_SILENT, Watch, describe_hang
+    from commbench.launch.watchdog import NODE_SILENT, describe_hang
 
     ranks = tmp_path / "ranks"
     ranks.mkdir()
@@ -337,31 +374,30 @@ def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
     dead.wait()
     now = time.time()
     beats = {
-        0: {"rank": 0, "host": "n0", "pid": None, "point": -1, "remote": True,
-            "phase": "start-up (never reported through the job's store)", "iteration": 0},
         1: {"rank": 1, "host": "n1", "pid": dead.pid, "point": 2, "phase": "timed",
             "iteration": 1, "time": now - 1},
         2: {"rank": 2, "host": "n1", "pid": os.getpid(), "point": 2, "phase": "exchange",
             "iteration": 0, "time": now},
     }  # fmt: skip
     for rank, beat in beats.items():
-        (ranks / f"rank{rank}.json").write_text(json.dumps(beat))
-    stale = now - 600
-    os.utime(ranks / "rank0.json", (stale, stale))
-    watch = Watch(tmp_path, [])
-    watch.heartbeats = read_heartbeats(tmp_path)
+        (ranks / f"rank{rank}.json").write_text(json.dumps({**BEAT, **beat}))
+    first = RankState(rank=0, host="n0", point=-1, phase="start-up")
+    watch = _watching(
+        tmp_path, _fleet(silent=[NodeSilence(node=0, host="n0", quiet_s=600, ranks=(first,))])
+    )
+    watch.poll(lambda row: None)
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [0], message
-    assert f"rank 0 (host n0, pid None) {REMOTE_SILENT}" in message
+    assert f"rank 0 (host n0, pid None) {NODE_SILENT}" in message
     assert f"rank 1 (host n1, pid {dead.pid}) is gone (a consequence:" in message
     assert "behind" not in message
     # the same rank gone with no one silent before it is the culprit, and a rank behind
     # the others is one when nobody stopped
-    (ranks / "rank0.json").unlink()
-    watch.heartbeats = read_heartbeats(tmp_path)
+    watch.control.fleet = _fleet()
+    watch.poll(lambda row: None)
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [1] and "consequence" not in message, message
-    (ranks / "rank1.json").write_text(json.dumps({**beats[1], "pid": os.getpid()}))
-    watch.heartbeats = read_heartbeats(tmp_path)
+    (ranks / "rank1.json").write_text(json.dumps({**BEAT, **beats[1], "pid": os.getpid()}))
+    watch.poll(lambda row: None)
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [2] and "rank 2 (host n1" in message and "is behind the others" in message

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from commbench.launch.control import StoreDown, StoreLink, peek
 from commbench.launch.launcher import LaunchOptions
+from commbench.launch.protocol import PREFIX, MusterResult, MusterSignIn, Skips
 
 POLL = 0.2
 READ_WAIT = 10.0
@@ -80,8 +82,6 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
 
     host, _, port = (launch.rdzv_endpoint or "").rpartition(":")
     host = host.strip("[]")
-    key = f"commbench/muster/{launch.rdzv_id}"
-    result = Muster(expected=launch.nnodes, names=names)
     master = launch.node_rank == 0
     try:
         with _quiet_stderr():  # c10d logs every failed connect with a C++ stack
@@ -93,22 +93,70 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
                 timeout=timedelta(seconds=wait),
             )
     except Exception:  # RuntimeError/DistNetworkError: nobody listens there
-        result.store_unreachable = not master
+        result = Muster(expected=launch.nnodes, names=names, store_unreachable=not master)
         result.joined = {launch.node_rank: socket.gethostname()}
         return result
-    store.set(f"{key}/{launch.node_rank}", socket.gethostname())
-    keys = [f"{key}/{n}" for n in range(launch.nnodes)]
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and not store.check(keys):
-        time.sleep(POLL)
-    result.joined = {
-        n: store.get(k).decode(errors="replace") for n, k in enumerate(keys) if store.check([k])
-    }
-    store.set(f"{key}/read/{launch.node_rank}", "1")
-    if master:  # keep the store up until everyone who came has read it
-        read = [f"{key}/read/{n}" for n in result.joined]
-        until = time.monotonic() + READ_WAIT
-        while time.monotonic() < until and not store.check(read):
-            time.sleep(POLL)
-    del store
+    roll = MusterRoll(StoreLink(lambda: store, slow_after=None), launch.rdzv_id, launch.nnodes)
+    try:
+        with _quiet_stderr():
+            answer = roll.run(launch.node_rank, socket.gethostname(), wait, master=master)
+    except StoreDown:
+        answer = None
+    result = Muster(expected=launch.nnodes, names=names, store_unreachable=answer is None)
+    result.joined = (
+        {j.node: j.host for j in answer.joined}
+        if answer is not None
+        else {launch.node_rank: socket.gethostname()}
+    )
     return result
+
+
+class MusterRoll:
+    """The sign-in's protocol, O(1) requests per node: each node appends its `MusterSignIn`
+    (one request); node rank 0 reads the roll until every node is on it or the wait is over
+    and publishes a `MusterResult`; each other node waits for that key in one blocking
+    request, reads it, and says it has read it (node rank 0 keeps the store up until all who
+    came have, at most READ_WAIT seconds)."""
+
+    def __init__(self, link: StoreLink, rdzv_id: str, nnodes: int) -> None:
+        self.link = link
+        self.nnodes = nnodes
+        self.key = f"{PREFIX}muster/{rdzv_id}"
+        self.skips = Skips()
+
+    def sign_in(self, node: int, host: str) -> None:
+        line = MusterSignIn(node=node, host=host[:200]).to_json() + b"\n"
+        self.link.call("append", f"{self.key}/roll", line)
+
+    def roll(self) -> dict[int, str]:
+        raw = peek(self.link, f"{self.key}/roll") or b""
+        joined: dict[int, str] = {}
+        for line in raw.split(b"\n"):
+            entry = self.skips.decode(MusterSignIn, line) if line.strip() else None
+            if entry is not None and entry.node < self.nnodes:
+                joined.setdefault(entry.node, entry.host)
+        return joined
+
+    def run(self, node: int, host: str, wait: float, *, master: bool) -> MusterResult | None:
+        self.sign_in(node, host)
+        deadline = time.monotonic() + wait
+        if master:
+            joined = self.roll()
+            while time.monotonic() < deadline and len(joined) < self.nnodes:
+                time.sleep(POLL)
+                joined = self.roll()
+            result = MusterResult(
+                expected=self.nnodes,
+                joined=tuple(MusterSignIn(node=n, host=h) for n, h in sorted(joined.items())),
+            )
+            self.link.call("set", f"{self.key}/result", result.to_json())
+            until = time.monotonic() + READ_WAIT
+            while time.monotonic() < until:
+                if int(self.link.call("add", f"{self.key}/read", 0)) >= len(joined) - 1:
+                    break
+                time.sleep(POLL)
+            return result
+        self.link.call("wait", [f"{self.key}/result"], timedelta(seconds=wait + READ_WAIT))
+        published = self.skips.decode(MusterResult, self.link.call("get", f"{self.key}/result"))
+        self.link.call("add", f"{self.key}/read", 1)
+        return published

@@ -8,6 +8,7 @@ exits with the same code. A node whose ranks failed or hung (the watchdog names 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from commbench.diagnose.settings import DiagnoseSettings
 from commbench.diagnose.stages import INTER, Layout, Stage, plan_stages
 from commbench.health.record import RunHealth
 from commbench.launch.launcher import LaunchOptions, run_collectives
-from commbench.launch.protocol import STARTUP_TIMEOUT
+from commbench.launch.protocol import STARTUP_TIMEOUT, ProtocolError, RollCallView
 from commbench.results.record import RunKind, RunStatus
 from commbench.results.store import atomic_write, dump_json
 
@@ -173,11 +174,16 @@ _STORE_LOST = re.compile(r"RendezvousConnectionError|C10d store has failed")
 
 def roll_call(layout: Layout, events: list[dict[str, Any]]) -> set[int]:
     """The nodes lost after a failed round, by the survivors' roll call (`worker._roll_call`):
-    nodes none of whose ranks signed in, or the node that hosted the store when it is gone."""
-    calls = [e for e in events if e.get("type") == "rollcall"]
-    signed = {int(r) for e in calls for r in e.get("alive", [])}
-    lost = {i for i, ranks in enumerate(layout.ranks) if signed and not signed & set(ranks)}
-    gone = {str(e["store_lost"]) for e in calls if e.get("store_lost")}
+    the nodes that did not answer, or the node that hosted the store when it is gone. A view
+    that does not decode (an edited journal) is left out."""
+    views = []
+    for e in events:
+        if e.get("type") == RollCallView.KIND:
+            with contextlib.suppress(ProtocolError):
+                views.append(RollCallView.from_doc(e))
+    answered = {n for v in views if v.answered is not None for n in v.answered}
+    lost = {i for i in range(len(layout.ranks)) if answered and i not in answered}
+    gone = {v.store_lost for v in views if v.store_lost}
     for i, (host, address) in enumerate(zip(layout.hosts, layout.addresses or [], strict=False)):
         if host in gone or address in gone:
             lost.add(i)

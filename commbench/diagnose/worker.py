@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,8 @@ from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.run import PEER_ADDRESS
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
-from commbench.launch.protocol import EVENTS_FILE, Journal
+from commbench.launch.control import Keys, RollCall, StoreDown, StoreLink, tcp_store_factory
+from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Done, Journal, RollCallView
 from commbench.launch.worker import Worker
 from commbench.results.schema import CHECK_NA, ResultRow
 from commbench.results.store import RunDir
@@ -148,43 +147,56 @@ class DiagnoseWorker(Worker):
         )
 
     def _roll_call(self, exc: Exception) -> None:
-        """Which ranks are still alive, asked through the job's store after a failed round.
+        """Which nodes are still alive, asked through the job's store after a failed round.
 
         A peer's death reaches each survivor as an error naming whichever connection broke
         first, often another survivor that failed a moment before; each survivor alone
-        cannot tell. So every survivor signs in at the store and waits for the others: the
-        nodes none of whose ranks sign are the lost ones. If the store itself is gone, so is
-        the node that hosted it (the rendezvous endpoint's)."""
+        cannot tell. So each surviving node answers once (its first rank to get here, by an
+        exclusive file in the node's run directory) and the first node to answer counts
+        (`control.RollCall`): the nodes that never answer are the lost ones. If the store
+        itself is gone, so is the node that hosted it (the rendezvous endpoint's). Every
+        rank journals what it saw; the one that answered adds the result."""
         self.hb.phase = "roll call"
-        view: dict[str, Any] = {
-            "type": "rollcall",
-            "rank": self.rank,
-            "error": " ".join(str(exc).split())[:300],
-            "peers": PEER_ADDRESS.findall(str(exc)),
-        }
-        try:
-            store = dist.TCPStore(
-                os.environ["MASTER_ADDR"],
-                int(os.environ["MASTER_PORT"]),
-                is_master=False,
-                timeout=timedelta(seconds=5),
+        answered: tuple[int, ...] | None = None
+        store_lost = None
+        if self._answers_for_node():
+            nnodes = len({int(r["node"]) for r in self.ranks_info})
+            link = StoreLink(
+                tcp_store_factory(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
             )
-            store.set(f"commbench/rollcall/{self.rank}", "1")
-            keys = [f"commbench/rollcall/{r}" for r in range(self.world)]
-            deadline = time.monotonic() + ROLLCALL_WAIT
-            alive: list[int] = []
-            while time.monotonic() < deadline:
-                alive = [r for r, key in enumerate(keys) if store.check([key])]
-                if len(alive) == self.world:
-                    break
-                time.sleep(0.2)
-            view["alive"] = alive
-        except Exception:  # the store went with the node that hosted it
-            view["store_lost"] = os.environ.get("MASTER_ADDR")
+            try:
+                result = RollCall(link, Keys(), nnodes).run(
+                    self.node, self.host, self.rank, ROLLCALL_WAIT
+                )
+                answered = result.answered
+            except StoreDown:  # the store went with the node that hosted it
+                store_lost = os.environ.get("MASTER_ADDR")
+        view = RollCallView(
+            rank=self.rank,
+            error=" ".join(str(exc).split())[:300],
+            peers=tuple(PEER_ADDRESS.findall(str(exc))[:64]),
+            answered=answered,
+            store_lost=store_lost,
+        )
         # any rank may be the one that failed (torchrun then stops its siblings): each
         # appends its view to the node's journal itself (one write per line: never torn)
         journal = self.journal or Journal(self.run_dir / EVENTS_FILE)
         journal.write(view)
+
+    def _answers_for_node(self) -> bool:
+        """Whether this rank is its node's first to reach the roll call."""
+        try:
+            fd = os.open(
+                self.run_dir / RANKS_DIR / f"rollcall.node{self.node}",
+                os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                0o644,
+            )
+        except FileExistsError:
+            return False
+        except OSError:  # the directory is unwritable: answer rather than stay silent
+            return True
+        os.close(fd)
+        return True
 
     def run(self) -> None:
         layout = Layout.from_ranks(self.ranks_info)
@@ -199,7 +211,7 @@ class DiagnoseWorker(Worker):
         self.journal_health("after", self.gather_health())
         dist.barrier()
         if self.journal is not None:
-            self.journal.write({"type": "done"})
+            self.journal.write(Done())
 
 
 @record
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         worker.init()
         worker.run()
     except BaseException as exc:
-        worker.hb.stop(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        worker.failed(exc)
         raise
     worker.close()
 

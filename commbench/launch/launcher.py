@@ -27,6 +27,7 @@ from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, 
 from commbench.fields import Fields
 from commbench.health.record import NodeHealth
 from commbench.launch import procs
+from commbench.launch.control import ControlPlane
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
@@ -324,6 +325,9 @@ def run_collectives(
         )
         watch.pids.add(proc.pid)
         watch.agent_pid = proc.pid
+        if launch.nnodes > 1:  # the cross-node watch, on its own thread
+            watch.control = ControlPlane(run_dir)
+            watch.control.start()
 
         def stop_run(grace: float) -> None:
             """torchrun and every process it was seen to start (scanned once more now)."""
@@ -394,7 +398,12 @@ def run_collectives(
             )
         elif status == RunStatus.COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
             status = RunStatus.FAILED
+            if watch.control is not None:  # what the other nodes saw of the crash
+                watch.refresh_remote(wait=3 * watch.control.interval + 1)
             failure, culprits = describe_crash(watch, proc.returncode, settings.timeout)
+        if watch.control is not None:
+            watch.control.stop()
+            _add_watch(record, watch.control)
         record.holds_results = writer
         if not writer and launch.nnodes > 1:
             record.note = "this node did not run global rank 0: the results are in the run directory on rank 0's node"
@@ -437,6 +446,26 @@ def run_collectives(
         record=record,
         stop_requested=stop_requested,
     )
+
+
+def _add_watch(record: RunRecord, control: ControlPlane) -> None:
+    """What the cross-node watch cost and whether it was degraded, into run.json."""
+    watch = control.record()
+    if watch is None:
+        return
+    if record.launch is not None:
+        record.launch["watch"] = watch
+    for episode in watch["degraded"]:
+        until = f" until {_clock(episode['until'])}" if episode["until"] else ""
+        record.warnings.append(
+            f"the cross-node watch was degraded from {_clock(episode['since'])}{until}: "
+            f"{episode['reason']} (the run went on; this node's own watchdog kept working)"
+        )
+    record.warnings.extend(watch["skipped"])
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _add_workers(context: RunContext, reported: dict[str, Any]) -> None:

@@ -1,25 +1,47 @@
-"""What workers and the launcher exchange through the run directory (no torch here).
+"""Every message commbench's processes exchange, typed, versioned and bounded (no torch here).
 
-Workers never print results. Rank 0 appends one JSON line per event to `events.jsonl`
-(the run's journal: context, one line per measured point with its samples, done); every
-rank rewrites `ranks/rank<N>.json` about twice a second (its heartbeat: where it is in the
-sweep). The launcher tails the journal to build the result files and watches heartbeats to
-tell a hung rank from a slow one.
+Two channels carry them:
+
+- the run directory, on one node: each rank rewrites `ranks/rank<N>.json` (its `RankBeat`)
+  about twice a second, and rank 0 appends the run's journal, `events.jsonl` (context, one
+  line per measured point with its samples, `Health`, `Done`, `Failed`, a diagnosis's
+  `RollCallView`). The launcher tails the journal to build the result files and reads the
+  heartbeats to tell a hung rank from a slow one.
+- the job's c10d store, across nodes (`control`): one `NodeDigest` per node and interval, one
+  `FleetSummary` from the aggregator, the roll call after a failure (`RollCallAnswer`,
+  `RollCallResult`) and diagnose's muster (`MusterSignIn`, `MusterResult`).
+
+Each message is a frozen dataclass with a `KIND`, a `VERSION` and a size bound. `to_json`
+writes strict JSON with `type` and `version` first and refuses to exceed the bound;
+`from_json` refuses a value over the bound before parsing it, one of another kind, one from a
+newer commbench (a higher version) and any field of the wrong type or out of range, always
+with `ProtocolError`. The store is shared with other software, so a reader never trusts a value
+under commbench's prefix: `Skips` turns a refused one into one warning per kind and reason,
+never an exception in a worker, a launcher or the aggregator.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import threading
-import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
+from commbench.errors import UserError
+from commbench.fields import (
+    Fields,
+    anything,
+    boolean,
+    integer_in,
+    list_of,
+    number_in,
+    string,
+)
 from commbench.files import dump_json
-from commbench.launch import procs
-from commbench.results.store import RESULTS_CSV, RESULTS_JSON, RUN_FILE, atomic_write, temp_name
 
 EVENTS_FILE = "events.jsonl"
 RANKS_DIR = "ranks"
@@ -34,6 +56,565 @@ LAUNCHER_GONE_EXIT = 3
 # The launcher's pid, in each worker's environment.
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
 
+PREFIX = "commbench/"
+"""Every key commbench writes in a store starts with this."""
+
+MAX_RANK = 1 << 20
+MAX_NODES = 1 << 17
+MAX_TEXT = 500
+"""Characters of free text (an error, a phase) a message keeps."""
+_BIG = 1 << 53
+_TIME = number_in(0.0, 1e12)
+_SPAN = number_in(0.0, 1e9)
+
+log = logging.getLogger("commbench.protocol")
+
+
+class ProtocolError(ValueError):
+    """A message that cannot be decoded: malformed, oversized, of another kind or newer."""
+
+    def __init__(self, kind: str, reason: str, detail: str) -> None:
+        super().__init__(f"{kind} message: {detail}")
+        self.kind = kind
+        self.reason = reason
+        """A short class of the fault ("malformed", "oversized", "newer", "kind"): one
+        warning per kind and reason."""
+
+
+def _text(value: Any, path: str) -> str:
+    return string(value, path)[:MAX_TEXT]
+
+
+M = TypeVar("M", bound="Message")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """Base of every message: `KIND`, `VERSION`, `MAX_BYTES`, strict JSON both ways."""
+
+    KIND: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    MAX_BYTES: ClassVar[int] = 4096
+
+    def payload(self) -> dict[str, Any]:
+        """The fields as JSON values (nested messages as their payloads)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Message):
+                value = value.payload()
+            elif isinstance(value, tuple):
+                value = [v.payload() if isinstance(v, Message) else v for v in value]
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> bytes:
+        """One line of strict JSON (no newline), at most MAX_BYTES: a message that would not
+        fit is a bug of its producer, which bounds what it puts in."""
+        data = dump_json(
+            {"type": self.KIND, "version": self.VERSION, **self.payload()}, indent=None
+        ).strip()
+        raw = data.encode()
+        if len(raw) > self.MAX_BYTES:
+            raise ProtocolError(
+                self.KIND, "oversized", f"{len(raw)} bytes, more than {self.MAX_BYTES}"
+            )
+        return raw
+
+    @classmethod
+    def from_json(cls: type[M], raw: bytes | str) -> M:
+        data = raw.encode() if isinstance(raw, str) else bytes(raw)
+        if len(data) > cls.MAX_BYTES:
+            raise ProtocolError(
+                cls.KIND, "oversized", f"{len(data)} bytes, more than {cls.MAX_BYTES}"
+            )
+        try:
+            doc = json.loads(data, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise ProtocolError(cls.KIND, "malformed", f"not JSON ({exc})") from None
+        return cls.from_doc(doc)
+
+    @classmethod
+    def from_doc(cls: type[M], doc: Any) -> M:
+        """From parsed JSON, validated field by field."""
+        try:
+            f = Fields(doc, cls.KIND)
+            kind = f.req("type", string)
+            if kind != cls.KIND:
+                raise ProtocolError(cls.KIND, "kind", f"a {kind[:40]!r} message, not {cls.KIND!r}")
+            version = f.req("version", integer_in(1, _BIG))
+            if version > cls.VERSION:
+                raise ProtocolError(
+                    cls.KIND,
+                    "newer",
+                    f"version {version} (from a newer commbench; this one reads {cls.VERSION})",
+                )
+            return cls._read(f)
+        except UserError as exc:
+            raise ProtocolError(cls.KIND, "malformed", str(exc)) from None
+
+    @classmethod
+    def _read(cls: type[M], f: Fields) -> M:
+        raise NotImplementedError
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# -- on one node: heartbeats and the journal ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankBeat(Message):
+    """A rank's heartbeat: where it is in the sweep. Its file's mtime (or the time it was
+    last seen to change) is when it last showed life."""
+
+    KIND: ClassVar[str] = "heartbeat"
+    MAX_BYTES: ClassVar[int] = 4096
+
+    rank: int
+    local_rank: int = 0
+    node: int = 0
+    host: str | None = None
+    pid: int | None = None
+    point: int = -1
+    phase: str = "init"
+    iteration: int = 0
+    ticks: int = 0
+    error: str = ""
+    time: float = 0.0
+
+    @classmethod
+    def _read(cls, f: Fields) -> RankBeat:
+        return cls(
+            rank=f.req("rank", integer_in(0, MAX_RANK)),
+            local_rank=f.opt("local_rank", integer_in(0, MAX_RANK)) or 0,
+            node=f.opt("node", integer_in(0, MAX_NODES)) or 0,
+            host=f.opt("host", _text),
+            pid=f.opt("pid", integer_in(1, 1 << 31)),
+            point=_opt(f, "point", integer_in(-1, _BIG), -1),
+            phase=_opt(f, "phase", _text, "init"),
+            iteration=f.opt("iteration", integer_in(0, _BIG)) or 0,
+            ticks=f.opt("ticks", integer_in(0, _BIG)) or 0,
+            error=f.opt("error", _text) or "",
+            time=f.opt("time", _TIME) or 0.0,
+        )
+
+
+def _opt(f: Fields, key: str, conv: Any, default: Any) -> Any:
+    value = f.opt(key, conv)
+    return default if value is None else value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Health(Message):
+    """A node's link health snapshot (`phase` before or after), gathered to the writer: the
+    snapshot is `health.capture`'s record in its dict form, validated by the reader's
+    `NodeHealth`; `nics` the node's NICs with its first snapshot."""
+
+    KIND: ClassVar[str] = "health"
+    MAX_BYTES: ClassVar[int] = 4 << 20
+
+    phase: str
+    node: int
+    host: str | None = None
+    snapshot: Any = None
+    nics: Any = None
+
+    @classmethod
+    def _read(cls, f: Fields) -> Health:
+        phase = f.req("phase", string)
+        if phase not in ("before", "after"):
+            raise UserError(f"{f.at('phase')}: expected before or after, got {phase[:20]!r}")
+        return cls(
+            phase=phase,
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.opt("host", _text),
+            snapshot=f.opt("snapshot", anything),
+            nics=f.opt("nics", anything),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthGathered(Message):
+    """The other nodes' snapshots, as the writer journals them for its launcher."""
+
+    KIND: ClassVar[str] = "health-gathered"
+    MAX_BYTES: ClassVar[int] = 1 << 30
+
+    phase: str
+    node: int
+    """The writer's own node (its launcher snapshots that one itself)."""
+    nodes: tuple[Health, ...] = ()
+
+    @classmethod
+    def _read(cls, f: Fields) -> HealthGathered:
+        return cls(
+            phase=f.req("phase", string),
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            nodes=tuple(f.req("nodes", list_of(_nested(Health), max_items=MAX_NODES))),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done(Message):
+    """The sweep ended: every point is journaled."""
+
+    KIND: ClassVar[str] = "done"
+
+    @classmethod
+    def _read(cls, f: Fields) -> Done:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed(Message):
+    """A journaling rank failed: its own words, before it exits."""
+
+    KIND: ClassVar[str] = "failed"
+
+    rank: int
+    error: str
+
+    @classmethod
+    def _read(cls, f: Fields) -> Failed:
+        return cls(rank=f.req("rank", integer_in(0, MAX_RANK)), error=f.req("error", _text))
+
+
+# -- across nodes: digests, the fleet summary, the roll call, the muster -----------------------
+
+RANK_STATES = ("running", "stopped", "silent", "gone", "done", "error", "unknown")
+"""What a node's launcher knows of each of its ranks: `stopped` is SIGSTOP or a debugger (from
+/proc), `silent` a heartbeat older than the silence limit, `gone` a process that exited
+without finishing, `unknown` a rank the node expected but never saw."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankState(Message):
+    """One rank as its node's launcher sees it (nested in `NodeDigest` and `FleetSummary`)."""
+
+    KIND: ClassVar[str] = "rank"
+
+    rank: int
+    local_rank: int = 0
+    node: int = 0
+    host: str | None = None
+    pid: int | None = None
+    point: int = -1
+    phase: str = ""
+    iteration: int = 0
+    ticks: int = 0
+    state: str = "running"
+    quiet_s: float = 0.0
+    """Seconds since the rank last showed life, by its own node's clock."""
+    error: str = ""
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.point, self.iteration)
+
+    @classmethod
+    def _read(cls, f: Fields) -> RankState:
+        state = f.req("state", string)
+        if state not in RANK_STATES:
+            raise UserError(f"{f.at('state')}: unknown state {state[:20]!r}")
+        return cls(
+            rank=f.req("rank", integer_in(0, MAX_RANK)),
+            local_rank=f.opt("local_rank", integer_in(0, MAX_RANK)) or 0,
+            node=f.opt("node", integer_in(0, MAX_NODES)) or 0,
+            host=f.opt("host", _text),
+            pid=f.opt("pid", integer_in(1, 1 << 31)),
+            point=_opt(f, "point", integer_in(-1, _BIG), -1),
+            phase=f.opt("phase", _text) or "",
+            iteration=f.opt("iteration", integer_in(0, _BIG)) or 0,
+            ticks=f.opt("ticks", integer_in(0, _BIG)) or 0,
+            state=state,
+            quiet_s=f.opt("quiet_s", _SPAN) or 0.0,
+            error=f.opt("error", _text) or "",
+        )
+
+
+def _nested(cls: type[M]) -> Callable[[Any, str], M]:
+    def conv(value: Any, path: str) -> M:
+        f = Fields(value, path)
+        return cls._read(f)
+
+    return conv
+
+
+MAX_LOCAL_RANKS = 128
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDigest(Message):
+    """A node's ranks, published by its launcher once per interval: O(1) requests per node.
+    `seq` grows with every publication, so a digest that stops changing means its launcher
+    stopped (the aggregator's own clock decides, never the node's)."""
+
+    KIND: ClassVar[str] = "digest"
+    MAX_BYTES: ClassVar[int] = 64 << 10
+
+    node: int
+    host: str
+    seq: int
+    time: float
+    ranks: tuple[RankState, ...] = ()
+
+    @classmethod
+    def _read(cls, f: Fields) -> NodeDigest:
+        return cls(
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.req("host", _text),
+            seq=f.req("seq", integer_in(0, _BIG)),
+            time=f.req("time", _TIME),
+            ranks=tuple(f.req("ranks", list_of(_nested(RankState), max_items=MAX_LOCAL_RANKS))),
+        )
+
+
+MAX_LISTED = 64
+"""Ranks a fleet summary names at most per list: the rest are counted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSilence(Message):
+    """A node whose digest stopped changing (its launcher is gone or frozen), or that never
+    published one."""
+
+    KIND: ClassVar[str] = "silence"
+
+    node: int
+    host: str | None = None
+    quiet_s: float = 0.0
+    never: bool = False
+    ranks: tuple[RankState, ...] = ()
+    """Its ranks as last known (or as the job's roll names them, for a node never heard)."""
+
+    @classmethod
+    def _read(cls, f: Fields) -> NodeSilence:
+        return cls(
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.opt("host", _text),
+            quiet_s=f.opt("quiet_s", _SPAN) or 0.0,
+            never=bool(f.opt("never", boolean)),
+            ranks=tuple(
+                f.opt("ranks", list_of(_nested(RankState), max_items=MAX_LOCAL_RANKS)) or ()
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetSummary(Message):
+    """What the aggregator publishes once per interval and every other node reads when it
+    needs to (its own ranks stalled, or a crash to explain): who is stopped, silent, gone or
+    behind, where, and since when. Bounded: at most MAX_LISTED entries per list, however
+    large the cluster."""
+
+    KIND: ClassVar[str] = "fleet"
+    MAX_BYTES: ClassVar[int] = 256 << 10
+
+    seq: int
+    time: float
+    interval: float
+    nnodes: int
+    reporting: int
+    """Nodes whose digest the aggregator has read."""
+    progress: int
+    """Changes whenever any rank's position changed: the remote part of a watchdog's notion
+    of progress."""
+    furthest: tuple[int, int] = (-1, 0)
+    problems: tuple[RankState, ...] = ()
+    """Ranks stopped, silent, gone or failed, as their nodes report them."""
+    silent_nodes: tuple[NodeSilence, ...] = ()
+    behind: tuple[RankState, ...] = ()
+    """The least advanced ranks, when some are behind the furthest position."""
+    behind_count: int = 0
+    truncated: int = 0
+    """Entries left out of the lists above."""
+
+    @classmethod
+    def _read(cls, f: Fields) -> FleetSummary:
+        furthest = f.opt("furthest", list_of(integer_in(-1, _BIG), max_items=2)) or [-1, 0]
+        if len(furthest) != 2:
+            raise UserError(f"{f.at('furthest')}: expected [point, iteration]")
+        ranks = list_of(_nested(RankState), max_items=MAX_LISTED)
+        return cls(
+            seq=f.req("seq", integer_in(0, _BIG)),
+            time=f.req("time", _TIME),
+            interval=f.req("interval", number_in(0.01, 3600)),
+            nnodes=f.req("nnodes", integer_in(1, MAX_NODES)),
+            reporting=f.req("reporting", integer_in(0, MAX_NODES)),
+            progress=f.req("progress", integer_in(0, _BIG)),
+            furthest=(furthest[0], furthest[1]),
+            problems=tuple(f.opt("problems", ranks) or ()),
+            silent_nodes=tuple(
+                f.opt("silent_nodes", list_of(_nested(NodeSilence), max_items=MAX_LISTED)) or ()
+            ),
+            behind=tuple(f.opt("behind", ranks) or ()),
+            behind_count=f.opt("behind_count", integer_in(0, _BIG)) or 0,
+            truncated=f.opt("truncated", integer_in(0, _BIG)) or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollCallAnswer(Message):
+    """A surviving node's one answer after a failed round (its first rank there answers)."""
+
+    KIND: ClassVar[str] = "rollcall-answer"
+    MAX_BYTES: ClassVar[int] = 2048
+
+    node: int
+    host: str
+    rank: int
+
+    @classmethod
+    def _read(cls, f: Fields) -> RollCallAnswer:
+        return cls(
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.req("host", _text),
+            rank=f.req("rank", integer_in(0, MAX_RANK)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollCallResult(Message):
+    """The roll call's count, published by its counter (the first node to answer): the nodes
+    that answered within the wait."""
+
+    KIND: ClassVar[str] = "rollcall-result"
+    MAX_BYTES: ClassVar[int] = 1 << 20
+
+    nnodes: int
+    answered: tuple[int, ...]
+    counter: int
+    """The node that counted."""
+
+    @property
+    def lost(self) -> list[int]:
+        return sorted(set(range(self.nnodes)) - set(self.answered))
+
+    @classmethod
+    def _read(cls, f: Fields) -> RollCallResult:
+        nnodes = f.req("nnodes", integer_in(1, MAX_NODES))
+        return cls(
+            nnodes=nnodes,
+            answered=tuple(
+                f.req("answered", list_of(integer_in(0, nnodes - 1), max_items=MAX_NODES))
+            ),
+            counter=f.req("counter", integer_in(0, nnodes - 1)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollCallView(Message):
+    """What one rank of a failed diagnosis saw, journaled on its node: its error, the peers it
+    names, and the roll call's result where this rank took part in it (`lost` nodes), or that
+    the store was gone with the node that hosted it."""
+
+    KIND: ClassVar[str] = "rollcall"
+    MAX_BYTES: ClassVar[int] = 1 << 20
+
+    rank: int
+    error: str = ""
+    peers: tuple[str, ...] = ()
+    answered: tuple[int, ...] | None = None
+    store_lost: str | None = None
+
+    @classmethod
+    def _read(cls, f: Fields) -> RollCallView:
+        answered = f.opt("answered", list_of(integer_in(0, MAX_NODES), max_items=MAX_NODES))
+        return cls(
+            rank=f.req("rank", integer_in(0, MAX_RANK)),
+            error=f.opt("error", _text) or "",
+            peers=tuple(f.opt("peers", list_of(_text, max_items=64)) or ()),
+            answered=None if answered is None else tuple(answered),
+            store_lost=f.opt("store_lost", _text),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MusterSignIn(Message):
+    """A node signing in before a multi-node diagnosis (one request per node)."""
+
+    KIND: ClassVar[str] = "muster"
+    MAX_BYTES: ClassVar[int] = 1024
+
+    node: int
+    host: str
+
+    @classmethod
+    def _read(cls, f: Fields) -> MusterSignIn:
+        return cls(node=f.req("node", integer_in(0, MAX_NODES)), host=f.req("host", _text))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MusterResult(Message):
+    """Who came, published by node rank 0 once all signed in or the wait ended."""
+
+    KIND: ClassVar[str] = "muster-result"
+    MAX_BYTES: ClassVar[int] = 8 << 20
+
+    expected: int
+    joined: tuple[MusterSignIn, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def _read(cls, f: Fields) -> MusterResult:
+        return cls(
+            expected=f.req("expected", integer_in(1, MAX_NODES)),
+            joined=tuple(f.req("joined", list_of(_nested(MusterSignIn), max_items=MAX_NODES))),
+        )
+
+
+MESSAGES: dict[str, type[Message]] = {
+    m.KIND: m
+    for m in (
+        RankBeat,
+        Health,
+        HealthGathered,
+        Done,
+        Failed,
+        NodeDigest,
+        FleetSummary,
+        RollCallAnswer,
+        RollCallResult,
+        RollCallView,
+        MusterSignIn,
+        MusterResult,
+    )
+}
+"""Every message that travels alone, by kind."""
+
+
+class Skips:
+    """Values refused on read, warned about once per kind and reason (a store shared with
+    other software may hold anything under our prefix; a newer commbench may share it)."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self.warnings: list[str] = []
+
+    def decode(self, cls: type[M], raw: bytes | str | None) -> M | None:
+        if raw is None:
+            return None
+        try:
+            return cls.from_json(raw)
+        except ProtocolError as exc:
+            self.note(exc)
+            return None
+
+    def note(self, exc: ProtocolError) -> None:
+        with self._lock:
+            if (exc.kind, exc.reason) in self._seen:
+                return
+            self._seen.add((exc.kind, exc.reason))
+            message = f"skipped a {exc.kind} message ({exc.reason}): {exc}"[:300]
+            self.warnings.append(message)
+        log.warning("%s", message)
+
+
+# -- files of the run directory ----------------------------------------------------------------
+
 
 def heartbeat_path(run_dir: Path, rank: int) -> Path:
     return run_dir / RANKS_DIR / f"rank{rank}.json"
@@ -45,8 +626,11 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def write(self, event: dict[str, Any]) -> None:
-        os.write(self._fd, dump_json(event, indent=None).encode())  # strict: NaN is null
+    def write(self, event: Message | dict[str, Any]) -> None:
+        if isinstance(event, Message):
+            os.write(self._fd, event.to_json() + b"\n")
+        else:
+            os.write(self._fd, dump_json(event, indent=None).encode())  # strict: NaN is null
 
     def close(self) -> None:
         os.close(self._fd)
@@ -74,198 +658,30 @@ class JournalReader:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-class Heartbeat:
-    """A daemon thread that rewrites this rank's heartbeat file.
-
-    The main thread only assigns attributes (`point`, `phase`, `iteration`), which costs
-    nanoseconds inside the timed loops. A rank that is stopped (SIGSTOP) or dead stops
-    refreshing its file; a rank stuck in a collective keeps refreshing it with the same
-    position. The launcher uses both facts to name the culprit.
-
-    The thread also watches the launcher (`launcher_pid`): a launcher killed outright
-    (SIGKILL, OOM) cannot stop its workers, so they stop themselves rather than hold the
-    GPUs and measure for nobody.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        rank: int,
-        host: str,
-        local_rank: int = 0,
-        launcher_pid: int | None = None,
-    ) -> None:
-        self.path = path
-        self.launcher_pid = launcher_pid
-        self.rank = rank
-        self.host = host
-        self.local_rank = local_rank
-        self.point = -1
-        self.phase = "init"
-        self.iteration = 0
-        self.ticks = 0
-        """Work done outside iterations (the check's chunks): progress the watchdog can see."""
-        self.error = ""
-        self.share: Any = None
-        """A `StoreShare` once the process group is up: heartbeats then also cross nodes."""
-        self._mirrored: dict[int, bytes] = {}
-        self._stop = threading.Event()
-        # the thread and stop() write through one temporary file: interleaved, a write that
-        # lands after the one recording the cause would erase it
-        self._writing = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _write(self) -> None:
-        with self._writing:  # the file only: a store that stalls must not stall the others
-            state: dict[str, Any] = {
-                "rank": self.rank,
-                "local_rank": self.local_rank,
-                "host": self.host,
-                "pid": os.getpid(),
-                "point": self.point,
-                "phase": self.phase,
-                "iteration": self.iteration,
-                "ticks": self.ticks,
-                "error": self.error,
-                "time": time.time(),
-            }
-            data = json.dumps(state).encode()
-            _replace(self.path, data)
-        if self.share is not None:
-            self.share.publish(self.rank, data)
-
-    def _mirror(self) -> None:
-        """Copy the other nodes' heartbeats into this node's ranks/ directory, rewriting a
-        file only when its content changed: its mtime is then when that rank last showed life,
-        by this node's clock (remote clocks may be skewed)."""
-        fetched = self.share.fetch_remote()
-        for rank, value in fetched.items():
-            if self._mirrored.get(rank) == value:
-                continue
-            self._mirrored[rank] = value
-            data = json.loads(value)
-            data["remote"] = True
-            _replace(self.path.parent / f"rank{rank}.json", json.dumps(data).encode())
-        for rank in self.share.remote_ranks():
-            if rank in fetched or rank in self._mirrored:
-                continue
-            # never published: a rank stopped or wedged before its first heartbeat reached the
-            # store. A placeholder, written once, ages like a silent heartbeat, so a hang can
-            # still name it (and its host) instead of "all ranks are waiting".
-            self._mirrored[rank] = b""
-            placeholder = {
-                "rank": rank,
-                "host": self.share.hosts.get(rank),
-                "pid": None,
-                "point": -1,
-                "phase": "start-up (never reported through the job's store)",
-                "iteration": 0,
-                "remote": True,
-            }
-            _replace(self.path.parent / f"rank{rank}.json", json.dumps(placeholder).encode())
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(Exception):  # a heartbeat must never kill the worker
-                self._write()
-                if self.share is not None and self.share.mirror:
-                    self._mirror()
-            if self.launcher_gone():
-                self.error = self._gone_message()
-                with contextlib.suppress(Exception):
-                    self._write()
-                    self._remove_launcher_temps()
-                os._exit(LAUNCHER_GONE_EXIT)
-            self._stop.wait(HEARTBEAT_INTERVAL)
-
-    def _remove_launcher_temps(self) -> None:
-        """A launcher killed in the middle of rewriting the results leaves its temporary
-        file in the run directory, and cannot remove it: its workers, the last processes of
-        the run, do."""
-        if self.launcher_pid is None:
-            return
-        run_dir = self.path.parent.parent
-        for name in (RUN_FILE, RESULTS_JSON, RESULTS_CSV):
-            temp_name(run_dir / name, self.launcher_pid).unlink(missing_ok=True)
-
-    def launcher_gone(self) -> bool:
-        return self.launcher_pid is not None and not procs.alive(self.launcher_pid)
-
-    def _gone_message(self) -> str:
-        return f"its launcher (pid {self.launcher_pid}) is gone"
-
-    def tick(self) -> None:
-        self.ticks += 1
-
-    def stop(self, error: str = "") -> None:
-        """Record the end. A rank whose peer noticed the vanished launcher first dies of a
-        reset connection before its own thread looks: the launcher is then still the cause,
-        and the one to name, with the error it saw kept behind it."""
-        if error and self.launcher_gone():
-            error = f"{self._gone_message()} (then: {error})"
-        if error:
-            self.error = error
-        else:
-            self.phase = "done"
-        self._stop.set()
-        self._thread.join(timeout=2)
-        with contextlib.suppress(Exception):  # a store gone with its host must not mask the cause
-            self._write()
+def read_beat(path: Path, skips: Skips | None = None) -> tuple[RankBeat, float] | None:
+    """A heartbeat file and its mtime; None if it is gone, torn or refused. At most
+    RankBeat.MAX_BYTES + 1 bytes are read, whatever the file holds."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(RankBeat.MAX_BYTES + 1)
+            mtime = os.fstat(fh.fileno()).st_mtime
+    except OSError:
+        return None
+    beat = (skips or _QUIET).decode(RankBeat, raw)
+    return None if beat is None else (beat, mtime)
 
 
-def _replace(path: Path, data: bytes) -> None:
-    atomic_write(path, data, durable=False)  # twice a second: no fsync
+_QUIET = Skips()
 
 
-class StoreShare:
-    """Heartbeats through the job's c10d store (the rendezvous store torchrun runs), so the
-    launcher on every node sees every rank, and a stuck rank on another node is named with
-    its host, not just as "all my ranks are waiting". Uses its own store client, only ever
-    from the heartbeat thread."""
-
-    PREFIX = "commbench/heartbeat/"
-
-    def __init__(
-        self,
-        store: Any,
-        world: int,
-        local_ranks: set[int],
-        mirror: bool,
-        hosts: dict[int, str] | None = None,
-    ) -> None:
-        self.store = store
-        self.world = world
-        self.local_ranks = local_ranks
-        self.mirror = mirror
-        self.hosts = hosts or {}
-        """Each rank's host, from the ranks' roll at start-up: names a rank never heard from."""
-
-    def publish(self, rank: int, value: bytes) -> None:
-        self.store.set(f"{self.PREFIX}{rank}", value)
-
-    def remote_ranks(self) -> list[int]:
-        return [r for r in range(self.world) if r not in self.local_ranks]
-
-    def fetch_remote(self) -> dict[int, bytes]:
-        """The heartbeats the other nodes' ranks have published so far. Each key is checked
-        on its own (get would block on a missing one): one rank that never published must
-        not hide all the others."""
-        remote = [r for r in self.remote_ranks() if self.store.check([f"{self.PREFIX}{r}"])]
-        if not remote:
-            return {}
-        keys = [f"{self.PREFIX}{r}" for r in remote]
-        return dict(zip(remote, self.store.multi_get(keys), strict=True))
-
-
-def read_heartbeats(run_dir: Path) -> dict[int, dict[str, Any]]:
+def read_heartbeats(run_dir: Path, skips: Skips | None = None) -> dict[int, dict[str, Any]]:
+    """This node's heartbeats by rank, as the watchdog reads them: the message's fields plus
+    `mtime`, when the file last changed (by this node's clock)."""
     beats: dict[int, dict[str, Any]] = {}
     for path in (run_dir / RANKS_DIR).glob("rank*.json"):
-        try:
-            data = json.loads(path.read_text())
-            data["mtime"] = path.stat().st_mtime
-        except (OSError, ValueError):
+        got = read_beat(path, skips)
+        if got is None:
             continue
-        beats[int(data["rank"])] = data
+        beat, mtime = got
+        beats[beat.rank] = {**beat.payload(), "mtime": mtime}
     return beats

@@ -19,11 +19,17 @@ from typing import Any
 from commbench.collectives.settings import Point
 from commbench.errors import CommbenchError
 from commbench.launch import procs
+from commbench.launch.control import ControlPlane
 from commbench.launch.protocol import (
     EVENTS_FILE,
     HEARTBEAT_INTERVAL,
     STARTUP_TIMEOUT,
+    FleetSummary,
+    HealthGathered,
     JournalReader,
+    ProtocolError,
+    RankState,
+    Skips,
     read_heartbeats,
 )
 from commbench.results.schema import ResultRow
@@ -90,6 +96,11 @@ class Watch:
         self.last_signature: Any = None
         self.last_progress = time.monotonic()
         self.heartbeats: dict[int, dict[str, Any]] = {}
+        """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
+        the fleet summary names: stopped, silent, gone or behind."""
+        self.control: ControlPlane | None = None
+        """The cross-node watch of a multi-node run (its own thread; read, never waited on)."""
+        self.skips = Skips()
 
     def run_dir_problem(self) -> str | None:
         """Why the run directory is no longer the one this launch created, if it is not.
@@ -120,41 +131,66 @@ class Watch:
                 on_row(row)
             elif kind == "done":
                 self.done = True
-            elif kind == "health":
+            elif kind == HealthGathered.KIND:
                 self._add_health(event)
             elif self.on_event is not None:
                 self.on_event(event)
-        self.heartbeats = read_heartbeats(self.run_dir)
-        for beat in self.heartbeats.values():
-            if not beat.get("remote"):  # a remote rank's pid means nothing on this node
+        local = read_heartbeats(self.run_dir, self.skips)
+        for beat in local.values():
+            if beat.get("pid"):
                 self.pids.add(int(beat["pid"]))
-        signature = (
-            len(self.rows),
-            tuple(
-                sorted(
-                    (r, b.get("point"), b.get("phase"), b.get("iteration"), b.get("ticks"))
-                    for r, b in self.heartbeats.items()
-                )
-            ),
+        local_signature = tuple(
+            sorted(
+                (r, b.get("point"), b.get("phase"), b.get("iteration"), b.get("ticks"))
+                for r, b in local.items()
+            )
         )
+        fleet = None
+        if self.control is not None:
+            self.control.offer(
+                (int(b["pid"]) for b in local.values() if b.get("pid")), self._hosts_by_node()
+            )
+            if local_signature == (self.last_signature or (None, None))[1]:
+                self.control.want_summary()  # our ranks wait: who on the other nodes stalled?
+            fleet = self.control.fleet
+        self.heartbeats = {**remote_beats(fleet, self.worker_context), **local}
+        signature = (len(self.rows), local_signature, fleet.progress if fleet else None)
         if signature != self.last_signature:
             self.last_signature = signature
             self.last_progress = time.monotonic()
         self._note_stopped()
 
     def _add_health(self, event: dict[str, Any]) -> None:
-        phase = event.get("phase")
-        if phase not in ("before", "after") or not isinstance(event.get("nodes"), list):
+        try:
+            gathered = HealthGathered.from_doc(event)
+        except ProtocolError as exc:
+            self.skips.note(exc)
             return
-        self.node_health["node"] = event.get("node")
-        for entry in event["nodes"]:
-            if isinstance(entry, dict) and isinstance(entry.get("node"), int):
-                node = self.node_health["nodes"].setdefault(
-                    entry["node"], {"node": entry["node"], "host": entry.get("host")}
-                )
-                node[phase] = entry.get("snapshot")
-                if entry.get("nics") is not None:
-                    node["nics"] = entry["nics"]
+        self.node_health["node"] = gathered.node
+        for entry in gathered.nodes:
+            node = self.node_health["nodes"].setdefault(
+                entry.node, {"node": entry.node, "host": entry.host}
+            )
+            node[gathered.phase] = entry.snapshot
+            if entry.nics is not None:
+                node["nics"] = entry.nics
+
+    def refresh_remote(self, wait: float) -> None:
+        """Bring the other nodes' view up to date, waiting at most `wait` seconds for a new
+        fleet summary: a crash is explained once what the other nodes saw is in."""
+        if self.control is None:
+            return
+        fleet = self.control.refresh(wait)
+        local = {r: b for r, b in self.heartbeats.items() if not b.get("remote")}
+        self.heartbeats = {**remote_beats(fleet, self.worker_context), **local}
+
+    def _hosts_by_node(self) -> dict[int, str]:
+        """Each node's host from rank 0's roll (the writer's launcher only)."""
+        hosts: dict[int, str] = {}
+        for r in self.worker_context.get("ranks") or []:
+            if isinstance(r, dict) and isinstance(r.get("node"), int):
+                hosts.setdefault(r["node"], str(r.get("host")))
+        return hosts
 
     def _note_stopped(self) -> None:
         now = time.monotonic()
@@ -189,7 +225,7 @@ class Watch:
     def local_workers_alive(self) -> bool:
         """Whether any of this node's workers is still running (not a zombie)."""
         return any(
-            procs.alive(int(b.get("pid", -1)))
+            procs.alive(int(b.get("pid") or -1))
             for b in self.heartbeats.values()
             if not b.get("remote")
         )
@@ -215,27 +251,78 @@ class Watch:
 
 
 REMOTE_SILENT = "stopped responding (no heartbeat through the job's store)"
+NODE_SILENT = "stopped responding: its node's launcher stopped reporting through the job's store"
+NEVER_REPORTED = "start-up (never reported through the job's store)"
+
+
+def _remote(r: RankState, now: float, state: str | None = None) -> dict[str, Any]:
+    return {
+        "rank": r.rank,
+        "local_rank": r.local_rank,
+        "node": r.node,
+        "host": r.host,
+        "pid": r.pid,
+        "point": r.point,
+        "phase": r.phase,
+        "iteration": r.iteration,
+        "ticks": r.ticks,
+        "error": r.error,
+        "remote": True,
+        "state": state or r.state,
+        "mtime": now - r.quiet_s,
+    }
+
+
+def remote_beats(fleet: FleetSummary | None, roll: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The other nodes' ranks the fleet summary names, as heartbeat entries (`remote`, with
+    their `state` as their own node's launcher saw it and an mtime by this node's clock). A
+    node silent as a whole lends its state to every rank it last reported, and one never
+    heard from is named by the ranks the writer's roll gives it, where this is the writer."""
+    if fleet is None:
+        return {}
+    now = time.time()
+    out: dict[int, dict[str, Any]] = {}
+    for r in fleet.behind:
+        out[r.rank] = _remote(r, now, "behind")
+    for r in fleet.problems:
+        out[r.rank] = _remote(r, now)
+    ranks = [r for r in roll.get("ranks") or [] if isinstance(r, dict)]
+    for node in fleet.silent_nodes:
+        known = list(node.ranks)
+        if not known:
+            known = [
+                RankState(
+                    rank=int(r["rank"]),
+                    node=node.node,
+                    host=node.host or r.get("host"),
+                    phase=NEVER_REPORTED,
+                    state="unknown",
+                )
+                for r in ranks
+                if r.get("node") == node.node and isinstance(r.get("rank"), int)
+            ]
+        for r in known:
+            out[r.rank] = {**_remote(r, now, "node-silent"), "mtime": now - node.quiet_s}
+            if node.never:
+                out[r.rank]["phase"] = NEVER_REPORTED
+    return out
+
+
+_REMOTE_HOW = {
+    "stopped": (0, "is stopped (SIGSTOP or a debugger), as its node's launcher sees it"),
+    "silent": (1, REMOTE_SILENT),
+    "node-silent": (1, NODE_SILENT),
+    "error": (2, "failed"),
+    "gone": (2, "is gone"),
+}
 
 
 def _silent_remotes(watch: Watch, silent_after: float) -> list[int]:
-    """Other nodes' ranks that went silent.
-
-    They are known only through this node's local rank 0, which copies their heartbeats from
-    the job's store whenever they change. A remote rank is silent if that copier went on
-    running for a while after the rank's last change (even if the copier has died since,
-    e.g. because the other node's launcher stopped its peer).
-    """
-    beats = watch.heartbeats
-    mirror_times = [
-        b["mtime"] for b in beats.values() if not b.get("remote") and b.get("local_rank", 0) == 0
-    ]
-    if not mirror_times:
-        return []
-    mirror_time = max(mirror_times)
+    """Other nodes' ranks the fleet summary names stopped or silent."""
     return sorted(
         r
-        for r, b in beats.items()
-        if b.get("remote") and mirror_time - b.get("mtime", mirror_time) > silent_after
+        for r, b in watch.heartbeats.items()
+        if b.get("remote") and b.get("state") in ("stopped", "silent", "node-silent")
     )
 
 
@@ -249,16 +336,19 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     dead: dict[int, tuple[int, str]] = {}
     for r, b in beats.items():
         if b.get("remote"):
-            continue  # judged below, once we know this node's mirror is alive
-        state = procs.state(int(b.get("pid", -1)))
+            if b.get("state") in _REMOTE_HOW:
+                level, how = _REMOTE_HOW[b["state"]]
+                if level == 2 and b.get("error"):
+                    how += f" ({b['error']})"
+                dead[r] = (level, how)
+            continue
+        state = procs.state(int(b.get("pid") or -1))
         if state in ("T", "t"):
             dead[r] = (0, "is stopped (SIGSTOP or a debugger)")
         elif state in (None, "Z", "X"):
             dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
         elif now - b.get("mtime", now) > silent_after:
             dead[r] = (1, "stopped responding")
-    for r in _silent_remotes(watch, silent_after):
-        dead[r] = (1, REMOTE_SILENT)
     # stopped before its first heartbeat (while importing torch, say): known from /proc only
     unbeaten = {r: pid for r, pid in watch.stopped_ranks().items() if r not in beats}
     live = {r: b for r, b in beats.items() if r not in dead}
@@ -267,6 +357,9 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     # else it is just waiting on that one (its peers reached one more iteration first)
     if live and not dead and not unbeaten:
         furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
+        fleet = watch.control.fleet if watch.control is not None else None
+        if fleet is not None:  # the other nodes' ranks are counted there, not listed here
+            furthest = max(furthest, fleet.furthest)
         behind = {
             r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
         }
@@ -392,8 +485,9 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         for r in _silent_remotes(watch, _silent_after(timeout)):
             b = watch.heartbeats[r]
             culprits.append(r)
+            how = _REMOTE_HOW[b["state"]][1]
             parts.append(
-                f"rank {r} (host {b.get('host')}) {REMOTE_SILENT}: last heartbeat "
+                f"rank {r} (host {b.get('host')}) {how}: last heartbeat "
                 f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
             )
     for r, info in ordered:

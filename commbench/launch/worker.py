@@ -10,6 +10,7 @@ timed loop, never inside it, one more small reduction brings rank 0 each member'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -29,13 +30,16 @@ from commbench.collectives.ops import TORCH_DTYPES, Collective, Group
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.collectives.specs import plan_size
+from commbench.launch.heartbeat import Heartbeat
 from commbench.launch.protocol import (
     EVENTS_FILE,
     LAUNCHER_PID_ENV,
     STARTUP_TIMEOUT,
-    Heartbeat,
+    Done,
+    Failed,
+    Health,
+    HealthGathered,
     Journal,
-    StoreShare,
     heartbeat_path,
 )
 from commbench.results.schema import (
@@ -112,6 +116,7 @@ class Worker:
             self.host,
             self.local_rank,
             launcher_pid=int(launcher) if launcher else None,
+            node=self.node,
         )
         if settings.device == "cuda":
             torch.cuda.set_device(self.local_rank)
@@ -162,65 +167,52 @@ class Worker:
         dist.all_gather_object(ranks, info)
         self.ranks_info: list[dict[str, Any]] = ranks
         """Every rank's host, node and device, in global rank order."""
-        self._share_heartbeats(ranks)
         self.health_before = self.gather_health(nics=True)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(ranks)})
             self.journal_health("before", self.health_before)
 
-    def gather_health(self, *, nics: bool = False) -> list[dict[str, Any]]:
+    def gather_health(self, *, nics: bool = False) -> list[Health]:
         """On a multi-node run, every node's link health snapshot, taken by its local rank 0
-        and gathered on every rank (a world collective: every rank calls it, in the same
-        place). Each launcher snapshots only its own node; this is how the record's writer
-        learns the others'. Empty on one node, where the launcher's own snapshots say it all.
-        Taking one never raises (a part it cannot read is named in the snapshot's errors).
-        With `nics`, each node sends its NICs too: the network bound is the slowest node's."""
+        and gathered to global rank 0 only, the one process that writes them (a world
+        collective: every rank calls it, in the same place; the others send nothing and get
+        nothing back, so the traffic grows with the nodes, not with their square). Each
+        launcher snapshots its own node; this is how the record's writer learns the others'.
+        Empty on one node, where the launcher's own snapshots say it all, and on every rank
+        but 0. Taking one never raises (a part it cannot read is named in the snapshot's
+        errors). With `nics`, each node sends its NICs too: the network bound is the slowest
+        node's."""
         if len({r["node"] for r in self.ranks_info}) < 2:
             return []
         own = None
         if self.local_rank == 0:
             from commbench.health.capture import take
 
-            own = {"node": self.node, "host": self.host, "snapshot": take().to_dict()}
-            if nics:
-                own["nics"] = _own_nics()
-        gathered: list[Any] = [None] * self.world
-        dist.all_gather_object(gathered, own)
-        return [g for g in gathered if g is not None]
+            own = Health(
+                phase="before" if nics else "after",
+                node=self.node,
+                host=self.host,
+                snapshot=take().to_dict(),
+                nics=_own_nics() if nics else None,
+            ).to_json()
+        gathered: list[Any] | None = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(own, gathered, dst=0)
+        if gathered is None:
+            return []
+        return [Health.from_json(g) for g in gathered if g is not None]
 
-    def journal_health(self, phase: str, nodes: list[dict[str, Any]]) -> None:
+    def journal_health(self, phase: str, nodes: list[Health]) -> None:
         """Journal the other nodes' snapshots (`phase` before or after) for this node's
         launcher, which adds them to the record as `context.health.nodes`."""
         if self.journal is None or not nodes:
             return
         self.journal.write(
-            {
-                "type": "health",
-                "phase": phase,
-                "node": self.node,
-                "nodes": [n for n in nodes if n["node"] != self.node],
-            }
-        )
-
-    def _share_heartbeats(self, ranks: list[Any]) -> None:
-        """On a multi-node run, publish heartbeats in the job's store; each node's local rank 0
-        mirrors the other nodes' into this node's run directory for its launcher."""
-        local = {r["rank"] for r in ranks if r["node"] == self.node}
-        if len(local) == self.world or "MASTER_ADDR" not in os.environ:
-            return
-        try:
-            store = dist.TCPStore(
-                os.environ["MASTER_ADDR"],
-                int(os.environ["MASTER_PORT"]),
-                is_master=False,
-                timeout=timedelta(seconds=30),
+            HealthGathered(
+                phase=phase,
+                node=self.node,
+                nodes=tuple(n for n in nodes if n.node != self.node),
             )
-        except Exception:  # no shared heartbeats: hangs are still named per node
-            return
-        hosts = {int(r["rank"]): str(r["host"]) for r in ranks}
-        self.hb.share = StoreShare(
-            store, self.world, local, mirror=self.local_rank == 0, hosts=hosts
         )
 
     def _context(self, ranks: list[Any]) -> dict[str, Any]:
@@ -436,13 +428,23 @@ class Worker:
         self.journal_health("after", self.gather_health())
         dist.barrier()
         if self.journal is not None:
-            self.journal.write({"type": "done"})
+            self.journal.write(Done())
 
     def _emit(self, index: int, row: ResultRow, failed: list[int]) -> None:
         if self.journal is not None:
             self.journal.write(
                 {"type": "row", "point": index, "row": row.to_dict(), "failed_ranks": failed}
             )
+
+    def failed(self, exc: BaseException) -> None:
+        """Say why this rank stops: in its heartbeat, and in the journal where it keeps one."""
+        error = (
+            f"{type(exc).__name__}: {exc}".splitlines()[0][:500] if str(exc) else type(exc).__name__
+        )
+        if self.journal is not None:
+            with contextlib.suppress(Exception):
+                self.journal.write(Failed(rank=self.rank, error=error))
+        self.hb.stop(error=error)
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -472,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         worker.init()
         worker.run()
     except BaseException as exc:
-        worker.hb.stop(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        worker.failed(exc)
         raise
     worker.close()
 

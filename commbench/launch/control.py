@@ -1,0 +1,702 @@
+"""The cross-node watch of a multi-node run, through the job's c10d store, in O(nodes).
+
+The store is the job's own: torchrun's agents and the process groups are set up through it,
+so commbench's traffic there must stay a small share of what it serves however large the
+cluster. The shape (docs/scale.md has the formulas and the measurements):
+
+- each node's **launcher** (never a worker: no timed loop ever waits on the store) reads its
+  own ranks' heartbeat files and /proc, and publishes one `NodeDigest` per interval: one
+  request per node;
+- one **aggregator**, the launcher of the node that runs global rank 0 (the run's writer),
+  reads every digest in one `multi_get` and publishes one small `FleetSummary`: who is
+  stopped, silent, gone or behind, where, since when;
+- every other launcher reads that summary only when it needs it: when its own ranks stopped
+  making progress, or to explain a crash;
+- the interval grows with the cluster (`plan_interval`) so that the steady load stays within
+  STEADY_BUDGET requests per second.
+
+Every store call is timed. One that fails or takes over SLOW_CALL seconds puts the watch in a
+degraded mode: the run goes on, the local heartbeats and watchdog keep working, run.json
+records since when the cross-node watch was degraded (and until when, if it recovered).
+
+The roll call after a failed diagnosis round (`RollCall`) and diagnose's muster use the same
+ideas: one answer per node, an atomic counter instead of polling every key, one reader that
+counts and publishes the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from commbench.launch import procs
+from commbench.launch.protocol import (
+    MAX_LISTED,
+    PREFIX,
+    FleetSummary,
+    NodeDigest,
+    NodeSilence,
+    ProtocolError,
+    RankState,
+    RollCallAnswer,
+    RollCallResult,
+    Skips,
+    read_heartbeats,
+)
+
+STEADY_BUDGET = 500.0
+"""Store requests per second the steady watch may cost in all: 2% of the ~25,000 a c10d
+TCPStore serves on one core (measured by benchmarks/control_plane.py)."""
+MIN_INTERVAL = 0.5
+MAX_INTERVAL = 5.0
+SLOW_CALL = 1.0
+"""Seconds after which a store request counts as failed: the watch degrades, the run goes on."""
+RECONNECT_AFTER = 5.0
+PLACEHOLDER = b"-"
+"""What a key holds before its writer's first value (created by `peek`, never decoded)."""
+MAX_BEHIND = 8
+
+
+def plan_interval(nnodes: int) -> float:
+    """Seconds between digests: steady requests per interval are nnodes + 2 (each node's
+    digest, the aggregator's read and its summary), held to STEADY_BUDGET per second; never
+    below MIN_INTERVAL (local watchdogs poll faster anyway) nor above MAX_INTERVAL (a stuck
+    rank is named within three intervals)."""
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, (nnodes + 2) / STEADY_BUDGET))
+
+
+def silence_after(interval: float) -> float:
+    """Seconds without a new digest that make a node silent: a few intervals, at least 5 s."""
+    return max(5.0, 3 * interval)
+
+
+class Keys:
+    """The store keys of one job (the store is the job's: torchrun's own keys live beside)."""
+
+    def __init__(self, job: str = "job") -> None:
+        self.base = f"{PREFIX}{job}/"
+
+    def digest(self, node: int) -> str:
+        return f"{self.base}digest/{node}"
+
+    @property
+    def fleet(self) -> str:
+        return f"{self.base}fleet"
+
+    def rollcall(self, what: str) -> str:
+        return f"{self.base}rollcall/{what}"
+
+
+# -- the store, timed ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Episode:
+    since: float
+    reason: str
+    until: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"since": self.since, "until": self.until, "reason": self.reason}
+
+
+class StoreDown(Exception):
+    """A store request failed or was too slow; the caller degrades, never the run."""
+
+
+class StoreLink:
+    """Timed store requests, counted. Connects lazily (`factory`) and after a failure waits
+    RECONNECT_AFTER seconds before the next try, so a store that is gone costs nothing.
+    Counts requests and bytes per operation: the benchmark's and the tests' measure, and the
+    run's own record of what the watch cost."""
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        clock: Callable[[], float] = time.time,
+        slow_after: float | None = SLOW_CALL,
+    ) -> None:
+        self._factory = factory
+        self.slow_after = slow_after
+        """None where a request may block by design (a `wait`)."""
+        self._store: Any = None
+        self._clock = clock
+        self._retry_at = 0.0
+        self.requests: dict[str, int] = {}
+        self.bytes = 0
+        self.busy_since: float | None = None
+        """When the request in flight began (the owner's thread reads it: a request that hangs
+        past SLOW_CALL degrades the watch even before it returns)."""
+        self.episodes: list[Episode] = []
+
+    @property
+    def degraded(self) -> Episode | None:
+        return self.episodes[-1] if self.episodes and self.episodes[-1].until is None else None
+
+    def _down(self, reason: str) -> None:
+        if self.degraded is None:
+            self.episodes.append(Episode(since=self._clock(), reason=reason[:200]))
+            del self.episodes[:-20]
+        self._store = None
+        self._retry_at = time.monotonic() + RECONNECT_AFTER
+
+    def _up(self) -> None:
+        if (episode := self.degraded) is not None:
+            episode.until = self._clock()
+
+    def call(self, op: str, *args: Any) -> Any:
+        if self._store is None:
+            if time.monotonic() < self._retry_at:
+                raise StoreDown("waiting to reconnect")
+            try:
+                self._store = self._factory()
+            except Exception as exc:
+                self._down(f"cannot connect: {_one_line(exc)}")
+                raise StoreDown(str(exc)) from None
+        started = time.monotonic()
+        self.busy_since = self._clock()
+        try:
+            result = getattr(self._store, op)(*args)
+        except Exception as exc:
+            self._down(f"{op} failed: {_one_line(exc)}")
+            raise StoreDown(str(exc)) from None
+        finally:
+            self.busy_since = None
+        took = time.monotonic() - started
+        self.requests[op] = self.requests.get(op, 0) + 1
+        self.bytes += _size(args) + _size([result])
+        if self.slow_after is not None and took > self.slow_after:
+            self._down(f"{op} took {took:.1f} s")
+            raise StoreDown(f"{op} took {took:.1f} s")
+        self._up()
+        return result
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+
+def _size(values: Iterable[Any]) -> int:
+    n = 0
+    for v in values:
+        if isinstance(v, bytes | str):
+            n += len(v)
+        elif isinstance(v, list | tuple):
+            n += _size(v)
+    return n
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:160]
+
+
+def _store_class() -> Any:
+    """torch's TCPStore, imported with c10d's C++ log held to FATAL unless the user chose a
+    level: a client that cannot connect logs every retry at ERROR, and a degraded watch is
+    already said once, in run.json and a warning."""
+    if "TORCH_CPP_LOG_LEVEL" in os.environ or "torch" in sys.modules:
+        from torch.distributed import TCPStore
+
+        return TCPStore
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        from torch.distributed import TCPStore
+    finally:
+        os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+    return TCPStore
+
+
+def tcp_store_factory(host: str, port: int) -> Callable[[], Any]:
+    """A client of the job's store with SLOW_CALL as its timeout (torch imported here, in the
+    caller's thread, and only on multi-node runs)."""
+
+    def connect() -> Any:
+        return _store_class()(
+            host,
+            port,
+            is_master=False,
+            timeout=timedelta(seconds=SLOW_CALL),
+            wait_for_workers=False,
+        )
+
+    return connect
+
+
+def peek(link: StoreLink, key: str) -> bytes | None:
+    """A key's value without blocking on a missing one, in one request: compare_set with an
+    empty expected value creates PLACEHOLDER where nothing is, and returns what is there."""
+    value = bytes(link.call("compare_set", key, "", PLACEHOLDER))
+    return None if value == PLACEHOLDER else value
+
+
+# -- one node: the digest ---------------------------------------------------------------------
+
+
+def rank_states(
+    beats: dict[int, dict[str, Any]],
+    now: float,
+    silent_after: float,
+    state_of: Callable[[int], str | None] = procs.state,
+) -> tuple[RankState, ...]:
+    """This node's ranks as its launcher sees them, from their heartbeats and /proc."""
+    out = []
+    for rank, b in sorted(beats.items()):
+        pid = b.get("pid")
+        quiet = max(0.0, now - float(b.get("mtime", now)))
+        proc = state_of(int(pid)) if pid else None
+        if b.get("error"):
+            state = "error"
+        elif b.get("phase") == "done":
+            state = "done"
+        elif proc in ("T", "t"):
+            state = "stopped"
+        elif proc in (None, "Z", "X"):
+            state = "gone"
+        elif quiet > silent_after:
+            state = "silent"
+        else:
+            state = "running"
+        out.append(
+            RankState(
+                rank=rank,
+                local_rank=int(b.get("local_rank", 0)),
+                node=int(b.get("node", 0)),
+                host=b.get("host"),
+                pid=pid,
+                point=int(b.get("point", -1)),
+                phase=str(b.get("phase", ""))[:100],
+                iteration=int(b.get("iteration", 0)),
+                ticks=int(b.get("ticks", 0)),
+                state=state,
+                quiet_s=round(quiet, 1),
+                error=str(b.get("error", ""))[:200],
+            )
+        )
+    return tuple(out)
+
+
+class NodeAgent:
+    """Publishes this node's digest: one `set` per interval."""
+
+    def __init__(self, link: StoreLink, keys: Keys, node: int, host: str) -> None:
+        self.link = link
+        self.keys = keys
+        self.node = node
+        self.host = host
+        self.seq = 0
+
+    def publish(self, ranks: tuple[RankState, ...], now: float | None = None) -> None:
+        self.seq += 1
+        digest = NodeDigest(
+            node=self.node,
+            host=self.host,
+            seq=self.seq,
+            time=time.time() if now is None else now,
+            ranks=ranks,
+        )
+        self.link.call("set", self.keys.digest(self.node), digest.to_json())
+
+
+# -- the aggregator -----------------------------------------------------------------------------
+
+_SEVERITY = {"stopped": 0, "silent": 1, "error": 2, "gone": 3, "unknown": 4}
+
+
+@dataclass(slots=True)
+class _Seen:
+    digest: NodeDigest | None = None
+    changed_at: float = 0.0
+    positions: int = 0
+
+
+@dataclass(slots=True)
+class Aggregator:
+    """Reads every node's digest in one request and publishes the fleet summary."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    skips: Skips = field(default_factory=Skips)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Host by node, where known (the writer's roll): names a node never heard from."""
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[int, _Seen] = field(default_factory=dict)
+    _placed: bool = False
+    _started: float | None = None
+    _seq: int = 0
+    _progress: int = 0
+
+    def step(self) -> FleetSummary:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+        keys = [self.keys.digest(n) for n in range(self.nnodes)]
+        if not self._placed:  # once: multi_get must not block on a node not yet published
+            for key in keys:
+                peek(self.link, key)
+            self._placed = True
+        values = self.link.call("multi_get", keys)
+        changed = False
+        for node, raw in enumerate(values):
+            if bytes(raw) == PLACEHOLDER:
+                continue
+            digest = self.skips.decode(NodeDigest, bytes(raw))
+            if digest is None or digest.node != node:
+                if digest is not None:
+                    self.skips.note(
+                        ProtocolError("digest", "misplaced", f"node {digest.node} under {node}")
+                    )
+                continue
+            seen = self._seen.setdefault(node, _Seen(changed_at=now))
+            if seen.digest is None or digest.seq != seen.digest.seq:
+                seen.changed_at = now
+            positions = hash(tuple((r.rank, r.point, r.iteration, r.ticks) for r in digest.ranks))
+            if positions != seen.positions:
+                seen.positions = positions
+                changed = True
+            seen.digest = digest
+        if changed:
+            self._progress += 1
+        summary = self.summarise(now)
+        self.link.call("set", self.keys.fleet, summary.to_json())
+        return summary
+
+    def summarise(self, now: float) -> FleetSummary:
+        quiet_limit = silence_after(self.interval)
+        problems: list[RankState] = []
+        running: list[RankState] = []
+        silent: list[NodeSilence] = []
+        for node in range(self.nnodes):
+            seen = self._seen.get(node)
+            if seen is None or seen.digest is None:
+                waited = now - (self._started or now)
+                if waited > 2 * quiet_limit:
+                    silent.append(
+                        NodeSilence(
+                            node=node,
+                            host=self.hosts.get(node),
+                            quiet_s=round(waited, 1),
+                            never=True,
+                        )
+                    )
+                continue
+            quiet = now - seen.changed_at
+            if quiet > quiet_limit:
+                silent.append(
+                    NodeSilence(
+                        node=node,
+                        host=seen.digest.host,
+                        quiet_s=round(quiet, 1),
+                        ranks=seen.digest.ranks[:16],
+                    )
+                )
+                continue
+            for r in seen.digest.ranks:
+                if r.state in _SEVERITY:
+                    problems.append(r)
+                elif r.state == "running":
+                    running.append(r)
+        problems.sort(key=lambda r: (_SEVERITY[r.state], -r.quiet_s, r.rank))
+        furthest = max((r.position for r in running), default=(-1, 0))
+        behind = sorted(
+            (r for r in running if r.position < furthest), key=lambda r: (r.position, r.rank)
+        )
+        truncated = max(0, len(problems) - MAX_LISTED) + max(0, len(silent) - MAX_LISTED)
+        self._seq += 1
+        return FleetSummary(
+            seq=self._seq,
+            time=time.time(),
+            interval=self.interval,
+            nnodes=self.nnodes,
+            reporting=sum(1 for s in self._seen.values() if s.digest is not None),
+            progress=self._progress,
+            furthest=furthest,
+            problems=tuple(problems[:MAX_LISTED]),
+            silent_nodes=tuple(silent[:MAX_LISTED]),
+            behind=tuple(behind[:MAX_BEHIND]),
+            behind_count=len(behind),
+            truncated=truncated,
+        )
+
+
+class Follower:
+    """Reads the fleet summary: one request, only when asked."""
+
+    def __init__(self, link: StoreLink, keys: Keys, skips: Skips | None = None) -> None:
+        self.link = link
+        self.keys = keys
+        self.skips = skips or Skips()
+
+    def read(self) -> FleetSummary | None:
+        return self.skips.decode(FleetSummary, peek(self.link, self.keys.fleet))
+
+
+# -- the launcher's thread ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class JobView:
+    """What a launcher learns of the job from its own workers' environment."""
+
+    host: str
+    port: int
+    node: int
+    nnodes: int
+    writer: bool
+    """This node runs global rank 0: it aggregates."""
+
+
+def job_view(pids: Iterable[int]) -> JobView | None:
+    """The job's store and this node's place in it, from its workers' environment (what
+    torchrun gave them); None until every local worker is up (the writer is known only
+    then), and on one node."""
+    envs = []
+    for pid in pids:
+        env = procs.environ(pid) or {}
+        if "MASTER_ADDR" in env and "GROUP_RANK" in env:
+            envs.append(env)
+    if not envs:
+        return None
+    env = envs[0]
+    try:
+        if len(envs) < int(env.get("LOCAL_WORLD_SIZE", "1")):
+            return None
+        return JobView(
+            host=env["MASTER_ADDR"],
+            port=int(env["MASTER_PORT"]),
+            node=int(env["GROUP_RANK"]),
+            nnodes=int(env["GROUP_WORLD_SIZE"]),
+            writer=any(e.get("RANK") == "0" for e in envs),
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+class ControlPlane:
+    """The node's side of the cross-node watch, on its own thread in the launcher.
+
+    The launcher's poll loop hands it its workers' pids (`offer`) and, when its ranks stall,
+    asks for the summary (`want_summary`); it reads `fleet` and never waits. The thread does
+    every store request, each with its own timeout."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        factory: Callable[[str, int], Callable[[], Any]] = tcp_store_factory,
+        hostname: str | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self._factory = factory
+        self.hostname = hostname or socket.gethostname()
+        self.skips = Skips()
+        self.fleet: FleetSummary | None = None
+        self.fleet_at: float | None = None
+        """When `fleet` was read or made (monotonic)."""
+        self.view: JobView | None = None
+        self.link: StoreLink | None = None
+        self.interval = MIN_INTERVAL
+        self._pids: frozenset[int] = frozenset()
+        self._want = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.agent: NodeAgent | None = None
+        self.aggregator: Aggregator | None = None
+        self.follower: Follower | None = None
+        self.hosts: dict[int, str] = {}
+        self.ended_at: float | None = None
+        """When every local rank had finished: the job is ending, and a store that goes away
+        from then on (its host's torchrun exits first) is no degraded watch."""
+
+    # -- the launcher's side (never blocks)
+    def offer(self, pids: Iterable[int], hosts: dict[int, str] | None = None) -> None:
+        self._pids = frozenset(pids)
+        if hosts:
+            self.hosts = hosts
+
+    def want_summary(self) -> None:
+        self._want.set()
+
+    def start(self) -> None:
+        # not a daemon: the interpreter must never exit under a thread inside torch's C++
+        # (an import, a connect), which aborts the process; every request it makes is bounded
+        self._thread = threading.Thread(target=self._run, name="commbench-control")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._want.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * SLOW_CALL + 1)
+
+    def refresh(self, wait: float) -> FleetSummary | None:
+        """A summary newer than now, waiting at most `wait` seconds (to explain a crash)."""
+        asked = time.monotonic()
+        self._want.set()
+        deadline = asked + wait
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self.fleet_at is not None and self.fleet_at >= asked:
+                break
+            if self.link is not None and self.link.degraded is not None:
+                break
+            time.sleep(0.05)
+        return self.fleet
+
+    @property
+    def degraded(self) -> list[dict[str, Any]]:
+        """The degraded episodes, for run.json (a request hanging now included)."""
+        link = self.link
+        if link is None:
+            return []
+        ended = self.ended_at if self.ended_at is not None else float("inf")
+        episodes = [e.to_dict() for e in link.episodes if e.since < ended]
+        busy = link.busy_since
+        if busy is not None and time.time() - busy > SLOW_CALL and link.degraded is None:
+            episodes.append({"since": busy, "until": None, "reason": "a request is hanging"})
+        return episodes
+
+    def record(self) -> dict[str, Any] | None:
+        """What run.json keeps of the watch (None on one node)."""
+        if self.view is None or self.link is None:
+            return None
+        return {
+            "node": self.view.node,
+            "nnodes": self.view.nnodes,
+            "aggregator": self.view.writer,
+            "interval_s": self.interval,
+            "requests": self.link.total_requests,
+            "bytes": self.link.bytes,
+            "degraded": self.degraded,
+            "skipped": list(self.skips.warnings),
+        }
+
+    # -- the thread
+    def _run(self) -> None:
+        if self._factory is tcp_store_factory:  # torch's import, done while workers start
+            with contextlib.suppress(Exception):
+                _store_class()
+        while not self._stop.is_set():
+            with contextlib.suppress(StoreDown):
+                self.step()
+            self._want.wait(self.interval)
+
+    def step(self) -> None:
+        """One interval's work; raises StoreDown when the store failed (already recorded)."""
+        wanted = self._want.is_set()
+        self._want.clear()
+        if self.view is None:
+            self.view = job_view(self._pids)
+            if self.view is None or self.view.nnodes < 2:
+                self.view = None
+                return
+            self.interval = plan_interval(self.view.nnodes)
+            self.link = StoreLink(self._factory(self.view.host, self.view.port))
+            keys = Keys()
+            self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname)
+            if self.view.writer:
+                self.aggregator = Aggregator(
+                    self.link, keys, self.view.nnodes, self.interval, self.skips
+                )
+            else:
+                self.follower = Follower(self.link, keys, self.skips)
+        assert self.agent is not None
+        now = time.time()
+        beats = read_heartbeats(self.run_dir, self.skips)
+        if beats and all(b.get("phase") == "done" for b in beats.values()):
+            self.ended_at = now  # the measurement is over: nothing left to watch
+            self._stop.set()
+            return
+        self.agent.publish(rank_states(beats, now, silence_after(self.interval)), now)
+        if self.aggregator is not None:
+            self.aggregator.hosts = self.hosts
+            self.fleet = self.aggregator.step()
+            self.fleet_at = time.monotonic()
+        elif self.follower is not None and wanted:
+            fleet = self.follower.read()
+            self.fleet_at = time.monotonic()
+            if fleet is not None:
+                self.fleet = fleet
+
+
+# -- the roll call ------------------------------------------------------------------------------
+
+ROLLCALL_POLL = 0.5
+
+
+class RollCall:
+    """After a failed round, which nodes are still alive: each surviving node answers once
+    (`answer`: an append and an atomic count); the first to answer counts (it polls one
+    counter, not every key), then publishes the `RollCallResult`, which the others poll for
+    (one small request each per ROLLCALL_POLL). If the counter dies, the others read the
+    answers themselves when the wait is over. Requests per node: two to answer, then one per
+    poll until the result: O(1) per node and poll, O(nodes) in all."""
+
+    def __init__(
+        self, link: StoreLink, keys: Keys, nnodes: int, skips: Skips | None = None
+    ) -> None:
+        self.link = link
+        self.keys = keys
+        self.nnodes = nnodes
+        self.skips = skips or Skips()
+
+    def answer(self, node: int, host: str, rank: int) -> int:
+        """Sign this node in; returns how many had answered, this one included."""
+        line = RollCallAnswer(node=node, host=host, rank=rank).to_json() + b"\n"
+        self.link.call("append", self.keys.rollcall("answers"), line)
+        return int(self.link.call("add", self.keys.rollcall("count"), 1))
+
+    def answered(self) -> list[int]:
+        raw = peek(self.link, self.keys.rollcall("answers")) or b""
+        nodes = set()
+        for line in raw.split(b"\n"):
+            a = self.skips.decode(RollCallAnswer, line) if line.strip() else None
+            if a is not None and a.node < self.nnodes:
+                nodes.add(a.node)
+        return sorted(nodes)
+
+    def count(
+        self, node: int, wait: float, sleep: Callable[[float], None] = time.sleep
+    ) -> RollCallResult:
+        """The counter's part: poll the count until every node answered or `wait` is over."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
+                break
+            sleep(ROLLCALL_POLL)
+        result = RollCallResult(nnodes=self.nnodes, answered=tuple(self.answered()), counter=node)
+        self.link.call("set", self.keys.rollcall("result"), result.to_json())
+        return result
+
+    def result(self, wait: float) -> RollCallResult | None:
+        """Everyone else's part: poll for the counter's result."""
+        key = self.keys.rollcall("result")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(StoreDown):
+                raw = peek(self.link, key)
+                if raw is not None:
+                    return self.skips.decode(RollCallResult, raw)
+            time.sleep(ROLLCALL_POLL)
+        return None
+
+    def run(self, node: int, host: str, rank: int, wait: float) -> RollCallResult:
+        """Answer, then count (first to answer) or wait for the count; falls back to reading
+        the answers when the counter never publishes."""
+        position = self.answer(node, host, rank)
+        if position == 1:
+            return self.count(node, wait)
+        result = self.result(wait + 2 * ROLLCALL_POLL + SLOW_CALL)
+        if result is not None:
+            return result
+        return RollCallResult(nnodes=self.nnodes, answered=tuple(self.answered()), counter=node)

@@ -1,0 +1,167 @@
+"""The cross-node watch's store traffic grows with the nodes, not with their square: request
+counts (never timings) from commbench's real control-plane classes against a real c10d
+TCPStore, with simulated nodes. And the roll call names the lost nodes at 1,024 nodes."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+torch_distributed = pytest.importorskip("torch.distributed")
+
+from commbench.launch.control import (  # noqa: E402
+    ROLLCALL_POLL,
+    Aggregator,
+    Follower,
+    Keys,
+    NodeAgent,
+    RollCall,
+    StoreDown,
+    StoreLink,
+    plan_interval,
+)
+from commbench.launch.protocol import PREFIX, NodeDigest, RankState, Skips  # noqa: E402
+
+RANKS_PER_NODE = 8
+
+
+@pytest.fixture
+def store() -> Iterator[object]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = torch_distributed.TCPStore(
+        "127.0.0.1", port, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False
+    )
+    yield server
+    del server
+
+
+def _ranks(node: int, point: int) -> tuple[RankState, ...]:
+    return tuple(
+        RankState(rank=node * RANKS_PER_NODE + i, local_rank=i, node=node, host=f"n{node}",
+                  pid=1000 + i, point=point, phase="timed", iteration=3)
+        for i in range(RANKS_PER_NODE)
+    )  # fmt: skip
+
+
+def _interval_requests(store: object, nnodes: int, intervals: int = 3) -> tuple[int, int]:
+    """Requests of the steady watch of `nnodes` simulated nodes: (first interval, each later
+    one), counted by the StoreLinks every node's real classes go through."""
+    keys = Keys(f"steady{nnodes}")
+    links = [StoreLink(lambda: store) for _ in range(nnodes)]
+    agents = [NodeAgent(links[n], keys, n, f"n{n}") for n in range(nnodes)]
+    aggregator = Aggregator(links[0], keys, nnodes, plan_interval(nnodes))
+    followers = [Follower(links[n], keys) for n in range(1, nnodes)]
+    counts = []
+    for step in range(intervals):
+        before = sum(link.total_requests for link in links)
+        for n, agent in enumerate(agents):
+            agent.publish(_ranks(n, step))
+        summary = aggregator.step()
+        counts.append(sum(link.total_requests for link in links) - before)
+        assert summary.reporting == nnodes and not summary.problems
+    # a follower reads only when asked: one request
+    before = links[1].total_requests
+    assert followers[0].read() is not None
+    assert links[1].total_requests - before == 1
+    return counts[0], counts[-1]
+
+
+def test_steady_requests_grow_linearly_with_the_nodes(store: object) -> None:
+    first8, steady8 = _interval_requests(store, 8)
+    first64, steady64 = _interval_requests(store, 64)
+    # one digest per node, the aggregator's multi_get and its summary
+    assert steady8 == 8 + 2 and steady64 == 64 + 2
+    assert steady64 <= 8.5 * steady8 and first64 <= 8.5 * first8
+    # and per second, held to the budget by the interval
+    assert steady64 / plan_interval(64) <= 500 and (1024 + 2) / plan_interval(1024) <= 500
+
+
+def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:
+    keys = Keys("names")
+    link = StoreLink(lambda: store)
+    now = [100.0]
+    aggregator = Aggregator(link, keys, 3, 0.5, clock=lambda: now[0], hosts={2: "n2"})
+    stopped = tuple(
+        r if r.local_rank != 5 else RankState(**{**r.payload(), "state": "stopped"})
+        for r in _ranks(1, 4)
+    )
+    NodeAgent(link, keys, 0, "n0").publish(_ranks(0, 4))
+    NodeAgent(link, keys, 1, "n1").publish(stopped)
+    summary = aggregator.step()
+    assert [(r.rank, r.host, r.state) for r in summary.problems] == [(13, "n1", "stopped")]
+    assert not summary.silent_nodes  # node 2 not yet overdue
+    now[0] += 30  # node 2 never published, nodes 0 and 1 stopped publishing
+    summary = Follower(link, keys).read() if aggregator.step() else None
+    assert summary is not None
+    silent = {s.node: s for s in summary.silent_nodes}
+    assert set(silent) == {0, 1, 2} and silent[2].never and silent[2].host == "n2"
+    assert silent[1].ranks[5].state == "stopped"
+
+
+def test_a_value_from_other_software_is_skipped_once_never_fatal(store: object) -> None:
+    keys = Keys("hostile")
+    link = StoreLink(lambda: store)
+    skips = Skips()
+    aggregator = Aggregator(link, keys, 4, 0.5, skips)
+    NodeAgent(link, keys, 0, "n0").publish(_ranks(0, 1))
+    store.set(keys.digest(1), b"\xff\xfe not json")  # type: ignore[attr-defined]
+    store.set(keys.digest(2), b'{"type": "digest", "version": 7}')  # type: ignore[attr-defined]
+    wrong = NodeDigest(node=0, host="liar", seq=1, time=1.0, ranks=())
+    store.set(keys.digest(3), wrong.to_json())  # type: ignore[attr-defined]
+    for _ in range(3):
+        summary = aggregator.step()
+    assert summary.reporting == 1
+    reasons = sorted(w.split(" (")[1].split(")")[0] for w in skips.warnings)
+    assert reasons == ["malformed", "misplaced", "newer"], skips.warnings
+    assert all(k.startswith(PREFIX) for k in (keys.digest(0), keys.fleet))
+
+
+@pytest.mark.parametrize("lost", [[], [7], [3, 512, 1023]])
+def test_the_roll_call_names_the_lost_nodes_among_1024(store: object, lost: list[int]) -> None:
+    """1,024 nodes through the real RollCall: every survivor answers once, the first counts
+    one counter (not 1,024 keys), the others read its result; requests stay O(1) per node."""
+    nnodes = 1024
+    keys = Keys(f"roll{len(lost)}")
+    link = StoreLink(lambda: store)
+    survivors = [n for n in range(nnodes) if n not in lost]
+    roll = RollCall(link, keys, nnodes)
+    positions = [roll.answer(n, f"n{n}", n * RANKS_PER_NODE) for n in survivors]
+    assert positions == list(range(1, len(survivors) + 1))
+    before = link.total_requests
+    result = roll.count(survivors[0], wait=1.0 if lost else 30)
+    assert result.lost == lost and result.counter == survivors[0]
+    counting = link.total_requests - before
+    # one count per poll (ROLLCALL_POLL), one read of the answers, one set of the result
+    assert counting <= (3 if not lost else 1.0 / ROLLCALL_POLL + 4), counting
+    for _ in survivors[1:4]:
+        before = link.total_requests
+        seen = RollCall(link, keys, nnodes).result(wait=1.0)
+        assert seen == result and link.total_requests - before == 1
+    assert link.total_requests <= 2 * len(survivors) + counting + 3
+
+
+def test_a_lost_store_degrades_the_link_and_it_recovers(store: object) -> None:
+    down = [True]
+
+    class Flaky:
+        def __getattr__(self, name: str) -> object:
+            if down[0]:
+                raise RuntimeError("Connection refused")
+            return getattr(store, name)
+
+    link = StoreLink(lambda: Flaky())
+    with pytest.raises(StoreDown):
+        link.call("set", "commbench/t/x", b"1")
+    episode = link.degraded
+    assert episode is not None and "Connection refused" in episode.reason
+    with pytest.raises(StoreDown, match="reconnect"):  # no retry before RECONNECT_AFTER
+        link.call("set", "commbench/t/x", b"1")
+    down[0] = False
+    link._retry_at = 0.0  # the back-off elapsed
+    link.call("set", "commbench/t/x", b"1")
+    assert link.degraded is None and link.episodes[0].until is not None

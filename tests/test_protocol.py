@@ -1,0 +1,157 @@
+"""Every message commbench's processes exchange round-trips through its encoding, and a bad
+encoding (malformed, oversized, of another kind, from a newer commbench) is refused with a
+`ProtocolError` that a reader turns into one warning per kind and reason, never a crash."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from commbench.launch.protocol import (
+    MESSAGES,
+    Done,
+    Failed,
+    FleetSummary,
+    Health,
+    HealthGathered,
+    Message,
+    MusterResult,
+    MusterSignIn,
+    NodeDigest,
+    NodeSilence,
+    ProtocolError,
+    RankBeat,
+    RankState,
+    RollCallAnswer,
+    RollCallResult,
+    RollCallView,
+    Skips,
+    read_beat,
+    read_heartbeats,
+)
+
+RANK = RankState(
+    rank=9, local_rank=1, node=1, host="n1", pid=42, point=3, phase="timed",
+    iteration=7, ticks=11, state="stopped", quiet_s=2.5, error="",
+)  # fmt: skip
+SAMPLES: list[Message] = [
+    RankBeat(rank=3, local_rank=1, node=1, host="n1", pid=12, point=4, phase="timed",
+             iteration=2, ticks=5, time=1.7e9),
+    Health(phase="before", node=2, host="n2", snapshot={"gpus": [], "nics": []}, nics=[]),
+    HealthGathered(phase="after", node=0, nodes=(Health(phase="after", node=1, host="n1"),)),
+    Done(),
+    Failed(rank=2, error="RuntimeError: boom"),
+    NodeDigest(node=1, host="n1", seq=4, time=1.7e9, ranks=(RANK,)),
+    FleetSummary(
+        seq=3, time=1.7e9, interval=0.5, nnodes=4, reporting=3, progress=9, furthest=(3, 8),
+        problems=(RANK,), silent_nodes=(NodeSilence(node=3, host="n3", quiet_s=9, never=True),),
+        behind=(RankState(rank=4, node=2, point=2),), behind_count=1, truncated=0,
+    ),
+    RollCallAnswer(node=5, host="n5", rank=40),
+    RollCallResult(nnodes=8, answered=(0, 1, 2, 4, 5, 6, 7), counter=0),
+    RollCallView(rank=3, error="lost peer", peers=("10.0.0.2",), answered=(0, 1), store_lost=None),
+    MusterSignIn(node=1, host="n1"),
+    MusterResult(expected=2, joined=(MusterSignIn(node=0, host="n0"),)),
+]  # fmt: skip
+
+
+def test_every_message_kind_has_a_sample() -> None:
+    assert {type(m) for m in SAMPLES} == set(MESSAGES.values())
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: m.KIND)
+def test_each_message_round_trips_as_strict_json(message: Message) -> None:
+    raw = message.to_json()
+    assert b"\n" not in raw
+    doc = json.loads(raw)  # strict: no NaN, type and version first
+    assert list(doc)[:2] == ["type", "version"] and doc["type"] == message.KIND
+    assert type(message).from_json(raw) == message
+    assert MESSAGES[message.KIND].from_json(raw.decode()) == message
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: m.KIND)
+def test_each_message_refuses_a_bad_encoding(message: Message) -> None:
+    cls = type(message)
+    doc = json.loads(message.to_json())
+
+    def refused(raw: bytes | str) -> str:
+        with pytest.raises(ProtocolError) as info:
+            cls.from_json(raw)
+        assert info.value.kind == cls.KIND
+        return info.value.reason
+
+    assert refused(b"{not json") == "malformed"
+    assert refused(b"[1, 2]") == "malformed"
+    assert refused(b'{"type": "%s", "version": NaN}' % cls.KIND.encode()) == "malformed"
+    assert refused(json.dumps({**doc, "version": cls.VERSION + 1})) == "newer"
+    assert refused(json.dumps({**doc, "version": "1"})) == "malformed"
+    assert refused(json.dumps({**doc, "type": "something-else"})) == "kind"
+    assert refused(b" " * (cls.MAX_BYTES + 1)) == "oversized"
+    # every field this kind requires is checked for its type
+    for key, value in doc.items():
+        if key in ("type", "version"):
+            continue
+        bad = {**doc, key: {"nested": [value]}}
+        try:
+            cls.from_json(json.dumps(bad))
+        except ProtocolError as exc:
+            assert exc.reason == "malformed", (key, exc)
+        else:
+            assert key in ("snapshot", "nics"), f"{cls.KIND}.{key} took a dict"  # free-form
+
+
+def test_a_producer_cannot_exceed_the_bound() -> None:
+    with pytest.raises(ProtocolError) as info:
+        RollCallAnswer(node=1, host="x" * RollCallAnswer.MAX_BYTES, rank=1).to_json()
+    assert info.value.reason == "oversized"
+
+
+def test_out_of_range_values_are_refused() -> None:
+    bad_state = {**json.loads(RANK.to_json()), "state": "asleep"}
+    with pytest.raises(ProtocolError):
+        RankState.from_json(json.dumps(bad_state))
+    with pytest.raises(ProtocolError):  # a node that cannot answer a roll of 8
+        RollCallResult.from_json(
+            json.dumps({"type": "rollcall-result", "version": 1, "nnodes": 8, "answered": [8],
+                        "counter": 0})
+        )  # fmt: skip
+    with pytest.raises(ProtocolError):
+        RankBeat.from_json(json.dumps({"type": "heartbeat", "version": 1, "rank": -1}))
+
+
+def test_skips_warn_once_per_kind_and_reason(caplog: pytest.LogCaptureFixture) -> None:
+    skips = Skips()
+    with caplog.at_level(logging.WARNING, logger="commbench.protocol"):
+        for _ in range(5):
+            assert skips.decode(NodeDigest, b"garbage") is None
+            assert skips.decode(NodeDigest, b'{"type": "digest", "version": 99}') is None
+            assert skips.decode(FleetSummary, b"x" * (FleetSummary.MAX_BYTES + 10)) is None
+    assert len(skips.warnings) == 3, skips.warnings
+    assert len([r for r in caplog.records if r.name == "commbench.protocol"]) == 3
+    assert any("newer commbench" in w for w in skips.warnings)
+    assert skips.decode(NodeDigest, None) is None and len(skips.warnings) == 3
+    good = SAMPLES[5]
+    assert skips.decode(NodeDigest, good.to_json()) == good
+
+
+def test_heartbeat_files_are_read_bounded_and_refused_quietly(tmp_path: Path) -> None:
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank0.json").write_bytes(RankBeat(rank=0, pid=12, point=4).to_json())
+    (ranks / "rank1.json").write_text('{"rank": 1, "pid": 5}')  # no type: not a heartbeat
+    (ranks / "rank2.json").write_text('{"type": "heartbeat", "ver')  # torn
+    huge = ranks / "rank3.json"
+    with open(huge, "wb") as fh:  # sparse: 8 GiB that a whole read would try to load
+        fh.write(b'{"type": "heartbeat", "version": 1, "rank": 3, "phase": "')
+        fh.seek(8 << 30)
+        fh.write(b'"}')
+    skips = Skips()
+    assert read_beat(huge, skips) is None
+    beats = read_heartbeats(tmp_path, skips)
+    assert sorted(beats) == [0] and beats[0]["point"] == 4 and beats[0]["mtime"] > 0
+    assert {w.split(" (")[1].split(")")[0] for w in skips.warnings} == {"oversized", "malformed"}
+    os.unlink(huge)
