@@ -55,7 +55,7 @@ SAMPLES: list[Message] = [
     RollCallResult(nnodes=8, missing=(3,), counter=0),
     RollCallView(rank=3, error="lost peer", peers=("10.0.0.2",), answered=(0, 1), store_lost=None),
     MusterSignIn(node=1, host="n1"),
-    MusterResult(expected=4, missing=(1, 3)),
+    MusterResult(expected=4, missing=(1, 3), joined=(MusterSignIn(node=0, host="n0"),)),
 ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from commbench.launch.control import StoreDown, StoreLink, peek
 from commbench.launch.launcher import LaunchOptions
-from commbench.launch.protocol import PREFIX, MusterResult, MusterSignIn, Skips
+from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
 
 POLL = 0.2
 READ_WAIT = 10.0
@@ -110,6 +110,7 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
         result.joined = dict(roll.hosts)
     else:
         result.joined = {n: None for n in range(launch.nnodes) if n not in answer.missing}
+        result.joined.update({j.node: j.host for j in answer.joined})
         result.joined[launch.node_rank] = socket.gethostname()
     return result
 
@@ -153,9 +154,12 @@ class MusterRoll:
             joined = self.roll()
         self.hosts = dict(joined)
         # the others only need who is missing: a few bytes each when all came
+        missing = tuple(n for n in range(self.nnodes) if n not in joined)
+        named = sorted(joined.items())[:MUSTER_HOSTS] if missing else []
         result = MusterResult(
             expected=self.nnodes,
-            missing=tuple(n for n in range(self.nnodes) if n not in joined),
+            missing=missing,
+            joined=tuple(MusterSignIn(node=n, host=h) for n, h in named if h is not None),
         )
         self.link.call("set", f"{self.key}/result", result.to_json())
         until = time.monotonic() + READ_WAIT

@@ -615,12 +615,21 @@ class MusterResult(Message):
 
     expected: int
     missing: tuple[int, ...] = ()
+    joined: tuple[MusterSignIn, ...] = ()
+    """Who came, by host: only when some node is missing (every node's record of the failed
+    muster then names the hosts), and at most MUSTER_HOSTS of them."""
 
     @classmethod
     def _read(cls, f: Fields) -> MusterResult:
         expected = f.req("expected", integer_in(1, MAX_NODES))
         missing = f.req("missing", list_of(integer_in(0, expected - 1), max_items=MAX_NODES))
-        return cls(expected=expected, missing=tuple(missing))
+        joined = f.opt("joined", list_of(_nested(MusterSignIn), max_items=MUSTER_HOSTS)) or []
+        return cls(expected=expected, missing=tuple(missing), joined=tuple(joined))
+
+
+MUSTER_HOSTS = 256
+"""Hosts a failed muster's result names (a few KB each per node that reads it): beyond,
+the other nodes name who came by node rank, and node rank 0 names them all."""
 
 
 MESSAGES: dict[str, type[Message]] = {
