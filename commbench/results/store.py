@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "RunDir",
     "SuiteDir",
     "atomic_write",
+    "check_output",
     "dicts_to_csv",
     "dump_json",
     "load_json",
@@ -59,6 +61,8 @@ __all__ = [
 RUN_FILE = "run.json"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
+EVENTS_FILE = "events.jsonl"
+"""Rank 0's journal of a launched run (`launch.protocol.Journal`)."""
 SETTINGS_FILE = "settings.json"
 """What the workers of a collectives run read their settings from."""
 PLOTS_DIR = "plots"
@@ -66,6 +70,10 @@ SUITE_FILE = "suite.json"
 TOPOLOGY_FILE = "topology.json"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
+RECORD_FILES = (RUN_FILE, RESULTS_JSON, RESULTS_CSV, EVENTS_FILE, SUITE_FILE)
+"""What makes a directory a run or a suite: no command writes one of these where a user
+points it (`check_output`), whichever run it belongs to."""
+_MAX_WALKED = 100_000  # files of the inputs `check_output` looks at; a run holds dozens
 
 
 @contextlib.contextmanager
@@ -76,6 +84,93 @@ def writing(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_output(outs: Iterable[Path], reads: Iterable[Path], flag: str = "--out") -> None:
+    """Refuse, before anything is written, an output path (`--out FILE`, or each file a
+    command writes under `--out DIR`) that would overwrite what commbench reads: the one rule
+    every command that writes a file a user named goes through.
+
+    Refused, with one line naming `flag`: a path that is, by its real path or as a hard link
+    (st_dev, st_ino), any file `reads` names or any file of a run or suite directory in
+    `reads` (the entries of a suite included), except under `plots/`, where `plot` redraws
+    its figures; and any path whose real name is one of `RECORD_FILES` in a directory that
+    holds a run.json or suite.json, whichever run that is. A directory `out` is left to the
+    write itself to refuse.
+    """
+    protected = _identities(reads)
+    for out in outs:
+        real = Path(os.path.realpath(out))  # parent links resolved too, the leaf need not exist
+        try:
+            info = os.stat(real)
+        except OSError:
+            info = None  # nothing there yet (or the write will say why it cannot be)
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            continue
+        where = protected.get((info.st_dev, info.st_ino)) if info is not None else None
+        if where is not None:
+            raise UserError(
+                f"{flag} {quoted(str(out))} is {where}, which this command reads; "
+                "write the output elsewhere"
+            )
+        if real.name in RECORD_FILES and _is_record_dir(real.parent):
+            raise UserError(
+                f"{flag} {quoted(str(out))} is the {real.name} of the run or suite "
+                f"{quoted(str(real.parent))}; write the output elsewhere"
+            )
+
+
+def _is_record_dir(path: Path) -> bool:
+    return any(os.path.isfile(path / marker) for marker in (RUN_FILE, SUITE_FILE))
+
+
+def _identities(reads: Iterable[Path]) -> dict[tuple[int, int], str]:
+    """(st_dev, st_ino) of every file `reads` names, or holds if a directory (suite entries
+    that lie elsewhere included, `plots/` left out), each with how a message names it."""
+    found: dict[tuple[int, int], str] = {}
+    budget = [_MAX_WALKED]
+
+    def add(path: Path, what: str) -> None:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            if stat.S_ISREG(info.st_mode):
+                found.setdefault((info.st_dev, info.st_ino), what)
+            budget[0] -= 1
+
+    pending = [Path(p) for p in reads]
+    seen: set[str] = set()
+    while pending and budget[0] > 0:
+        top = pending.pop()
+        real = os.path.realpath(top)
+        if real in seen:
+            continue
+        seen.add(real)
+        if not os.path.isdir(real):
+            add(top, f"the input {quoted(str(top))}")
+            if Path(real).name in (RUN_FILE, SUITE_FILE):  # a run named by its record
+                pending.append(Path(real).parent)
+            continue
+        what = f"a file of {quoted(str(top))}"
+        for root, dirs, files in os.walk(real, onerror=lambda _: None):
+            dirs[:] = [d for d in dirs if d != PLOTS_DIR]
+            for name in files:
+                add(Path(root) / name, what)
+            if budget[0] <= 0:
+                break
+        pending += _suite_entries(Path(real))
+    return found
+
+
+def _suite_entries(path: Path) -> list[Path]:
+    """The run directories a suite directory's entries name (none when it is not one, or
+    its suite.json cannot be read: the command that reads it says why)."""
+    if not os.path.isfile(path / SUITE_FILE):
+        return []
+    try:
+        record = SuiteRecord.from_dict(load_json(path / SUITE_FILE, "suite file"), str(path))
+    except UserError:
+        return []
+    return [path / e.path for e in record.entries if e.path]
 
 
 def temp_name(path: Path, pid: int | None = None) -> Path:
