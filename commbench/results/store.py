@@ -89,35 +89,39 @@ def writing(path: Path) -> Iterator[None]:
 def check_output(outs: Iterable[Path], reads: Iterable[Path], flag: str = "--out") -> None:
     """Refuse, before anything is written, an output path (`--out FILE`, or each file a
     command writes under `--out DIR`) that would overwrite what commbench reads: the one rule
-    every command that writes a file a user named goes through.
+    every command that writes a file a user named goes through (`report`, `compare`, `topo`,
+    `plot`; the commands that make a new run or suite directory cannot overwrite one:
+    `check_parent`, `new_run_dir`).
 
-    Refused, with one line naming `flag`: a path that is, by its real path or as a hard link
-    (st_dev, st_ino), any file `reads` names or any file of a run or suite directory in
-    `reads` (the entries of a suite included), except under `plots/`, where `plot` redraws
-    its figures; and any path whose real name is one of `RECORD_FILES` in a directory that
-    holds a run.json or suite.json, whichever run that is. A directory `out` is left to the
-    write itself to refuse.
+    Refused, with one line naming `flag`, a path that (its symlinks resolved, parents
+    included):
+    - is, by name or as a hard link (st_dev, st_ino), a file `reads` names, or any file of a
+      run or suite directory in `reads` or holding a file it names (a suite's entries
+      included, wherever they lie), except under `plots/`, where `plot` redraws its figures;
+    - is named as one of `RECORD_FILES` in a run or suite directory, whichever run it is;
+    - is an existing file with other hard links: writing it writes them too, and whether one
+      is the record of a run elsewhere cannot be told from here.
+    A directory is left to the write itself to refuse.
     """
     protected = _identities(reads)
     for out in outs:
-        real = Path(os.path.realpath(out))  # parent links resolved too, the leaf need not exist
+        real = Path(os.path.realpath(out))
         try:
-            info = os.stat(real)
+            info: os.stat_result | None = os.stat(real)
         except OSError:
             info = None  # nothing there yet (or the write will say why it cannot be)
         if info is not None and stat.S_ISDIR(info.st_mode):
             continue
         where = protected.get((info.st_dev, info.st_ino)) if info is not None else None
         if where is not None:
-            raise UserError(
-                f"{flag} {quoted(str(out))} is {where}, which this command reads; "
-                "write the output elsewhere"
-            )
-        if real.name in RECORD_FILES and _is_record_dir(real.parent):
-            raise UserError(
-                f"{flag} {quoted(str(out))} is the {real.name} of the run or suite "
-                f"{quoted(str(real.parent))}; write the output elsewhere"
-            )
+            why = f"is {where}, which this command reads"
+        elif real.name in RECORD_FILES and _is_record_dir(real.parent):
+            why = f"is the {real.name} of the run or suite {shown(real.parent)}"
+        elif info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            why = f"is one of {info.st_nlink} hard links to one file, which would change them all"
+        else:
+            continue
+        raise UserError(f"{flag} {shown(out)} {why}; write the output elsewhere")
 
 
 def _is_record_dir(path: Path) -> bool:
@@ -125,37 +129,36 @@ def _is_record_dir(path: Path) -> bool:
 
 
 def _identities(reads: Iterable[Path]) -> dict[tuple[int, int], str]:
-    """(st_dev, st_ino) of every file `reads` names, or holds if a directory (suite entries
-    that lie elsewhere included, `plots/` left out), each with how a message names it."""
+    """(st_dev, st_ino) of every file `reads` names, and of every file of the run and suite
+    directories they name or lie in (suite entries included, `plots/` left out), each with
+    how a message names it."""
     found: dict[tuple[int, int], str] = {}
-    budget = [_MAX_WALKED]
-
-    def add(path: Path, what: str) -> None:
-        with contextlib.suppress(OSError):
-            info = os.stat(path)
-            if stat.S_ISREG(info.st_mode):
-                found.setdefault((info.st_dev, info.st_ino), what)
-            budget[0] -= 1
-
-    pending = [Path(p) for p in reads]
+    walked = 0
+    pending = [Path(p) for p in reads if str(p) != "-"]  # "-": stdin, no file
     seen: set[str] = set()
-    while pending and budget[0] > 0:
+    while pending and walked < _MAX_WALKED:
         top = pending.pop()
         real = os.path.realpath(top)
         if real in seen:
             continue
         seen.add(real)
         if not os.path.isdir(real):
-            add(top, f"the input {quoted(str(top))}")
-            if Path(real).name in (RUN_FILE, SUITE_FILE):  # a run named by its record
+            with contextlib.suppress(OSError):
+                info = os.stat(real)
+                found.setdefault((info.st_dev, info.st_ino), f"the input {shown(top)}")
+            if _is_record_dir(Path(real).parent):  # a run named by a file of it (run.json)
                 pending.append(Path(real).parent)
             continue
-        what = f"a file of {quoted(str(top))}"
+        what = f"a file of {shown(top)}"
         for root, dirs, files in os.walk(real, onerror=lambda _: None):
             dirs[:] = [d for d in dirs if d != PLOTS_DIR]
             for name in files:
-                add(Path(root) / name, what)
-            if budget[0] <= 0:
+                walked += 1
+                with contextlib.suppress(OSError):
+                    info = os.stat(os.path.join(root, name))
+                    if stat.S_ISREG(info.st_mode):
+                        found.setdefault((info.st_dev, info.st_ino), what)
+            if walked >= _MAX_WALKED:
                 break
         pending += _suite_entries(Path(real))
     return found
