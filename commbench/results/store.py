@@ -20,6 +20,7 @@ run that dies leaves valid files with every point measured before.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import time
@@ -32,7 +33,7 @@ from commbench.errors import UserError, quoted
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
 from commbench.results.exporters import dicts_to_csv, rows_to_csv
-from commbench.results.record import RunRecord, SuiteRecord
+from commbench.results.record import RunRecord, RunStatus, Silence, SuiteRecord
 from commbench.results.schema import (
     SCHEMA_VERSION,
     ResultRow,
@@ -174,6 +175,24 @@ def _suite_entries(path: Path) -> list[Path]:
     except UserError:
         return []
     return [path / e.path for e in record.entries if e.path]
+
+
+def silence_of(dirs: Iterable[Path], timeout_s: float) -> Silence | None:
+    """How long nothing has changed in `dirs` (a run or suite directory and its running
+    entries): their own times, and those of the files and folders directly in them, where
+    each rewrite through `atomic_write` lands (a heartbeat in ranks/ twice a second). None
+    when none of them can be read: then nothing is concluded."""
+    newest: float | None = None
+    for path in dirs:
+        with contextlib.suppress(OSError), os.scandir(path) as entries:
+            times = [os.stat(path).st_mtime]
+            for entry in itertools.islice(entries, _MAX_WALKED):
+                with contextlib.suppress(OSError):
+                    times.append(entry.stat(follow_symlinks=False).st_mtime)
+            newest = max(times) if newest is None else max(newest, *times)
+    if newest is None:
+        return None
+    return Silence(seconds=time.time() - newest, timeout_s=timeout_s)
 
 
 def temp_name(path: Path, pid: int | None = None) -> Path:
@@ -343,8 +362,10 @@ class RunDir:
     def read_record(self) -> RunRecord:
         """run.json, every field checked, its status as a reader must take it
         (`RunRecord.recognised`)."""
-        data = load_json(self.run_file)
-        return RunRecord.from_dict(data, shown(self.run_file)).recognised()
+        record = RunRecord.from_dict(load_json(self.run_file), shown(self.run_file))
+        if record.status is not RunStatus.RUNNING:
+            return record
+        return record.recognised(silence_of([self.path], record.timeout_s))
 
     def write_rows(self, rows: list[ResultRow], *, p2p: bool = False) -> None:
         write_results(self.path, rows, p2p=p2p)
@@ -401,5 +422,12 @@ class SuiteDir:
 
     def read_record(self) -> SuiteRecord:
         """suite.json, every field checked, its status as a reader must take it."""
-        data = load_json(self.suite_file, "suite file")
-        return SuiteRecord.from_dict(data, shown(self.suite_file)).recognised()
+        record = SuiteRecord.from_dict(
+            load_json(self.suite_file, "suite file"), shown(self.suite_file)
+        )
+        if record.status is not RunStatus.RUNNING:
+            return record
+        running = [
+            self.path / e.path for e in record.entries if e.path and e.status is RunStatus.RUNNING
+        ]
+        return record.recognised(silence_of([self.path, *running], record.timeout_s))
