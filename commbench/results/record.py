@@ -428,19 +428,19 @@ def recognise(
         return status, failure
     if running is False and writer is not None:
         return RunStatus.INTERRUPTED, f"its launcher (pid {writer.pid}) is gone"
-    who = (
-        f"its launcher (pid {writer.pid}) runs on host {writer.host}"
-        if writer is not None
-        else "no launcher is recorded"
-    )
     if silence is not None and silence.dead:
+        who = "its launcher" if writer is None else f"its launcher (pid {writer.pid})"
+        where = "" if writer is None else f" on host {writer.host}"
         return RunStatus.INTERRUPTED, (
-            f"{who}, and nothing was written for {silence.seconds:.0f} s, longer than its "
+            f"{who}{where} has written nothing for {silence.seconds:.0f} s, longer than its "
             f"timeout ({silence.timeout_s:g} s)"
         )
     if writer is None:
-        return status, failure or f"{who}: whether it still runs cannot be told"
-    return status, f"{who}: whether it still runs cannot be told from here"
+        return status, failure or "no launcher is recorded: whether it still runs cannot be told"
+    return status, (
+        f"its launcher (pid {writer.pid}) runs on host {writer.host}: "
+        "whether it still runs cannot be told from here"
+    )
 
 
 def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
