@@ -42,8 +42,8 @@ from commbench.fields import (
     string,
 )
 from commbench.files import dump_json
+from commbench.results.store import EVENTS_FILE as EVENTS_FILE  # spelled with a run's files
 
-EVENTS_FILE = "events.jsonl"
 RANKS_DIR = "ranks"
 LOGS_DIR = "logs"
 HEARTBEAT_INTERVAL = 0.5
