@@ -67,9 +67,11 @@ def test_report_refuses_a_file_of_the_run_it_reads(runs: dict[str, Path], name: 
 
 
 def test_report_may_write_a_new_file_into_the_run_it_reads(runs: dict[str, Path]) -> None:
-    result = cli("report", runs["a"], "--images", "none", "-o", runs["a"] / "report.md")
-    assert result.exit_code == 0, result.stderr
-    assert (runs["a"] / "report.md").read_text().startswith("#")
+    """... and rewrite it: a report is derived from the run, never read back."""
+    for images in ("none", "files", "none"):
+        result = cli("report", runs["a"], "--images", images, "-o", runs["a"] / "report.md")
+        assert result.exit_code == 0, result.stderr
+        assert (runs["a"] / "report.md").read_text().startswith("#")
 
 
 def test_report_refuses_the_baseline_s_files_too(runs: dict[str, Path]) -> None:

@@ -74,6 +74,11 @@ COMPARISON_MD = "comparison.md"
 RECORD_FILES = (RUN_FILE, RESULTS_JSON, RESULTS_CSV, EVENTS_FILE, SUITE_FILE)
 """What makes a directory a run or a suite: no command writes one of these where a user
 points it (`check_output`), whichever run it belongs to."""
+DOCUMENT_SUFFIXES = (".md", ".html", ".png", ".svg", ".pdf")
+DOCUMENT_FILES = "_files"
+"""What a command derives from a run and may write into it, then rewrite (`report -o
+RUN/report.md`, its `report_files/` images): no command reads them back, so they are not the
+run's to protect. A document named as an input is still protected by its identity."""
 _MAX_WALKED = 100_000  # files of the inputs `check_output` looks at; a run holds dozens
 
 
@@ -152,9 +157,11 @@ def _identities(reads: Iterable[Path]) -> dict[tuple[int, int], str]:
             continue
         what = f"a file of {shown(top)}"
         for root, dirs, files in os.walk(real, onerror=lambda _: None):
-            dirs[:] = [d for d in dirs if d != PLOTS_DIR]
+            dirs[:] = [d for d in dirs if d != PLOTS_DIR and not d.endswith(DOCUMENT_FILES)]
             for name in files:
                 walked += 1
+                if name.endswith(DOCUMENT_SUFFIXES) and name not in RECORD_FILES:
+                    continue  # a report written into the run is rewritten by the next one
                 with contextlib.suppress(OSError):
                     info = os.stat(os.path.join(root, name))
                     if stat.S_ISREG(info.st_mode):
