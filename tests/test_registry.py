@@ -271,4 +271,4 @@ def test_the_worker_measures_and_checks_a_new_entry(
     ]
     checks = {r["op"]: r["check"] for r in rows}
     assert checks == {"toy_copy": CHECK_OK, "toy_broken": CHECK_FAILED, "all_reduce": CHECK_OK}
-    assert events[-1] == {"type": "done"}
+    assert events[-1] == {"type": "done", "version": 1}  # a `protocol.Done`
