@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 OUT_OF_PLACE_OP = "all_gather (out of place, 1 rank: a device copy)"
 """What is timed on one rank, where an in-place all_reduce would move nothing."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.specs import OPS, STRATEGIES, NOT_MEASURED_ONE_RANK
+from commbench.collectives.specs import NOT_MEASURED_ONE_RANK, OPS, STRATEGIES
 
 REPO = Path(__file__).resolve().parents[1]
 
