@@ -86,6 +86,8 @@ def test_busbw_factor_follows_performance_md(key: tuple[str, str]) -> None:
     for n in WORLDS:
         if formula is None:
             assert spec.busbw_factor(n) is None and spec.latency_only
+        elif n == 1:
+            assert spec.busbw_factor(n) is None  # nothing moves between ranks: no bandwidth
         else:
             assert spec.busbw_factor(n) == pytest.approx(formula(n)), n
 
