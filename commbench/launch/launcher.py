@@ -32,6 +32,7 @@ from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
+    RUN_MARKER,
 )
 from commbench.launch.rendezvous import host_store_args
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
@@ -47,8 +48,6 @@ POLL = 0.1
 DESCENDANTS_SCAN = 2.0
 # Seconds torchrun may take to exit after its workers finished before it is stopped.
 AGENT_LINGER = 10.0
-# Every process of a run has this in its environment, set to the run directory.
-RUN_MARKER = "COMMBENCH_RUN_DIR"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -385,11 +384,15 @@ def run_collectives(
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
         signals.hold()
-        with contextlib.suppress(CommbenchError):  # RunDirGone included
-            watch.poll(on_row)  # rows journalled just before the end
+        # Every process that could still journal is stopped, and gone, before the journal is
+        # read for the last time: workers outlive a killed torchrun agent, and a row rank 0
+        # journals after that read (it was between two points when the agent died) would be
+        # in events.jsonl and in no result file.
         leftover = {p for p in watch.pids if procs.alive(p)}
         leftover |= procs.marked(RUN_MARKER, worker_env[RUN_MARKER])  # run_dir may be gone
         procs.stop_all(leftover, grace=1.0)
+        with contextlib.suppress(CommbenchError):  # RunDirGone included
+            watch.read_journal(on_row, final=True)  # rows journalled up to the end
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
             record.note = (
@@ -416,10 +419,16 @@ def run_collectives(
         record.finished_at = now()
         gone = watch.run_dir_problem()
         unwritable = None
+        if watch.reader.torn:
+            record.warnings.append(
+                f"{watch.reader.torn} line(s) of the journal (events.jsonl) were cut short, "
+                "by a writer killed while writing them, and skipped"
+            )
         if gone is None:  # never write into a directory that replaced ours
             try:
-                life.finish(status, failure)
+                # the rows first: a run.json that says the run ended vouches for them
                 life.dir.write_rows(watch.rows)
+                life.finish(status, failure)
             except UserError as exc:  # not bad input: the run's own directory failed under it
                 unwritable = str(exc)
     # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from commbench.errors import UserError
 from commbench.files import shown
 from commbench.health.findings import Finding, run_findings
+from commbench.results.lifecycle import settle
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
@@ -122,6 +123,7 @@ class Suite:
 def load_run(path: Path) -> Run:
     """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
     run_dir = RunDir.of(path)
+    settle(run_dir)  # a run whose launcher was killed outright is ended by its first reader
     record = run_dir.read_record()
     # what a version-1 p2p row, which did not store it, gets as its world size
     world = record.context.device_count or len(record.context.device_names) or 1
