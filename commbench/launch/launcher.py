@@ -32,7 +32,10 @@ from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
+    RESULTS_AT_FILE,
     RUN_MARKER,
+    ProtocolError,
+    ResultsAt,
 )
 from commbench.launch.rendezvous import host_store_args
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
@@ -296,7 +299,8 @@ def run_collectives(
     )
     record, run_dir = life.record, life.path
     life.dir.write_settings(all_settings)
-    life.dir.write_rows([])
+    if launch.nnodes == 1:  # the one node writes the rows; across nodes, only rank 0's
+        life.dir.write_rows([])
     worker_env = _worker_env(run_dir, launch)
     # the knobs the workers ran with (--debug's included), not only the launcher's own
     context.env = env_knobs(worker_env)
@@ -407,9 +411,9 @@ def run_collectives(
         if watch.control is not None:
             watch.control.stop()
             _add_watch(record, watch.control)
-        record.holds_results = writer
-        if not writer and launch.nnodes > 1:
-            record.note = "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+        record.holds_results = writer or launch.nnodes == 1
+        if not record.holds_results:
+            _say_where_results_are(record, run_dir)
         _add_workers(context, watch.worker_context)
         _add_node_health(context, watch.node_health)
         context.probe = probe_info
@@ -425,12 +429,21 @@ def run_collectives(
                 "by a writer killed while writing them, and skipped"
             )
         if gone is None:  # never write into a directory that replaced ours
+            # the rows first: a run.json that says the run ended vouches for them, and one
+            # that could not have them written says so
             try:
-                # the rows first: a run.json that says the run ended vouches for them
-                life.dir.write_rows(watch.rows)
-                life.finish(status, failure)
+                if record.holds_results:
+                    life.dir.write_rows(watch.rows)
+                else:  # no file without rows that could pass for a result
+                    life.dir.remove_rows()
             except UserError as exc:  # not bad input: the run's own directory failed under it
                 unwritable = str(exc)
+                if status == RunStatus.COMPLETE:
+                    status, failure = RunStatus.FAILED, unwritable
+            try:
+                life.finish(status, failure)
+            except UserError as exc:
+                unwritable = unwritable or str(exc)
     # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
     # and one that came while the record was written is in `held`, read after the last one
     # could land there
@@ -444,7 +457,8 @@ def run_collectives(
             raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
     if unwritable is not None:
-        raise RunFailed(f"{failure or status}; and {unwritable}", stop_requested=stop_requested)
+        why = unwritable if failure == unwritable else f"{failure or status}; and {unwritable}"
+        raise RunFailed(why, stop_requested=stop_requested)
     return Outcome(
         run_dir=run_dir,
         status=status,
@@ -455,6 +469,23 @@ def run_collectives(
         record=record,
         stop_requested=stop_requested,
     )
+
+
+def _say_where_results_are(record: RunRecord, run_dir: Path) -> None:
+    """On a node that did not run global rank 0: name, in run.json, the host and directory
+    that hold the rows, as this node's workers learnt them (`ResultsAt`), in `launch` and in
+    the note."""
+    at = None
+    with contextlib.suppress(OSError, ProtocolError):
+        at = ResultsAt.from_json(
+            (run_dir / RESULTS_AT_FILE).read_bytes()[: ResultsAt.MAX_BYTES + 1]
+        )
+    where = "the run directory on global rank 0's node"
+    if at is not None:
+        where = f"{at.run_dir} on host {at.host} (node {at.node})"
+        if record.launch is not None:
+            record.launch["results_at"] = {"node": at.node, "host": at.host, "run_dir": at.run_dir}
+    record.note = f"this node did not run global rank 0: the rows are in {where}"
 
 
 def _add_watch(record: RunRecord, control: ControlPlane) -> None:

@@ -270,6 +270,33 @@ class Done(Message):
         return cls()
 
 
+RESULTS_AT_FILE = "results-at.json"
+"""In the run directory of every node but global rank 0's: where the run's rows are."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultsAt(Message):
+    """Where a multi-node run's rows are: the node, host and run directory of global rank 0,
+    the only process that journals them. torchrun's c10d rendezvous gives group rank 0 to
+    whichever node it sorts first, not to the one launched with `--node-rank 0`; local rank
+    0 of every other node writes this for its launcher, whose run.json then names them."""
+
+    KIND: ClassVar[str] = "results-at"
+    MAX_BYTES: ClassVar[int] = 8192
+
+    node: int
+    host: str
+    run_dir: str
+
+    @classmethod
+    def _read(cls, f: Fields) -> ResultsAt:
+        return cls(
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.req("host", _text),
+            run_dir=f.req("run_dir", string),
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failed(Message):
     """A journaling rank failed: its own words, before it exits."""

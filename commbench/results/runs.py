@@ -74,6 +74,16 @@ class Run:
         """How the run did not finish (`RunRecord.unfinished`); None when it did."""
         return self.record.unfinished
 
+    def held_here(self) -> Run:
+        """This run, where its directory holds its rows; UserError, in one line saying where
+        they are, for a node of a multi-node run that did not run global rank 0 (its
+        run.json names the host and directory that hold them). For the commands that read a
+        run's rows (report, compare, plot): nothing to show is not a result."""
+        if self.record.holds_results is False and not self.rows:
+            where = self.record.note or "this node did not run global rank 0, whose node holds them"
+            raise UserError(f"{shown(self.path)}: holds no rows: {where}")
+        return self
+
     def health_findings(self) -> list[Finding]:
         """Links below their maximum and error counters that moved during the run
         (`health.findings` on `context.health`); empty for a record without health."""
