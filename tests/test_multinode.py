@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from commbench.cli import app
 from commbench.results.runs import load_run
 
 pytestmark = pytest.mark.integration
@@ -67,10 +69,26 @@ def test_two_nodes_two_ranks_each_make_world_4(tmp_path: Path, free_port: int) -
     assert all(row.world_size == 4 and row.check == "ok" for row in run.rows)
     assert run.record.launch["nnodes"] == 2
     other = next(r for r in runs if not r.rows)
-    assert other.record.status == "complete" and "rank 0's node" in other.record.note
+    assert other.record.status == "complete" and other.record.holds_results is False
+    # the rendezvous gives group rank 0 to either node: the other one names where the rows
+    # are, and leaves no result file without rows behind
+    at = other.record.launch["results_at"]
+    assert Path(at["run_dir"]) == run.path.resolve() and at["host"] == run.context.host
+    assert at["node"] == run.context.ranks[0]["node"]
+    assert f"the rows are in {run.path.resolve()} on host {at['host']}" in other.record.note
+    assert not (other.path / "results.csv").exists()
+    assert not (other.path / "results.json").exists()
+    assert (run.path / "results.csv").exists() and (run.path / "results.json").exists()
     stderr = {i: out[1] for i, out in enumerate(outputs)}
     assert any("complete: this node did not run global rank 0" in e for e in stderr.values())
     assert not any("complete: 0/" in e for e in stderr.values())
+    cli = CliRunner()
+    for command in (["report", str(other.path)], ["compare", str(run.path), str(other.path)]):
+        result = cli.invoke(app, command)
+        assert result.exit_code == 2, (command, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "holds no rows" in lines[0], result.stderr
+        assert str(run.path.resolve()) in lines[0]
 
 
 def test_debug_and_profile_write_into_the_run_directory(tmp_path: Path) -> None:

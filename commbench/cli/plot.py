@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
             from commbench.results.store import PLOTS_DIR
 
             peak_gbps = check_peak(parse_number(peak, "--peak")) if peak is not None else None
-            loaded = [load_run(p) for p in expand_runs(runs)]
+            loaded = [load_run(p).held_here() for p in expand_runs(runs)]
             for run in loaded:  # its points are drawn, but they are not a finished run's
                 if run.unfinished:
                     typer.echo(f"commbench: warning: {run.path} {run.unfinished}", err=True)

@@ -32,6 +32,10 @@ from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
+    RESULTS_AT_FILE,
+    RUN_MARKER,
+    ProtocolError,
+    ResultsAt,
 )
 from commbench.launch.pythonpath import with_package_path
 from commbench.launch.rendezvous import host_store_args
@@ -48,8 +52,6 @@ POLL = 0.1
 DESCENDANTS_SCAN = 2.0
 # Seconds torchrun may take to exit after its workers finished before it is stopped.
 AGENT_LINGER = 10.0
-# Every process of a run has this in its environment, set to the run directory.
-RUN_MARKER = "COMMBENCH_RUN_DIR"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -298,7 +300,8 @@ def run_collectives(
     )
     record, run_dir = life.record, life.path
     life.dir.write_settings(all_settings)
-    life.dir.write_rows([])
+    if launch.nnodes == 1:  # the one node writes the rows; across nodes, only rank 0's
+        life.dir.write_rows([])
     worker_env = _worker_env(run_dir, launch)
     # the knobs the workers ran with (--debug's included), not only the launcher's own
     context.env = env_knobs(worker_env)
@@ -386,11 +389,15 @@ def run_collectives(
         # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
         # it is held, and reported as `stop_requested`
         signals.hold()
-        with contextlib.suppress(CommbenchError):  # RunDirGone included
-            watch.poll(on_row)  # rows journalled just before the end
+        # Every process that could still journal is stopped, and gone, before the journal is
+        # read for the last time: workers outlive a killed torchrun agent, and a row rank 0
+        # journals after that read (it was between two points when the agent died) would be
+        # in events.jsonl and in no result file.
         leftover = {p for p in watch.pids if procs.alive(p)}
         leftover |= procs.marked(RUN_MARKER, worker_env[RUN_MARKER])  # run_dir may be gone
         procs.stop_all(leftover, grace=1.0)
+        with contextlib.suppress(CommbenchError):  # RunDirGone included
+            watch.read_journal(on_row, final=True)  # rows journalled up to the end
         writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
         if agent_stuck:
             record.note = (
@@ -405,9 +412,9 @@ def run_collectives(
         if watch.control is not None:
             watch.control.stop()
             _add_watch(record, watch.control)
-        record.holds_results = writer
-        if not writer and launch.nnodes > 1:
-            record.note = "this node did not run global rank 0: the results are in the run directory on rank 0's node"
+        record.holds_results = writer or launch.nnodes == 1
+        if not record.holds_results:
+            _say_where_results_are(record, run_dir)
         _add_workers(context, watch.worker_context)
         _add_node_health(context, watch.node_health)
         context.probe = probe_info
@@ -417,12 +424,27 @@ def run_collectives(
         record.finished_at = now()
         gone = watch.run_dir_problem()
         unwritable = None
+        if watch.reader.torn:
+            record.warnings.append(
+                f"{watch.reader.torn} line(s) of the journal (events.jsonl) were cut short, "
+                "by a writer killed while writing them, and skipped"
+            )
         if gone is None:  # never write into a directory that replaced ours
+            # the rows first: a run.json that says the run ended vouches for them, and one
+            # that could not have them written says so
             try:
-                life.finish(status, failure)
-                life.dir.write_rows(watch.rows)
+                if record.holds_results:
+                    life.dir.write_rows(watch.rows)
+                else:  # no file without rows that could pass for a result
+                    life.dir.remove_rows()
             except UserError as exc:  # not bad input: the run's own directory failed under it
                 unwritable = str(exc)
+                if status == RunStatus.COMPLETE:
+                    status, failure = RunStatus.FAILED, unwritable
+            try:
+                life.finish(status, failure)
+            except UserError as exc:
+                unwritable = unwritable or str(exc)
     # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
     # and one that came while the record was written is in `held`, read after the last one
     # could land there
@@ -436,7 +458,8 @@ def run_collectives(
             raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
     if unwritable is not None:
-        raise RunFailed(f"{failure or status}; and {unwritable}", stop_requested=stop_requested)
+        why = unwritable if failure == unwritable else f"{failure or status}; and {unwritable}"
+        raise RunFailed(why, stop_requested=stop_requested)
     return Outcome(
         run_dir=run_dir,
         status=status,
@@ -447,6 +470,23 @@ def run_collectives(
         record=record,
         stop_requested=stop_requested,
     )
+
+
+def _say_where_results_are(record: RunRecord, run_dir: Path) -> None:
+    """On a node that did not run global rank 0: name, in run.json, the host and directory
+    that hold the rows, as this node's workers learnt them (`ResultsAt`), in `launch` and in
+    the note."""
+    at = None
+    with contextlib.suppress(OSError, ProtocolError):
+        at = ResultsAt.from_json(
+            (run_dir / RESULTS_AT_FILE).read_bytes()[: ResultsAt.MAX_BYTES + 1]
+        )
+    where = "the run directory on global rank 0's node"
+    if at is not None:
+        where = f"{at.run_dir} on host {at.host} (node {at.node})"
+        if record.launch is not None:
+            record.launch["results_at"] = {"node": at.node, "host": at.host, "run_dir": at.run_dir}
+    record.note = f"this node did not run global rank 0: the rows are in {where}"
 
 
 def _add_watch(record: RunRecord, control: ControlPlane) -> None:

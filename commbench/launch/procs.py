@@ -87,8 +87,15 @@ def signal_all(pids: set[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+# Seconds a SIGKILLed process may take to be gone (one in uninterruptible sleep, on a slow
+# file system, can take a while; beyond this it is left as it is).
+KILL_WAIT = 10.0
+
+
 def stop_all(pids: set[int], grace: float) -> None:
-    """SIGTERM, then SIGKILL after `grace`. A stopped process (SIGSTOP, a debugger) is killed
+    """SIGTERM, then SIGKILL after `grace`, and return once each is gone (or after KILL_WAIT
+    more): a process that is still dying may still be writing, and whoever reads its files
+    next must see everything it wrote. A stopped process (SIGSTOP, a debugger) is killed
     outright: resumed to act on SIGTERM, it would run on for a moment (finish a collective,
     publish a fresh heartbeat to the other nodes) and blur which rank stopped the run."""
     stopped = {p for p in pids if state(p) in ("T", "t")}
@@ -98,6 +105,9 @@ def stop_all(pids: set[int], grace: float) -> None:
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     signal_all({p for p in pids if alive(p)}, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.01)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -55,6 +55,8 @@ STARTUP_TIMEOUT = 120.0
 LAUNCHER_GONE_EXIT = 3
 # The launcher's pid, in each worker's environment.
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
+# Every process of a run has this in its environment, set to the run directory.
+RUN_MARKER = "COMMBENCH_RUN_DIR"
 
 PREFIX = "commbench/"
 """Every key commbench writes in a store starts with this."""
@@ -266,6 +268,33 @@ class Done(Message):
     @classmethod
     def _read(cls, f: Fields) -> Done:
         return cls()
+
+
+RESULTS_AT_FILE = "results-at.json"
+"""In the run directory of every node but global rank 0's: where the run's rows are."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultsAt(Message):
+    """Where a multi-node run's rows are: the node, host and run directory of global rank 0,
+    the only process that journals them. torchrun's c10d rendezvous gives group rank 0 to
+    whichever node it sorts first, not to the one launched with `--node-rank 0`; local rank
+    0 of every other node writes this for its launcher, whose run.json then names them."""
+
+    KIND: ClassVar[str] = "results-at"
+    MAX_BYTES: ClassVar[int] = 8192
+
+    node: int
+    host: str
+    run_dir: str
+
+    @classmethod
+    def _read(cls, f: Fields) -> ResultsAt:
+        return cls(
+            node=f.req("node", integer_in(0, MAX_NODES)),
+            host=f.req("host", _text),
+            run_dir=f.req("run_dir", string),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -687,42 +716,72 @@ def heartbeat_path(run_dir: Path, rank: int) -> Path:
     return run_dir / RANKS_DIR / f"rank{rank}.json"
 
 
+ROW_EVENT = "row"
+"""The journal event that carries a measured point (`{"type": "row", "row": ResultRow}`)."""
+
+
 class Journal:
-    """Append-only JSON-lines writer. One write() per line, so lines never interleave."""
+    """Append-only JSON-lines writer. A line and its newline go out in one write(), so lines
+    never interleave; a short write (a full disk) is finished by the next, never left for
+    the following line to be glued onto."""
 
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: Message | dict[str, Any]) -> None:
         if isinstance(event, Message):
-            os.write(self._fd, event.to_json() + b"\n")
+            line = event.to_json() + b"\n"
         else:
-            os.write(self._fd, dump_json(event, indent=None).encode())  # strict: NaN is null
+            line = dump_json(event, indent=None).encode()  # strict: NaN is null; ends in \n
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
         os.close(self._fd)
 
 
 class JournalReader:
-    """Reads complete lines appended since the last call."""
+    """Reads the complete lines appended since the last call.
+
+    A line the writer has not finished is kept for the next call; once every process that
+    could write has exited, `read(final=True)` also takes an unterminated last line that is
+    a whole event (its writer was killed between the object and its newline). A line that
+    is not JSON (cut short by a kill, then glued to the next) is skipped and counted in
+    `torn`, never a reason to stop reading."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
         self._partial = b""
+        self.torn = 0
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self, *, final: bool = False) -> list[dict[str, Any]]:
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._offset)
                 data = fh.read()
         except FileNotFoundError:
-            return []
+            data = b""
         self._offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
+        lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        return [json.loads(line) for line in lines if line.strip()]
+        if final and self._partial.strip():
+            lines.append(self._partial)
+            self._partial = b""
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
+                event = None
+            if isinstance(event, dict):
+                events.append(event)
+            else:
+                self.torn += 1
+        return events
 
 
 def read_beat(path: Path, skips: Skips | None = None) -> tuple[RankBeat, float] | None:

@@ -23,6 +23,7 @@ from commbench.launch.control import ControlPlane
 from commbench.launch.protocol import (
     EVENTS_FILE,
     HEARTBEAT_INTERVAL,
+    ROW_EVENT,
     STARTUP_TIMEOUT,
     FleetSummary,
     HealthGathered,
@@ -116,25 +117,7 @@ class Watch:
         return None if same else f"the run directory {self.run_dir} was deleted or replaced"
 
     def poll(self, on_row: Callable[[ResultRow], None]) -> None:
-        problem = self.run_dir_problem()
-        if problem:
-            raise RunDirGone(problem)
-        for event in self.reader.read():
-            kind = event.get("type")
-            if kind == "context":
-                self.worker_context = {k: v for k, v in event.items() if k != "type"}
-            elif kind == "row":
-                row = ResultRow.from_dict(event["row"])
-                self.rows.append(row)
-                self.failed_checks.extend(event.get("failed_ranks", []))
-                write_results(self.run_dir, self.rows)
-                on_row(row)
-            elif kind == "done":
-                self.done = True
-            elif kind == HealthGathered.KIND:
-                self._add_health(event)
-            elif self.on_event is not None:
-                self.on_event(event)
+        self.read_journal(on_row)
         local = read_heartbeats(self.run_dir, self.skips)
         for beat in local.values():
             if beat.get("pid"):
@@ -159,6 +142,30 @@ class Watch:
             self.last_signature = signature
             self.last_progress = time.monotonic()
         self._note_stopped()
+
+    def read_journal(self, on_row: Callable[[ResultRow], None], *, final: bool = False) -> None:
+        """Take in what rank 0 journaled since the last read, rewriting the result files
+        after each row. `final`: every process that could write is gone, so the journal is
+        whole; an unterminated last line that is a whole event counts (`JournalReader`)."""
+        problem = self.run_dir_problem()
+        if problem:
+            raise RunDirGone(problem)
+        for event in self.reader.read(final=final):
+            kind = event.get("type")
+            if kind == "context":
+                self.worker_context = {k: v for k, v in event.items() if k != "type"}
+            elif kind == ROW_EVENT:
+                row = ResultRow.from_dict(event.get("row"))
+                self.rows.append(row)
+                self.failed_checks.extend(event.get("failed_ranks", []))
+                write_results(self.run_dir, self.rows)
+                on_row(row)
+            elif kind == "done":
+                self.done = True
+            elif kind == HealthGathered.KIND:
+                self._add_health(event)
+            elif self.on_event is not None:
+                self.on_event(event)
 
     def _add_health(self, event: dict[str, Any]) -> None:
         try:

@@ -34,12 +34,14 @@ from commbench.launch.heartbeat import Heartbeat
 from commbench.launch.protocol import (
     EVENTS_FILE,
     LAUNCHER_PID_ENV,
+    RESULTS_AT_FILE,
     STARTUP_TIMEOUT,
     Done,
     Failed,
     Health,
     HealthGathered,
     Journal,
+    ResultsAt,
     heartbeat_path,
 )
 from commbench.results.schema import (
@@ -50,7 +52,7 @@ from commbench.results.schema import (
     RankTimes,
     ResultRow,
 )
-from commbench.results.store import RunDir
+from commbench.results.store import RunDir, atomic_write
 from commbench.stats import quantile
 from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 
@@ -167,11 +169,27 @@ class Worker:
         dist.all_gather_object(ranks, info)
         self.ranks_info: list[dict[str, Any]] = ranks
         """Every rank's host, node and device, in global rank order."""
+        self.tell_where_results_are()
         self.health_before = self.gather_health(nics=True)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(ranks)})
             self.journal_health("before", self.health_before)
+
+    def tell_where_results_are(self) -> None:
+        """On a multi-node run, global rank 0 sends its run directory to every rank (a world
+        collective), and local rank 0 of every other node writes it, with rank 0's node and
+        host, for its launcher (`ResultsAt`): that node's run.json then says where the rows
+        are, whichever node the rendezvous made group rank 0."""
+        writer = self.ranks_info[0]
+        if len({r["node"] for r in self.ranks_info}) < 2:
+            return
+        where: list[Any] = [str(self.run_dir.resolve()) if self.rank == 0 else None]
+        dist.broadcast_object_list(where, src=0)
+        if self.local_rank != 0 or self.node == writer["node"]:
+            return
+        at = ResultsAt(node=writer["node"], host=str(writer["host"]), run_dir=str(where[0]))
+        atomic_write(self.run_dir / RESULTS_AT_FILE, at.to_json())
 
     def gather_health(self, *, nics: bool = False) -> list[Health]:
         """On a multi-node run, every node's link health snapshot, taken by its local rank 0

@@ -373,6 +373,8 @@ def build_report(
     path = Path(path)
     blocks: list[Block]
     loaded = load(path)
+    if not isinstance(loaded, Suite):
+        loaded.held_here()
     if isinstance(loaded, Suite):
         record = loaded.record
         blocks = [Heading(1, f"commbench suite {record.name}: {path.name}"), Contents((2,))]

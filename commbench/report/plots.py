@@ -297,7 +297,7 @@ def plot_paths(
     peak_gbps: float | None = None,
     labels: Sequence[str] | None = None,
 ) -> list[Path]:
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p).held_here() for p in paths]
     return plot_runs(runs, out_dir, formats, peak_gbps=peak_gbps, labels=labels)
 
 

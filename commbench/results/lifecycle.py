@@ -9,7 +9,8 @@ it), and ends it complete, failed or interrupted through here.
 
 A record saying "running" names its writer (`ProcessId`): a writer killed outright (SIGKILL,
 OOM), or one that can no longer write (full disk), leaves it so; readers then check that
-writer (`RunRecord.recognised`).
+writer (`RunRecord.recognised`), and the first reader on its host ends the run for it
+(`settle`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from commbench.errors import UserError
+from commbench.files import shown
 from commbench.health.record import HealthSnapshot, RunHealth
-from commbench.processes import ProcessId
+from commbench.launch.procs import environ
+from commbench.launch.protocol import (
+    EVENTS_FILE,
+    ROW_EVENT,
+    RUN_MARKER,
+    JournalReader,
+    read_heartbeats,
+)
+from commbench.processes import ProcessId, alive
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
-from commbench.results.store import RunDir, SuiteDir
+from commbench.results.schema import ResultRow
+from commbench.results.store import (
+    RESULTS_CSV,
+    RESULTS_JSON,
+    RUN_FILE,
+    RunDir,
+    SuiteDir,
+    load_json,
+    temp_name,
+)
 
 R = TypeVar("R", RunRecord, SuiteRecord)
 D = TypeVar("D", RunDir, SuiteDir)
@@ -127,3 +147,75 @@ def start_suite(parent: Path, record: SuiteRecord) -> Life[SuiteDir, SuiteRecord
     life = Life(directory, record, directory.write_record)
     life.save()
     return life
+
+
+def settle(directory: RunDir) -> RunRecord | None:
+    """End, for it, a run whose launcher died outright (SIGKILL, the OOM killer): its record
+    still says "running", and the rows rank 0 journaled after the launcher's last rewrite of
+    the results (its workers measure on until they notice, within a heartbeat) are only in
+    events.jsonl. Every reader calls this first (`results.runs.load_run`); it acts only where
+    the launcher is known to be gone (this host: `ProcessId.running()` is False) and no
+    process of the run is left that could still journal. The result files are rewritten from
+    the journal, then run.json says interrupted and why, with its points. Returns the record
+    written; None when there was nothing to settle or the directory cannot be written (the
+    reader then takes the record as `recognised` says)."""
+    try:
+        record = RunRecord.from_dict(load_json(directory.run_file), shown(directory.run_file))
+    except UserError:
+        return None  # the reader says what is wrong with it
+    if record.status is not RunStatus.RUNNING or record.launcher is None:
+        return None
+    if record.launcher.running() is not False or _run_processes_left(directory):
+        return None
+    try:
+        rows = directory.read_rows(kind=record.kind.value)
+    except UserError:
+        rows = []
+    journaled = _journaled_rows(directory)
+    recovered = len(journaled) - len(rows)
+    settled = record.recognised()  # interrupted: "its launcher (pid N) is gone"
+    settled.recorded_status = None
+    if settled.points_done is not None or recovered > 0:
+        settled.points_done = max(len(rows), len(journaled))
+    settled.warnings = [
+        *settled.warnings,
+        f"its launcher (pid {record.launcher.pid}) died before it finished this record; a "
+        f"reader (pid {ProcessId.of().pid}) ended it on {now()}"
+        + (f", with {recovered} point(s) taken from {EVENTS_FILE}" if recovered > 0 else ""),
+    ]
+    try:
+        if recovered > 0:  # the rows first: a run.json that says the run ended vouches for them
+            directory.write_rows(journaled)
+        directory.write_record(settled)
+    except UserError:
+        return None  # not ours to write (another user's run, a read-only copy)
+    for name in (RUN_FILE, RESULTS_JSON, RESULTS_CSV):  # what the launcher was writing
+        with contextlib.suppress(OSError):
+            temp_name(directory.path / name, record.launcher.pid).unlink(missing_ok=True)
+    return settled
+
+
+def _run_processes_left(directory: RunDir) -> bool:
+    """Whether a worker of the run still runs (it may journal one more row): a pid from its
+    heartbeat that is alive and carries the run's marker (not a later process that reused
+    the pid)."""
+    marker = str(directory.path.resolve())
+    for beat in read_heartbeats(directory.path).values():
+        pid = beat.get("pid")
+        if isinstance(pid, int) and alive(pid) and (environ(pid) or {}).get(RUN_MARKER) == marker:
+            return True
+    return False
+
+
+def _journaled_rows(directory: RunDir) -> list[ResultRow]:
+    """Every row in the run's journal, in order; [] when it has none. A row that does not
+    validate ends the list: the result files never hold a point after a gap."""
+    rows = []
+    for event in JournalReader(directory.path / EVENTS_FILE).read(final=True):
+        if event.get("type") != ROW_EVENT:
+            continue
+        try:
+            rows.append(ResultRow.from_dict(event.get("row"), f"{EVENTS_FILE}: row"))
+        except UserError:
+            break
+    return rows

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from commbench.errors import UserError
 from commbench.files import shown
 from commbench.health.findings import Finding, run_findings
+from commbench.results.lifecycle import settle
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
@@ -73,6 +74,16 @@ class Run:
         """How the run did not finish (`RunRecord.unfinished`); None when it did."""
         return self.record.unfinished
 
+    def held_here(self) -> Run:
+        """This run, where its directory holds its rows; UserError, in one line saying where
+        they are, for a node of a multi-node run that did not run global rank 0 (its
+        run.json names the host and directory that hold them). For the commands that read a
+        run's rows (report, compare, plot): nothing to show is not a result."""
+        if self.record.holds_results is False and not self.rows:
+            where = self.record.note or "this node did not run global rank 0, whose node holds them"
+            raise UserError(f"{shown(self.path)}: holds no rows: {where}")
+        return self
+
     def health_findings(self) -> list[Finding]:
         """Links below their maximum and error counters that moved during the run
         (`health.findings` on `context.health`); empty for a record without health."""
@@ -122,6 +133,7 @@ class Suite:
 def load_run(path: Path) -> Run:
     """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
     run_dir = RunDir.of(path)
+    settle(run_dir)  # a run whose launcher was killed outright is ended by its first reader
     record = run_dir.read_record()
     # what a version-1 p2p row, which did not store it, gets as its world size
     world = record.context.device_count or len(record.context.device_names) or 1

@@ -377,6 +377,12 @@ class RunDir:
     def write_rows(self, rows: list[ResultRow], *, p2p: bool = False) -> None:
         write_results(self.path, rows, p2p=p2p)
 
+    def remove_rows(self) -> None:
+        """No result files (a node of a multi-node run whose rows another node holds)."""
+        for path in (self.results_json, self.results_csv):
+            with writing(path):
+                path.unlink(missing_ok=True)
+
     def read_rows(self, *, kind: str | None = None, world_size: int = 1) -> list[ResultRow]:
         """results.json's rows, each checked, version 1 migrated (`result_rows`); [] when
         there is none."""

@@ -30,7 +30,7 @@ def load_runs(path: Path) -> dict[str, Run]:
     """The runs at `path` by entry name: every run of a suite, or the one run directory."""
     path = Path(path)
     if not is_suite(path):
-        run = load_run(path)
+        run = load_run(path).held_here()
         return {entry_name(run): run}
     return load_suite(path).runs()
 
