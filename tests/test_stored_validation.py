@@ -456,6 +456,12 @@ RANKS_CASES: list[tuple[str, str, Change, tuple[str, ...]]] = [
         ("rows[0].ranks.ranks", "9"),
     ),
     (
+        "more ranks than the row's world",
+        "results.json",
+        _set("rows[0].world_size", 2),
+        ("rows[0].ranks.ranks", "4 ranks"),
+    ),
+    (
         "context rank node 1e30",
         "run.json",
         _set("context.ranks[0].node", HUGE),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
+from commbench.collectives.specs import BACKENDS, DEVICES, DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.sizes import check_size
@@ -105,9 +105,9 @@ class CollectivesSettings:
             raise UserError(
                 f"unknown reduce op {self.reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
             )
-        if self.backend not in ("nccl", "gloo"):
+        if self.backend not in BACKENDS:
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
-        if self.device not in ("cuda", "cpu"):
+        if self.device not in DEVICES:
             raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
         if self.backend == "nccl" and self.device != "cuda":
             raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")

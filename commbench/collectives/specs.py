@@ -155,6 +155,10 @@ DTYPES: dict[str, int] = {
     "uint8": 1,
 }
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+BACKENDS = ("nccl", "gloo")
+"""torch.distributed backends commbench runs (`--backend`)."""
+DEVICES = ("cuda", "cpu")
+"""Where buffers live (`--device`)."""
 
 
 def parse_ops(text: str) -> list[str]:
