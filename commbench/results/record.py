@@ -443,7 +443,8 @@ class RunRecord:
 
     kind: RunKind
     status: RunStatus | None = None
-    """None: the file does not say (hand-made files)."""
+    """None only in memory (a stand-in for a run that is absent): a record is written, and
+    read, with its status."""
     settings: dict[str, Any] = field(default_factory=dict)
     """As the kind's settings dataclass writes them (`CollectivesSettings.to_dict()`)."""
     context: RunContext = field(default_factory=RunContext)
@@ -524,9 +525,13 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """run.json's content: the fields that say something (None and empty lists left out)."""
-        data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": self.kind.value}
-        if self.status is not None:
-            data["status"] = self.status.value
+        if self.status is None:
+            raise ValueError("a run record is written with its status (readers refuse one without)")
+        data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": self.kind.value,
+            "status": self.status.value,
+        }
         for f in fields(self):
             if f.name in ("kind", "status", "recorded_status", "extra"):
                 continue
