@@ -687,3 +687,13 @@ def test_an_imported_run_reads_back(tmp_path: Path) -> None:
     for reader in ("report", "plot"):
         out = cli(*READERS[reader](run, tmp_path))
         assert out.exit_code == 0, (reader, out.output)
+
+
+def test_the_names_readers_check_are_the_registries_the_command_line_uses() -> None:
+    """`results.names` is declared below the registries; they must say the same."""
+    from commbench.collectives.specs import OPS, STRATEGIES
+    from commbench.results.names import OP_NAMES, STRATEGY_NAMES
+    from commbench.results.schema import MOVES_NOTHING
+
+    assert tuple(OPS) == OP_NAMES and tuple(STRATEGIES) == STRATEGY_NAMES
+    assert {name for name, spec in OPS.items() if spec.latency_only} == set(MOVES_NOTHING)

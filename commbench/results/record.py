@@ -19,9 +19,6 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, TypeVar
 
-from commbench.collectives.settings import IN_PLACE, MAX_NODES, MAX_NPROC, MIN_TIMEOUT
-from commbench.collectives.specs import BACKENDS, DEVICES, DTYPES, REDUCE_OPS, STRATEGIES
-from commbench.diagnose.settings import STAGES
 from commbench.errors import UserError, quoted
 from commbench.fields import (
     Conv,
@@ -41,6 +38,18 @@ from commbench.fields import (
 from commbench.health.record import RunHealth
 from commbench.numbers import MAX_ITERATIONS
 from commbench.processes import ProcessId
+from commbench.results.names import (
+    BACKENDS,
+    DEVICES,
+    DIAGNOSE_STAGES,
+    DTYPES,
+    IN_PLACE,
+    MAX_NODES,
+    MAX_NPROC,
+    MIN_TIMEOUT,
+    REDUCE_OPS,
+    STRATEGY_NAMES,
+)
 from commbench.results.schema import (
     IMPORTED_REDUCE_OPS,
     MAX_COUNT,
@@ -171,7 +180,7 @@ _LIST = 1 << 16
 _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
     # collectives (`CollectivesSettings`), and what the nccl-tests import and diagnose share
     "ops": list_of(one_of(ROW_OPS), max_items=_LIST),
-    "strategies": list_of(one_of(STRATEGIES), max_items=_LIST),
+    "strategies": list_of(one_of(STRATEGY_NAMES), max_items=_LIST),
     "sizes": list_of(_size, max_items=_LIST),
     "nproc": integer_in(1, MAX_NPROC),
     "backend": one_of(BACKENDS),
@@ -207,7 +216,7 @@ _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
     "diagnose": _known(
         {
             "size_bytes": _size,
-            "stages": list_of(one_of(STAGES), max_items=len(STAGES)),
+            "stages": list_of(one_of(DIAGNOSE_STAGES), max_items=len(DIAGNOSE_STAGES)),
             "tolerance": number_in(0, 1),
             "alpha": number_in(0, 1),
             "group": integer_in(1, MAX_NODES),

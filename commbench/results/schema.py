@@ -25,7 +25,6 @@ from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, STRATEGIES
 from commbench.errors import UserError, quoted
 from commbench.fields import (
     Conv,
@@ -39,6 +38,7 @@ from commbench.fields import (
     text,
 )
 from commbench.numbers import MAX_ITERATIONS
+from commbench.results.names import DTYPES, OP_NAMES, REDUCE_OPS, STRATEGY_NAMES
 from commbench.stats import TIMES, Stats
 
 SCHEMA_VERSION = 2
@@ -89,13 +89,15 @@ IMPORTED_DTYPES = ("uint32", "uint64", "f8e4m3", "f8e5m2")
 names the others as commbench does)."""
 IMPORTED_REDUCE_OPS = ("mulsum", "premulsum")
 """nccl-tests' reduce ops that commbench does not measure itself."""
-ROW_OPS = (*OPS, P2P_OP, *IMPORTED_OPS)
+ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
 ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
 ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
 """'': an op that does not reduce."""
-ROW_STRATEGIES = ("", *STRATEGIES)
+ROW_STRATEGIES = ("", *STRATEGY_NAMES)
 """'': the op itself; a p2p row's strategy is its copy's name (`P2PCopy.name`)."""
 CHECKS = (CHECK_OK, CHECK_FAILED, CHECK_SKIPPED, CHECK_NA)
+MOVES_NOTHING = ("barrier",)
+"""Ops whose rows have 0 bytes (`OpSpec.latency_only`); every other row moves 1 byte or more."""
 
 # A p2p copy's words (`P2PCopy`), as `commbench.p2p` writes them.
 P2P_TESTS = ("bandwidth", "latency")
@@ -453,13 +455,12 @@ def _check_row(row: ResultRow, f: Fields) -> ResultRow:
         if row.p2p is not None:
             raise UserError(f"{f.at('p2p')}: only a p2p row holds a copy; this is {row.op}'s")
         if row.strategy not in ROW_STRATEGIES or (row.strategy and row.op != "all_reduce"):
-            allowed = ", ".join(STRATEGIES) if row.op == "all_reduce" else "none"
+            allowed = ", ".join(STRATEGY_NAMES) if row.op == "all_reduce" else "none"
             raise UserError(
                 f"{f.at('strategy')}: {quoted(row.strategy)} is not a strategy of {row.op} "
                 f"(it has: {allowed})"
             )
-    spec = OPS.get(row.op)
-    moves_nothing = spec is not None and spec.latency_only
+    moves_nothing = row.op in MOVES_NOTHING
     if moves_nothing and row.size_bytes != 0:
         raise UserError(f"{f.at('size_bytes')}: {row.size_bytes}, but {row.op} moves no data")
     if not moves_nothing and row.size_bytes == 0:
