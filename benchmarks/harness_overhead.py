@@ -19,6 +19,10 @@ Two differences are reported separately, each as the median over rounds of a per
 The median (commbench's headline) is shown beside the means: on a machine with bimodal
 iteration times it sits well below any mean.
 
+On one rank an in-place all_reduce moves nothing (NCCL returns at once), so the figures would be
+the dispatch alone: there both loops time an out-of-place all_gather instead, whose one-rank
+form is a real copy of the buffer on the device (`op` in the JSON says which was timed).
+
 `--graph` (NCCL only) compares commbench's `--graph` timer (`time_cuda_graph`: capture, then
 one event pair per replay) with a bare loop of replays of the same captured graph between two
 events; both divide by the ops per replay.
@@ -42,11 +46,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+OUT_OF_PLACE_OP = "all_gather (out of place, 1 rank: a device copy)"
+"""What is timed on one rank, where an in-place all_reduce would move nothing."""
+
 
 def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    from commbench.collectives.ops import all_gather_tensor
     from commbench.timing import GRAPH_OPS, capture, time_cpu, time_cuda, time_cuda_graph
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -61,18 +69,18 @@ def worker(args: argparse.Namespace) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
-    def bare(x: torch.Tensor, n: int) -> float:
+    def bare(call: Any, n: int) -> float:
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(n):
-                dist.all_reduce(x)
+                call()
             end.record()
             end.synchronize()
             return start.elapsed_time(end) * 1e3 / n
         t0 = time.perf_counter_ns()
         for _ in range(n):
-            dist.all_reduce(x)
+            call()
         return (time.perf_counter_ns() - t0) / 1e3 / n
 
     def bare_graph(graph: Any, n: int) -> float:
@@ -89,10 +97,15 @@ def worker(args: argparse.Namespace) -> None:
         return time_cuda_graph(call, n)[0]
 
     timer = (graph_timer if args.graph else time_cuda) if cuda else time_cpu
+    one_rank = dist.get_world_size() == 1
     out = []
     for size in args.sizes:
         x = torch.zeros(size // 4, dtype=torch.float32, device=device)
-        call = lambda x=x: dist.all_reduce(x)  # noqa: E731
+        if one_rank:
+            out_buf = torch.empty_like(x)
+            call = lambda x=x, o=out_buf: all_gather_tensor(o, x)  # noqa: E731
+        else:
+            call = lambda x=x: dist.all_reduce(x)  # noqa: E731
         for _ in range(5):
             call()
         (est,) = max_over_ranks([statistics.median(time_cuda(call, 5) if cuda else timer(call, 5))])
@@ -101,7 +114,7 @@ def worker(args: argparse.Namespace) -> None:
         rounds = []
         for _ in range(args.rounds):
             dist.barrier()
-            (b,) = max_over_ranks([bare_graph(graph, n) if graph is not None else bare(x, n)])
+            (b,) = max_over_ranks([bare_graph(graph, n) if graph is not None else bare(call, n)])
             dist.barrier()
             own = timer(call, n)
             (own_mean,) = max_over_ranks([statistics.fmean(own)])
@@ -160,6 +173,7 @@ def main() -> None:
         args.sizes = [int(s) for s in args.sizes.split(",")]
         worker(args)
         return
+    from commbench.launch.pythonpath import with_package_path
     from commbench.sizes import format_size, parse_sizes
 
     sizes = parse_sizes(args.sizes)
@@ -186,14 +200,15 @@ def main() -> None:
             *(["--graph"] if args.graph else []),
         ]
         env = {
-            **os.environ,
+            **with_package_path(os.environ),
             "COMMBENCH_BENCH_WORKER": "1",
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         }
         subprocess.run(cmd, check=True, env=env)
         data = json.loads(output.read_text())
+    op = OUT_OF_PLACE_OP if args.nproc == 1 else "all_reduce"
     lines = [
-        f"harness overhead: all_reduce float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds"
+        f"harness overhead: {op} float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds"
         + (", CUDA graph replays" if args.graph else ""),
         "",
         "| size | iters/round | bare mean us | commbench mean us | timer overhead (range) "
@@ -243,6 +258,7 @@ def main() -> None:
         Path(args.markdown).write_text(text)
     if args.json:
         report = {
+            "op": op,
             "backend": args.backend,
             "nproc": args.nproc,
             "graph": args.graph,

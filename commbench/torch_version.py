@@ -1,11 +1,14 @@
 """The oldest torch commbench runs on, checked before anything is launched.
 
-The workers rely on torch 2.5's semantics: `init_process_group(device_id=...)` (first in
-2.3), and `new_group` splitting the communicator lazily, so ranks outside a `--ranks`
-subgroup do not block in a split while the members move on to the next world collective
-(eager splits on 2.3-2.4). An older torch would fail in every worker with a TypeError or a
-hang; it is refused here with one line instead. The version is read from the package
-metadata, not by importing torch, so the check costs nothing.
+The workers pass `init_process_group(device_id=...)` (first in torch 2.3); 2.5 is the oldest
+release the suite has been run on. With a bound device, `new_group` splits the world's NCCL
+communicator eagerly (torch 2.13, `_new_process_group_helper` in distributed_c10d.py): every
+rank of the world takes part in the split when it calls `new_group`, a rank outside the new
+group through a no-color split, so every rank calls `new_group` for every subgroup, in the
+same order, before the next world collective (the worker's `init`, diagnose's `_groups`).
+An older torch would fail in every worker with a TypeError or a hang; it is refused here with
+one line instead. The version is read from the package metadata, not by importing torch, so
+the check costs nothing.
 """
 
 from __future__ import annotations
@@ -43,5 +46,5 @@ def require_torch() -> None:
     if (int(match[1]), int(match[2])) < TORCH_FLOOR:
         raise UserError(
             f"torch {version} is installed; commbench needs torch>={floor} "
-            "(device_id= in init_process_group, lazy new_group splits): upgrade torch"
+            "(device_id= in init_process_group): upgrade torch"
         )

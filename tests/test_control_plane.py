@@ -22,6 +22,7 @@ from commbench.launch.control import (  # noqa: E402
     StoreDown,
     StoreLink,
     plan_interval,
+    steady_requests,
 )
 from commbench.launch.protocol import PREFIX, NodeDigest, RankState, Skips  # noqa: E402
 
@@ -75,10 +76,11 @@ def test_steady_requests_grow_linearly_with_the_nodes(store: object) -> None:
     first8, steady8 = _interval_requests(store, 8)
     first64, steady64 = _interval_requests(store, 64)
     # one digest per node, the aggregator's multi_get and its summary
-    assert steady8 == 8 + 2 and steady64 == 64 + 2
+    assert steady8 == 8 + 2 and steady64 == 64 + 2 == steady_requests(64)
     assert steady64 <= 8.5 * steady8 and first64 <= 8.5 * first8
     # and per second, held to the budget by the interval
-    assert steady64 / plan_interval(64) <= 500 and (1024 + 2) / plan_interval(1024) <= 500
+    assert steady64 / plan_interval(64) <= 500
+    assert steady_requests(1024) / plan_interval(1024) <= 500.001 < steady_requests(1024) / 0.5
 
 
 def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:
@@ -165,3 +167,26 @@ def test_a_lost_store_degrades_the_link_and_it_recovers(store: object) -> None:
     link._retry_at = 0.0  # the back-off elapsed
     link.call("set", "commbench/t/x", b"1")
     assert link.degraded is None and link.episodes[0].until is not None
+
+
+def test_a_stopped_rank_among_1024_nodes_is_named_within_10_s(store: object) -> None:
+    """At 1,024 nodes a stopped rank reaches every launcher within three intervals: its node's
+    next digest, the aggregator's next step, the stalled follower's next read."""
+    nnodes = 1024
+    keys = Keys("big")
+    link = StoreLink(lambda: store)
+    aggregator = Aggregator(link, keys, nnodes, plan_interval(nnodes))
+    for node in range(nnodes):
+        ranks = _ranks(node, 7)
+        if node == 613:
+            ranks = tuple(
+                RankState(**{**r.payload(), "state": "stopped"}) if r.local_rank == 2 else r
+                for r in ranks
+            )
+        NodeAgent(link, keys, node, f"n{node}").publish(ranks)
+    aggregator.step()
+    summary = Follower(link, keys).read()
+    assert summary is not None and summary.reporting == nnodes
+    (named,) = summary.problems
+    assert (named.rank, named.host, named.phase) == (613 * RANKS_PER_NODE + 2, "n613", "timed")
+    assert 3 * plan_interval(nnodes) <= 10

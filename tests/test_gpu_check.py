@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 
@@ -51,7 +53,9 @@ def test_without_a_gpu_the_script_says_so_in_one_line_and_exits_2() -> None:
 
 @no_gpu
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
-def test_make_gpu_check_stops_before_installing_anything() -> None:
+def test_make_gpu_check_installs_nothing() -> None:
+    recipe = (REPO / "Makefile").read_text().split("\ngpu-check:\n", 1)[1].split("\n\n", 1)[0]
+    assert "pip" not in recipe.lower() and "install" not in recipe.lower()
     proc = subprocess.run(
         ["make", "-s", "-C", str(REPO), "gpu-check", f"PYTHON={sys.executable}", "PIP=false"],
         capture_output=True,
@@ -61,6 +65,44 @@ def test_make_gpu_check_stops_before_installing_anything() -> None:
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[0].startswith("gpu-check: no CUDA GPU")
     assert "pip" not in proc.stdout + proc.stderr
+
+
+def test_a_missing_dependency_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gc = gpu_check()
+    monkeypatch.setattr(gc, "no_gpu_reason", lambda: None)
+    real = gc.importlib.util.find_spec
+    monkeypatch.setattr(
+        gc.importlib.util,
+        "find_spec",
+        lambda name: None if name in ("typer", "yaml") else real(name),
+    )
+    assert gc.main(["--out", str(tmp_path / "ref")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-check: missing Python packages: typer, pyyaml (it installs nothing")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "ref").exists()
+
+
+def test_a_torch_too_new_for_the_driver_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA 13 torch on a 550 driver sees no GPU: say why (the driver floor), not just "no GPU".
+    The GPU is a stand-in nvidia-smi on PATH; torch's own answer is the real one (no GPU)."""
+    gc = gpu_check()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 550.54.15\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    reason = gc.no_gpu_reason()
+    assert reason is not None
+    assert "(CUDA 13.0), though nvidia-smi lists one with driver 550.54.15" in reason
+    assert "needs driver >= 580" in reason
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    assert "needs driver" not in (gc.no_gpu_reason() or "")
 
 
 def test_without_torch_or_nvidia_smi_there_is_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,15 +165,16 @@ def test_each_step_is_bounded_and_the_readme_says_how_it_went(
 ) -> None:
     gc = gpu_check()
     monkeypatch.setattr(gc, "no_gpu_reason", lambda: None)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=0: "Fake GPU")
+    monkeypatch.setattr(gc, "devices", lambda: ["Fake GPU"])
+    monkeypatch.delenv("OUT", raising=False)
 
-    def fake_steps(out: Path) -> list:
+    def fake_plan(out: Path, ngpus: int) -> list:
         return [
             gc.Step("quick", [sys.executable, "-c", "print('hi')"], 30, "quick.log", "quick.out"),
             gc.Step("stuck", [sys.executable, "-c", "import time; time.sleep(600)"], 1, "s.log"),
         ]
 
-    monkeypatch.setattr(gc, "steps", fake_steps)
+    monkeypatch.setattr(gc, "plan", fake_plan)
     out = tmp_path / "ref"
     assert gc.main(["--out", str(out)]) == 1  # a step that timed out fails the check
     readme = (out / "README.md").read_text()
@@ -140,3 +183,72 @@ def test_each_step_is_bounded_and_the_readme_says_how_it_went(
     assert "not measured" in readme  # no benchmark output: no figure is made up
     assert (out / "quick.out").read_text() == "hi\n"
     assert json.loads((out / "summary.json").read_text())["steps"][1]["timed_out"] is True
+
+
+def test_the_plan_fits_the_budget_and_multi_gpu_captures_sendrecv_and_rings(
+    tmp_path: Path,
+) -> None:
+    gc = gpu_check()
+    for ngpus in (1, 2, 8):
+        planned = gc.plan(tmp_path, ngpus)
+        assert gc.worst_case_s(planned) <= gc.BUDGET_S, ngpus
+        assert all(s.timeout_s >= gc.MIN_STEP_S for s in planned)
+        graph = [s for s in planned if "sendrecv" in s.cmd]
+        if ngpus == 1:
+            assert graph == []
+            assert all(
+                "--nproc" not in s.cmd or s.cmd[s.cmd.index("--nproc") + 1] == "1" for s in planned
+            )
+        else:
+            (step,) = graph
+            assert " ".join(gc.GRAPH_PLAN) in " ".join(step.cmd)
+            assert step.cmd[step.cmd.index("--nproc") + 1] == str(ngpus)
+    # each step's limit leaves its kill's grace and the packing inside what is left
+    step = gc.Step("x", [], 100, "x.log")
+    assert gc.step_limit(step, 1000) == 100
+    assert gc.step_limit(step, 60) == 60 - gc.KILL_GRACE_S - gc.FINISH_S
+
+
+def test_with_out_set_two_files_come_back_rewritten_after_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU machine hands back at most 8 files, 2 folders deep, from $OUT alone: there go
+    the summary and a tarball, both already there while later steps run."""
+    gc = gpu_check()
+    deliver = tmp_path / "OUT"
+    seen = tmp_path / "seen.md"
+    monkeypatch.setenv("OUT", str(deliver))
+    monkeypatch.setattr(gc, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(gc, "devices", lambda: ["Fake H100"] * 8)
+    planned: list = []
+    real_plan = gc.plan
+
+    def fake_plan(out: Path, ngpus: int) -> list:
+        assert ngpus == 8
+        planned.extend(real_plan(out, ngpus))
+        copy = f"import shutil; shutil.copy({str(deliver / gc.SUMMARY_NAME)!r}, {str(seen)!r})"
+        return [
+            gc.Step(
+                "fails", [sys.executable, "-c", "print('boom'); raise SystemExit(3)"], 30, "f.log"
+            ),
+            gc.Step("reads the summary", [sys.executable, "-c", copy], 30, "r.log"),
+            gc.Step("stuck", [sys.executable, "-c", "import time; time.sleep(600)"], 1, "s.log"),
+        ]
+
+    monkeypatch.setattr(gc, "plan", fake_plan)
+    assert gc.main([]) == 1
+    # a later step saw the summary of the failed one: written after every step
+    early = seen.read_text()
+    assert "| fails | exit 3 |" in early and "boom" in early
+    files = [p for p in deliver.rglob("*") if p.is_file()]
+    assert sorted(p.name for p in files) == [gc.SUMMARY_NAME, gc.TARBALL_NAME]
+    assert len(files) <= 8 and all(len(p.relative_to(deliver).parts) <= 3 for p in files)
+    summary = (deliver / gc.SUMMARY_NAME).read_text()
+    assert summary.startswith("# GPU reference: Fake H100\n") and "8 GPU(s)" in summary
+    assert "| stuck | timed out |" in summary and "## Failed steps" in summary
+    with tarfile.open(deliver / gc.TARBALL_NAME) as tar:
+        names = set(tar.getnames())
+    assert {"fake-h100/README.md", "fake-h100/summary.json", "fake-h100/f.log"} <= names
+    # nothing left behind in the checkout's results/
+    assert "fake-h100" not in references()
+    assert any(" ".join(gc.GRAPH_PLAN) in " ".join(s.cmd) for s in planned)

@@ -319,3 +319,40 @@ def test_a_slowdown_at_either_end_of_the_run_is_reported_with_the_readings() -> 
     assert findings(HealthSnapshot(gpus=[capped]), HealthSnapshot(gpus=[cooled])) == []
     # unknown reasons (an old driver) say nothing
     assert findings(HealthSnapshot(gpus=[GpuHealth(index=2)]), None) == []
+
+
+def test_hoppers_nvlink_ecc_counter_is_read_and_its_move_found(sysfs: Path) -> None:
+    machine = load_machine("health4")
+    machine["gpus"][2].update(nvlink_ecc_data=1, counter_step={"nvlink_ecc_data": 2})
+    nvml = FakeNvml(machine)
+    before = take(nvml, root=sysfs)
+    assert before.gpus[2].nvlink_errors["0"]["ecc_data"] == 1
+    messages = [f.message for f in findings(before, take(nvml, root=sysfs))]
+    assert "GPU2: NVLink ecc_data +2 during the run (each of its 2 links)" in messages
+
+
+def test_counters_not_read_are_listed_and_never_called_unmoved(sysfs: Path) -> None:
+    from commbench.health.findings import report_lines
+
+    machine = load_machine("health4")
+    machine["defaults"].update(nvlink_unsupported=["ecc_data"])
+    machine["gpus"][0].update(nvlink_unsupported=["crc_data", "ecc_data"])
+    machine["gpus"][1].update(counter_step={}, nvlink_no_permission=["crc_flit"])
+    machine["gpus"][3].update(pcie_cur_width=16)  # a healthy node: nothing to find
+    nvml = FakeNvml(machine)
+    before, after = take(nvml, root=sysfs), take(nvml, root=sysfs)
+    gpu0, gpu1 = after.gpus[0], after.gpus[1]
+    assert gpu0.nvlink_unread == {"crc_data": "not supported", "ecc_data": "not supported"}
+    assert sorted(gpu0.nvlink_errors["0"]) == ["crc_flit", "recovery", "replay"]
+    assert gpu1.nvlink_unread == {"crc_flit": "no permission", "ecc_data": "not supported"}
+    # the record keeps them through a round trip
+    assert (
+        HealthSnapshot.from_dict(after.to_dict(), "snapshot").gpus[0].nvlink_unread
+        == gpu0.nvlink_unread
+    )
+    health = RunHealth(before=before, after=after)
+    (line,) = [x for x in report_lines(health) if "no error counter moved" in x]
+    assert "among the counters read" in line
+    assert "NVLink ecc_data not supported on GPU0, GPU1, GPU2, GPU3" in line
+    assert "NVLink crc_data not supported on GPU0" in line
+    assert "NVLink crc_flit no permission on GPU1" in line

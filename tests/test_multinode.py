@@ -205,3 +205,75 @@ def test_a_stopped_rank_on_another_node_is_named_with_its_host(
     assert f"rank {victim_rank} (host" in node0_err, node0_err
     assert "is stopped (SIGSTOP or a debugger), as its node's launcher sees it" in node0_err
     assert f"rank {victim_rank}" in outputs[1][1] and "is stopped" in outputs[1][1]
+
+
+def _listener(port: int) -> int | None:
+    """The pid of the process listening on TCP `port` (from /proc, no tools needed)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{parts[9]}]")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in fds):
+                return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def test_a_stopped_store_degrades_the_watch_and_the_run_goes_on(
+    tmp_path: Path, free_port: int
+) -> None:
+    """The job's store (torchrun's agent on one node hosts it) stopped for a few seconds in
+    the middle of a sweep: every row is still measured and kept, and each node's run.json
+    says since when its cross-node watch was degraded, with a warning."""
+    common = [
+        "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--nproc", "1",
+        "--device", "cpu", "--ops", "all_reduce", "--sizes", "64K-16M", "--min-time", "2",
+        "--warmup", "1", "--timeout", "60",
+    ]  # fmt: skip
+    nodes = start_nodes("collectives", *common)
+    store_pid = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and store_pid is None:
+        for f in tmp_path.glob("node*/*/ranks/rank*.json"):
+            try:
+                beat = json.loads(f.read_text())
+                env = Path(f"/proc/{beat['pid']}/environ").read_bytes()
+            except (OSError, ValueError, KeyError):
+                continue
+            if beat.get("point", -1) < 1:  # mid-sweep, the watch up on both nodes
+                continue
+            port = dict(kv.split(b"=", 1) for kv in env.split(b"\0") if b"=" in kv).get(
+                b"MASTER_PORT"
+            )
+            if port:
+                store_pid = _listener(int(port))
+                break
+        time.sleep(0.2)
+    assert store_pid is not None, [p.poll() for p in nodes]
+    os.kill(store_pid, signal.SIGSTOP)
+    try:
+        time.sleep(5)
+    finally:
+        os.kill(store_pid, signal.SIGCONT)
+    outputs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    records = [
+        json.loads(next((tmp_path / f"node{r}").glob("*/run.json")).read_text()) for r in (0, 1)
+    ]
+    writer = next(r for r in records if r["holds_results"])
+    assert writer["status"] == "complete" and writer["points_done"] == 9
+    for record, (_, err) in zip(records, outputs, strict=True):
+        watch = record["launch"]["watch"]
+        assert watch["requests"] > 0  # it worked before the stop
+        assert watch["degraded"], watch
+        episode = watch["degraded"][0]
+        assert episode["since"] > 0 and episode["reason"]
+        assert any("cross-node watch was degraded" in w for w in record["warnings"]), record
+        assert "cross-node watch was degraded" in err

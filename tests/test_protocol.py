@@ -52,10 +52,10 @@ SAMPLES: list[Message] = [
         behind=(RankState(rank=4, node=2, point=2),), behind_count=1, truncated=0,
     ),
     RollCallAnswer(node=5, host="n5", rank=40),
-    RollCallResult(nnodes=8, answered=(0, 1, 2, 4, 5, 6, 7), counter=0),
+    RollCallResult(nnodes=8, missing=(3,), counter=0),
     RollCallView(rank=3, error="lost peer", peers=("10.0.0.2",), answered=(0, 1), store_lost=None),
     MusterSignIn(node=1, host="n1"),
-    MusterResult(expected=2, joined=(MusterSignIn(node=0, host="n0"),)),
+    MusterResult(expected=4, missing=(1, 3), joined=(MusterSignIn(node=0, host="n0"),)),
 ]  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def test_out_of_range_values_are_refused() -> None:
         RankState.from_json(json.dumps(bad_state))
     with pytest.raises(ProtocolError):  # a node that cannot answer a roll of 8
         RollCallResult.from_json(
-            json.dumps({"type": "rollcall-result", "version": 1, "nnodes": 8, "answered": [8],
+            json.dumps({"type": "rollcall-result", "version": 1, "nnodes": 8, "missing": [8],
                         "counter": 0})
         )  # fmt: skip
     with pytest.raises(ProtocolError):
@@ -155,3 +155,38 @@ def test_heartbeat_files_are_read_bounded_and_refused_quietly(tmp_path: Path) ->
     assert sorted(beats) == [0] and beats[0]["point"] == 4 and beats[0]["mtime"] > 0
     assert {w.split(" (")[1].split(")")[0] for w in skips.warnings} == {"oversized", "malformed"}
     os.unlink(huge)
+
+
+def test_the_fast_rank_reader_agrees_with_the_checked_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aggregator's fast path for RankState accepts nothing the checked reader refuses,
+    and reads what it accepts the same way."""
+    from commbench.launch import protocol
+
+    good = json.loads(RANK.to_json())
+    docs = [
+        good,
+        {"type": "rank", "version": 1, "rank": 0, "state": "running"},
+        {**good, "host": None, "pid": None, "quiet_s": 3},
+        {**good, "phase": "p" * 900},
+        {**good, "rank": True},
+        {**good, "rank": 1 << 40},
+        {**good, "point": -2},
+        {**good, "quiet_s": -1.0},
+        {**good, "state": "asleep"},
+        {**good, "host": 5},
+        {**good, "extra": 1},
+    ]
+    fast = []
+    for doc in docs:
+        try:
+            fast.append(RankState.from_doc(doc))
+        except ProtocolError:
+            fast.append(None)
+    monkeypatch.setattr(protocol, "_rank_state_fast", lambda d: None)
+    for doc, got in zip(docs, fast, strict=True):
+        try:
+            checked = RankState.from_doc(doc)
+        except ProtocolError:
+            checked = None
+        assert got == checked, doc
+    assert fast[0] == RANK and fast[4] is None and fast[10] is not None

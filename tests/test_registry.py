@@ -86,6 +86,8 @@ def test_busbw_factor_follows_performance_md(key: tuple[str, str]) -> None:
     for n in WORLDS:
         if formula is None:
             assert spec.busbw_factor(n) is None and spec.latency_only
+        elif n == 1:
+            assert spec.busbw_factor(n) is None  # nothing moves between ranks: no bandwidth
         else:
             assert spec.busbw_factor(n) == pytest.approx(formula(n)), n
 
@@ -271,4 +273,4 @@ def test_the_worker_measures_and_checks_a_new_entry(
     ]
     checks = {r["op"]: r["check"] for r in rows}
     assert checks == {"toy_copy": CHECK_OK, "toy_broken": CHECK_FAILED, "all_reduce": CHECK_OK}
-    assert events[-1] == {"type": "done"}
+    assert events[-1] == {"type": "done", "version": 1}  # a `protocol.Done`

@@ -222,8 +222,9 @@ def report(run: Run, fmt: Format) -> None:
     if health:  # after the table on stdout; on stderr where stdout is csv or json
         typer.echo(health, nl=False, err=fmt not in (Format.table, Format.md))
     warning = noisy_warning(rows)
-    if warning:
-        typer.echo(f"commbench: warning: {warning}", err=True)
+    for said in [warning, *record.warnings]:  # the run's own (a degraded cross-node watch)
+        if said:
+            typer.echo(f"commbench: warning: {said}", err=True)
     for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
         typer.echo(f"commbench: {line}", err=True)
     if record.note and not rows:

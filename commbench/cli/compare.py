@@ -9,7 +9,7 @@ import typer
 from commbench.cli._common import reported_errors
 from commbench.files import write_text
 from commbench.results.exporters import Format
-from commbench.results.store import writing
+from commbench.results.store import check_output, writing
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +58,8 @@ def register(app: typer.Typer) -> None:
             import commbench.api
             from commbench.report.comparison import render_many
 
+            if out is not None:
+                check_output([out], [baseline, new])
             gate = commbench.api.compare(
                 baseline,
                 new,

@@ -73,6 +73,7 @@ def register(app: typer.Typer) -> None:
                 [f.strip() for f in formats.split(",") if f.strip()],
                 peak_gbps=peak_gbps,
                 labels=names,
+                reads=runs,
             )
         for path in written:
             typer.echo(str(path))

@@ -10,7 +10,7 @@ from commbench.cli._common import reported_errors
 from commbench.errors import UserError
 from commbench.files import write_bytes, write_text
 from commbench.report.options import Images, ReportFormat
-from commbench.results.store import writing
+from commbench.results.store import check_output, writing
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +50,9 @@ def register(app: typer.Typer) -> None:
                     chosen = Images.files if out is not None else Images.none
             if chosen is Images.files and out is None:
                 raise UserError("--images files writes PNGs beside the report: give --out FILE")
+            reads = [run] if baseline is None else [run, baseline]
+            if out is not None:  # refused before the work, its image files after it
+                check_output([out], reads)
             comparisons = None
             if baseline is not None:
                 from commbench.suites.store import compare_targets, gate_for
@@ -59,6 +62,7 @@ def register(app: typer.Typer) -> None:
             folder = f"{out.stem}_files" if out is not None else "report_files"
             rendered = render_report(run, fmt, chosen, comparisons, folder=folder)
             if out is not None:
+                check_output([out, *(out.parent / rel for rel in rendered.files)], reads)
                 with writing(out):
                     out.parent.mkdir(parents=True, exist_ok=True)
                     for rel, png in rendered.files.items():

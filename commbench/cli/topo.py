@@ -66,8 +66,11 @@ def register(app: typer.Typer) -> None:
         """Show how this machine's GPUs are wired (NVLink, PCIe, P2P, peak bandwidth)."""
         with reported_errors():
             import commbench.api
+            from commbench.results.store import check_output
             from commbench.topology import render
 
+            if out is not None:
+                check_output([out], [p for p in (from_snapshot, from_smi) if p is not None])
             snapshot = commbench.api.topology(
                 from_snapshot, from_smi=from_smi, gpu=gpu, all_nics=all_nics
             )

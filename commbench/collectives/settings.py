@@ -12,6 +12,7 @@ from commbench.errors import UserError, quoted
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.results.names import (
     BACKENDS,
+    DEFAULT_TIMEOUT,
     DEVICES,
     IN_PLACE,
     MAX_NODES,
@@ -28,7 +29,6 @@ CPU_DEFAULT_SIZES = "1K-1M"
 DEFAULT_MIN_TIME = 0.2
 DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
-DEFAULT_TIMEOUT = 300.0
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement

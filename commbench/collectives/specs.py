@@ -70,8 +70,11 @@ class OpSpec:
         return self.factor is None
 
     def busbw_factor(self, n: int) -> float | None:
-        """busbw / algbw at world size n; None for latency-only ops."""
-        return None if self.factor is None else self.factor(n)
+        """busbw / algbw at world size n; None where there is no bandwidth: latency-only ops,
+        and one rank (`no_bandwidth`)."""
+        if self.factor is None or self.no_bandwidth(n):
+            return None
+        return self.factor(n)
 
     def too_few_ranks(self, n: int) -> str:
         """Why the op cannot run on n ranks, or '' when it can."""
@@ -79,8 +82,19 @@ class OpSpec:
             return ""
         return f"{self.name} needs {_WORDS.get(self.min_ranks, str(self.min_ranks))} ranks"
 
+    def no_bandwidth(self, n: int) -> str:
+        """Why a point on n ranks is timed but has no bandwidth, or '' when it has one. On one
+        rank nothing moves between ranks (NCCL's in-place ops return at once, an out-of-place
+        one is a local copy, a CUDA graph captures next to nothing), so the time is the
+        dispatch and any bandwidth would be made up. The op still runs and is checked."""
+        return NOT_MEASURED_ONE_RANK if n == 1 and not self.latency_only else ""
+
 
 _WORDS = {2: "two", 3: "three", 4: "four"}
+
+NOT_MEASURED_ONE_RANK = (
+    "bandwidth not measured (1 rank): nothing moves between ranks, the time is the dispatch"
+)
 
 
 def _allreduce(n: int) -> float:

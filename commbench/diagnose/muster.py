@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from commbench.launch.control import StoreDown, StoreLink, peek
 from commbench.launch.launcher import LaunchOptions
-from commbench.launch.protocol import PREFIX, MusterResult, MusterSignIn, Skips
+from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
 
 POLL = 0.2
 READ_WAIT = 10.0
@@ -32,8 +32,9 @@ READ_WAIT = 10.0
 @dataclass(slots=True)
 class Muster:
     expected: int
-    joined: dict[int, str] = field(default_factory=dict)
-    """Node rank -> host name of every node that signed in."""
+    joined: dict[int, str | None] = field(default_factory=dict)
+    """Node rank -> host name of every node that signed in (None where only node rank 0,
+    which read the roll, knows it)."""
     names: list[str] | None = None
     """The job's host names by node rank (SLURM's node list), where known."""
     store_unreachable: bool = False
@@ -47,8 +48,8 @@ class Muster:
         return [n for n in range(self.expected) if n not in self.joined]
 
     def name(self, node: int) -> str:
-        if node in self.joined:
-            return self.joined[node]
+        if (host := self.joined.get(node)) is not None:
+            return host
         if self.names and node < len(self.names):
             return self.names[node]
         return f"node rank {node}"
@@ -103,18 +104,21 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
     except StoreDown:
         answer = None
     result = Muster(expected=launch.nnodes, names=names, store_unreachable=answer is None)
-    result.joined = (
-        {j.node: j.host for j in answer.joined}
-        if answer is not None
-        else {launch.node_rank: socket.gethostname()}
-    )
+    if answer is None:
+        result.joined = {launch.node_rank: socket.gethostname()}
+    elif master:
+        result.joined = dict(roll.hosts)
+    else:
+        result.joined = {n: None for n in range(launch.nnodes) if n not in answer.missing}
+        result.joined.update({j.node: j.host for j in answer.joined})
+        result.joined[launch.node_rank] = socket.gethostname()
     return result
 
 
 class MusterRoll:
     """The sign-in's protocol, O(1) requests per node: each node appends its `MusterSignIn`
     (one request); node rank 0 reads the roll until every node is on it or the wait is over
-    and publishes a `MusterResult`; each other node waits for that key in one blocking
+    and publishes a `MusterResult` (who is missing); each other node waits for that key in one blocking
     request, reads it, and says it has read it (node rank 0 keeps the store up until all who
     came have, at most READ_WAIT seconds)."""
 
@@ -123,6 +127,8 @@ class MusterRoll:
         self.nnodes = nnodes
         self.key = f"{PREFIX}muster/{rdzv_id}"
         self.skips = Skips()
+        self.hosts: dict[int, str | None] = {}
+        """Who signed in, with their hosts, as node rank 0 read the roll."""
 
     def sign_in(self, node: int, host: str) -> None:
         line = MusterSignIn(node=node, host=host[:200]).to_json() + b"\n"
@@ -137,26 +143,40 @@ class MusterRoll:
                 joined.setdefault(entry.node, entry.host)
         return joined
 
-    def run(self, node: int, host: str, wait: float, *, master: bool) -> MusterResult | None:
-        self.sign_in(node, host)
+    def publish(self, wait: float) -> MusterResult:
+        """Node rank 0's part: read the roll until every node is on it or `wait` is over
+        (one request per POLL), publish who came, and keep the store up until all who came
+        have read it (one request per POLL, at most READ_WAIT seconds)."""
         deadline = time.monotonic() + wait
-        if master:
+        joined = self.roll()
+        while time.monotonic() < deadline and len(joined) < self.nnodes:
+            time.sleep(POLL)
             joined = self.roll()
-            while time.monotonic() < deadline and len(joined) < self.nnodes:
-                time.sleep(POLL)
-                joined = self.roll()
-            result = MusterResult(
-                expected=self.nnodes,
-                joined=tuple(MusterSignIn(node=n, host=h) for n, h in sorted(joined.items())),
-            )
-            self.link.call("set", f"{self.key}/result", result.to_json())
-            until = time.monotonic() + READ_WAIT
-            while time.monotonic() < until:
-                if int(self.link.call("add", f"{self.key}/read", 0)) >= len(joined) - 1:
-                    break
-                time.sleep(POLL)
-            return result
+        self.hosts = dict(joined)
+        # the others only need who is missing: a few bytes each when all came
+        missing = tuple(n for n in range(self.nnodes) if n not in joined)
+        named = sorted(joined.items())[:MUSTER_HOSTS] if missing else []
+        result = MusterResult(
+            expected=self.nnodes,
+            missing=missing,
+            joined=tuple(MusterSignIn(node=n, host=h) for n, h in named if h is not None),
+        )
+        self.link.call("set", f"{self.key}/result", result.to_json())
+        until = time.monotonic() + READ_WAIT
+        while time.monotonic() < until:
+            if int(self.link.call("add", f"{self.key}/read", 0)) >= len(joined) - 1:
+                break
+            time.sleep(POLL)
+        return result
+
+    def read(self, wait: float) -> MusterResult | None:
+        """Every other node's part, three requests: wait for the result (one blocking
+        request), read it, say it was read."""
         self.link.call("wait", [f"{self.key}/result"], timedelta(seconds=wait + READ_WAIT))
         published = self.skips.decode(MusterResult, self.link.call("get", f"{self.key}/result"))
         self.link.call("add", f"{self.key}/read", 1)
         return published
+
+    def run(self, node: int, host: str, wait: float, *, master: bool) -> MusterResult | None:
+        self.sign_in(node, host)
+        return self.publish(wait) if master else self.read(wait)

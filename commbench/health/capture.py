@@ -24,6 +24,7 @@ _NVLINK_COUNTERS = {
     "recovery": ("NVML_NVLINK_ERROR_DL_RECOVERY", 1),
     "crc_flit": ("NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
     "crc_data": ("NVML_NVLINK_ERROR_DL_CRC_DATA", 3),
+    "ecc_data": ("NVML_NVLINK_ERROR_DL_ECC_DATA", 4),  # Hopper and later
 }
 _MAX_NVLINKS = 18
 """NVML_NVLINK_MAX_LINKS on Hopper; older bindings say less, Blackwell more is asked safely."""
@@ -97,7 +98,7 @@ def gpu_health(nvml: Nvml, index: int, h: Any) -> GpuHealth:
     )
     milliwatts = nvml.call("nvmlDeviceGetPowerUsage", h)
     gpu.power_w = None if milliwatts is None else round(milliwatts / 1000, 3)
-    gpu.nvlink_errors = _nvlinks(nvml, h)
+    gpu.nvlink_errors, gpu.nvlink_unread = _nvlinks(nvml, h)
     _memory(nvml, h, gpu)
     reasons = nvml.call("nvmlDeviceGetCurrentClocksEventReasons", h)
     if reasons is None:  # the pre-R535 name of the same call
@@ -107,8 +108,12 @@ def gpu_health(nvml: Nvml, index: int, h: Any) -> GpuHealth:
     return gpu
 
 
-def _nvlinks(nvml: Nvml, h: Any) -> dict[str, dict[str, int]]:
+def _nvlinks(nvml: Nvml, h: Any) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Every error counter of every active link, and the counters some link would not give
+    (name -> why: `not supported`, `no permission`), so that "nothing moved" is never said
+    of a counter nobody read."""
     out: dict[str, dict[str, int]] = {}
+    unread: dict[str, str] = {}
     for link in range(_MAX_NVLINKS):
         state = nvml.call("nvmlDeviceGetNvLinkState", h, link)
         if state is None:
@@ -119,13 +124,15 @@ def _nvlinks(nvml: Nvml, h: Any) -> dict[str, dict[str, int]]:
             continue
         counts: dict[str, int] = {}
         for key, (const, default) in _NVLINK_COUNTERS.items():
-            value = nvml.call(
+            value, why = nvml.ask(
                 "nvmlDeviceGetNvLinkErrorCounter", h, link, nvml.const(const, default)
             )
             if isinstance(value, int):
                 counts[key] = value
+            else:
+                unread.setdefault(key, why or f"not a number ({value!r})")
         out[str(link)] = counts
-    return out
+    return out, unread
 
 
 def _memory(nvml: Nvml, h: Any, gpu: GpuHealth) -> None:

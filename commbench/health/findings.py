@@ -374,5 +374,17 @@ def report_lines(health: RunHealth | None) -> list[str]:
     if snap is None:
         return []
     checked = f"{len(snap.gpus)} GPU(s), {len(snap.ports)} RDMA port(s) checked"
-    unknown = f"; not read: {'; '.join(snap.errors)}" if snap.errors else ""
-    return [f"No link below its maximum, no error counter moved ({checked}{unknown})."]
+    unread = [*unread_counters(snap), *snap.errors]
+    unknown = f"; not read: {'; '.join(unread)}" if unread else ""
+    among = " among the counters read" if unread else ""
+    return [f"No link below its maximum, no error counter moved{among} ({checked}{unknown})."]
+
+
+def unread_counters(snap: HealthSnapshot) -> list[str]:
+    """`NVLink crc_data not supported on GPU0, GPU1`: each counter a GPU would not give, and
+    why, in the order the GPUs and counters come."""
+    on: dict[tuple[str, str], list[str]] = {}
+    for gpu in snap.gpus:
+        for counter, why in gpu.nvlink_unread.items():
+            on.setdefault((counter, why), []).append(f"GPU{gpu.index}")
+    return [f"NVLink {c} {why} on {', '.join(gpus)}" for (c, why), gpus in on.items()]

@@ -49,7 +49,11 @@ class GpuHealth:
     pcie_replay: int | None = None
     """PCIe replay counter: link-level retransmissions, the first sign of a bad riser/slot."""
     nvlink_errors: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per active NVLink (its number as a string): crc_flit, crc_data, replay, recovery."""
+    """Per active NVLink (its number as a string): replay, recovery, crc_flit, crc_data,
+    ecc_data (Hopper and later): those NVML answered."""
+    nvlink_unread: dict[str, str] = field(default_factory=dict)
+    """NVLink counters some active link did not give, and why (`not supported`,
+    `no permission`): never read, so never said to be unmoved."""
     retired_pages_sbe: int | None = None
     """Pages retired for repeated single-bit ECC errors (pre-Ampere page retirement)."""
     retired_pages_dbe: int | None = None
@@ -88,6 +92,7 @@ _GPU_FIELDS: dict[str, Conv[Any]] = {
     "pcie_max_width": _small,
     "pcie_replay": _count,
     "nvlink_errors": mapping_of(_opt_counts),
+    "nvlink_unread": mapping_of(string),
     "retired_pages_sbe": _count,
     "retired_pages_dbe": _count,
     "retired_pending": boolean,

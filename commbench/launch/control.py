@@ -8,7 +8,7 @@ cluster. The shape (docs/scale.md has the formulas and the measurements):
   own ranks' heartbeat files and /proc, and publishes one `NodeDigest` per interval: one
   request per node;
 - one **aggregator**, the launcher of the node that runs global rank 0 (the run's writer),
-  reads every digest in one `multi_get` and publishes one small `FleetSummary`: who is
+  reads every digest (`multi_get`, DIGESTS_PER_READ at a time) and publishes one small `FleetSummary`: who is
   stopped, silent, gone or behind, where, since when;
 - every other launcher reads that summary only when it needs it: when its own ranks stopped
   making progress, or to explain a crash;
@@ -64,14 +64,22 @@ RECONNECT_AFTER = 5.0
 PLACEHOLDER = b"-"
 """What a key holds before its writer's first value (created by `peek`, never decoded)."""
 MAX_BEHIND = 8
+DIGESTS_PER_READ = 128
+"""Digests the aggregator reads per request (~2 KB each for 8 ranks): one request for all of
+8,192 nodes' (14 MB) took 1.7 s, holding the store from everyone else and past SLOW_CALL."""
+
+
+def steady_requests(nnodes: int) -> int:
+    """Store requests per interval of the steady watch: each node's digest, the aggregator's
+    reads of them (DIGESTS_PER_READ per request) and its summary."""
+    return nnodes + -(-nnodes // DIGESTS_PER_READ) + 1
 
 
 def plan_interval(nnodes: int) -> float:
-    """Seconds between digests: steady requests per interval are nnodes + 2 (each node's
-    digest, the aggregator's read and its summary), held to STEADY_BUDGET per second; never
-    below MIN_INTERVAL (local watchdogs poll faster anyway) nor above MAX_INTERVAL (a stuck
-    rank is named within three intervals)."""
-    return min(MAX_INTERVAL, max(MIN_INTERVAL, (nnodes + 2) / STEADY_BUDGET))
+    """Seconds between digests: `steady_requests` per interval held to STEADY_BUDGET per
+    second; never below MIN_INTERVAL (local watchdogs poll faster anyway) nor above
+    MAX_INTERVAL (a stuck rank is named within three intervals)."""
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, steady_requests(nnodes) / STEADY_BUDGET))
 
 
 def silence_after(interval: float) -> float:
@@ -133,6 +141,9 @@ class StoreLink:
         self._retry_at = 0.0
         self.requests: dict[str, int] = {}
         self.bytes = 0
+        self.seconds = 0.0
+        """Time spent in requests that returned: the store's time this link cost, as its
+        client saw it (round trips included)."""
         self.busy_since: float | None = None
         """When the request in flight began (the owner's thread reads it: a request that hangs
         past SLOW_CALL degrades the watch even before it returns)."""
@@ -172,6 +183,7 @@ class StoreLink:
         finally:
             self.busy_since = None
         took = time.monotonic() - started
+        self.seconds += took
         self.requests[op] = self.requests.get(op, 0) + 1
         self.bytes += _size(args) + _size([result])
         if self.slow_after is not None and took > self.slow_after:
@@ -346,7 +358,9 @@ class Aggregator:
             for key in keys:
                 peek(self.link, key)
             self._placed = True
-        values = self.link.call("multi_get", keys)
+        values = []
+        for at in range(0, len(keys), DIGESTS_PER_READ):
+            values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
         changed = False
         for node, raw in enumerate(values):
             if bytes(raw) == PLACEHOLDER:
@@ -577,6 +591,7 @@ class ControlPlane:
             "interval_s": self.interval,
             "requests": self.link.total_requests,
             "bytes": self.link.bytes,
+            "store_s": round(self.link.seconds, 3),
             "degraded": self.degraded,
             "skipped": list(self.skips.warnings),
         }
@@ -632,6 +647,14 @@ class ControlPlane:
 # -- the roll call ------------------------------------------------------------------------------
 
 ROLLCALL_POLL = 0.5
+ROLLCALL_BUDGET = 2000.0
+"""Polls per second the waiting nodes may make in all: the poll period grows past
+ROLLCALL_POLL beyond 1,000 nodes (`rollcall_poll`)."""
+
+
+def rollcall_poll(nnodes: int) -> float:
+    """Seconds between one node's polls during a roll call."""
+    return max(ROLLCALL_POLL, nnodes / ROLLCALL_BUDGET)
 
 
 class RollCall:
@@ -665,6 +688,12 @@ class RollCall:
                 nodes.add(a.node)
         return sorted(nodes)
 
+    def counted(self, node: int) -> RollCallResult:
+        """The result as the answers now stand (one read of them)."""
+        answered = set(self.answered())
+        missing = tuple(n for n in range(self.nnodes) if n not in answered)
+        return RollCallResult(nnodes=self.nnodes, missing=missing, counter=node)
+
     def count(
         self, node: int, wait: float, sleep: Callable[[float], None] = time.sleep
     ) -> RollCallResult:
@@ -673,21 +702,23 @@ class RollCall:
         while time.monotonic() < deadline:
             if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
                 break
-            sleep(ROLLCALL_POLL)
-        result = RollCallResult(nnodes=self.nnodes, answered=tuple(self.answered()), counter=node)
+            sleep(rollcall_poll(self.nnodes))
+        result = self.counted(node)
         self.link.call("set", self.keys.rollcall("result"), result.to_json())
         return result
 
+    def poll(self) -> RollCallResult | None:
+        """One look for the counter's result: one request."""
+        return self.skips.decode(RollCallResult, peek(self.link, self.keys.rollcall("result")))
+
     def result(self, wait: float) -> RollCallResult | None:
         """Everyone else's part: poll for the counter's result."""
-        key = self.keys.rollcall("result")
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with contextlib.suppress(StoreDown):
-                raw = peek(self.link, key)
-                if raw is not None:
-                    return self.skips.decode(RollCallResult, raw)
-            time.sleep(ROLLCALL_POLL)
+                if (result := self.poll()) is not None:
+                    return result
+            time.sleep(rollcall_poll(self.nnodes))
         return None
 
     def run(self, node: int, host: str, rank: int, wait: float) -> RollCallResult:
@@ -696,7 +727,7 @@ class RollCall:
         position = self.answer(node, host, rank)
         if position == 1:
             return self.count(node, wait)
-        result = self.result(wait + 2 * ROLLCALL_POLL + SLOW_CALL)
+        result = self.result(wait + 2 * rollcall_poll(self.nnodes) + SLOW_CALL)
         if result is not None:
             return result
-        return RollCallResult(nnodes=self.nnodes, answered=tuple(self.answered()), counter=node)
+        return self.counted(node)

@@ -33,6 +33,7 @@ from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
     LOGS_DIR,
 )
+from commbench.launch.pythonpath import with_package_path
 from commbench.launch.rendezvous import host_store_args
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
@@ -201,7 +202,7 @@ def torchrun_command(
 
 
 def _worker_env(run_dir: Path, launch: LaunchOptions) -> dict[str, str]:
-    env = dict(os.environ)
+    env = with_package_path(os.environ)
     if launch.debug:
         env.update(
             TORCH_DISTRIBUTED_DEBUG="DETAIL",

@@ -19,6 +19,7 @@ from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
 from commbench.files import dump_json, load_json, parse_json
 from commbench.gpu_memory import COLLECTIVES_RESERVE, COLLECTIVES_RESERVE_FOR, refuse_if_short
+from commbench.launch.pythonpath import with_package_path
 from commbench.results.store import atomic_write
 from commbench.sizes import format_amount, format_size
 
@@ -170,6 +171,7 @@ def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
             text=True,
             timeout=PROBE_TIMEOUT,
             check=False,
+            env=with_package_path(os.environ),
         )
     except subprocess.TimeoutExpired:
         raise UserError(f"{doing} took over {PROBE_TIMEOUT:.0f} s") from None

@@ -410,7 +410,9 @@ class Worker:
                     check = CHECK_SKIPPED
                 else:
                     check = CHECK_FAILED if failed else CHECK_OK
-                notes = "; ".join(x for x in (plan.note, note) if x)
+                notes = "; ".join(
+                    x for x in (plan.note, note, spec.no_bandwidth(self.group_size)) if x
+                )
                 if failed:
                     notes = "; ".join(x for x in (notes, f"wrong result on rank(s) {failed}") if x)
                 row = ResultRow.measured(

@@ -378,6 +378,8 @@ def build_report(
         blocks = [Heading(1, f"commbench suite {record.name}: {path.name}"), Contents((2,))]
         if record.description:
             blocks.append(Para(record.description))
+        if record.unfinished:
+            blocks.append(Para(f"This suite {record.unfinished}."))
         blocks.append(
             Table(
                 ["entry", "status", "run directory", "why"],

@@ -17,7 +17,7 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.report.figures import Figure, Heatmap, Panel, all_figures
 from commbench.results.runs import Run, load_run
-from commbench.results.store import RunDir, writing
+from commbench.results.store import RunDir, check_output, writing
 from commbench.sizes import format_size
 from commbench.topology.model import MAX_PEAK_GBPS
 
@@ -210,6 +210,11 @@ def png_bytes(figure: Figure) -> bytes:
         plt.close(fig)
 
 
+def figure_file(out_dir: Path, figure: Figure, fmt: str) -> Path:
+    """Where `write_figures` puts `figure` in format `fmt`."""
+    return out_dir / f"{figure.name}.{fmt}"
+
+
 def write_figures(
     figures: Sequence[Figure], out_dir: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
@@ -222,7 +227,7 @@ def write_figures(
         fig = draw(figure)
         try:
             for fmt in formats:
-                path = out_dir / f"{figure.name}.{fmt}"
+                path = figure_file(out_dir, figure, fmt)
                 with writing(path):
                     fig.savefig(path, format=fmt, dpi=DPI)
                 written.append(path)
@@ -262,9 +267,12 @@ def plot_runs(
     *,
     peak_gbps: float | None = None,
     labels: Sequence[str] | None = None,
+    reads: Sequence[Path] = (),
 ) -> list[Path]:
     """Write every figure of `runs` into `out_dir`. `peak_gbps` is drawn on the bandwidth
-    panels (else each run's topology peak, where known); `labels` names the runs."""
+    panels (else each run's topology peak, where known); `labels` names the runs. No figure
+    file may be a file of the runs, or of `reads` (the suites they came from), or any run's
+    record (`check_output`)."""
     if not formats:  # `--formats ''` would write nothing and look like success
         raise UserError(f"no plot format given; choose from: {', '.join(FORMATS)}")
     bad = [f for f in formats if f not in FORMATS]
@@ -276,6 +284,8 @@ def plot_runs(
     if not figures:
         shown_names = ", ".join(str(r.path) for r in runs)
         raise UserError(f"nothing to plot: no measured points in {shown_names}")
+    files = [figure_file(out_dir, figure, fmt) for figure in figures for fmt in formats]
+    check_output(files, [*reads, *(r.path for r in runs)])
     return write_figures(figures, out_dir, formats)
 
 

@@ -44,6 +44,8 @@ IN_PLACE = ("no", "yes", "both")
 DIAGNOSE_STAGES = ("intra", "inter")
 """`diagnose --stages`."""
 
+DEFAULT_TIMEOUT = 300.0
+"""Seconds without progress before a run is declared hung (`--timeout`)."""
 # Below this, a healthy rank looks hung: ranks report progress in heartbeats every 0.5 s
 # (`launch.protocol.HEARTBEAT_INTERVAL`) and one silent for half the timeout is blamed, so
 # `--timeout 0.001` would name ranks that were measuring normally.

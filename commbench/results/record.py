@@ -40,6 +40,7 @@ from commbench.numbers import MAX_ITERATIONS
 from commbench.processes import ProcessId
 from commbench.results.names import (
     BACKENDS,
+    DEFAULT_TIMEOUT,
     DEVICES,
     DIAGNOSE_STAGES,
     DTYPES,
@@ -125,7 +126,7 @@ _gpu = integer_in(0, MAX_GPU)
 _pid = integer_in(0, (1 << 31) - 1)
 _size = integer_in(1, MAX_SIZE_BYTES)
 """A size to measure, as `--sizes` takes it (`sizes.check_size`)."""
-_seconds = number_in(1e-9, 1e12)
+_positive_seconds = number_in(1e-9, 1e12)
 """A positive number of seconds (`--min-time`, `--timeout`)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -192,7 +193,7 @@ _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
     "iters": integer_in(1, MAX_ITERATIONS),
     "min_iters": integer_in(1, MAX_ITERATIONS),
     "max_iters": integer_in(1, MAX_ITERATIONS),
-    "min_time": _seconds,
+    "min_time": _positive_seconds,
     "in_place": _in_place,
     "check": boolean,
     "async_op": boolean,
@@ -556,24 +557,37 @@ class RunRecord:
             data[f.name] = value
         return {**data, **self.extra}
 
-    def recognised(self) -> RunRecord:
+    def recognised(self, silence: Silence | None = None) -> RunRecord:
         """The record as a reader must take it: one saying "running" whose launcher is gone
         (this host, its pid gone or reused, or a reboot since) is interrupted; on another host
-        whether it still runs cannot be told, and the failure says so."""
-        status, failure = recognise(self.status, self.launcher, self.failure)
+        it is interrupted too once its directory has been `silence` for longer than its
+        timeout, and otherwise whether it still runs cannot be told: the failure says so."""
+        status, failure = recognise(self.status, self.launcher, self.failure, silence)
         if status is self.status and failure == self.failure:
             return self
         recorded = self.status if status is not self.status else None
         return replace(self, status=status, failure=failure, recorded_status=recorded)
 
     @property
+    def timeout_s(self) -> float:
+        """Seconds without progress before its launcher ends the run as hung: its settings'
+        `timeout`, else the default (`Silence`)."""
+        return _seconds(self.settings.get("timeout")) or DEFAULT_TIMEOUT
+
+    @property
     def unfinished(self) -> str | None:
         """How the run did not finish, e.g. "was interrupted (its launcher (pid 7) is gone)";
         None when it did, or does not say."""
-        if self.status in (None, RunStatus.COMPLETE):
-            return None
-        how = _UNFINISHED.get(self.status, f"is {self.status}")
-        return how + (f" ({self.failure})" if self.failure else "")
+        return unfinished(self.status, self.failure)
+
+
+def unfinished(status: RunStatus | None, failure: str | None) -> str | None:
+    """How a run or suite with this status did not finish; None when it did, or does not
+    say."""
+    if status in (None, RunStatus.COMPLETE):
+        return None
+    how = _UNFINISHED.get(status, f"is {status}")
+    return how + (f" ({failure})" if failure else "")
 
 
 _UNFINISHED = {
@@ -583,23 +597,63 @@ _UNFINISHED = {
 }
 
 
+def _seconds(value: Any) -> float | None:
+    """A timeout as settings store it: a positive finite number of seconds, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value < float("inf") else None
+
+
+SILENCE_MARGIN_S = 60.0
+"""Added to a record's timeout before its silence means its writer is dead: the phases no
+watchdog times (preflight, plotting) and clocks of two hosts that disagree (a shared
+file system stamps files with the writer's or the server's clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """How long nothing has changed where a record's writer writes (its run or suite
+    directory: the record, the journal, the ranks' heartbeats twice a second), and the
+    timeout its writer works under (a hung run is ended by then)."""
+
+    seconds: float
+    timeout_s: float
+
+    @property
+    def dead(self) -> bool:
+        return self.seconds > self.timeout_s + SILENCE_MARGIN_S
+
+
 def recognise(
-    status: RunStatus | None, writer: ProcessId | None, failure: str | None
+    status: RunStatus | None,
+    writer: ProcessId | None,
+    failure: str | None,
+    silence: Silence | None = None,
 ) -> tuple[RunStatus | None, str | None]:
-    """(status, failure) of a record as a reader must take it (`RunRecord.recognised`)."""
+    """(status, failure) of a record as a reader must take it, run.json and suite.json alike
+    (`RunRecord.recognised`): "running" stays so while its writer runs; it is interrupted when
+    its writer is gone (this host), or cannot be seen (another host, or none recorded) and
+    has written nothing for longer than its timeout (`Silence`)."""
     if status is not RunStatus.RUNNING:
         return status, failure
-    if writer is None:
-        return status, failure or "no launcher is recorded: whether it still runs cannot be told"
-    running = writer.running()
+    running = writer.running() if writer is not None else None
     if running:
         return status, failure
-    if running is None:
-        return status, (
-            f"its launcher (pid {writer.pid}) runs on host {writer.host}: "
-            "whether it still runs cannot be told from here"
+    if running is False and writer is not None:
+        return RunStatus.INTERRUPTED, f"its launcher (pid {writer.pid}) is gone"
+    if silence is not None and silence.dead:
+        who = "its launcher" if writer is None else f"its launcher (pid {writer.pid})"
+        where = "" if writer is None else f" on host {writer.host}"
+        return RunStatus.INTERRUPTED, (
+            f"{who}{where} has written nothing for {silence.seconds:.0f} s, longer than its "
+            f"timeout ({silence.timeout_s:g} s)"
         )
-    return RunStatus.INTERRUPTED, f"its launcher (pid {writer.pid}) is gone"
+    if writer is None:
+        return status, failure or "no launcher is recorded: whether it still runs cannot be told"
+    return status, (
+        f"its launcher (pid {writer.pid}) runs on host {writer.host}: "
+        "whether it still runs cannot be told from here"
+    )
 
 
 def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -752,10 +806,26 @@ class SuiteRecord:
         data["entries"] = [e.to_dict() for e in self.entries]
         return data
 
-    def recognised(self) -> SuiteRecord:
+    @property
+    def unfinished(self) -> str | None:
+        """How the suite did not finish (as `RunRecord.unfinished`); None when it did."""
+        return unfinished(self.status, self.failure)
+
+    @property
+    def timeout_s(self) -> float:
+        """The longest timeout of the suite's sections (`timing.timeout`), else the default:
+        one of its runs may be silent that long before its launcher ends it (`Silence`)."""
+        found = [
+            _seconds(section["timing"].get("timeout"))
+            for section in self.config.values()
+            if isinstance(section, dict) and isinstance(section.get("timing"), dict)
+        ]
+        return max([t for t in found if t is not None], default=DEFAULT_TIMEOUT)
+
+    def recognised(self, silence: Silence | None = None) -> SuiteRecord:
         """As `RunRecord.recognised`; an entry still running when the suite's launcher went
         went with it."""
-        found, failure = recognise(self.status, self.launcher, self.failure)
+        found, failure = recognise(self.status, self.launcher, self.failure, silence)
         status = found or self.status
         if status is self.status and failure == self.failure:
             return self

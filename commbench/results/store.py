@@ -20,9 +20,11 @@ run that dies leaves valid files with every point measured before.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from commbench.errors import UserError, quoted
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
 from commbench.results.exporters import dicts_to_csv, rows_to_csv
-from commbench.results.record import RunRecord, SuiteRecord
+from commbench.results.record import RunRecord, RunStatus, Silence, SuiteRecord
 from commbench.results.schema import (
     SCHEMA_VERSION,
     ResultRow,
@@ -46,6 +48,7 @@ __all__ = [
     "RunDir",
     "SuiteDir",
     "atomic_write",
+    "check_output",
     "dicts_to_csv",
     "dump_json",
     "load_json",
@@ -59,6 +62,8 @@ __all__ = [
 RUN_FILE = "run.json"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
+EVENTS_FILE = "events.jsonl"
+"""Rank 0's journal of a launched run (`launch.protocol.Journal`)."""
 SETTINGS_FILE = "settings.json"
 """What the workers of a collectives run read their settings from."""
 PLOTS_DIR = "plots"
@@ -66,6 +71,15 @@ SUITE_FILE = "suite.json"
 TOPOLOGY_FILE = "topology.json"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_MD = "comparison.md"
+RECORD_FILES = (RUN_FILE, RESULTS_JSON, RESULTS_CSV, EVENTS_FILE, SUITE_FILE)
+"""What makes a directory a run or a suite: no command writes one of these where a user
+points it (`check_output`), whichever run it belongs to."""
+DOCUMENT_SUFFIXES = (".md", ".html", ".png", ".svg", ".pdf")
+DOCUMENT_FILES = "_files"
+"""What a command derives from a run and may write into it, then rewrite (`report -o
+RUN/report.md`, its `report_files/` images): no command reads them back, so they are not the
+run's to protect. A document named as an input is still protected by its identity."""
+_MAX_WALKED = 100_000  # files of the inputs `check_output` looks at; a run holds dozens
 
 
 @contextlib.contextmanager
@@ -76,6 +90,116 @@ def writing(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_output(outs: Iterable[Path], reads: Iterable[Path], flag: str = "--out") -> None:
+    """Refuse, before anything is written, an output path (`--out FILE`, or each file a
+    command writes under `--out DIR`) that would overwrite what commbench reads: the one rule
+    every command that writes a file a user named goes through (`report`, `compare`, `topo`,
+    `plot`; the commands that make a new run or suite directory cannot overwrite one:
+    `check_parent`, `new_run_dir`).
+
+    Refused, with one line naming `flag`, a path that (its symlinks resolved, parents
+    included):
+    - is, by name or as a hard link (st_dev, st_ino), a file `reads` names, or any file of a
+      run or suite directory in `reads` or holding a file it names (a suite's entries
+      included, wherever they lie), except under `plots/`, where `plot` redraws its figures;
+    - is named as one of `RECORD_FILES` in a run or suite directory, whichever run it is;
+    - is an existing file with other hard links: writing it writes them too, and whether one
+      is the record of a run elsewhere cannot be told from here.
+    A directory is left to the write itself to refuse.
+    """
+    protected = _identities(reads)
+    for out in outs:
+        real = Path(os.path.realpath(out))
+        try:
+            info: os.stat_result | None = os.stat(real)
+        except OSError:
+            info = None  # nothing there yet (or the write will say why it cannot be)
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            continue
+        where = protected.get((info.st_dev, info.st_ino)) if info is not None else None
+        if where is not None:
+            why = f"is {where}, which this command reads"
+        elif real.name in RECORD_FILES and _is_record_dir(real.parent):
+            why = f"is the {real.name} of the run or suite {shown(real.parent)}"
+        elif info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            why = f"is one of {info.st_nlink} hard links to one file, which would change them all"
+        else:
+            continue
+        raise UserError(f"{flag} {shown(out)} {why}; write the output elsewhere")
+
+
+def _is_record_dir(path: Path) -> bool:
+    return any(os.path.isfile(path / marker) for marker in (RUN_FILE, SUITE_FILE))
+
+
+def _identities(reads: Iterable[Path]) -> dict[tuple[int, int], str]:
+    """(st_dev, st_ino) of every file `reads` names, and of every file of the run and suite
+    directories they name or lie in (suite entries included, `plots/` left out), each with
+    how a message names it."""
+    found: dict[tuple[int, int], str] = {}
+    walked = 0
+    pending = [Path(p) for p in reads if str(p) != "-"]  # "-": stdin, no file
+    seen: set[str] = set()
+    while pending and walked < _MAX_WALKED:
+        top = pending.pop()
+        real = os.path.realpath(top)
+        if real in seen:
+            continue
+        seen.add(real)
+        if not os.path.isdir(real):
+            with contextlib.suppress(OSError):
+                info = os.stat(real)
+                found.setdefault((info.st_dev, info.st_ino), f"the input {shown(top)}")
+            if _is_record_dir(Path(real).parent):  # a run named by a file of it (run.json)
+                pending.append(Path(real).parent)
+            continue
+        what = f"a file of {shown(top)}"
+        for root, dirs, files in os.walk(real, onerror=lambda _: None):
+            dirs[:] = [d for d in dirs if d != PLOTS_DIR and not d.endswith(DOCUMENT_FILES)]
+            for name in files:
+                walked += 1
+                if name.endswith(DOCUMENT_SUFFIXES) and name not in RECORD_FILES:
+                    continue  # a report written into the run is rewritten by the next one
+                with contextlib.suppress(OSError):
+                    info = os.stat(os.path.join(root, name))
+                    if stat.S_ISREG(info.st_mode):
+                        found.setdefault((info.st_dev, info.st_ino), what)
+            if walked >= _MAX_WALKED:
+                break
+        pending += _suite_entries(Path(real))
+    return found
+
+
+def _suite_entries(path: Path) -> list[Path]:
+    """The run directories a suite directory's entries name (none when it is not one, or
+    its suite.json cannot be read: the command that reads it says why)."""
+    if not os.path.isfile(path / SUITE_FILE):
+        return []
+    try:
+        record = SuiteRecord.from_dict(load_json(path / SUITE_FILE, "suite file"), str(path))
+    except UserError:
+        return []
+    return [path / e.path for e in record.entries if e.path]
+
+
+def silence_of(dirs: Iterable[Path], timeout_s: float) -> Silence | None:
+    """How long nothing has changed in `dirs` (a run or suite directory and its running
+    entries): their own times, and those of the files and folders directly in them, where
+    each rewrite through `atomic_write` lands (a heartbeat in ranks/ twice a second). None
+    when none of them can be read: then nothing is concluded."""
+    newest: float | None = None
+    for path in dirs:
+        with contextlib.suppress(OSError), os.scandir(path) as entries:
+            times = [os.stat(path).st_mtime]
+            for entry in itertools.islice(entries, _MAX_WALKED):
+                with contextlib.suppress(OSError):
+                    times.append(entry.stat(follow_symlinks=False).st_mtime)
+            newest = max(times) if newest is None else max(newest, *times)
+    if newest is None:
+        return None
+    return Silence(seconds=time.time() - newest, timeout_s=timeout_s)
 
 
 def temp_name(path: Path, pid: int | None = None) -> Path:
@@ -245,8 +369,10 @@ class RunDir:
     def read_record(self) -> RunRecord:
         """run.json, every field checked, its status as a reader must take it
         (`RunRecord.recognised`)."""
-        data = load_json(self.run_file)
-        return RunRecord.from_dict(data, shown(self.run_file)).recognised()
+        record = RunRecord.from_dict(load_json(self.run_file), shown(self.run_file))
+        if record.status is not RunStatus.RUNNING:
+            return record
+        return record.recognised(silence_of([self.path], record.timeout_s))
 
     def write_rows(self, rows: list[ResultRow], *, p2p: bool = False) -> None:
         write_results(self.path, rows, p2p=p2p)
@@ -303,5 +429,12 @@ class SuiteDir:
 
     def read_record(self) -> SuiteRecord:
         """suite.json, every field checked, its status as a reader must take it."""
-        data = load_json(self.suite_file, "suite file")
-        return SuiteRecord.from_dict(data, shown(self.suite_file)).recognised()
+        record = SuiteRecord.from_dict(
+            load_json(self.suite_file, "suite file"), shown(self.suite_file)
+        )
+        if record.status is not RunStatus.RUNNING:
+            return record
+        running = [
+            self.path / e.path for e in record.entries if e.path and e.status is RunStatus.RUNNING
+        ]
+        return record.recognised(silence_of([self.path, *running], record.timeout_s))

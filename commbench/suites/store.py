@@ -36,8 +36,14 @@ def load_runs(path: Path) -> dict[str, Run]:
 
 
 def _absent(path: Path, name: str) -> Run:
-    """Stands in for an entry the new suite lacks: every baseline point then is missing."""
-    return Run(path=path / f"<no {name}>", record=RunRecord(kind=RunKind.COLLECTIVES), rows=[])
+    """Stands in for an entry the new suite lacks: every baseline point then is missing,
+    and a suite that did not finish (its launcher gone before the entry ran) says why."""
+    record = RunRecord(kind=RunKind.COLLECTIVES)
+    if is_suite(path):
+        suite = load_suite(path).record
+        if suite.unfinished:
+            record.status, record.failure = suite.status, suite.failure
+    return Run(path=path / f"<no {name}>", record=record, rows=[])
 
 
 def compare_targets(

@@ -13,8 +13,14 @@ from typing import Any
 
 # Error codes (nvmlReturn_t) that mean "no answer to this question", not "something broke":
 # NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND (an older driver), INVALID_ARGUMENT
-# (e.g. a link number past the GPU's last link), NOT_FOUND.
-_UNKNOWN_CODES = {2, 3, 4, 6, 13}
+# (e.g. a link number past the GPU's last link), NOT_FOUND; each with how a reader says it.
+_UNKNOWN_CODES = {
+    2: "invalid argument",
+    3: "not supported",
+    4: "no permission",
+    6: "not found",
+    13: "not in this driver",
+}
 
 # What nvmlInit failures mean to a user, in the words of the no-GPU message.
 _INIT_REASONS = {
@@ -84,15 +90,21 @@ class Nvml:
 
     def call(self, name: str, *args: Any) -> Any:
         """`pynvml.<name>(*args)`, or None when the driver or bindings cannot answer."""
+        return self.ask(name, *args)[0]
+
+    def ask(self, name: str, *args: Any) -> tuple[Any, str]:
+        """(`pynvml.<name>(*args)`, ''), or (None, why there is no answer: `not supported`,
+        `no permission`, `not in this driver`, or the error NVML gave)."""
         fn = getattr(self._module, name, None)
         if fn is None:
-            return None
+            return None, "not in these bindings"
         try:
-            return fn(*args)
+            return fn(*args), ""
         except self._module.NVMLError as exc:
             code = getattr(exc, "value", None)
-            if code not in _UNKNOWN_CODES:
-                message = f"{name}: {exc}"
-                if message not in self.warnings:
-                    self.warnings.append(message)
-            return None
+            if code in _UNKNOWN_CODES:
+                return None, _UNKNOWN_CODES[code]
+            message = f"{name}: {exc}"
+            if message not in self.warnings:
+                self.warnings.append(message)
+            return None, str(exc) or f"error {code}"
