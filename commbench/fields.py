@@ -15,10 +15,11 @@ a wrong number further on:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
 
 T = TypeVar("T")
 Conv = Callable[[Any, str], T]
@@ -66,6 +67,49 @@ def string(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise UserError(f"{path}: expected a string, got {kind(value)}")
     return value
+
+
+MAX_TEXT = 1 << 16
+"""Characters in one stored text (a failure with its reasons, a diagnosis): far past any that
+commbench writes, short of a pasted file."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def text(value: Any, path: str) -> str:
+    """A string that may hold lines (a failure with its reasons, a diagnosis), bounded, and
+    without another control character (one would move the cursor of the terminal it is
+    printed on)."""
+    result = string(value, path)
+    if len(result) > MAX_TEXT:
+        raise UserError(f"{path}: {len(result)} characters, more than {MAX_TEXT}")
+    if _CONTROL_BUT_LINES.search(result):
+        raise UserError(f"{path}: {quoted(result)} holds a control character")
+    return result
+
+
+def line(value: Any, path: str) -> str:
+    """A string of one line: a name, a host, a version. A line break in one would start a new
+    line, a heading or a table row of the report it is printed in."""
+    result = text(value, path)
+    if _CONTROL.search(result):
+        raise UserError(f"{path}: {quoted(result)} holds a line break or a control character")
+    return result
+
+
+def one_of(choices: Iterable[str]) -> Conv[str]:
+    """A string that is one of `choices` (a registry: ops, dtypes, checks), naming them when
+    it is another."""
+    known = tuple(choices)
+    shown = ", ".join(repr(c) if c == "" else c for c in known)
+
+    def conv(value: Any, path: str) -> str:
+        name = string(value, path)
+        if name not in known:
+            raise UserError(f"{path}: {quoted(name)} is not one of {shown}")
+        return name
+
+    return conv
 
 
 def boolean(value: Any, path: str) -> bool:

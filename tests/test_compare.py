@@ -244,7 +244,7 @@ def test_points_only_in_the_new_run_are_shown_not_judged(tmp_path: Path) -> None
     ("edit", "label"),
     [
         (lambda c: c.update(device_names=["NVIDIA A100-SXM4-80GB"]), "GPU model"),
-        (lambda c: c.update(world_size=4), "world size"),
+        (lambda c: c.update(world_size=4, group_size=4, ranks=c["ranks"][:4]), "world size"),
         (lambda c: c.update(backend="gloo"), "backend"),
         (lambda c: [p.update(link="PIX") for p in c["topology"]["pairs"]], "topology"),
     ],

@@ -19,7 +19,8 @@ from commbench.strategies.model import Params, predict_one
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     """A hand-made run.json, checked as commbench reads one."""
-    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+    stored = {"schema_version": SCHEMA_VERSION, "status": "complete", "context": {}, **meta}
+    record = RunRecord.from_dict(stored, "test")
     RunDir(run_dir).write_record(record)
 
 

@@ -360,6 +360,8 @@ def test_peak_of_a_run_on_two_dgx1v_gpus_is_their_link(tmp_path: Path) -> None:
             topology=snapshot,
             device="cuda",
             ranks=[{"rank": i, "device": d} for i, d in enumerate(devices)],
+            world_size=len(devices),
+            group_size=len(devices),
             **extra,
         )
         (run_dir / "run.json").write_text(json.dumps(data))

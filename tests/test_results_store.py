@@ -60,7 +60,9 @@ def test_results_round_trip_with_samples_and_nan(tmp_path: Path) -> None:
         ),
     ]
     RunDir(run).write_record(
-        RunRecord(kind=RunKind.COLLECTIVES, context=RunContext(backend="gloo"))
+        RunRecord(
+            kind=RunKind.COLLECTIVES, status=RunStatus.COMPLETE, context=RunContext(backend="gloo")
+        )
     )
     write_results(run, rows)
     loaded = load_run(run)
@@ -146,7 +148,7 @@ def test_a_row_of_the_wrong_type_is_one_clear_error(
     tmp_path: Path, field: str, value, fragment: str
 ) -> None:
     run = new_run_dir(tmp_path, "x")
-    RunDir(run).write_record(RunRecord(kind=RunKind.COLLECTIVES))
+    RunDir(run).write_record(RunRecord(kind=RunKind.COLLECTIVES, status=RunStatus.COMPLETE))
     write_results(run, [make_row()])
     data = json.loads((run / "results.json").read_text())
     data["rows"][0][field] = value

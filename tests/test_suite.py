@@ -468,7 +468,8 @@ def test_an_incomparable_baseline_exits_2(
     (baseline,) = (tmp_path / "base").iterdir()
     for run_dir in baseline.glob("*-collectives*"):
         meta = json.loads((run_dir / "run.json").read_text())
-        meta["context"]["world_size"] = 4
+        context = meta["context"]
+        context.update(world_size=4, group_size=4, ranks=context["ranks"][:4])
         (run_dir / "run.json").write_text(json.dumps(meta))
     launcher = FakeLauncher()
     result = run_suite_cli(

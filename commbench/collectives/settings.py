@@ -10,19 +10,16 @@ from typing import TYPE_CHECKING, Any
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
 from commbench.numbers import MAX_ITERATIONS, check_range
+from commbench.results.names import (
+    BACKENDS,
+    DEFAULT_TIMEOUT,
+    DEVICES,
+    IN_PLACE,
+    MAX_NODES,
+    MAX_NPROC,
+    MIN_TIMEOUT,
+)
 from commbench.sizes import check_size
-
-# Below this, a healthy rank looks hung: ranks report progress in heartbeats every 0.5 s
-# (`launch.protocol.HEARTBEAT_INTERVAL`) and one silent for half the timeout is blamed, so
-# `--timeout 0.001` would name ranks that were measuring normally.
-MIN_TIMEOUT = 2.0
-# More workers than any node runs: the preflight refuses what this node cannot hold (its
-# GPUs, 8 CPU ranks per core); this keeps an absurd number out of the arithmetic before it,
-# and out of a script written for other nodes.
-MAX_NPROC = 1 << 20
-# More nodes than any machine has (the largest have about ten thousand): a node list or a
-# node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
-MAX_NODES = 65536
 
 # The defaults of a collectives run, written once: the CLI's help, a suite's timing section
 # and the Python API all read them from here.
@@ -32,7 +29,6 @@ CPU_DEFAULT_SIZES = "1K-1M"
 DEFAULT_MIN_TIME = 0.2
 DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
-DEFAULT_TIMEOUT = 300.0
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
@@ -105,9 +101,9 @@ class CollectivesSettings:
             raise UserError(
                 f"unknown reduce op {self.reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
             )
-        if self.backend not in ("nccl", "gloo"):
+        if self.backend not in BACKENDS:
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
-        if self.device not in ("cuda", "cpu"):
+        if self.device not in DEVICES:
             raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
         if self.backend == "nccl" and self.device != "cuda":
             raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")
@@ -200,9 +196,6 @@ class CollectivesSettings:
     def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-IN_PLACE = ("no", "yes", "both")
 
 
 def in_place_choice(value: bool | str) -> str:

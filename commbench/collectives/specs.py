@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from commbench.errors import UserError
+from commbench.results.names import DTYPES, REDUCE_OPS, STRATEGY_NAMES
+
+__all__ = ["DTYPES", "OPS", "REDUCE_OPS", "STRATEGIES"]  # the names live in `results.names`
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +142,7 @@ OPS: dict[str, OpSpec] = {
 """Every op, in display order (`--ops all`)."""
 
 STRATEGIES: dict[str, OpSpec] = {
-    name: replace(OPS["all_reduce"], strategy=name)
-    for name in ("direct", "reduce_broadcast", "reduce_scatter_all_gather", "ring", "ring_naive")
+    name: replace(OPS["all_reduce"], strategy=name) for name in STRATEGY_NAMES
 }
 """Every all-reduce strategy (`--strategies`), in display order. Each is an all_reduce: its
 rows have op=all_reduce and all_reduce's busbw factor, so the numbers compare directly; how
@@ -156,19 +158,6 @@ PIPELINE_MIN_BYTES = 64 * 1024
 def ring_slices(chunk_bytes: int) -> int:
     """Slices per chunk and ring step: 2 (pipelined) for large chunks, else 1."""
     return 2 if chunk_bytes >= PIPELINE_MIN_BYTES else 1
-
-
-DTYPES: dict[str, int] = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float64": 8,
-    "int32": 4,
-    "int64": 8,
-    "int8": 1,
-    "uint8": 1,
-}
-REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
 
 
 def parse_ops(text: str) -> list[str]:

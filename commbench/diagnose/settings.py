@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
     from commbench.collectives.settings import CollectivesSettings
 
-STAGES = ("intra", "inter")
+STAGES = DIAGNOSE_STAGES
 GPU_DEFAULT_SIZE = "64M"
 CPU_DEFAULT_SIZE = "1M"
 """Bandwidth-bound on each: a GPU link needs tens of MiB to reach its peak, gloo ~1 MiB."""

@@ -33,6 +33,7 @@ from commbench.fields import (
     integer_in,
     list_of,
     number_in,
+    one_of,
     string,
 )
 from commbench.files import parse_json as parse_json_text
@@ -48,6 +49,8 @@ from commbench.results.schema import (
     MAX_SIZE_BYTES,
     MAX_TIME_US,
     MAX_WORLD_SIZE,
+    ROW_DTYPES,
+    ROW_REDUCE_OPS,
     ResultRow,
 )
 from commbench.stats import Stats
@@ -78,6 +81,10 @@ DTYPES = {
     "char": "int8",
     "uint8": "uint8",
 }
+_ROW_DTYPE = one_of(ROW_DTYPES)
+_ROW_REDUCE_OP = one_of(ROW_REDUCE_OPS)
+"""What a stored row may name (`results.schema`): an import stores nothing a reader refuses."""
+
 # Program / file-name spellings -> commbench op names; longest first so that
 # `reduce_scatter` is not read as `reduce`.
 OP_NAMES = {
@@ -454,6 +461,11 @@ class _TextParser:
         dtype = DTYPES.get(named.get("type", "float"), named.get("type", "float"))
         redop = named.get("redop", "")
         reduce_op = "" if op in NON_REDUCING or redop in ("none", "-") else redop
+        try:  # as every reader of the run will check them
+            _ROW_DTYPE(dtype, "type")
+            _ROW_REDUCE_OP(reduce_op, "redop")
+        except UserError as exc:
+            raise self.fail(lineno, str(exc)) from None
         group = (len(cols) - lead - (1 if has_stamp else 0)) // 2
         header = section.header
         for in_place, start in ((False, lead), (True, lead + group)):
@@ -611,9 +623,10 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
             section.dropped_empty += 1
             continue
         type_name = r.opt("type", string) or "float"
-        dtype = DTYPES.get(type_name, type_name)
+        dtype = _ROW_DTYPE(DTYPES.get(type_name, type_name), r.at("type"))
         redop = r.opt("redop", string) or ""
         reduce_op = "" if op in NON_REDUCING or redop in ("none", "-") else redop
+        _ROW_REDUCE_OP(reduce_op, r.at("redop"))
         iters = r.opt("actual_iterations", _json_count) or header["iters"] or 0
         for in_place, key in ((False, "out_of_place"), (True, "in_place")):
             body = r.sub(key)

@@ -13,9 +13,9 @@ from typing import Any
 
 from commbench.errors import UserError, quoted
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
+from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
-MODES = ("concurrent", "sequential")
 DEFAULT_SIZE = 4 * 10**8
 """10**8 float32 elements, the tensor of the motivating puzzle: 400,000,000 bytes."""
 LATENCY_SIZES = (4, 64, 1024, 16 * 1024, 64 * 1024)

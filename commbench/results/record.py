@@ -14,26 +14,55 @@ entry's status is a `RunStatus`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, TypeVar
 
-from commbench.collectives.settings import DEFAULT_TIMEOUT
-from commbench.errors import UserError
+from commbench.errors import UserError, quoted
 from commbench.fields import (
     Conv,
     Fields,
     anything,
     boolean,
     integer_in,
+    kind,
+    line,
     list_of,
     mapping_of,
     number_in,
+    one_of,
     string,
+    text,
 )
 from commbench.health.record import RunHealth
+from commbench.numbers import MAX_ITERATIONS
 from commbench.processes import ProcessId
-from commbench.results.schema import MAX_COUNT, MAX_WORLD_SIZE, SCHEMA_VERSION
+from commbench.results.names import (
+    BACKENDS,
+    DEFAULT_TIMEOUT,
+    DEVICES,
+    DIAGNOSE_STAGES,
+    DTYPES,
+    IN_PLACE,
+    MAX_NODES,
+    MAX_NPROC,
+    MIN_TIMEOUT,
+    REDUCE_OPS,
+    STRATEGY_NAMES,
+)
+from commbench.results.schema import (
+    IMPORTED_REDUCE_OPS,
+    MAX_COUNT,
+    MAX_GBPS,
+    MAX_GPU,
+    MAX_SIZE_BYTES,
+    MAX_WORLD_SIZE,
+    P2P_MODES,
+    ROW_DTYPES,
+    ROW_OPS,
+    SCHEMA_VERSION,
+)
 from commbench.topology import TopologySnapshot
 
 E = TypeVar("E", bound=Enum)
@@ -72,26 +101,166 @@ def enum_of(cls: type[E]) -> Conv[E]:
     """A converter to one of `cls`'s values, naming them when the value is another."""
 
     def conv(value: Any, path: str) -> E:
-        text = string(value, path)
+        name = string(value, path)
         try:
-            return cls(text)
+            return cls(name)
         except ValueError:
             known = ", ".join(m.value for m in cls)
-            raise UserError(f"{path}: {text[:40]!r} is not one of {known}") from None
+            raise UserError(f"{path}: {quoted(name)} is not one of {known}") from None
 
     return conv
 
 
-_text = string
-_texts = list_of(string)
+# Every field of a record has a reader: a registry (what the command line takes), a bound, or
+# `line` (a text of one line: a name, a host, a version) / `text` (a failure, a note: lines,
+# but no other control character). An object whose every key is not known here (settings,
+# the launch, a rank's entry) has its known keys checked and the others kept as they are:
+# a newer commbench adds keys without a new schema version, and no reader reads them.
+_line = line
+_lines = list_of(line, max_items=MAX_WORLD_SIZE)
+_texts = list_of(text, max_items=MAX_COUNT)
 _world = integer_in(1, MAX_WORLD_SIZE)
+_rank = integer_in(0, MAX_WORLD_SIZE - 1)
 _count = integer_in(0, MAX_COUNT)
+_gpu = integer_in(0, MAX_GPU)
+_pid = integer_in(0, (1 << 31) - 1)
+_size = integer_in(1, MAX_SIZE_BYTES)
+"""A size to measure, as `--sizes` takes it (`sizes.check_size`)."""
+_positive_seconds = number_in(1e-9, 1e12)
+"""A positive number of seconds (`--min-time`, `--timeout`)."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _known(readers: dict[str, Conv[Any]]) -> Conv[dict[str, Any]]:
+    """An object whose keys named in `readers` are checked (null: not given); the others are
+    kept as they are."""
+
+    def read(value: Any, path: str) -> dict[str, Any]:
+        f = Fields(value, path)
+        for key, conv in readers.items():
+            f.opt(key, conv)
+        return dict(f.data)
+
+    return read
 
 
 def _scalar(value: Any, path: str) -> Any:
+    """A value of one line: a string, a number, true/false or null (an environment knob)."""
     if isinstance(value, dict | list):
-        raise UserError(f"{path}: expected a string or a number, got a {type(value).__name__}")
+        raise UserError(f"{path}: expected a string or a number, got {kind(value)}")
+    if isinstance(value, str):
+        return line(value, path)
+    if isinstance(value, float):
+        return number_in(-1e300, 1e300)(value, path)
     return value
+
+
+def _env(value: Any, path: str) -> dict[str, Any]:
+    """`context.env`: variable names to their values, each of one line."""
+    env = mapping_of(_scalar)(value, path)
+    for name in env:
+        if not _ENV_NAME.fullmatch(name):
+            raise UserError(f"{path}: {quoted(name)} is not the name of an environment variable")
+    return env
+
+
+def _in_place(value: Any, path: str) -> bool | str:
+    """`settings.in_place`: yes, no or both (`IN_PLACE`), or a bool (stored before `both`)."""
+    return value if isinstance(value, bool) else one_of(IN_PLACE)(value, path)
+
+
+def _pair(value: Any, path: str) -> list[int]:
+    pair = list_of(_gpu, max_items=2)(value, path)
+    if len(pair) != 2:
+        raise UserError(f"{path}: expected [source, destination], got {len(pair)} GPUs")
+    return pair
+
+
+_LIST = 1 << 16
+"""Items in a list of settings: past what any command line or suite gives."""
+_SETTINGS_FIELDS: dict[str, Conv[Any]] = {
+    # collectives (`CollectivesSettings`), and what the nccl-tests import and diagnose share
+    "ops": list_of(one_of(ROW_OPS), max_items=_LIST),
+    "strategies": list_of(one_of(STRATEGY_NAMES), max_items=_LIST),
+    "sizes": list_of(_size, max_items=_LIST),
+    "nproc": integer_in(1, MAX_NPROC),
+    "backend": one_of(BACKENDS),
+    "device": one_of(DEVICES),
+    "dtype": one_of(ROW_DTYPES),
+    "dtypes": list_of(one_of(DTYPES), max_items=_LIST),
+    "reduce_op": one_of((*REDUCE_OPS, *IMPORTED_REDUCE_OPS)),
+    "warmup": integer_in(0, MAX_ITERATIONS),
+    "iters": integer_in(1, MAX_ITERATIONS),
+    "min_iters": integer_in(1, MAX_ITERATIONS),
+    "max_iters": integer_in(1, MAX_ITERATIONS),
+    "min_time": _positive_seconds,
+    "in_place": _in_place,
+    "check": boolean,
+    "async_op": boolean,
+    "graph": boolean,
+    "profile": boolean,
+    "ranks": list_of(integer_in(0, MAX_NPROC * MAX_NODES), max_items=_LIST),
+    "timeout": number_in(MIN_TIMEOUT, 1e12),
+    # p2p (`P2PSettings`)
+    "src": _gpu,
+    "dsts": list_of(_gpu, max_items=_LIST),
+    "pairs": list_of(_pair, max_items=_LIST),
+    "matrix": boolean,
+    "modes": list_of(one_of(P2P_MODES), max_items=len(P2P_MODES)),
+    "bidirectional": boolean,
+    "host": boolean,
+    "latency": boolean,
+    "latency_sizes": list_of(_size, max_items=_LIST),
+    # the nccl-tests import: its log's header line
+    "nccl_tests": mapping_of(_scalar),
+    # diagnose (`DiagnoseSettings`)
+    "diagnose": _known(
+        {
+            "size_bytes": _size,
+            "stages": list_of(one_of(DIAGNOSE_STAGES), max_items=len(DIAGNOSE_STAGES)),
+            "tolerance": number_in(0, 1),
+            "alpha": number_in(0, 1),
+            "group": integer_in(1, MAX_NODES),
+            "max_rounds": integer_in(1, MAX_NODES),
+            "expected_gbps": mapping_of(number_in(0, MAX_GBPS)),
+        }
+    ),
+}
+_LAUNCH_FIELDS: dict[str, Conv[Any]] = {
+    "nnodes": integer_in(1, MAX_NODES),
+    "node_rank": integer_in(0, MAX_NODES - 1),
+    "rdzv_endpoint": line,
+    "rdzv_id": line,
+    "source": one_of(("flags", "slurm", "single")),
+    "debug": boolean,
+    "watch": mapping_of(anything),  # what the cross-node watch cost: for people, never read
+}
+_RANK_FIELDS: dict[str, Conv[Any]] = {
+    "rank": _rank,
+    "local_rank": _rank,
+    "node": integer_in(0, MAX_NODES - 1),
+    "group": _count,
+    "pid": _pid,
+    "host": line,
+    "address": line,
+    "device": line,
+    "device_name": line,
+    "pci_bus_id": line,
+}
+_PROBE_FIELDS: dict[str, Conv[Any]] = {
+    "ok": boolean,
+    "torch": line,
+    "device_count": integer_in(0, MAX_GPU),
+    "error": text,
+    "memory": mapping_of(list_of(integer_in(0, 1 << 62), max_items=2)),
+}
+_SECTION_FIELDS: dict[str, Conv[Any]] = {
+    "op": one_of(ROW_OPS),
+    "header": mapping_of(_scalar),
+    "rows": _count,
+    "dropped_zero_size_rows": _count,
+    "avg_busbw_gbps": number_in(0, MAX_GBPS),
+}
 
 
 def _process(f: Fields | None) -> ProcessId | None:
@@ -100,8 +269,8 @@ def _process(f: Fields | None) -> ProcessId | None:
         return None
     return ProcessId(
         pid=f.data["pid"],
-        host=f.opt("host", _text),
-        boot_id=f.opt("boot_id", _text),
+        host=f.opt("host", _line),
+        boot_id=f.opt("boot_id", _line),
         start_ticks=f.opt("start_ticks", integer_in(0, 1 << 62)),
     )
 
@@ -111,29 +280,29 @@ def _process(f: Fields | None) -> ProcessId | None:
 
 # The context's plain fields, each with its type; read and written by name.
 _CONTEXT_FIELDS: dict[str, Conv[Any]] = {
-    "host": _text,
-    "hosts": _texts,
-    "platform": _text,
-    "python": _text,
-    "commbench": _text,
-    "command": _text,
-    "cwd_git_commit": _text,
-    "started_at": _text,
-    "backend": _text,
-    "device": _text,
+    "host": _line,
+    "hosts": _lines,
+    "platform": _line,
+    "python": _line,
+    "commbench": _line,
+    "command": text,  # a command line may quote an argument that holds a line break
+    "cwd_git_commit": _line,
+    "started_at": _line,
+    "backend": one_of(BACKENDS),
+    "device": one_of(DEVICES),
     "world_size": _world,
     "group_size": _world,
     "nnodes": _world,
     "device_count": integer_in(0, MAX_WORLD_SIZE),
-    "device_names": _texts,
-    "ranks": list_of(mapping_of(anything)),
-    "torch": _text,
-    "cuda": _text,
-    "nccl": _text,
-    "driver": _text,
-    "env": mapping_of(_scalar),
-    "probe": mapping_of(anything),
-    "topology_error": _text,
+    "device_names": _lines,
+    "ranks": list_of(_known(_RANK_FIELDS), max_items=MAX_WORLD_SIZE),
+    "torch": _line,
+    "cuda": _line,
+    "nccl": _line,
+    "driver": _line,
+    "env": _env,
+    "probe": _known(_PROBE_FIELDS),
+    "topology_error": text,
 }
 
 
@@ -184,12 +353,29 @@ class RunContext:
         f = Fields(data, where)
         values = {key: f.opt(key, conv) for key, conv in _CONTEXT_FIELDS.items()}
         ctx = cls(**{k: v for k, v in values.items() if v is not None})
+        ctx._check(f)
         ctx.topology = _snapshot(f)
         health = f.sub("health")
         ctx.health = None if health is None else RunHealth.from_dict(health.data, health.where)
         known = {*_CONTEXT_FIELDS, "topology", "health"}
         ctx.extra = {k: v for k, v in f.data.items() if k not in known}
         return ctx
+
+    def _check(self, f: Fields) -> None:
+        """What one field cannot say alone: the group, the nodes and each rank fit the world."""
+        world = self.world_size
+        if world is None:
+            return
+        for name in ("group_size", "nnodes"):
+            value = getattr(self, name)
+            if value is not None and value > world:
+                raise UserError(f"{f.at(name)}: {value}, more than the world size {world}")
+        for i, info in enumerate(self.ranks):
+            rank = info.get("rank")
+            if rank is not None and rank >= world:
+                raise UserError(
+                    f"{f.at('ranks')}[{i}].rank: {rank} is outside 0..{world - 1} (world size {world})"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -227,7 +413,7 @@ def _snapshot(f: Fields) -> TopologySnapshot | None:
         pair = item.obj()
         pair.opt("src", integer_in(0, MAX_WORLD_SIZE))
         pair.opt("dst", integer_in(0, MAX_WORLD_SIZE))
-        pair.opt("link", _text)
+        pair.opt("link", _line)
     return TopologySnapshot.from_dict(topo.data, topo.where)
 
 
@@ -237,26 +423,26 @@ def _snapshot(f: Fields) -> TopologySnapshot | None:
 # The record's plain fields, each with its type; `kind`, `status`, `context` and `launcher`
 # are read apart.
 _RUN_FIELDS: dict[str, Conv[Any]] = {
-    "run_id": _text,
-    "settings": mapping_of(anything),
-    "launch": mapping_of(anything),
-    "failure": _text,
-    "note": _text,
+    "run_id": _line,
+    "settings": _known(_SETTINGS_FIELDS),
+    "launch": _known(_LAUNCH_FIELDS),
+    "failure": text,
+    "note": text,
     "points_total": _count,
     "points_done": _count,
     "steps_total": _count,
     "steps_done": _count,
-    "failed_ranks": list_of(integer_in(0, MAX_WORLD_SIZE)),
+    "failed_ranks": list_of(_rank, max_items=MAX_WORLD_SIZE),
     "holds_results": boolean,
     "duration_s": number_in(0, 1e10),
-    "finished_at": _text,
-    "imported_at": _text,
-    "source": _text,
-    "format": _text,
+    "finished_at": _line,
+    "imported_at": _line,
+    "source": _line,
+    "format": _line,
     "notes": _texts,
     "warnings": _texts,
     "suspicious": _texts,
-    "sections": list_of(mapping_of(anything)),
+    "sections": list_of(_known(_SECTION_FIELDS), max_items=MAX_COUNT),
 }
 _RUN_KEYS = {*_RUN_FIELDS, "schema_version", "kind", "status", "context", "launcher"}
 
@@ -267,7 +453,8 @@ class RunRecord:
 
     kind: RunKind
     status: RunStatus | None = None
-    """None: the file does not say (hand-made files)."""
+    """None only in memory (a stand-in for a run that is absent): a record is written, and
+    read, with its status."""
     settings: dict[str, Any] = field(default_factory=dict)
     """As the kind's settings dataclass writes them (`CollectivesSettings.to_dict()`)."""
     context: RunContext = field(default_factory=RunContext)
@@ -311,24 +498,50 @@ class RunRecord:
         if f.data.get("schema_version") == 1:
             f = Fields(_migrate_v1(dict(f.data)), f.where)
         values = {key: f.opt(key, conv) for key, conv in _RUN_FIELDS.items()}
+        record_kind = f.req("kind", enum_of(RunKind))
+        status = f.req("status", enum_of(RunStatus))
         context = f.sub("context")
+        if context is None:
+            raise UserError(f"{f.at('context')}: missing")
         record = cls(
-            kind=f.req("kind", enum_of(RunKind)),
-            status=f.opt("status", enum_of(RunStatus)),
-            context=RunContext()
-            if context is None
-            else RunContext.from_dict(context.data, context.where),
+            kind=record_kind,
+            status=status,
+            context=RunContext.from_dict(context.data, context.where),
             launcher=_process(f.sub("launcher")),
             **{k: v for k, v in values.items() if v is not None},
         )
         record.extra = {k: v for k, v in f.data.items() if k not in _RUN_KEYS}
-        return record
+        return record._checked(f)
+
+    def _checked(self, f: Fields) -> RunRecord:
+        """What one field cannot say alone: progress within its total, failed ranks and the
+        node within the world."""
+        for done, total in (("points_done", "points_total"), ("steps_done", "steps_total")):
+            d, t = getattr(self, done), getattr(self, total)
+            if d is not None and t is not None and d > t:
+                raise UserError(f"{f.at(done)}: {d}, more than {total} ({t})")
+        world = self.context.world_size
+        for i, rank in enumerate(self.failed_ranks):
+            if world is not None and rank >= world:
+                raise UserError(
+                    f"{f.at('failed_ranks')}[{i}]: {rank} is outside 0..{world - 1} "
+                    f"(world size {world})"
+                )
+        launch = self.launch or {}
+        nnodes, node = launch.get("nnodes"), launch.get("node_rank")
+        if nnodes is not None and node is not None and node >= nnodes:
+            raise UserError(f"{f.at('launch')}.node_rank: {node} is outside 0..{nnodes - 1}")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """run.json's content: the fields that say something (None and empty lists left out)."""
-        data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": self.kind.value}
-        if self.status is not None:
-            data["status"] = self.status.value
+        if self.status is None:
+            raise ValueError("a run record is written with its status (readers refuse one without)")
+        data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": self.kind.value,
+            "status": self.status.value,
+        }
         for f in fields(self):
             if f.name in ("kind", "status", "recorded_status", "extra"):
                 continue
@@ -458,6 +671,30 @@ def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
 # -- the suite ---------------------------------------------------------------------------------
 
 
+SUITE_SECTIONS = ("topo", "collectives", "strategies", "p2p")
+"""What a suite runs (`suites.runner`), each entry in one of them."""
+
+
+def _entry_path(value: Any, path: str) -> str:
+    """An entry's run directory: relative, inside the suite directory (a reader opens it)."""
+    relative = line(value, path)
+    parts = relative.replace("\\", "/").split("/")
+    if not relative or relative.startswith("/") or ".." in parts:
+        raise UserError(f"{path}: {quoted(relative)} is not a directory inside the suite")
+    return relative
+
+
+_GATE_FIELDS: dict[str, Conv[Any]] = {
+    "tolerance": number_in(0, 0.999999),
+    "latency_tolerance": number_in(0, 0.999999),
+    "alpha": number_in(1e-12, 0.999999),
+    "noisy_cv": number_in(1e-12, 1e12),
+    "allow_mismatch": boolean,
+}
+"""The gate a suite ran with (`compare.GateSettings`, whose bounds these are): `compare`
+judges with it."""
+
+
 @dataclass(kw_only=True, slots=True)
 class Entry:
     """One thing a suite ran: a run directory, or why there is none."""
@@ -513,36 +750,37 @@ class SuiteRecord:
             raise UserError(f"{where}: not a suite file")
         config = f.sub("config")
         if config is not None:
-            config.opt("gate", mapping_of(anything))
+            config.opt("gate", _known(_GATE_FIELDS))
         entries = []
-        for item in f.items("entries"):
+        for item in f.items("entries", max_items=MAX_COUNT):
             e = item.obj()
             entries.append(
                 Entry(
-                    name=e.req("name", string),
-                    section=e.req("section", string),
-                    path=e.opt("path", string),
+                    name=e.req("name", line),
+                    section=e.req("section", one_of(SUITE_SECTIONS)),
+                    path=e.opt("path", _entry_path),
                     status=e.opt("status", enum_of(RunStatus)) or RunStatus.PENDING,
-                    failure=e.opt("failure", string),
+                    failure=e.opt("failure", text),
                 )
             )
         record = cls(
-            name=f.opt("name", string) or "?",
-            status=f.opt("status", enum_of(RunStatus)) or RunStatus.COMPLETE,
+            name=f.opt("name", line) or "?",
             entries=entries,
-            description=f.opt("description", string),
-            config_path=f.opt("config_path", string),
+            description=f.opt("description", text),
+            config_path=f.opt("config_path", line),
             config=dict(config.data) if config is not None else {},
             machine=f.opt("machine", mapping_of(anything)) or {},
-            started_at=f.opt("started_at", string),
-            finished_at=f.opt("finished_at", string),
-            topology_file=f.opt("topology_file", string),
-            warnings=f.opt("warnings", list_of(string)) or [],
-            baseline=f.opt("baseline", string),
+            started_at=f.opt("started_at", line),
+            finished_at=f.opt("finished_at", line),
+            topology_file=f.opt("topology_file", _entry_path),
+            warnings=f.opt("warnings", _texts) or [],
+            baseline=f.opt("baseline", line),
             exit_code=f.opt("exit_code", integer_in(0, 255)),
-            failure=f.opt("failure", string),
+            failure=f.opt("failure", text),
             launcher=_process(f.sub("launcher")),
         )
+        # last: a file whose other fields are wrong is told about those first
+        record.status = f.req("status", enum_of(RunStatus))
         return record
 
     def to_dict(self) -> dict[str, Any]:

@@ -138,7 +138,21 @@ def load_run(path: Path) -> Run:
     # what a version-1 p2p row, which did not store it, gets as its world size
     world = record.context.device_count or len(record.context.device_names) or 1
     rows = run_dir.read_rows(kind=record.kind.value, world_size=world)
+    _ranks_in_world(rows, record.context.world_size, run_dir)
     return Run(path=run_dir.path, record=record, rows=rows)
+
+
+def _ranks_in_world(rows: list[ResultRow], world: int | None, run_dir: RunDir) -> None:
+    """Each rank a row times is a rank of the run (run.json's world size): the one check of
+    results.json that needs run.json."""
+    if world is None:
+        return
+    for i, row in enumerate(rows):
+        if row.ranks is not None and row.ranks.ranks and max(row.ranks.ranks) >= world:
+            raise UserError(
+                f"{shown(run_dir.results_json)}: rows[{i}].ranks.ranks: {max(row.ranks.ranks)} "
+                f"is outside 0..{world - 1} (the run's world size is {world})"
+            )
 
 
 def is_suite(path: Path) -> bool:

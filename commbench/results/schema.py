@@ -25,8 +25,20 @@ from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from commbench.errors import UserError
-from commbench.fields import Conv, Fields, boolean, integer_in, list_of, number_in, string
+from commbench.errors import UserError, quoted
+from commbench.fields import (
+    Conv,
+    Fields,
+    boolean,
+    integer_in,
+    line,
+    list_of,
+    number_in,
+    one_of,
+    text,
+)
+from commbench.numbers import MAX_ITERATIONS
+from commbench.results.names import DTYPES, OP_NAMES, REDUCE_OPS, STRATEGY_NAMES
 from commbench.stats import TIMES, Stats
 
 SCHEMA_VERSION = 2
@@ -65,6 +77,34 @@ STRAGGLER_MIN_US = 1.0
 
 P2P_OP = "p2p"
 """The op of a p2p copy's row; the copy's name (`0->1 p2p uni sequential`) is its strategy."""
+
+# What a stored row's names may be: the registries the command line takes (`--ops`,
+# `--strategies`, `--dtype`, `--reduce-op`), and what the other producers write (p2p's rows,
+# the nccl-tests import). A name outside them is a file someone edited: a check of "maybe"
+# would pass the regression gate, an op holding a newline would add lines to a report.
+IMPORTED_OPS = ("hypercube",)
+"""nccl-tests' ops that commbench does not measure itself; an imported log keeps them."""
+IMPORTED_DTYPES = ("uint32", "uint64", "f8e4m3", "f8e5m2")
+"""nccl-tests' types that commbench does not measure itself (`importers.nccl_tests.DTYPES`
+names the others as commbench does)."""
+IMPORTED_REDUCE_OPS = ("mulsum", "premulsum")
+"""nccl-tests' reduce ops that commbench does not measure itself."""
+ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
+ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
+ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
+"""'': an op that does not reduce."""
+ROW_STRATEGIES = ("", *STRATEGY_NAMES)
+"""'': the op itself; a p2p row's strategy is its copy's name (`P2PCopy.name`)."""
+CHECKS = (CHECK_OK, CHECK_FAILED, CHECK_SKIPPED, CHECK_NA)
+MOVES_NOTHING = ("barrier",)
+"""Ops whose rows have 0 bytes (`OpSpec.latency_only`); every other row moves 1 byte or more."""
+
+# A p2p copy's words (`P2PCopy`), as `commbench.p2p` writes them.
+P2P_TESTS = ("bandwidth", "latency")
+P2P_MODES = ("concurrent", "sequential")
+P2P_DIRECTIONS = ("uni", "bi")
+P2P_COPIES = ("p2p", "d2d", "h2d", "d2h", "total")
+P2P_PATHS = ("nvlink", "pcie", "staged", "host", "local", "total", "unknown")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -271,7 +311,7 @@ class ResultRow:
         ranks = f.sub("ranks")
         if ranks is not None:
             kwargs["ranks"] = _rank_times(ranks)
-        return cls(**kwargs)
+        return _check_row(cls(**kwargs), f)
 
     @classmethod
     def measured(
@@ -332,22 +372,24 @@ _bw = number_in(0, MAX_GBPS)
 _count = integer_in(0, MAX_COUNT)
 _cv = number_in(0, MAX_COUNT)
 _gpu = integer_in(0, MAX_GPU)
+_iterations = integer_in(0, MAX_ITERATIONS)
+"""Warm-up rounds, as `--warmup` takes them."""
 _FIELD_READERS: dict[str, Conv[Any]] = {
-    "op": string,
-    "strategy": string,
-    "dtype": string,
-    "reduce_op": string,
+    "op": one_of(ROW_OPS),
+    "strategy": line,  # which ones an op may have: `_check_row`
+    "dtype": one_of(ROW_DTYPES),
+    "reduce_op": one_of(ROW_REDUCE_OPS),
     "world_size": integer_in(1, MAX_WORLD_SIZE),
-    "size_bytes": integer_in(0, MAX_SIZE_BYTES),
-    "count": _count,
+    "size_bytes": integer_in(0, MAX_SIZE_BYTES),  # 0 for an op that moves no data only
+    "count": integer_in(0, MAX_SIZE_BYTES),  # elements: at most one per byte
     "algbw_gbps": _bw,
     "busbw_gbps": _bw,
-    "check": string,
-    "warmup": _count,
+    "check": one_of(CHECKS),
+    "warmup": _iterations,
     "in_place": boolean,
     "requested_bytes": integer_in(0, MAX_SIZE_BYTES),
-    "note": string,
-    "samples_us": list_of(_time),
+    "note": line,
+    "samples_us": list_of(_time, max_items=MAX_ITERATIONS),
 }
 _STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
@@ -357,23 +399,23 @@ _STATS_READERS: dict[str, Conv[Any]] = {
 }
 _P2P_READERS: dict[str, Conv[Any]] = {
     "step": _count,
-    "test": string,
-    "mode": string,
-    "direction": string,
-    "copy": string,
+    "test": one_of(P2P_TESTS),
+    "mode": one_of(P2P_MODES),
+    "direction": one_of(P2P_DIRECTIONS),
+    "copy": one_of(P2P_COPIES),
     "src": _gpu,
     "dst": _gpu,
-    "pair": string,
+    "pair": line,
     "peak_gbps": _bw,
     "ceiling_gbps": _bw,
     "expected_gbps": _bw,
     "efficiency": number_in(0, MAX_GBPS),
-    "link": string,
-    "nvlinks": _count,
+    "link": line,
+    "nvlinks": integer_in(0, MAX_GPU),
     "peer_access": boolean,
-    "path": string,
+    "path": one_of(P2P_PATHS),
     "suspicious": boolean,
-    "diagnosis": string,
+    "diagnosis": text,
 }
 _RANKS_READERS: dict[str, Conv[Any]] = {
     "ranks": list_of(integer_in(0, MAX_WORLD_SIZE - 1), max_items=MAX_WORLD_SIZE),
@@ -395,6 +437,43 @@ def _rank_times(f: Fields) -> RankTimes:
     if len(set(values["ranks"])) != len(values["ranks"]):
         raise UserError(f"{f.at('ranks')}: a rank is listed twice")
     return RankTimes(**values)
+
+
+def _check_row(row: ResultRow, f: Fields) -> ResultRow:
+    """What one field cannot say alone: a strategy is one of its op's, a p2p row's is its
+    copy's name, only an op that moves no data (barrier) has 0 bytes, a point's elements and
+    ranks fit its bytes and its world."""
+    if row.op == P2P_OP:
+        if row.p2p is None:
+            raise UserError(f"{f.at('p2p')}: missing (a p2p row names its copy)")
+        if row.strategy != row.p2p.name:
+            raise UserError(
+                f"{f.at('strategy')}: {quoted(row.strategy)} is not the name of the row's copy "
+                f"({quoted(row.p2p.name)})"
+            )
+    else:
+        if row.p2p is not None:
+            raise UserError(f"{f.at('p2p')}: only a p2p row holds a copy; this is {row.op}'s")
+        if row.strategy not in ROW_STRATEGIES or (row.strategy and row.op != "all_reduce"):
+            allowed = ", ".join(STRATEGY_NAMES) if row.op == "all_reduce" else "none"
+            raise UserError(
+                f"{f.at('strategy')}: {quoted(row.strategy)} is not a strategy of {row.op} "
+                f"(it has: {allowed})"
+            )
+    moves_nothing = row.op in MOVES_NOTHING
+    if moves_nothing and row.size_bytes != 0:
+        raise UserError(f"{f.at('size_bytes')}: {row.size_bytes}, but {row.op} moves no data")
+    if not moves_nothing and row.size_bytes == 0:
+        raise UserError(f"{f.at('size_bytes')}: 0, but {row.op} moves data (1 byte or more)")
+    if row.count > row.size_bytes:
+        raise UserError(
+            f"{f.at('count')}: {row.count} elements in {row.size_bytes} bytes (one per byte at most)"
+        )
+    if row.ranks is not None and len(row.ranks.ranks) > row.world_size:
+        raise UserError(
+            f"{f.at('ranks.ranks')}: {len(row.ranks.ranks)} ranks in a world of {row.world_size}"
+        )
+    return row
 
 
 _NAN_WHEN_NULL = {*TIMES, "cv", "time_us", *(f"{name}_us" for name in TIMES)}
@@ -431,6 +510,8 @@ def schema_version(data: Mapping[str, Any], where: str) -> int:
     version = data.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise UserError(f"{where}: missing schema_version")
+    if version < 1:
+        raise UserError(f"{where}: schema_version {version} is not a version (the first is 1)")
     if version > SCHEMA_VERSION:
         raise UserError(
             f"{where}: schema_version {version} is newer than this commbench understands "
@@ -491,7 +572,7 @@ def _from_v1(data: Any, where: str) -> ResultRow:
     required = _REQUIRED + tuple(k for k in _V1_STATS if k not in ("outliers",))
     values = _read(f, readers, required)
     stats = {new: values.pop(old) for old, new in _V1_STATS.items() if old in values}
-    return ResultRow(**values, stats=Stats(**stats))
+    return _check_row(ResultRow(**values, stats=Stats(**stats)), f)
 
 
 _ms = number_in(0, MAX_TIME_US / 1000)
@@ -499,16 +580,16 @@ _V1_P2P_READERS: dict[str, Conv[Any]] = {
     **{k: v for k, v in _P2P_READERS.items() if k != "peer_access"},
     "p2p": boolean,
     "size_bytes": integer_in(0, MAX_SIZE_BYTES),
-    "dtype": string,
+    "dtype": one_of(ROW_DTYPES),
     "bw_gbps": _bw,
-    "check": string,
+    "check": one_of(CHECKS),
     "time_ms": _ms,
     **{f"{name}_ms": _ms for name in TIMES if name != "median"},
     "cv": _cv,
     "n": _count,
     "outliers": _count,
-    "warmup": _count,
-    "samples_ms": list_of(_ms),
+    "warmup": _iterations,
+    "samples_ms": list_of(_ms, max_items=MAX_ITERATIONS),
 }
 
 
@@ -527,7 +608,7 @@ def _from_v1_p2p(data: Any, where: str, world_size: int) -> ResultRow:
         **{k: math.nan if ms is None else ms * 1000 for k, ms in times.items()},
     )
     size = v["size_bytes"] or 0
-    return ResultRow(
+    row = ResultRow(
         op=P2P_OP,
         strategy=copy.name,
         dtype=v["dtype"] or "uint8",
@@ -543,6 +624,7 @@ def _from_v1_p2p(data: Any, where: str, world_size: int) -> ResultRow:
         samples_us=[ms * 1000 for ms in v["samples_ms"] or []],
         p2p=copy,
     )
+    return _check_row(row, f)
 
 
 # -- results.csv -----------------------------------------------------------------------------

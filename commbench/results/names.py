@@ -1,0 +1,59 @@
+"""What a run may name, and the bounds of what it may ask for: declared once, here, below
+everything that uses them. The command line checks its flags against them (through
+`collectives.specs`, `collectives.settings`, `diagnose.settings`), and every reader of a
+stored file (`results.schema`, `results.record`) checks the same fields of run.json,
+results.json and suite.json against them, so an edited file can hold nothing that a command
+would have refused.
+"""
+
+from __future__ import annotations
+
+OP_NAMES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "sendrecv",
+    "barrier",
+)
+"""Every op, in display order (`--ops`); each has an `OpSpec` in `collectives.specs.OPS`."""
+STRATEGY_NAMES = ("direct", "reduce_broadcast", "reduce_scatter_all_gather", "ring", "ring_naive")
+"""Every all-reduce strategy (`--strategies`), in display order."""
+DTYPES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int32": 4,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+}
+"""`--dtype` names and their element sizes in bytes."""
+REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+BACKENDS = ("nccl", "gloo")
+"""torch.distributed backends commbench runs (`--backend`)."""
+DEVICES = ("cuda", "cpu")
+"""Where buffers live (`--device`)."""
+IN_PLACE = ("no", "yes", "both")
+"""`--in-place`."""
+DIAGNOSE_STAGES = ("intra", "inter")
+"""`diagnose --stages`."""
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds without progress before a run is declared hung (`--timeout`)."""
+# Below this, a healthy rank looks hung: ranks report progress in heartbeats every 0.5 s
+# (`launch.protocol.HEARTBEAT_INTERVAL`) and one silent for half the timeout is blamed, so
+# `--timeout 0.001` would name ranks that were measuring normally.
+MIN_TIMEOUT = 2.0
+# More workers than any node runs: the preflight refuses what this node cannot hold (its
+# GPUs, 8 CPU ranks per core); this keeps an absurd number out of the arithmetic before it,
+# and out of a script written for other nodes.
+MAX_NPROC = 1 << 20
+# More nodes than any machine has (the largest have about ten thousand): a node list or a
+# node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
+MAX_NODES = 65536
