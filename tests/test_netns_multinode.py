@@ -53,3 +53,61 @@ def test_rendezvous_on_an_address_the_host_name_does_not_resolve_to(
     assert run.context.hosts == sorted(cluster.hosts)  # two machines, as far as torch can tell
     csv = (run_dir / "results.csv").read_text().splitlines()
     assert len(csv) == 2 and csv[1].startswith("all_reduce,")
+
+
+def test_a_stopped_rank_on_the_other_machine_is_named_with_its_host(
+    tmp_path: Path, free_port: int
+) -> None:
+    """Two machines of their own: the rank on node 1 is SIGSTOPped mid-sweep; node 0's
+    launcher, which sees it only through the job's store (node 1's digest, the fleet
+    summary), names it with node 1's host name within its own --timeout. Node 1 is given the
+    longer timeout so that node 0's watchdog, not node 1's, fires first."""
+    import json
+    import signal
+    import time
+
+    with Cluster(2) as cluster:
+        endpoint = f"{cluster.addresses[0]}:{free_port}"
+        rdzv_id = f"netns-stop-{os.getpid()}-{cluster.tag}"
+        command = (
+            f"-m commbench collectives --nnodes 2 --rdzv-endpoint {endpoint} --rdzv-id {rdzv_id} "
+            "--nproc 1 --device cpu --ops all_reduce --sizes 1K-16M --iters 30 --warmup 1"
+        )
+        nodes = [
+            cluster.popen(
+                r,
+                [sys.executable, *command.split(), "--timeout", timeout, "--node-rank", str(r),
+                 "-o", f"node{r}"],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for r, timeout in ((0, "5"), (1, "30"))
+        ]  # fmt: skip
+        victim = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and victim is None:
+            for f in (tmp_path / "node1").glob("*/ranks/rank*.json"):
+                try:
+                    beat = json.loads(f.read_text())
+                except (OSError, ValueError):
+                    continue
+                if beat.get("point", -1) >= 1:
+                    victim = beat
+            time.sleep(0.1)
+        assert victim is not None, [p.poll() for p in nodes]
+        os.kill(victim["pid"], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            _, err0 = nodes[0].communicate(timeout=120)
+            named_after = time.monotonic() - stopped_at
+            _, err1 = nodes[1].communicate(timeout=120)
+        finally:
+            if Path(f"/proc/{victim['pid']}").exists():
+                os.kill(victim["pid"], signal.SIGCONT)
+    assert nodes[0].returncode == 1, (err0, err1)
+    assert f"rank {victim['rank']} (host {cluster.hosts[1]}" in err0, err0
+    assert "is stopped (SIGSTOP or a debugger), as its node's launcher sees it" in err0, err0
+    assert named_after < 5 + 15, named_after  # node 0's timeout, and its start-up allowance
+    assert "is stopped" in err1 and cluster.hosts[1] in err1, err1
