@@ -81,3 +81,18 @@ class ProcessId:
             "boot_id": self.boot_id,
             "start_ticks": self.start_ticks,
         }
+
+
+RUN_MARKER = "COMMBENCH_RUN_DIR"
+"""The environment variable that marks every process of a run with its run directory: how a
+process is known to be the run's, and not a later one that reused its pid."""
+
+
+def environ(pid: int) -> dict[str, str] | None:
+    """The environment `pid` was started with, or None if it is gone or not ours to read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}

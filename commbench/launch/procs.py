@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.processes import alive as alive  # re-exported: the launcher's view
+from commbench.processes import environ as environ
 from commbench.processes import state as state
 
 
@@ -69,16 +70,6 @@ def marked(name: str, value: str) -> set[int]:
         for pid, environ in _each_process("environ")
         if needle in environ.split(b"\0") and alive(pid)
     }
-
-
-def environ(pid: int) -> dict[str, str] | None:
-    """The environment `pid` was started with, or None if it is gone or not ours to read."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _, v in pairs}
 
 
 def signal_all(pids: set[int], sig: int) -> None:

@@ -42,6 +42,9 @@ from commbench.fields import (
     string,
 )
 from commbench.files import dump_json
+from commbench.processes import RUN_MARKER as RUN_MARKER  # every process of a run has it
+from commbench.results.journal import ROW_EVENT as ROW_EVENT
+from commbench.results.journal import JournalReader as JournalReader
 from commbench.results.store import EVENTS_FILE as EVENTS_FILE  # spelled with a run's files
 
 RANKS_DIR = "ranks"
@@ -55,8 +58,6 @@ STARTUP_TIMEOUT = 120.0
 LAUNCHER_GONE_EXIT = 3
 # The launcher's pid, in each worker's environment.
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
-# Every process of a run has this in its environment, set to the run directory.
-RUN_MARKER = "COMMBENCH_RUN_DIR"
 
 PREFIX = "commbench/"
 """Every key commbench writes in a store starts with this."""
@@ -716,10 +717,6 @@ def heartbeat_path(run_dir: Path, rank: int) -> Path:
     return run_dir / RANKS_DIR / f"rank{rank}.json"
 
 
-ROW_EVENT = "row"
-"""The journal event that carries a measured point (`{"type": "row", "row": ResultRow}`)."""
-
-
 class Journal:
     """Append-only JSON-lines writer. A line and its newline go out in one write(), so lines
     never interleave; a short write (a full disk) is finished by the next, never left for
@@ -739,49 +736,6 @@ class Journal:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-class JournalReader:
-    """Reads the complete lines appended since the last call.
-
-    A line the writer has not finished is kept for the next call; once every process that
-    could write has exited, `read(final=True)` also takes an unterminated last line that is
-    a whole event (its writer was killed between the object and its newline). A line that
-    is not JSON (cut short by a kill, then glued to the next) is skipped and counted in
-    `torn`, never a reason to stop reading."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-        self.torn = 0
-
-    def read(self, *, final: bool = False) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            data = b""
-        self._offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        if final and self._partial.strip():
-            lines.append(self._partial)
-            self._partial = b""
-        events = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line, parse_constant=_no_constant)
-            except (ValueError, RecursionError):
-                event = None
-            if isinstance(event, dict):
-                events.append(event)
-            else:
-                self.torn += 1
-        return events
 
 
 def read_beat(path: Path, skips: Skips | None = None) -> tuple[RankBeat, float] | None:

@@ -16,6 +16,7 @@ writer (`RunRecord.recognised`), and the first reader on its host ends the run f
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,18 +25,12 @@ from typing import Any, Generic, TypeVar
 from commbench.errors import UserError
 from commbench.files import shown
 from commbench.health.record import HealthSnapshot, RunHealth
-from commbench.launch.procs import environ
-from commbench.launch.protocol import (
-    EVENTS_FILE,
-    ROW_EVENT,
-    RUN_MARKER,
-    JournalReader,
-    read_heartbeats,
-)
-from commbench.processes import ProcessId, alive
+from commbench.processes import RUN_MARKER, ProcessId, alive, environ
+from commbench.results.journal import ROW_EVENT, JournalReader
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import (
+    EVENTS_FILE,
     RESULTS_CSV,
     RESULTS_JSON,
     RUN_FILE,
@@ -200,11 +195,24 @@ def _run_processes_left(directory: RunDir) -> bool:
     heartbeat that is alive and carries the run's marker (not a later process that reused
     the pid)."""
     marker = str(directory.path.resolve())
-    for beat in read_heartbeats(directory.path).values():
-        pid = beat.get("pid")
-        if isinstance(pid, int) and alive(pid) and (environ(pid) or {}).get(RUN_MARKER) == marker:
+    for pid in _heartbeat_pids(directory.path):
+        if alive(pid) and (environ(pid) or {}).get(RUN_MARKER) == marker:
             return True
     return False
+
+
+def _heartbeat_pids(run_dir: Path) -> set[int]:
+    """The pids the ranks' heartbeat files (`ranks/rank<N>.json`) name; a file torn or not
+    a heartbeat names none. Read raw and bounded: only the pid matters here."""
+    pids = set()
+    for path in (run_dir / "ranks").glob("rank*.json"):
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            with open(path, "rb") as fh:
+                beat = json.loads(fh.read(1 << 16))
+            pid = beat.get("pid") if isinstance(beat, dict) else None
+            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+                pids.add(pid)
+    return pids
 
 
 def _journaled_rows(directory: RunDir) -> list[ResultRow]:

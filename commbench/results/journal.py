@@ -1,0 +1,61 @@
+"""A run's journal, `events.jsonl`, read back: rank 0 appends one JSON object per line
+(`launch.protocol.Journal`: the run's context, one row per measured point, health, the end);
+the launcher tails it while the run runs, and a reader settles a run whose launcher died from
+it (`results.lifecycle.settle`). Here, below both, so that a reader of results never imports
+the launcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROW_EVENT = "row"
+"""The journal event of one measured point: {"type": "row", "row": <a ResultRow's dict>}."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class JournalReader:
+    """Reads the complete lines appended since the last call.
+
+    A line the writer has not finished is kept for the next call; once every process that
+    could write has exited, `read(final=True)` also takes an unterminated last line that is
+    a whole event (its writer was killed between the object and its newline). A line that
+    is not JSON (cut short by a kill, then glued to the next) is skipped and counted in
+    `torn`, never a reason to stop reading."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+        self.torn = 0
+
+    def read(self, *, final: bool = False) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            data = b""
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if final and self._partial.strip():
+            lines.append(self._partial)
+            self._partial = b""
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
+                event = None
+            if isinstance(event, dict):
+                events.append(event)
+            else:
+                self.torn += 1
+        return events
