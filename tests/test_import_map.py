@@ -17,7 +17,7 @@ import commbench
 
 FLOORS: list[set[str]] = [
     {"errors", "stats", "tables", "timing"},
-    {"numbers", "files", "torch_version"},
+    {"numbers", "files", "torch_version", "drawing"},
     {"fields", "sizes", "processes"},
     {"gpu_memory"},
     {"topology"},

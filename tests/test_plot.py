@@ -499,3 +499,26 @@ def test_a_labelled_run_is_named_even_alone_in_its_figure() -> None:
         assert [t.get_text() for t in legend.get_texts()] == ["baseline"]
     finally:
         plt_close(fig)
+
+
+@pytest.mark.parametrize("text", ["$\\frac{$", "run $x^$ b", "a_b^c $x$", "\\alpha$"])
+def test_user_text_is_drawn_literally_never_parsed_as_mathtext(tmp_path: Path, text: str) -> None:
+    """A run directory's name and a --label reach matplotlib as titles and legend entries:
+    mathtext in them once raised a parse error. Each is drawn as written."""
+    run = shutil.copytree(RUNS / "cpu-gloo-a", tmp_path / f"run {text}")
+    other = shutil.copytree(RUNS / "cpu-gloo-b", tmp_path / "other")
+    for labels in ([], ["--label", text, "--label", "plain"]):
+        out = tmp_path / f"figs{len(labels)}"
+        args = ["plot", str(run), str(other), "-o", str(out), "--formats", "svg,png"]
+        result = CliRunner().invoke(app, [*args, *labels])
+        assert result.exit_code == 0, result.output
+        svg = (out / "all_reduce.svg").read_text()
+        assert text.replace("&", "&amp;").replace("<", "&lt;") in svg  # verbatim, in a comment
+    # the p2p and diagnose heatmaps draw through the same pyplot
+    from commbench.drawing import pyplot
+
+    plt = pyplot()
+    fig = plt.figure()
+    fig.suptitle(text)
+    fig.savefig(tmp_path / "t.png")
+    plt.close(fig)

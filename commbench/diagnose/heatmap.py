@@ -13,10 +13,9 @@ if TYPE_CHECKING:
 
 def write_heatmaps(diagnosis: Diagnosis, layout: Layout) -> list[str]:
     """One PNG per stage with pair tests (RUN_DIR/heatmap-<stage>.png); the names written."""
-    import matplotlib
+    from commbench.drawing import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     for stage, pairs in diagnosis.pair_gbps.items():

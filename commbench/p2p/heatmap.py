@@ -35,10 +35,9 @@ def matrix_values(rows: Sequence[ResultRow], n: int) -> tuple[list[list[float | 
 
 
 def write_heatmap(rows: Sequence[ResultRow], n: int, path: Path) -> None:
-    import matplotlib
+    from commbench.drawing import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     values, mode = matrix_values(rows, n)
     links = {(c.src, c.dst): c.link for _, c in copies(rows) if c.copy == "p2p"}

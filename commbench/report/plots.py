@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commbench.drawing import pyplot
 from commbench.errors import UserError
 from commbench.report.figures import Figure, Heatmap, Panel, all_figures
 from commbench.results.runs import Run, load_run
@@ -27,12 +28,7 @@ MAX_TICKS = 12
 
 
 def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def size_ticks(lo: int, hi: int) -> list[int]:
