@@ -154,11 +154,26 @@ def read_text(
 
 def read_stdin(what: str, *, limit: int | None = None) -> str:
     """Standard input as text (lenient), at most `limit` (MAX_FILE_BYTES) bytes: `-` for a
-    file name."""
+    file name. Every reader of `-` comes here, so stdin closed (`0<&-`), a terminal (a read
+    would wait for typing, a hang to whoever forgot the pipe) and empty input are each one
+    line, UserError, like a file that is missing or empty."""
     limit = MAX_FILE_BYTES if limit is None else limit
-    data = sys.stdin.buffer.read(limit + 1)
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise UserError(f"- names stdin for the {what}, but stdin is closed: pipe the {what} in")
+    try:
+        if stream.isatty():
+            raise UserError(
+                f"- names stdin for the {what}, but stdin is a terminal: pipe the {what} in "
+                "(... | commbench ... -) or give its path"
+            )
+        data = stream.read(limit + 1)
+    except (OSError, ValueError) as exc:  # a closed or unreadable descriptor
+        raise UserError(f"cannot read the {what} from stdin: {exc}") from None
     if len(data) > limit:
         raise _too_big("<stdin>", what, limit)
+    if not data.strip():
+        raise UserError(f"<stdin>: the {what} is empty")
     return decode(data, "<stdin>", what, lenient=True)
 
 

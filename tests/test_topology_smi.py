@@ -355,3 +355,36 @@ def test_api_topology_takes_the_gpu_keyword() -> None:
     assert s.pair(0, 3).peak_gbps == pytest.approx(50.0)
     with pytest.raises(UserError, match="unknown GPU model"):
         commbench.api.topology(from_smi=path, gpu="nope")
+
+
+@pytest.mark.parametrize("stdin", ["closed", "terminal", "empty", "blank"])
+def test_from_smi_dash_with_no_usable_stdin_is_one_line(stdin: str) -> None:
+    """`-` reads stdin: closed (`0<&-`), a terminal (a read would wait forever for typing)
+    or empty is one line and exit 2, never a traceback or a hang."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "commbench", "topo", "--from-smi", "-"]
+    if stdin == "closed":
+        proc = subprocess.run(
+            ["bash", "-c", 'exec "$@" 0<&-', "bash", *command],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    elif stdin == "terminal":
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run(
+                command, stdin=follower, capture_output=True, text=True, timeout=60
+            )
+        finally:
+            os.close(leader)
+            os.close(follower)
+    else:
+        text = "" if stdin == "empty" else " \n\n"
+        proc = subprocess.run(command, input=text, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "stdin" in lines[0]
