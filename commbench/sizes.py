@@ -128,13 +128,10 @@ def _parse_range(item: str) -> list[int]:
 
 def parse_sizes(spec: str) -> list[int]:
     """A size spec -> sorted, de-duplicated sizes in bytes."""
-    if not spec or not spec.strip():
-        raise UserError("empty size list")
+    from commbench.lists import split_list
+
     sizes: set[int] = set()
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            raise UserError(f"empty item in size list {quoted(spec)}")
+    for item in split_list(spec or "", "--sizes"):
         sizes.update(_parse_range(item) if "-" in item else [parse_size(item)])
         if len(sizes) > MAX_SIZES:
             raise UserError(f"size list {quoted(spec)} gives more than {MAX_SIZES} sizes")

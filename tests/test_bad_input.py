@@ -88,7 +88,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["collectives", "--timeout", "0.001"], "--timeout must be at least 2 s"),
         (["slurm-script", "--", "collectives", "--dtype", "float128"], "unknown dtype"),
         (["collectives", "--dtype", "float32,nope"], "unknown dtype 'nope'"),
-        (["collectives", "--dtype", ","], "--dtype must be a comma list of dtypes"),
+        (["collectives", "--dtype", ","], "--dtype ',': item 1 of 2 is empty"),
         (["collectives", "--in-place", "maybe"], "--in-place must be one of no, yes, both"),
         (["slurm-script", "--", "collectives", "--dtype", "float32,nope"], "unknown dtype"),
         (["slurm-script", "--", "collectives", "--in-place", "maybe"], "--in-place must be"),
@@ -119,8 +119,22 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["run", "{dir}/ok.yaml", "--device", "cpu", "--out", "{dir}/run"], "is a run directory"),
         (["p2p", "--out", "{dir}/run"], "is a run directory"),
         (["import", "nccl-tests", "{dir}/ok.yaml", "--out", "{dir}/run"], "is a run directory"),
-        (["plot", "{dir}/run", "--formats", ""], "no plot format given"),
-        (["plot", "{dir}/run", "--formats", " , "], "no plot format given"),
+        (["plot", "{dir}/run", "--formats", ""], "--formats is empty"),
+        (["plot", "{dir}/run", "--formats", " , "], "item 1 of 2 is empty"),
+        # every list option refuses an empty item alike, naming it
+        (["collectives", "--ranks", "0,,1"], "--ranks '0,,1': item 2 of 3 is empty"),
+        (
+            ["model", "--world", "8,,64", "--bw", "100", "--latency", "5"],
+            "--world '8,,64': item 2 of 3 is empty",
+        ),
+        (["collectives", "--ops", "all_reduce,"], "--ops 'all_reduce,': item 2 of 2 is empty"),
+        (["p2p", "--dst", "1,,2"], "--dst '1,,2': item 2 of 3 is empty"),
+        (["diagnose", "--stages", "intra-node,,inter-node"], "--stages"),
+        (
+            ["model", "--world", ",".join(["8"] * 300), "--bw", "100", "--latency", "5"],
+            "--world: 300 items, more than 256",
+        ),
+        (["collectives", "--ranks", ",".join(["0"] * 5000)], "--ranks: 5000 items, more than 4096"),
     ],
     "two-line errors": [
         (["run", "{dir}/ok.yaml", "--device", "cpu", "--out", "{dir}/file"], "is a file"),

@@ -17,7 +17,7 @@ import commbench
 
 FLOORS: list[set[str]] = [
     {"errors", "stats", "tables", "timing"},
-    {"numbers", "files", "torch_version", "drawing"},
+    {"numbers", "files", "torch_version", "drawing", "lists"},
     {"fields", "sizes", "processes"},
     {"gpu_memory"},
     {"topology"},

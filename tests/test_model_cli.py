@@ -199,3 +199,23 @@ def test_help_mentions_the_model() -> None:
     assert "model" in result.stdout
     result = runner.invoke(app, ["model", "--help"])
     assert result.exit_code == 0 and "alpha-beta" in result.stdout
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """`commbench model ... | head -1`: the pipe breaks under a long table; the command ends
+    at once, with no traceback and no "Exception ignored" at exit."""
+    import subprocess
+    import sys
+
+    worlds = ",".join(str(w) for w in range(2, 200))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commbench", "model", "--world", worlds, "--bw", "100",
+         "--latency", "5", "--sizes", "1K-1G"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"# model")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in (0, 1, 141), err
+    assert "Traceback" not in err and "Exception" not in err, err

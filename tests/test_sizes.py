@@ -66,7 +66,7 @@ def test_list_and_ranges_mix() -> None:
         ("1K-", "LOW-HIGH"),
         ("1K-1M:x1", "greater than 1"),
         ("1K-1M:y2", "malformed step"),
-        ("1K,,2K", "empty item"),
+        ("1K,,2K", "item 2 of 3 is empty"),
         ("1.3B", "whole number"),
         ("1-1G:+1", "more than"),
     ],

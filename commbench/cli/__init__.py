@@ -7,6 +7,7 @@ never at import time, so that `commbench --help` answers at once.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("commbench: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        _quiet_on_broken_pipe()
     except ParseError as exc:
         if is_usage_error(exc) and not args:
             # `commbench` alone: the help text (no_args_is_help), not an error line
@@ -87,3 +90,19 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(error_line(exc), err=True)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""The reader of stdout went away (`commbench model ... | head`): exit as a process killed by
+SIGPIPE would, the shell's own convention, with nothing said."""
+
+
+def _quiet_on_broken_pipe() -> None:
+    """Stop at once, without a traceback: stdout is pointed at /dev/null so that the flush at
+    interpreter exit does not raise again (Python's documented recipe, `signal` module)."""
+    import os
+
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)

@@ -14,13 +14,16 @@ from commbench.results.exporters import Format
 # World sizes a fitted model extrapolates to when --world is not given.
 # More ranks than any machine runs: a typo, not a world to model.
 MAX_WORLD = 1 << 24
+MAX_WORLDS = 256
+"""World sizes one `model` call tabulates: a table each."""
 
 
 def parse_worlds(text: str) -> list[int]:
     from commbench.errors import quoted
+    from commbench.lists import split_list
     from commbench.numbers import MAX_DIGITS, check_range, is_digits
 
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    items = split_list(text, "--world", max_items=MAX_WORLDS)
     if not all(is_digits(t) and len(t) <= MAX_DIGITS for t in items):  # ASCII digits only
         raise UserError(f"--world must be a comma list of integers, got {quoted(text)}")
     worlds = [check_range(int(t), "--world", maximum=MAX_WORLD) for t in items]

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from commbench.cli._common import reported_errors
+from commbench.lists import split_list
 
 
 def expand_runs(paths: list[Path]) -> list[Path]:
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
             written = plot_runs(
                 loaded,
                 target,
-                [f.strip() for f in formats.split(",") if f.strip()],
+                split_list(formats, "--formats"),
                 peak_gbps=peak_gbps,
                 labels=names,
                 reads=runs,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
+from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.results.names import (
     BACKENDS,
@@ -213,7 +214,7 @@ def in_place_choice(value: bool | str) -> str:
 def parse_dtypes(value: str | Sequence[str]) -> list[str]:
     """`--dtype float32,bfloat16` (or a list) as a list of dtype names, in order."""
     if isinstance(value, str):
-        items = [t.strip() for t in value.split(",")]
+        items = split_list(value, "--dtype", max_items=4 * len(DTYPES))
     elif all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value]
     else:
@@ -240,7 +241,7 @@ def parse_ranks(ranks: str | Sequence[int] | None) -> list[int] | None:
     if isinstance(ranks, str):
         from commbench.numbers import is_digits
 
-        items = [t.strip() for t in ranks.split(",") if t.strip()]
+        items = split_list(ranks, "--ranks")
         if not all(is_digits(t) and len(t) <= 9 for t in items):  # ASCII digits, no sign
             raise UserError(f"--ranks must be a comma list of rank numbers, got {quoted(ranks)}")
         ranks = [int(t) for t in items]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from commbench.errors import UserError
+from commbench.lists import split_list
 from commbench.results.names import DTYPES, REDUCE_OPS, STRATEGY_NAMES
 
 __all__ = ["DTYPES", "OPS", "REDUCE_OPS", "STRATEGIES"]  # the names live in `results.names`
@@ -162,9 +163,7 @@ def ring_slices(chunk_bytes: int) -> int:
 
 def parse_ops(text: str) -> list[str]:
     """`all_reduce,all_gather` or `all` -> op names, in registry order for `all`."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise UserError("no ops given")
+    names = split_list(text, "--ops", max_items=4 * len(OPS))
     if names == ["all"]:
         return list(OPS)
     unknown = [n for n in names if n not in OPS]
@@ -175,9 +174,7 @@ def parse_ops(text: str) -> list[str]:
 
 def parse_strategies(text: str) -> list[str]:
     """`ring,direct` or `all` -> strategy names (display order for `all`, else as given)."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise UserError("no strategies given")
+    names = split_list(text, "--strategies", max_items=4 * len(STRATEGIES))
     if names == ["all"]:
         return list(STRATEGIES)
     unknown = [n for n in names if n not in STRATEGIES]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.lists import split_list
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def diagnose_settings(
     if len(parsed) != 1:
         raise UserError(f"--sizes: diagnose tests at one size, got {len(parsed)} ({sizes})")
     if isinstance(stages, str):
-        stages = [s.strip() for s in stages.split(",") if s.strip()]
+        stages = split_list(stages, "--stages")
     settings = DiagnoseSettings(
         size_bytes=parsed[0],
         stages=list(stages) if stages is not None else list(STAGES),

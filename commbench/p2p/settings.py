@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commbench.errors import UserError, quoted
+from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
@@ -212,11 +213,7 @@ def _gpus(value: str | Sequence[int]) -> list[int]:
 
 def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:
     """`1,2,4` -> [1, 2, 4]; anything else is one line of UserError."""
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in items):
-        raise UserError(
-            f"{flag} {quoted(text)}: expected GPU indices separated by commas, e.g. 1,2,4"
-        )
+    items = split_list(text, flag)
     out = []
     for t in items:
         if not is_digits(t) or len(t) > MAX_DIGITS:  # ASCII: isdigit() takes '²'

@@ -263,10 +263,17 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
 # --- predicted ---------------------------------------------------------------------------
 
 
+def _by_point(predictions: list[Prediction]) -> dict[tuple[int, int], dict[str, Prediction]]:
+    """The predictions grouped by (world size, size), each point's by strategy, in order: one
+    pass, so that a long --world or --sizes list costs linear time."""
+    points: dict[tuple[int, int], dict[str, Prediction]] = {}
+    for p in predictions:
+        points.setdefault((p.world_size, p.size_bytes), {})[p.strategy] = p
+    return points
+
+
 def prediction_records(predictions: list[Prediction]) -> list[dict[str, Any]]:
-    best: dict[tuple[int, int], str] = {}
-    for key in {(p.world_size, p.size_bytes) for p in predictions}:
-        best[key] = winner(p for p in predictions if (p.world_size, p.size_bytes) == key)
+    best = {key: winner(at.values()) for key, at in _by_point(predictions).items()}
     return [
         {
             "world_size": p.world_size,
@@ -336,10 +343,14 @@ def render_predictions(
             "",
         ]
     extrapolated = False
-    for n in dict.fromkeys(p.world_size for p in predictions):
+    points = _by_point(predictions)
+    by_world: dict[int, list[int]] = {}
+    for n, size in points:
+        by_world.setdefault(n, []).append(size)
+    for n, world_sizes in by_world.items():
         cells = []
-        for size in dict.fromkeys(p.size_bytes for p in predictions if p.world_size == n):
-            at = {p.strategy: p for p in predictions if (p.world_size, p.size_bytes) == (n, size)}
+        for size in world_sizes:
+            at = points[(n, size)]
             beyond = fitted is not None and _beyond(fitted, n, size)
             extrapolated = extrapolated or beyond
             cells.append(

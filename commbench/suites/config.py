@@ -163,7 +163,9 @@ def _names(known: Any, what: str) -> Callable[[Any, str], list[str]]:
         if value == "all":
             return list(known) if known is not None else ["all"]
         if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
+            value = [v.strip() for v in value.split(",")]
+            if len(value) > 1 and not all(value):  # an empty item, as on the command line
+                raise _Invalid(path, f"item {value.index('') + 1} of {len(value)} is empty")
         if not isinstance(value, list) or not value:
             raise _Invalid(path, f"expected 'all' or a list of {what}, got {_type_name(value)}")
         for i, item in enumerate(value):
