@@ -254,3 +254,27 @@ def test_import_prints_the_path_then_devices_and_both_averages(tmp_path: Path) -
     # the log's own figure, which averages every size, is shown at last
     assert "nccl-tests' own Avg bus bandwidth (all_reduce, every size" in err
     assert err.rstrip().endswith("70.74 GB/s")
+
+
+def test_rows_left_out_are_counted_and_said(tmp_path: Path) -> None:
+    """A row with a negative size is no result nccl-tests prints: it is skipped, and so is a
+    zero-byte row, but both are counted and said, on stderr and in the run's notes."""
+    lines = log_lines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("16 "))
+    bad = [
+        lines[at].replace("16 ", "-8 ", 1),
+        lines[at].replace("16 ", "-16 ", 1),
+        lines[at].replace("          16             4", "           0             0", 1),
+    ]
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("\n".join(lines[:at] + bad + lines[at:]) + "\n")
+    result = CliRunner().invoke(app, ["import", "nccl-tests", str(log), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    said = [ln for ln in result.stderr.splitlines() if "skipped" in ln]
+    assert said == [
+        f"commbench: warning: 3 rows skipped: line {at + 1} (a negative size or count), "
+        f"line {at + 2} (a negative size or count), line {at + 3} (zero bytes)"
+    ], result.stderr
+    run = load_run(next((tmp_path / "o").iterdir()))
+    assert any(n.startswith("3 rows skipped: line") for n in run.record.notes)
+    assert -8 not in {r.size_bytes for r in run.rows}

@@ -50,7 +50,13 @@ def nccl_tests(
             raise UserError(f"--world-size must be at least 1, got {world_size}")
         check_parent(out)
         for log in logs:
-            run_dir = import_log(log, out, op=op, world_size=world_size)
+            run_dir = import_log(
+                log,
+                out,
+                op=op,
+                world_size=world_size,
+                on_skipped=lambda said: typer.echo(f"commbench: warning: {said}", err=True),
+            )
             typer.echo(str(run_dir))
             typer.echo(_summary(run_dir), err=True, nl=False)
 

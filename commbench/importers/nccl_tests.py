@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,8 @@ _TESTS_VERSION_RE = re.compile(
 _NCCL_VERSION_RE = re.compile(r"NCCL version\s+(?P<nccl>[0-9.]+)(?:[+-]cuda(?P<cuda>[0-9.]+))?")
 _STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
 _ROW_START_RE = re.compile(r"^\s*[0-9]+\s+[0-9]+\s")
+_SIGNED_ROW_RE = re.compile(r"^\s*[-+][0-9]+\s+[-+]?[0-9]+\s")
+"""A result row with a signed size or count: never one nccl-tests prints, skipped and counted."""
 _AVG_RE = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.]+)")
 _INT_RE = re.compile(r"^[0-9]{1,19}$")  # fits int64, as nccl-tests' own counters
 _FLOAT_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
@@ -160,10 +163,22 @@ class Parsed:
     cuda: str | None = None
     tests_version: str | None = None
     fmt: str = "text"
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Rows of the input left out, each (where: `line 12`, `results[3]`; why): reported,
+    never dropped silently."""
 
     @property
     def rows(self) -> list[ResultRow]:
         return [r for s in self.sections for r in s.rows]
+
+    def skipped_text(self, shown: int = 3) -> str | None:
+        """`3 rows skipped: line 12 (a negative size), ...`, or None when none was."""
+        if not self.skipped:
+            return None
+        listed = ", ".join(f"{where} ({why})" for where, why in self.skipped[:shown])
+        more = f", and {len(self.skipped) - shown} more" if len(self.skipped) > shown else ""
+        n = len(self.skipped)
+        return f"{n} row{'s' if n != 1 else ''} skipped: {listed}{more}"
 
 
 def nccl_version_from_code(code: int) -> str:
@@ -305,6 +320,7 @@ class _TextParser:
         self.cuda: str | None = None
         self.tests_version: str | None = None
         self.pending_op: str | None = None  # op named before its section's header line
+        self.skipped: list[tuple[str, str]] = []
 
     def fail(self, lineno: int, problem: str) -> UserError:
         line = self.raw.strip()
@@ -339,6 +355,7 @@ class _TextParser:
             nccl=self.nccl,
             cuda=self.cuda,
             tests_version=self.tests_version,
+            skipped=self.skipped,
         )
 
     def line(self, lineno: int, line: str) -> None:
@@ -407,6 +424,10 @@ class _TextParser:
         if _ROW_START_RE.match(stripped):
             self.data(lineno, stripped.split())
             return
+        if _SIGNED_ROW_RE.match(stripped):
+            sign = "negative" if stripped.lstrip().startswith("-") else "signed"
+            self.skipped.append((f"line {lineno}", f"a {sign} size or count"))
+            return
         # Shell prompts and command lines (`./build/all_gather_perf -b 8 ...`) name the op
         # of the test that follows.
         if "_perf" in stripped and (op := op_from_text(stripped)):
@@ -448,6 +469,7 @@ class _TextParser:
             raise self.fail(lineno, f"a size over {MAX_SIZE_BYTES} bytes")
         if size == 0:
             section.dropped_empty += 1
+            self.skipped.append((f"line {lineno}", "zero bytes"))
             return  # nccl-tests prints zero-byte rows when a size rounds to no element
         op = _given_op(self.forced_op, section.op, self.source) or op_from_text(
             Path(self.source).name
@@ -615,12 +637,14 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
     }
     section = Section(op=op, header=header, ranks=ranks)
     results = f.items("results", max_items=MAX_ROWS // 2)
-    for item in results:
+    skipped: list[tuple[str, str]] = []
+    for index, item in enumerate(results):
         r = item.obj()
         size = r.req("size", integer_in(0, MAX_SIZE_BYTES))
         count = r.req("count", _json_count)
         if size == 0:
             section.dropped_empty += 1
+            skipped.append((f"results[{index}]", "zero bytes"))
             continue
         type_name = r.opt("type", string) or "float"
         dtype = _ROW_DTYPE(DTYPES.get(type_name, type_name), r.at("type"))
@@ -675,6 +699,7 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
         sections=[section],
         nccl=nccl_version_from_code(code) if code else None,
         fmt="json",
+        skipped=skipped,
     )
 
 
@@ -713,13 +738,20 @@ def context_of(parsed: Parsed) -> dict[str, Any]:
 
 
 def import_log(
-    path: Path, out_parent: Path, op: str | None = None, world_size: int | None = None
+    path: Path,
+    out_parent: Path,
+    op: str | None = None,
+    world_size: int | None = None,
+    on_skipped: Callable[[str], None] | None = None,
 ) -> Path:
-    """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory."""
+    """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory; the
+    rows it left out are said in the record's notes, and to `on_skipped`."""
     parsed = parse_file(path, op, world_size)
     rows = parsed.rows
     first = parsed.sections[0]
-    dropped = sum(s.dropped_empty for s in parsed.sections)
+    skipped = parsed.skipped_text()
+    if skipped and on_skipped is not None:
+        on_skipped(skipped)
     life = start_run(
         out_parent,
         RunKind.NCCL_TESTS,
@@ -747,7 +779,7 @@ def import_log(
         notes=[
             "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
             "ranks by default), not commbench's median of per-iteration maxima",
-            *([f"dropped {dropped} zero-byte rows"] if dropped else []),
+            *([skipped] if skipped else []),
         ],
     )
     with life.guarded():
