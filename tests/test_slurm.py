@@ -150,6 +150,15 @@ CI_SUITE = str(Path(__file__).parent.parent / "configs" / "ci.yaml")
         ),
         (["--", "run", "missing.yaml"], "missing.yaml: no such suite file"),
         (["--time", "abc"], "is not a SLURM time"),
+        (["--time", "25:61"], "--time '25:61': seconds must be below 60, got 61"),
+        (["--time", "1-24"], "hours must be below 24"),
+        (["--time", "1:60:00"], "minutes must be below 60"),
+        (["--time", "99999999-00"], "is more than 365 days"),
+        (["--time", "600000"], "is more than 365 days"),
+        (["--time", "1:2:3:4"], "is not a SLURM time"),
+        (["--time", "-5"], "is not a SLURM time"),
+        (["--gpus-per-node", "1000000"], "--gpus-per-node"),
+        (["--gpus-per-node", "65"], "--gpus-per-node"),
         (["--job-name", "a;rm -rf /"], "--job-name 'a;rm -rf /'"),
         (["--", "collectives", "--iters", "5", "--min-time", "1"], "--iters and --min-time"),
         (["-N", "2", "--", "collectives", "--nproc", "2", "--ranks", "0,5"], "rank 5 is outside"),
@@ -167,7 +176,10 @@ def test_slurm_script_refuses_what_would_fail_on_the_nodes(args: list[str], frag
     assert result.stdout == "" and fragment in result.stderr
 
 
-@pytest.mark.parametrize("time_limit", ["30", "00:30:00", "1-00", "2-12:00:00", "90:00"])
+@pytest.mark.parametrize(
+    "time_limit",
+    ["30", "00:30:00", "1-00", "2-12:00:00", "90:00", "25:59", "1-23:59", "365-00", "INFINITE"],
+)
 def test_slurm_times_are_accepted_in_every_form(time_limit: str) -> None:
     result = CliRunner().invoke(app, ["slurm-script", "--time", time_limit])
     assert result.exit_code == 0 and f"#SBATCH --time={time_limit}" in result.stdout

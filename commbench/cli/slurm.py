@@ -9,7 +9,6 @@ import typer
 from commbench.cli._common import reported_errors
 
 # ASCII digits (`\d` takes any Unicode digit, which sbatch refuses once the job is submitted)
-_SLURM_TIME = re.compile(r"[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
 # The commands that run across the nodes of a job (the others run on one machine).
 _WRAPPABLE = ("collectives", "run", "diagnose")
@@ -141,9 +140,9 @@ def register(app: typer.Typer) -> None:
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
         """
         with reported_errors():
-            from commbench.collectives.settings import MAX_NODES, MAX_NPROC
+            from commbench.collectives.settings import MAX_NODES
             from commbench.errors import UserError
-            from commbench.launch.slurm import sbatch_script
+            from commbench.launch.slurm import MAX_GPUS_PER_NODE, parse_time, sbatch_script
             from commbench.numbers import check_range
 
             if nodes < 1:
@@ -151,12 +150,8 @@ def register(app: typer.Typer) -> None:
             check_range(nodes, "--nodes", 1, MAX_NODES)
             if gpus_per_node < 0:
                 raise UserError("--gpus-per-node must be >= 0")
-            check_range(gpus_per_node, "--gpus-per-node", 0, MAX_NPROC)
-            if not _SLURM_TIME.fullmatch(time_limit):
-                raise UserError(
-                    f"--time {time_limit!r} is not a SLURM time (MM, MM:SS, HH:MM:SS, D-HH, "
-                    "D-HH:MM or D-HH:MM:SS)"
-                )
+            check_range(gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
+            parse_time(time_limit)
             for flag, value in (("--job-name", job_name), ("--partition", partition)):
                 if value is not None and not _PLAIN.fullmatch(value):
                     raise UserError(

@@ -157,6 +157,55 @@ def _env_int(name: str, value: str, minimum: int, maximum: int) -> int:
         raise UserError(f"malformed SLURM environment: {exc}") from None
 
 
+MAX_GPUS_PER_NODE = 64
+"""GPUs one node of a job asks for at most (an HGX node has 8, the densest have 16 to 72
+across several nodes): more is a typo that would sit in the queue forever."""
+MAX_TIME_DAYS = 365
+"""The longest --time taken: SLURM's own limit is "INFINITE"; past a year it is a typo."""
+UNLIMITED = ("INFINITE", "UNLIMITED")
+_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or INFINITE)"
+
+
+def parse_time(text: str) -> int | None:
+    """A SLURM time limit (sbatch --time) in minutes, rounded up; None for no limit. Its
+    grammar (man sbatch): "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+    "days-hours:minutes", "days-hours:minutes:seconds", or INFINITE / UNLIMITED. A field after
+    the first is below 60 (hours after days below 24), and the whole is at most
+    MAX_TIME_DAYS; anything else is UserError naming the field."""
+    value = text.strip()
+    if value.upper() in UNLIMITED:
+        return None
+    days_text, dash, rest = value.partition("-")
+    fields = (rest if dash else value).split(":")
+    if not all(is_digits(f) and len(f) <= 9 for f in [*fields, *([days_text] if dash else [])]):
+        raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
+    numbers = [int(f) for f in fields]
+    if dash:
+        if len(numbers) > 3:
+            raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
+        hours, minutes, seconds = [*numbers, 0, 0][:3]
+        days = int(days_text)
+        limits = [("hours", hours, 24), ("minutes", minutes, 60), ("seconds", seconds, 60)]
+    else:
+        if len(numbers) > 3:
+            raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
+        days = 0
+        if len(numbers) == 3:
+            hours, minutes, seconds = numbers
+            limits = [("minutes", minutes, 60), ("seconds", seconds, 60)]
+        else:
+            hours = 0
+            minutes, seconds = [*numbers, 0][:2]
+            limits = [("seconds", seconds, 60)] if len(numbers) == 2 else []
+    for name, got, below in limits:
+        if got >= below:
+            raise UserError(f"--time {quoted(text)}: {name} must be below {below}, got {got}")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total > MAX_TIME_DAYS * 86400:
+        raise UserError(f"--time {quoted(text)} is more than {MAX_TIME_DAYS} days")
+    return -(-total // 60)
+
+
 def sbatch_script(
     *,
     nodes: int,
