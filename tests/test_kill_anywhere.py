@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.launch import procs
+from commbench.processes import RUN_MARKER
 
 pytestmark = pytest.mark.integration
 
@@ -122,8 +123,16 @@ def _one_try(parent: Path, rng: random.Random, target: str) -> str:
         proc.communicate(timeout=90)
         if target == "launcher":
             # the workers stop themselves once their launcher is gone; then a reader settles
-            # the run
-            assert _wait(lambda: not any(procs.alive(p) for p in stray), 30, 0.1)
+            # the run. Every process of the run, found by its marker (a rank whose heartbeat
+            # was not yet written when the launcher died is not in `stray`)
+            marker = str(run_dir.resolve())
+
+            def run_over() -> bool:
+                return not any(procs.alive(p) for p in stray) and not procs.marked(
+                    RUN_MARKER, marker
+                )
+
+            assert _wait(run_over, 30, 0.1)
             assert CliRunner().invoke(app, ["report", str(run_dir)]).exit_code in (0, 1)
     finally:
         procs.stop_all({p for p in [proc.pid, *stray] if procs.alive(p)}, grace=1.0)

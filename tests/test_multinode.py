@@ -20,11 +20,22 @@ from commbench.results.runs import load_run
 pytestmark = pytest.mark.integration
 
 
-def start_nodes(*args: str) -> list[subprocess.Popen]:
-    """Two commbench processes, one per "node": `args` plus --node-rank R and -o nodeR."""
+def start_nodes(*args: str, per_node: tuple[list[str], ...] = ([], [])) -> list[subprocess.Popen]:
+    """Two commbench processes, one per "node": `args` plus --node-rank R and -o nodeR, and
+    `per_node[R]`."""
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "commbench", *args, "--node-rank", str(r), "-o", f"node{r}"],
+            [
+                sys.executable,
+                "-m",
+                "commbench",
+                *args,
+                *per_node[r],
+                "--node-rank",
+                str(r),
+                "-o",
+                f"node{r}",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -189,10 +200,10 @@ def test_a_stopped_rank_on_another_node_is_named_with_its_host(
         "30",
         "--warmup",
         "1",
-        "--timeout",
-        "5",
     ]
-    nodes = start_nodes("collectives", *common)
+    # node1's rank is the one stopped: its own watchdog waits longer, so that node0's fires
+    # first and names it from the store, not after node1 already killed it (then: "gone")
+    nodes = start_nodes("collectives", *common, per_node=(["--timeout", "5"], ["--timeout", "20"]))
     # wait until both ranks are mid-sweep, then stop the rank that runs on node1
     deadline = time.monotonic() + 120
     local: dict = {}
