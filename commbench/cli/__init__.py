@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from typing import Any
 
 import typer
 
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     from commbench.launch.procs import interrupt_on_termination
 
     interrupt_on_termination()  # SIGTERM/SIGHUP end any command like Ctrl-C, start to exit
+    if not isinstance(sys.stdout, _PipeGuard):
+        sys.stdout = _PipeGuard(sys.stdout)
     args = sys.argv[1:] if argv is None else argv
     try:
         code = app(args=args, prog_name="commbench", standalone_mode=False)
@@ -89,6 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             typer.echo(error_line(exc), err=True)
         sys.exit(exc.exit_code)
+    try:
+        sys.stdout.flush()  # what is still buffered is part of the output: a closed pipe says so
+    except BrokenPipeError:
+        _quiet_on_broken_pipe()
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -106,3 +113,43 @@ def _quiet_on_broken_pipe() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     sys.exit(EXIT_BROKEN_PIPE)
+
+
+class _PipeGuard:
+    """sys.stdout, written in pieces of at most `CHUNK` characters, each flushed.
+
+    Why: one large write into a pipe whose reader has gone (`commbench report RUN -f html |
+    head -c 10`) comes back from the kernel as a short write, and CPython's buffered writer
+    takes it without raising, so the rest of the output was lost with exit 0. Written in
+    pieces, the next piece raises BrokenPipeError, and the command ends here at once, as
+    SIGPIPE would end it (exit 141, nothing said) before click could turn it into exit 1.
+    Everything else is the stream's own (`encoding`, `isatty`, `buffer`, ...).
+    """
+
+    CHUNK = 1 << 15
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            if len(text) <= self.CHUNK:
+                self._stream.write(text)
+                if len(text) > 1024:
+                    self._stream.flush()
+            else:
+                for start in range(0, len(text), self.CHUNK):
+                    self._stream.write(text[start : start + self.CHUNK])
+                    self._stream.flush()
+        except BrokenPipeError:
+            _quiet_on_broken_pipe()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _quiet_on_broken_pipe()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
