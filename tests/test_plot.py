@@ -406,6 +406,19 @@ def test_labels_name_the_legend_entries() -> None:
         plt_close(fig)
 
 
+def test_a_label_that_starts_with_an_underscore_is_in_the_legend() -> None:
+    """matplotlib's own legend list drops labels that start with "_" (its mark for a line
+    kept out): a run labelled "_canary" (or a host named so) is still named."""
+    runs = [load_run(RUNS / "cpu-gloo-a"), load_run(RUNS / "cpu-gloo-b")]
+    (figure, *_) = op_figures(runs, labels=["_canary", "main"])
+    fig = drawn(figure)
+    try:
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == ["_canary", "main"]
+    finally:
+        plt_close(fig)
+
+
 def test_plot_label_and_peak_through_the_cli(tmp_path: Path) -> None:
     runs = [str(RUNS / "cpu-gloo-a"), str(RUNS / "cpu-gloo-b")]
     out = tmp_path / "figs"

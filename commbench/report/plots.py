@@ -73,7 +73,9 @@ def _draw_peaks(ax: Any, panel: Panel) -> None:
         )
 
 
-def _draw_panel(ax: Any, panel: Panel) -> None:
+def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
+    """Draw one panel; return each series' line by its label, for the figure's legend (not
+    matplotlib's own list, which drops a label that starts with "_", such as a host's)."""
     from matplotlib.ticker import (
         FixedLocator,
         FuncFormatter,
@@ -83,6 +85,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     )
 
     xs = [x for s in panel.series for x in s.x if x > 0]
+    drawn: dict[str, Any] = {}
     for s in panel.series:
         points = [(x, y) for x, y in zip(s.x, s.y) if x > 0]
         if not points:
@@ -96,6 +99,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
             linestyle="--" if s.dashed else "-",
             label=s.label,
         )
+        drawn.setdefault(s.label, line)
         if s.band is not None:
             kept = [(x, b) for x, b in zip(s.x, s.band) if x > 0]
             ax.fill_between(
@@ -135,6 +139,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     ax.set_title(panel.title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+    return drawn
 
 
 def _draw_heatmap(fig: Any, ax: Any, heatmap: Heatmap) -> None:
@@ -170,14 +175,12 @@ def draw(figure: Figure) -> Any:
         legend_rows = math.ceil(len(labels) / ncol) if named else 0
         height = 4.6 + 0.22 * legend_rows
         fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
+        handles: dict[str, Any] = {}
         for ax, panel in zip(axes[0], figure.panels):
-            _draw_panel(ax, panel)
+            for label, line in _draw_panel(ax, panel).items():
+                handles.setdefault(label, line)
         if legend_rows:
             # One legend for the figure, under the panels: both panels share the lines.
-            handles: dict[str, Any] = {}
-            for ax in axes[0]:
-                for handle, label in zip(*ax.get_legend_handles_labels()):
-                    handles.setdefault(label, handle)
             fig.legend(
                 list(handles.values()),
                 list(handles),
