@@ -1,5 +1,5 @@
 """The one heatmap drawer (commbench.heatmap): a record in, a matplotlib figure out, read
-back off the figure in-process; and the records its callers build."""
+back off the figure in-process; and the records its three callers build."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from commbench.diagnose.journal import GPU_PAIRS, INTER
+from commbench.diagnose.stages import Layout
 from commbench.heatmap import Heatmap, draw_heatmap, value_text, write_heatmap
 
 
@@ -97,6 +99,26 @@ def test_write_heatmap_writes_the_file(tmp_path: Path, name: str) -> None:
     path = write_heatmap(heatmap, tmp_path / name)
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG") if name.endswith("png") else b"<svg" in data
+
+
+def test_a_diagnosis_builds_a_symmetric_matrix_of_its_units() -> None:
+    from commbench.diagnose.heatmap import pair_heatmap
+
+    layout = Layout(hosts=["n0", "n1"], ranks=[[0, 1], [2, 3]])
+    gpus = pair_heatmap(GPU_PAIRS, {(0, 1): 10.0, (2, 3): 20.0}, layout)
+    assert gpus.row_labels == gpus.col_labels == ["n0:0", "n0:1", "n1:0", "n1:1"]
+    assert gpus.values[0][1] == gpus.values[1][0] == 10.0 and gpus.values[0][2] is None
+    assert gpus.title == "gpu-pairs: all_reduce bus bandwidth per pair (GB/s)"
+    nodes = pair_heatmap(INTER, {(0, 1): 5.0}, layout)
+    assert nodes.row_labels == ["n0", "n1"] and nodes.values == [[None, 5.0], [5.0, None]]
+
+
+def test_write_heatmaps_names_a_file_per_stage(tmp_path: Path) -> None:
+    from commbench.diagnose.heatmap import write_heatmaps
+
+    layout = Layout(hosts=["n0", "n1"], ranks=[[0], [1]])
+    assert write_heatmaps(tmp_path, {INTER: {(0, 1): 5.0}}, layout) == ["heatmap-inter-node.png"]
+    assert (tmp_path / "heatmap-inter-node.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_p2p_matrix_names_each_cells_link() -> None:

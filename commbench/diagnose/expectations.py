@@ -6,11 +6,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from commbench.diagnose.stages import GPU_PAIRS, INTER, INTRA
+from commbench.diagnose.journal import INTER, STAGE_NAMES, RecordedTest
 from commbench.errors import UserError
-from commbench.files import load_json, path_kind, read_text, shown
-
-STAGE_NAMES = (INTRA, GPU_PAIRS, INTER)
+from commbench.files import load_json, parse_json, path_kind, read_text, shown
 
 
 def load_expectations(path: Path) -> dict[str, float]:
@@ -38,21 +36,20 @@ def load_expectations(path: Path) -> dict[str, float]:
 
 
 def _from_run(run_dir: Path) -> dict[str, float]:
-    import json
-
     events = run_dir / "events.jsonl"
     if path_kind(events, "events.jsonl") != "file":
         raise UserError(f"{shown(run_dir)}: not a diagnose run directory (no events.jsonl)")
+    where = shown(events)
     medians: dict[str, list[float]] = {}
-    for line in read_text(events, "events.jsonl").splitlines():
+    for number, text in enumerate(read_text(events, "events.jsonl").splitlines(), 1):
+        at = f"{where}: line {number}:"
         try:
-            e = json.loads(line)
-        except ValueError:
+            event = parse_json(text, at)
+            test = RecordedTest.from_event(event, at) if isinstance(event, dict) else None
+        except UserError:
             continue
-        if isinstance(e, dict) and e.get("type") == "diagnose":
-            samples = [float(x) for x in e.get("samples_gbps", []) if isinstance(x, int | float)]
-            if samples:
-                medians.setdefault(str(e.get("stage")), []).append(statistics.median(samples))
+        if test is not None and test.samples_gbps:
+            medians.setdefault(test.stage, []).append(statistics.median(test.samples_gbps))
     if not medians:
         raise UserError(f"{shown(run_dir)}: no diagnose tests in it")
     return {stage: statistics.median(values) for stage, values in medians.items()}

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from commbench.diagnose.stages import GPU_PAIRS, Layout
+from commbench.diagnose.journal import GPU_PAIRS
+from commbench.diagnose.stages import Layout
 from commbench.heatmap import Heatmap, write_heatmap
-
-if TYPE_CHECKING:
-    from commbench.diagnose.run import Diagnosis
 
 
 def pair_heatmap(stage: str, pairs: dict[tuple[int, int], float], layout: Layout) -> Heatmap:
@@ -33,11 +31,13 @@ def pair_heatmap(stage: str, pairs: dict[tuple[int, int], float], layout: Layout
     )
 
 
-def write_heatmaps(diagnosis: Diagnosis, layout: Layout) -> list[str]:
+def write_heatmaps(
+    run_dir: Path, pair_gbps: dict[str, dict[tuple[int, int], float]], layout: Layout
+) -> list[str]:
     """One PNG per stage with pair tests (RUN_DIR/heatmap-<stage>.png); the names written."""
     written = []
-    for stage, pairs in diagnosis.pair_gbps.items():
+    for stage, pairs in pair_gbps.items():
         name = f"heatmap-{stage}.png"
-        write_heatmap(pair_heatmap(stage, pairs, layout), diagnosis.path / name)
+        write_heatmap(pair_heatmap(stage, pairs, layout), run_dir / name)
         written.append(name)
     return written
