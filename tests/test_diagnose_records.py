@@ -1,6 +1,6 @@
 """What a diagnosis writes and reads back, through typed records (commbench.diagnose.journal
-and .verdict): a test's line of events.jsonl and diagnosis.json. In-process: nothing is
-launched."""
+and .verdict): a test's line of events.jsonl, a baseline read from an earlier run (its
+unreadable lines counted and said), and diagnosis.json. In-process: nothing is launched."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from commbench.cli import app
+from commbench.diagnose.expectations import load_expectations
 from commbench.diagnose.journal import GPU_PAIRS, INTER, RecordedTest
+from commbench.diagnose.settings import DiagnoseSettings
 from commbench.diagnose.stages import Layout
 from commbench.diagnose.verdict import (
     DEGRADED,
@@ -45,6 +49,70 @@ def test_a_test_line_reads_back_and_a_bad_one_names_its_field() -> None:
     assert RecordedTest.from_event({"type": "row"}, "x") is None
     with pytest.raises(UserError, match=r"line 3\.samples_gbps\[1\]: expected a number"):
         RecordedTest.from_event({**line, "samples_gbps": [1.0, "x"]}, "line 3")
+
+
+def write_run(tmp_path: Path, lines: list[str]) -> Path:
+    run = tmp_path / "good-run"
+    run.mkdir(parents=True)
+    (run / "events.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    return run
+
+
+def test_a_baseline_run_counts_and_says_the_lines_it_skips(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path,
+        [
+            json.dumps({"type": "context"}),
+            json.dumps(journal_line(INTER, [10.0, 20.0, 30.0])),
+            '{"type": "diagnose", "stage": "inter-no',  # cut short by a kill
+            "[1, 2]",
+            "",
+            json.dumps(journal_line(GPU_PAIRS, [4.0])),
+            json.dumps({**journal_line(), "stage": "outer"}),
+        ],
+    )
+    expected = load_expectations(run)
+    assert expected.gbps == {INTER: 20.0, GPU_PAIRS: 4.0}
+    assert len(expected.notes) == 2
+    assert "skipped 2 of 6 line(s)" in expected.notes[0] and "not JSON objects" in expected.notes[0]
+    assert "skipped 1 test line(s)" in expected.notes[1] and "'outer'" in expected.notes[1]
+    clean = load_expectations(write_run(tmp_path / "c", [json.dumps(journal_line())]))
+    assert clean.notes == []
+
+
+def test_a_baseline_run_with_nothing_readable_is_an_error(tmp_path: Path) -> None:
+    run = write_run(tmp_path, ["not json", "{cut"])
+    with pytest.raises(UserError, match="none of its 2 line"):
+        load_expectations(run)
+
+
+def test_the_notes_go_to_stderr_and_never_into_run_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = write_run(tmp_path, ["garbage", json.dumps(journal_line())])
+    seen: list[DiagnoseSettings] = []
+
+    def run_diagnose(settings: DiagnoseSettings, *args: Any, **kw: Any) -> Diagnosis:
+        seen.append(settings)
+        return Diagnosis(
+            path=tmp_path,
+            status=RunStatus.COMPLETE,
+            nodes=[NodeVerdict(host="n0", node=0)],
+            stages=[],
+            notes=list(settings.baseline_notes),
+        )
+
+    monkeypatch.setattr("commbench.diagnose.run.run_diagnose", run_diagnose)
+    result = CliRunner().invoke(
+        app, ["diagnose", "--device", "cpu", "--baseline", str(run), "-o", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 0, result.output
+    (settings,) = seen
+    assert settings.expected_gbps == {INTER: 11.0}
+    assert "baseline_notes" not in settings.to_dict()
+    (note,) = [line for line in result.stderr.splitlines() if "--baseline" in line]
+    assert note.startswith("commbench: warning: --baseline: skipped 1 of 2 line(s)")
+    assert "garbage" not in result.stdout
 
 
 def a_diagnosis(path: Path) -> Diagnosis:

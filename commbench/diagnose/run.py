@@ -247,6 +247,7 @@ def run_diagnose(
         else None,
     )
     add_health(diagnosis, outcome.record.context.health, launch.node_rank if launch else 0)
+    diagnosis.notes = list(settings.baseline_notes)
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     if diagnosis.pair_gbps:
         try:
@@ -337,6 +338,7 @@ def _not_all_came(
         nodes=nodes,
         stages=[],
         failure=failure,
+        notes=list(settings.baseline_notes),
     )
     atomic_write(life.path / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     life.finish(RunStatus.FAILED, failure)

@@ -118,6 +118,9 @@ class Diagnosis:
     failure: str | None = None
     pair_gbps: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
     """Each pair test's median bus bandwidth, by stage (for the heatmaps; not stored)."""
+    notes: list[str] = field(default_factory=list)
+    """What the command says on stderr beside the verdict (lines of a baseline it could not
+    read); not stored."""
 
     @property
     def verdict(self) -> str:
