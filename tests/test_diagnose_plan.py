@@ -176,9 +176,9 @@ def test_the_launcher_replays_the_workers_tests_to_the_same_verdict(tmp_path: Pa
     )
     verdicts = {n.host: n.verdict for n in diagnosis.nodes}
     assert verdicts == {"n0": HEALTHY, "n1": HEALTHY, "n2": DEGRADED, "n3": HEALTHY}
-    assert any(g["unit"] == "n2 GPU 1" for g in diagnosis.nodes[2].gpus)
+    assert any(g.unit == "n2 GPU 1" for g in diagnosis.nodes[2].gpus)
     assert diagnosis.exit_code == 1 and diagnosis.verdict == DEGRADED
-    assert {s["name"] for s in diagnosis.stages} == {INTRA, GPU_PAIRS, INTER}
+    assert {s.name for s in diagnosis.stages} == {INTRA, GPU_PAIRS, INTER}
     assert GPU_PAIRS in diagnosis.pair_gbps and INTER in diagnosis.pair_gbps
 
 
@@ -213,7 +213,7 @@ def test_a_failed_rank_fails_its_node_and_keeps_what_was_measured(tmp_path: Path
     )
     assert [n.verdict for n in diagnosis.nodes] == [HEALTHY, HEALTHY, FAILED, HEALTHY]
     assert diagnosis.verdict == FAILED and diagnosis.exit_code == 1
-    assert diagnosis.stages[0]["tests"] > 0
+    assert diagnosis.stages[0].tests > 0
     assert diagnosis.to_dict()["nodes"][2]["evidence"][0].startswith("rank 2 failed")
 
 

@@ -217,7 +217,7 @@ def test_diagnose_evidence_from_another_nodes_health(tmp_path: Path) -> None:
     assert "link health: node-b: GPU3: PCIe Gen5 x8, max x16: half the host bandwidth" in (
         b.evidence
     )
-    assert all(f["node"] == 1 for f in b.health)
+    assert all(f.node == 1 for f in b.health)
     text = render_diagnosis(diagnosis, "table")
     assert "verdict: healthy; link health findings on node-b" in text
     # the record round-trips: what node 0 stored reads back the same

@@ -18,7 +18,7 @@ import commbench
 FLOORS: list[set[str]] = [
     {"errors", "stats", "tables", "timing"},
     {"numbers", "files", "torch_version", "drawing", "lists"},
-    {"fields", "sizes", "processes"},
+    {"fields", "sizes", "processes", "heatmap"},
     {"gpu_memory"},
     {"topology"},
     {"health"},

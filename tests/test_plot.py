@@ -175,7 +175,8 @@ def test_p2p_heatmap_from_a_p2p_run(tmp_path: Path) -> None:
     assert op_figures([run]) == []  # copies are not an op curve
     (figure,) = p2p_figures([run])
     heatmap = figure.heatmap
-    assert heatmap is not None and heatmap.labels == ["cuda:0", "cuda:1", "cuda:2"]
+    assert heatmap is not None and heatmap.row_labels == ["cuda:0", "cuda:1", "cuda:2"]
+    assert heatmap.col_labels == heatmap.row_labels and heatmap.title == figure.title
     assert heatmap.values[0][0] is None
     assert heatmap.values[2][1] == pytest.approx(21 + (1 << 30) / 1e9)  # largest size, alone
     assert heatmap.values[0][1] == pytest.approx(1 + (1 << 30) / 1e9)

@@ -111,6 +111,8 @@ def register(app: typer.Typer) -> None:
                     on_test=on_test,
                 )
             typer.echo(render(diagnosis, fmt), nl=False)
+            for note in diagnosis.notes:
+                typer.echo(f"commbench: warning: {note}", err=True)
             typer.echo(
                 f"commbench: {diagnosis.verdict}: {len(diagnosis.nodes)} node(s); "
                 f"diagnosis in {diagnosis.path}",

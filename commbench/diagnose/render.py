@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
+from commbench.diagnose.verdict import HEALTHY, Diagnosis
 from commbench.files import dump_json
-
-if TYPE_CHECKING:
-    from commbench.diagnose.run import Diagnosis
 
 
 def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
@@ -27,9 +24,7 @@ def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
             first, *rest = evidence or ["-"]
             out.append(f"{host:<{width}}  {verdict:<9} {first}")
             out += [f"{'':<{width}}  {'':<9} {line}" for line in rest]
-    tested = ", ".join(
-        f"{s['name']} {s['tests']} tests in {s['rounds']} rounds" for s in diagnosis.stages
-    )
+    tested = ", ".join(f"{s.name} {s.tests} tests in {s.rounds} rounds" for s in diagnosis.stages)
     out.append("")
     sick = [n.host or f"node {n.node}" for n in diagnosis.nodes if n.health]
     out.append(
@@ -41,7 +36,7 @@ def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
 
 
 def _junit(diagnosis: Diagnosis) -> str:
-    failures = sum(n.verdict != "healthy" for n in diagnosis.nodes)
+    failures = sum(n.verdict != HEALTHY for n in diagnosis.nodes)
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<testsuite name="commbench diagnose" tests="{len(diagnosis.nodes)}" '
@@ -49,7 +44,7 @@ def _junit(diagnosis: Diagnosis) -> str:
     ]
     for n in diagnosis.nodes:
         name = quoteattr(n.host or f"node {n.node}")
-        if n.verdict == "healthy":
+        if n.verdict == HEALTHY:
             lines.append(f'  <testcase classname="diagnose" name={name}/>')
             continue
         message = quoteattr(f"{n.verdict}: {n.evidence[0] if n.evidence else ''}")

@@ -9,89 +9,45 @@ exits with the same code. A node whose ranks failed or hung (the watchdog names 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point
+from commbench.diagnose.journal import (
+    INTER,
+    INTRA,
+    PEER_ADDRESS,
+    TEST_EVENT,
+    RecordedTest,
+    event_type,
+)
 from commbench.diagnose.muster import Muster, muster
 from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DiagnoseSettings
-from commbench.diagnose.stages import INTER, Layout, Stage, plan_stages
+from commbench.diagnose.stages import Layout, Stage, plan_stages
+
+# the records it concludes in (the API, the CLI and tests import them from here too)
+from commbench.diagnose.verdict import (
+    DEGRADED,
+    DIAGNOSIS_FILE,
+    FAILED,
+    HEALTHY,
+    Diagnosis,
+    NodeVerdict,
+    StageSummary,
+    Suspect,
+)
 from commbench.health.record import RunHealth
 from commbench.launch.launcher import LaunchOptions, run_collectives
-from commbench.launch.protocol import STARTUP_TIMEOUT, ProtocolError, RollCallView
+from commbench.launch.protocol import EVENTS_FILE, STARTUP_TIMEOUT, ProtocolError, RollCallView
 from commbench.results.record import RunKind, RunStatus
 from commbench.results.store import atomic_write, dump_json
 
-DIAGNOSIS_FILE = "diagnosis.json"
-DIAGNOSIS_SCHEMA = 1
 WORKER = "commbench.diagnose.worker"
-HEALTHY, DEGRADED, FAILED = "healthy", "degraded", "failed"
 POINTS = 256
 """Rounds the watchdog can name a hang by (more than any diagnosis runs)."""
-
-
-@dataclass(slots=True)
-class NodeVerdict:
-    host: str
-    node: int
-    verdict: str = HEALTHY
-    evidence: list[str] = field(default_factory=list)
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    """GPUs (or GPU pairs) named inside the node, with their evidence."""
-    health: list[dict[str, Any]] = field(default_factory=list)
-    """The node's link health findings (`health.findings`), when this node took them."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "node": self.node,
-            "verdict": self.verdict,
-            "evidence": self.evidence,
-            "gpus": self.gpus,
-            "health": self.health,
-        }
-
-
-@dataclass(slots=True)
-class Diagnosis:
-    """What `diagnose` concluded, as RUN_DIR/diagnosis.json holds it."""
-
-    path: Path
-    status: RunStatus
-    nodes: list[NodeVerdict]
-    stages: list[dict[str, Any]]
-    failure: str | None = None
-    pair_gbps: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
-    """Each pair test's median bus bandwidth, by stage (for the heatmaps)."""
-
-    @property
-    def verdict(self) -> str:
-        if any(n.verdict == FAILED for n in self.nodes) or (
-            self.status is not RunStatus.COMPLETE and not self.nodes
-        ):
-            return FAILED
-        if any(n.verdict == DEGRADED for n in self.nodes):
-            return DEGRADED
-        return HEALTHY if self.status is RunStatus.COMPLETE else FAILED
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.verdict == HEALTHY else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": DIAGNOSIS_SCHEMA,
-            "verdict": self.verdict,
-            "status": self.status.value,
-            "failure": self.failure,
-            "nodes": [n.to_dict() for n in self.nodes],
-            "stages": self.stages,
-        }
 
 
 def _gbps(value: float) -> str:
@@ -116,18 +72,17 @@ def conclude(
     nodes = [NodeVerdict(host=h, node=i) for i, h in enumerate(layout.hosts)]
     node_of_rank = {r: i for i, ranks in enumerate(layout.ranks) for r in ranks}
     recorded: dict[tuple[str, int, tuple[int, ...]], Result] = {}
-    for e in events:
-        if e.get("type") != "diagnose":
+    for i, e in enumerate(events):
+        line = RecordedTest.from_event(e, f"{EVENTS_FILE}: event {i + 1}:")
+        if line is None:
             continue
-        test = Test(int(e["round"]), tuple(e["probe"]), tuple(e["fillers"]))
-        recorded[(str(e["stage"]), test.round, test.probe)] = Result(
-            test, tuple(float(x) for x in e["samples_gbps"])
-        )
-    stages_out: list[dict[str, Any]] = []
+        test = Test(line.round, line.probe, line.fillers)
+        recorded[(line.stage, test.round, test.probe)] = Result(test, line.samples_gbps)
+    stages_out: list[StageSummary] = []
     pair_gbps: dict[str, dict[tuple[int, int], float]] = {}
     for stage in plan_stages(layout, settings):
         tests_run = _replay(stage, recorded)
-        stages_out.append({"name": stage.name, "rounds": stage.iso.round, "tests": tests_run})
+        stages_out.append(StageSummary(stage.name, stage.iso.round, tests_run))
         if not tests_run:
             continue
         _name_findings(stage, nodes)
@@ -150,7 +105,7 @@ def conclude(
                 nodes[at].verdict = FAILED
                 nodes[at].evidence.insert(0, f"rank {rank} failed: {failure or 'see run.json'}")
     if status is not RunStatus.COMPLETE:
-        ran = sum(s["tests"] for s in stages_out)
+        ran = sum(s.tests for s in stages_out)
         for node in nodes:
             if node.verdict == HEALTHY:
                 node.evidence.append(f"not fully tested: the diagnosis stopped after {ran} tests")
@@ -164,10 +119,6 @@ def conclude(
     )
 
 
-PEER_ADDRESS = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3})\]")
-"""A peer's address in gloo's errors: "Connection reset by peer [10.0.0.4]:46312"."""
-
-
 _STORE_LOST = re.compile(r"RendezvousConnectionError|C10d store has failed")
 """torchrun's words when the job's store, on the rendezvous host, is gone."""
 
@@ -177,8 +128,8 @@ def roll_call(layout: Layout, events: list[dict[str, Any]]) -> set[int]:
     the nodes that did not answer, or the node that hosted the store when it is gone. A view
     that does not decode (an edited journal) is left out."""
     views = []
-    for e in events:
-        if e.get("type") == RollCallView.KIND:
+    for i, e in enumerate(events):
+        if event_type(e, f"{EVENTS_FILE}: event {i + 1}:") == RollCallView.KIND:
             with contextlib.suppress(ProtocolError):
                 views.append(RollCallView.from_doc(e))
     answered = {n for v in views if v.answered is not None for n in v.answered}
@@ -226,10 +177,10 @@ def _name_findings(stage: Stage, nodes: list[NodeVerdict]) -> None:
             )
         if finding.undecided:
             lines.append(f"{stage.name}: suspected, but the tests did not agree")
-        if finding.degraded and node.verdict != "failed":
+        if finding.degraded and node.verdict != FAILED:
             node.verdict = DEGRADED
-        if stage.name != INTER and stage.name != "intra-node":
-            node.gpus.append({"unit": stage.unit_name(unit), "evidence": lines})
+        if stage.name != INTER and stage.name != INTRA:
+            node.gpus.append(Suspect(stage.unit_name(unit), lines))
         node.evidence.extend(lines)
     for result in stage.iso.short_links():
         a, b = result.test.units
@@ -262,7 +213,7 @@ def run_diagnose(
 
     def on_event(event: dict[str, Any]) -> None:
         events.append(event)
-        if on_test is not None and event.get("type") == "diagnose":
+        if on_test is not None and event_type(event, EVENTS_FILE) == TEST_EVENT:
             on_test(event)
 
     points = [
@@ -296,12 +247,13 @@ def run_diagnose(
         else None,
     )
     add_health(diagnosis, outcome.record.context.health, launch.node_rank if launch else 0)
+    diagnosis.notes = list(settings.baseline_notes)
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     if diagnosis.pair_gbps:
         try:
             from commbench.diagnose.heatmap import write_heatmaps
 
-            write_heatmaps(diagnosis, layout)
+            write_heatmaps(diagnosis.path, diagnosis.pair_gbps, layout)
         except Exception:  # a figure must never cost the verdict
             pass
     return diagnosis
@@ -324,7 +276,7 @@ def add_health(diagnosis: Diagnosis, health: RunHealth | None, node: int) -> Non
         if not 0 <= at < len(diagnosis.nodes):
             continue
         verdict = diagnosis.nodes[at]
-        verdict.health.append(finding.to_dict())
+        verdict.health.append(finding)
         verdict.evidence.append(f"link health: {finding.message}")
 
 
@@ -381,12 +333,13 @@ def _not_all_came(
         nodes.append(node)
     failure = came.account()
     diagnosis = Diagnosis(
-        path=life.path, status=RunStatus.FAILED, nodes=nodes, stages=[], failure=failure
+        path=life.path,
+        status=RunStatus.FAILED,
+        nodes=nodes,
+        stages=[],
+        failure=failure,
+        notes=list(settings.baseline_notes),
     )
     atomic_write(life.path / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     life.finish(RunStatus.FAILED, failure)
     return diagnosis
-
-
-def load_diagnosis(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / DIAGNOSIS_FILE).read_text())

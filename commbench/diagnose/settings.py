@@ -39,6 +39,9 @@ class DiagnoseSettings:
     max_rounds: int = MAX_ROUNDS
     expected_gbps: dict[str, float] = field(default_factory=dict)
     """Expectations by stage (an expectations file or a baseline); peers' median otherwise."""
+    baseline_notes: list[str] = field(default_factory=list)
+    """What reading the baseline left to say (the lines it skipped): said on stderr with the
+    verdict, and not stored (run.json keeps what decides the diagnosis)."""
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.stages if s not in STAGES]
@@ -50,7 +53,9 @@ class DiagnoseSettings:
             raise UserError(f"--tolerance must be between 0% and 100%, got {self.tolerance}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["baseline_notes"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DiagnoseSettings:
@@ -84,13 +89,15 @@ def diagnose_settings(
         raise UserError(f"--sizes: diagnose tests at one size, got {len(parsed)} ({sizes})")
     if isinstance(stages, str):
         stages = split_list(stages, "--stages")
+    expected = load_expectations(Path(baseline)) if baseline is not None else None
     settings = DiagnoseSettings(
         size_bytes=parsed[0],
         stages=list(stages) if stages is not None else list(STAGES),
         tolerance=DEFAULT_TOLERANCE
         if tolerance is None
         else parse_fraction(tolerance, "--tolerance"),
-        expected_gbps=load_expectations(Path(baseline)) if baseline is not None else {},
+        expected_gbps=expected.gbps if expected else {},
+        baseline_notes=expected.notes if expected else [],
     )
     collectives = CollectivesSettings(
         ops=["all_reduce"],

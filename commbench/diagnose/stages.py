@@ -10,12 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.diagnose.journal import GPU_PAIRS, INTER, INTRA
 from commbench.diagnose.plan import Isolation, Test, for_units, round_robin
 from commbench.diagnose.settings import DiagnoseSettings
-
-INTRA = "intra-node"
-GPU_PAIRS = "gpu-pairs"
-INTER = "inter-node"
+from commbench.fields import Fields, integer, string
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,17 +27,19 @@ class Layout:
 
     @classmethod
     def from_ranks(cls, ranks: Sequence[dict[str, Any]]) -> Layout:
-        """From the workers' rank table (`RunContext.ranks`: rank, local_rank, host, node)."""
-        nodes = sorted({int(r.get("node", 0)) for r in ranks})
-        index = {n: i for i, n in enumerate(nodes)}
-        hosts = [""] * len(nodes)
-        addresses: list[str | None] = [None] * len(nodes)
-        members: list[list[tuple[int, int]]] = [[] for _ in nodes]
-        for r in ranks:
-            i = index[int(r.get("node", 0))]
-            hosts[i] = str(r.get("host", ""))
-            addresses[i] = addresses[i] or (str(r["address"]) if r.get("address") else None)
-            members[i].append((int(r.get("local_rank", 0)), int(r["rank"])))
+        """From the workers' rank table (`RunContext.ranks`: rank, local_rank, host, node,
+        address; a rank without a node is on the first)."""
+        table = [Fields(r, f"ranks[{i}]") for i, r in enumerate(ranks)]
+        node_of = [f.opt("node", integer) or 0 for f in table]
+        index = {n: i for i, n in enumerate(sorted(set(node_of)))}
+        hosts = [""] * len(index)
+        addresses: list[str | None] = [None] * len(index)
+        members: list[list[tuple[int, int]]] = [[] for _ in index]
+        for f, node in zip(table, node_of):
+            i = index[node]
+            hosts[i] = f.opt("host", string) or ""
+            addresses[i] = addresses[i] or f.opt("address", string) or None
+            members[i].append((f.opt("local_rank", integer) or 0, f.req("rank", integer)))
         return cls(
             hosts=hosts,
             ranks=[[rank for _, rank in sorted(m)] for m in members],

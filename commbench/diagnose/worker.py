@@ -23,8 +23,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import busbw_factor
+from commbench.diagnose.journal import PEER_ADDRESS, RecordedTest
 from commbench.diagnose.plan import Result, Test
-from commbench.diagnose.run import PEER_ADDRESS
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
 from commbench.launch.control import Keys, RollCall, StoreDown, StoreLink, tcp_store_factory
@@ -135,15 +135,14 @@ class DiagnoseWorker(Worker):
         )
         self.journal.write({"type": "row", "point": self.round_index, "row": row.to_dict()})
         self.journal.write(
-            {
-                "type": "diagnose",
-                "stage": stage.name,
-                "round": test.round,
-                "probe": list(test.probe),
-                "fillers": list(test.fillers),
-                "ranks": ranks,
-                "samples_gbps": list(gbps),
-            }
+            RecordedTest(
+                stage=stage.name,
+                round=test.round,
+                probe=test.probe,
+                fillers=test.fillers,
+                ranks=tuple(ranks),
+                samples_gbps=gbps,
+            ).to_dict()
         )
 
     def _roll_call(self, exc: Exception) -> None:

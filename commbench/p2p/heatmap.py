@@ -1,10 +1,12 @@
-"""The `--matrix` heatmap: GB/s per (src, dst) pair, drawn from the stored rows (Agg backend)."""
+"""The `--matrix` heatmap: GB/s per (src, dst) pair, from the stored rows (drawn by
+`commbench.heatmap`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from commbench.heatmap import Heatmap, value_text
 from commbench.results.schema import P2PCopy, ResultRow
 
 
@@ -34,31 +36,27 @@ def matrix_values(rows: Sequence[ResultRow], n: int) -> tuple[list[list[float | 
     return values, mode
 
 
-def write_heatmap(rows: Sequence[ResultRow], n: int, path: Path) -> None:
-    from commbench.drawing import pyplot
-
-    plt = pyplot()
-
+def matrix_heatmap(rows: Sequence[ResultRow], n: int) -> Heatmap:
+    """The `--matrix` figure: GB/s per (src, dst) pair at the largest size, each cell with
+    its value and the link it crossed."""
     values, mode = matrix_values(rows, n)
     links = {(c.src, c.dst): c.link for _, c in copies(rows) if c.copy == "p2p"}
-    grid = [[float("nan") if v is None else v for v in line] for line in values]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * n, 0.8 + 0.8 * n))
-    image = ax.imshow(grid, cmap="viridis")
-    fig.colorbar(image, ax=ax, label="GB/s")
-    ax.set_xticks(range(n), [f"cuda:{i}" for i in range(n)])
-    ax.set_yticks(range(n), [f"cuda:{i}" for i in range(n)])
-    ax.set_xlabel("destination")
-    ax.set_ylabel("source")
-    ax.set_title(f"p2p copy bandwidth ({mode})")
-    top = max((v for line in values for v in line if v is not None), default=0.0)
-    for i in range(n):
-        for j in range(n):
-            v = values[i][j]
-            if v is None:
-                continue
-            color = "black" if v > 0.6 * top else "white"
-            label = links.get((i, j), "")
-            ax.text(j, i, f"{v:.0f}\n{label}", ha="center", va="center", fontsize=8, color=color)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    labels = [f"cuda:{i}" for i in range(n)]
+    return Heatmap(
+        values=values,
+        row_labels=labels,
+        col_labels=labels,
+        title=f"p2p copy bandwidth ({mode})",
+        unit="GB/s",
+        row_axis="source",
+        col_axis="destination",
+        annotations=value_text(
+            values, [[links.get((i, j), "") for j in range(n)] for i in range(n)]
+        ),
+    )
+
+
+def write_heatmap(rows: Sequence[ResultRow], n: int, path: Path) -> None:
+    from commbench.heatmap import write_heatmap as write
+
+    write(matrix_heatmap(rows, n), path)

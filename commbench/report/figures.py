@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.heatmap import Heatmap, value_text
 from commbench.results.record import RunContext, RunKind
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, P2P_OP, ResultRow
@@ -58,21 +59,13 @@ class Panel:
 
 
 @dataclass(kw_only=True, slots=True)
-class Heatmap:
-    """A src x dst matrix (None where a pair was not measured)."""
-
-    labels: list[str]
-    values: list[list[float | None]]
-    unit: str
-
-
-@dataclass(kw_only=True, slots=True)
 class Figure:
     name: str
     """File stem: `<name>.png` / `<name>.svg`."""
     title: str
     panels: list[Panel] = field(default_factory=list)
     heatmap: Heatmap | None = None
+    """A pair matrix instead of panels (the p2p figure), with `title` as its own."""
     legend: bool = False
     """Name even a single line: the runs were named (`--label`) or several were plotted, so
     a figure that only one of them has must still say which."""
@@ -408,7 +401,7 @@ def strategies_figure(
     )
 
 
-def p2p_matrix(run: Run) -> Heatmap | None:
+def p2p_matrix(run: Run, title: str = "") -> Heatmap | None:
     """GB/s per (src, dst) GPU pair at the largest size, as `commbench p2p --matrix` draws it:
     unidirectional p2p bandwidth rows, each link alone (sequential) where measured."""
     from commbench.p2p.heatmap import copies, matrix_values
@@ -420,18 +413,29 @@ def p2p_matrix(run: Run) -> Heatmap | None:
     values, mode = matrix_values(run.rows, n)
     if all(v is None for line in values for v in line):
         return None
-    return Heatmap(labels=[f"cuda:{i}" for i in range(n)], values=values, unit=f"GB/s ({mode})")
+    labels = [f"cuda:{i}" for i in range(n)]
+    return Heatmap(
+        values=values,
+        row_labels=labels,
+        col_labels=labels,
+        title=title,
+        unit=f"GB/s ({mode})",
+        row_axis="source",
+        col_axis="destination",
+        annotations=value_text(values) if n <= 16 else None,  # beyond, the numbers crowd
+    )
 
 
 def p2p_figures(runs: list[Run]) -> list[Figure]:
     figures = []
     for run in runs:
-        heatmap = p2p_matrix(run) if run.kind is RunKind.P2P else None
+        if run.kind is not RunKind.P2P:
+            continue
+        title = figure_title("p2p bandwidth", [run])
+        heatmap = p2p_matrix(run, title)
         if heatmap is not None:
             stem = "p2p" if len(runs) == 1 else f"p2p-{run.path.name}"
-            figures.append(
-                Figure(name=stem, title=figure_title("p2p bandwidth", [run]), heatmap=heatmap)
-            )
+            figures.append(Figure(name=stem, title=title, heatmap=heatmap))
     return figures
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from commbench.drawing import pyplot
 from commbench.errors import UserError
-from commbench.report.figures import Figure, Heatmap, Panel, all_figures
+from commbench.heatmap import draw_heatmap
+from commbench.report.figures import Figure, Panel, all_figures
 from commbench.results.runs import Run, load_run
 from commbench.results.store import RunDir, check_output, writing
 from commbench.sizes import format_size
@@ -142,58 +143,35 @@ def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
     return drawn
 
 
-def _draw_heatmap(fig: Any, ax: Any, heatmap: Heatmap) -> None:
-    nan = float("nan")
-    grid = [[nan if v is None else v for v in row] for row in heatmap.values]
-    image = ax.imshow(grid, cmap="viridis")
-    n = len(heatmap.labels)
-    ax.set_xticks(range(n), heatmap.labels, rotation=45, fontsize=8)
-    ax.set_yticks(range(n), heatmap.labels, fontsize=8)
-    ax.set_xlabel("destination")
-    ax.set_ylabel("source")
-    top = max((v for row in heatmap.values for v in row if v is not None), default=0.0)
-    if n <= 16:
-        for i, row in enumerate(heatmap.values):
-            for j, v in enumerate(row):
-                if v is not None:
-                    color = "black" if v > 0.6 * top else "white"  # readable on viridis
-                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8, color=color)
-    fig.colorbar(image, ax=ax, label=heatmap.unit)
-
-
 def draw(figure: Figure) -> Any:
     """A matplotlib Figure for the spec (the caller closes it)."""
+    if figure.heatmap is not None:  # drawn, titled and laid out as every pair matrix is
+        return draw_heatmap(figure.heatmap)
     plt = _pyplot()
-    if figure.heatmap is not None:
-        fig, ax = plt.subplots(figsize=(7, 6))
-        _draw_heatmap(fig, ax, figure.heatmap)
-    else:
-        cols = max(1, len(figure.panels))
-        labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
-        ncol = 2 if len(labels) > 3 else 1
-        named = len(labels) > 1 or (figure.legend and len(labels) == 1)
-        legend_rows = math.ceil(len(labels) / ncol) if named else 0
-        height = 4.6 + 0.22 * legend_rows
-        fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
-        handles: dict[str, Any] = {}
-        for ax, panel in zip(axes[0], figure.panels):
-            for label, line in _draw_panel(ax, panel).items():
-                handles.setdefault(label, line)
-        if legend_rows:
-            # One legend for the figure, under the panels: both panels share the lines.
-            fig.legend(
-                list(handles.values()),
-                list(handles),
-                loc="lower center",
-                fontsize=8,
-                frameon=False,
-                ncol=ncol,
-            )
-            fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
+    cols = max(1, len(figure.panels))
+    labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
+    ncol = 2 if len(labels) > 3 else 1
+    named = len(labels) > 1 or (figure.legend and len(labels) == 1)
+    legend_rows = math.ceil(len(labels) / ncol) if named else 0
+    height = 4.6 + 0.22 * legend_rows
+    fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
+    handles: dict[str, Any] = {}
+    for ax, panel in zip(axes[0], figure.panels):
+        for label, line in _draw_panel(ax, panel).items():
+            handles.setdefault(label, line)
+    if legend_rows:
+        # One legend for the figure, under the panels: both panels share the lines.
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="lower center",
+            fontsize=8,
+            frameon=False,
+            ncol=ncol,
+        )
+        fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
     fig.suptitle(textwrap.fill(figure.title, int(fig.get_figwidth() * 11)), fontsize=11)
-    if figure.heatmap is not None or (
-        len({s.label for p in figure.panels for s in p.series}) <= 1 and not figure.legend
-    ):
+    if len({s.label for p in figure.panels for s in p.series}) <= 1 and not figure.legend:
         fig.tight_layout()
     return fig
 
