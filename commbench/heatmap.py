@@ -7,8 +7,8 @@ unit, how it is coloured and what each cell says) from its own data, and this mo
 knows matplotlib: sizes, ticks, the colour bar and the text in the cells are decided once,
 so the three figures read alike and a fix to one is a fix to all.
 
-matplotlib is imported inside the functions (through `drawing.pyplot`: headless, user text
-drawn literally), so importing this module costs nothing.
+matplotlib is imported inside the functions (through `commbench.drawing`: headless, user
+text drawn literally, no global state), so importing this module costs nothing.
 """
 
 from __future__ import annotations
@@ -94,12 +94,19 @@ def figure_size(heatmap: Heatmap) -> tuple[float, float]:
 
 
 def draw_heatmap(heatmap: Heatmap) -> Any:
-    """A matplotlib Figure of the heatmap (the caller saves and closes it)."""
-    from commbench.drawing import pyplot
+    """A matplotlib Figure of the heatmap (made directly: nothing to close)."""
+    from commbench.drawing import literal_text
 
-    plt = pyplot()
+    with literal_text():
+        return _draw(heatmap)
+
+
+def _draw(heatmap: Heatmap) -> Any:
+    from commbench.drawing import new_figure
+
     width, height = figure_size(heatmap)
-    fig, ax = plt.subplots(figsize=(width, height))
+    fig = new_figure((width, height))
+    ax = fig.subplots()
     grid = _measured(heatmap.values)
     image = ax.imshow(grid, cmap=heatmap.colormap)
     annotated = heatmap.annotations is not None
@@ -137,11 +144,5 @@ def draw_heatmap(heatmap: Heatmap) -> Any:
 
 def write_heatmap(heatmap: Heatmap, path: Path, *, dpi: int = DPI, fmt: str | None = None) -> Path:
     """Draw the heatmap into `path` (its format from its suffix unless `fmt` names one)."""
-    from commbench.drawing import pyplot
-
-    fig = draw_heatmap(heatmap)
-    try:
-        fig.savefig(path, format=fmt, dpi=dpi)
-    finally:
-        pyplot().close(fig)
+    draw_heatmap(heatmap).savefig(path, format=fmt, dpi=dpi)
     return path

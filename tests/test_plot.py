@@ -261,7 +261,7 @@ def test_a_finished_collectives_run_writes_its_plots(tmp_path: Path) -> None:
 def drawn(figure: Figure) -> Any:
     """The matplotlib Figure for a spec, laid out so its tick labels exist."""
     fig = draw(figure)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     return fig
 
 
@@ -320,9 +320,8 @@ def test_time_labels_change_unit_with_the_decade() -> None:
 
 
 def plt_close(fig: Any) -> None:
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    """Nothing to close: commbench's figures are in no pyplot registry (see commbench.drawing)."""
+    del fig
 
 
 def test_peak_from_the_run_topology_is_the_slowest_link_among_its_gpus() -> None:
@@ -528,11 +527,25 @@ def test_user_text_is_drawn_literally_never_parsed_as_mathtext(tmp_path: Path, t
         assert result.exit_code == 0, result.output
         svg = (out / "all_reduce.svg").read_text()
         assert text.replace("&", "&amp;").replace("<", "&lt;") in svg  # verbatim, in a comment
-    # the p2p and diagnose heatmaps draw through the same pyplot
-    from commbench.drawing import pyplot
+    # the p2p and diagnose heatmaps draw through the same literal text
+    from commbench.heatmap import Heatmap, write_heatmap
 
-    plt = pyplot()
-    fig = plt.figure()
-    fig.suptitle(text)
-    fig.savefig(tmp_path / "t.png")
-    plt.close(fig)
+    heatmap = Heatmap(values=[[1.0]], row_labels=[text], col_labels=[text], title=text, unit=text)
+    write_heatmap(heatmap, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_drawing_leaves_the_users_matplotlib_as_it_was(tmp_path: Path) -> None:
+    """The Python API draws inside a user's process (a notebook, a GUI): commbench's figures
+    change neither the backend, nor rcParams, nor pyplot's list of open figures."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before_backend = matplotlib.get_backend()
+    before = dict(matplotlib.rcParams)
+    open_before = plt.get_fignums()
+    write_run_plots(shutil.copytree(RUNS / "cpu-gloo-a", tmp_path / "run"))
+    assert list((tmp_path / "run" / "plots").glob("*.png"))
+    assert matplotlib.get_backend() == before_backend
+    assert dict(matplotlib.rcParams) == before
+    assert plt.get_fignums() == open_before

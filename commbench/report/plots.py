@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commbench.drawing import pyplot
+from commbench.drawing import literal_text, new_figure
 from commbench.errors import UserError
 from commbench.heatmap import draw_heatmap
 from commbench.report.figures import Figure, Panel, all_figures
@@ -26,10 +26,6 @@ from commbench.topology.model import MAX_PEAK_GBPS
 FORMATS = ("png", "svg")
 DPI = 110
 MAX_TICKS = 12
-
-
-def _pyplot() -> Any:
-    return pyplot()
 
 
 def size_ticks(lo: int, hi: int) -> list[int]:
@@ -144,17 +140,22 @@ def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
 
 
 def draw(figure: Figure) -> Any:
-    """A matplotlib Figure for the spec (the caller closes it)."""
+    """A matplotlib Figure for the spec (made directly: nothing to close)."""
     if figure.heatmap is not None:  # drawn, titled and laid out as every pair matrix is
         return draw_heatmap(figure.heatmap)
-    plt = _pyplot()
+    with literal_text():
+        return _draw_panels(figure)
+
+
+def _draw_panels(figure: Figure) -> Any:
     cols = max(1, len(figure.panels))
     labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
     ncol = 2 if len(labels) > 3 else 1
     named = len(labels) > 1 or (figure.legend and len(labels) == 1)
     legend_rows = math.ceil(len(labels) / ncol) if named else 0
     height = 4.6 + 0.22 * legend_rows
-    fig, axes = plt.subplots(1, cols, figsize=(6.2 * cols, height), squeeze=False)
+    fig = new_figure((6.2 * cols, height))
+    axes = fig.subplots(1, cols, squeeze=False)
     handles: dict[str, Any] = {}
     for ax, panel in zip(axes[0], figure.panels):
         for label, line in _draw_panel(ax, panel).items():
@@ -177,14 +178,9 @@ def draw(figure: Figure) -> Any:
 
 
 def png_bytes(figure: Figure) -> bytes:
-    plt = _pyplot()
-    fig = draw(figure)
-    try:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=DPI)
-        return buf.getvalue()
-    finally:
-        plt.close(fig)
+    buf = io.BytesIO()
+    draw(figure).savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
 
 
 def figure_file(out_dir: Path, figure: Figure, fmt: str) -> Path:
@@ -196,20 +192,16 @@ def write_figures(
     figures: Sequence[Figure], out_dir: Path, formats: Sequence[str] = FORMATS
 ) -> list[Path]:
     """Write every figure in every format; returns the files written."""
-    plt = _pyplot()
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for figure in figures:
         fig = draw(figure)
-        try:
-            for fmt in formats:
-                path = figure_file(out_dir, figure, fmt)
-                with writing(path):
-                    fig.savefig(path, format=fmt, dpi=DPI)
-                written.append(path)
-        finally:
-            plt.close(fig)
+        for fmt in formats:
+            path = figure_file(out_dir, figure, fmt)
+            with writing(path):
+                fig.savefig(path, format=fmt, dpi=DPI)
+            written.append(path)
     return written
 
 
