@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+
 def new_figure(figsize: tuple[float, float]) -> Any:
     """A matplotlib Figure of that size in inches, in no pyplot registry."""
     from matplotlib.figure import Figure
