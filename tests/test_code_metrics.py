@@ -1,0 +1,67 @@
+"""benchmarks/code_metrics.py counts what it says on a package built here: a circle, an import
+that only type checkers see, untyped reads and environment lookups, a function's length."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _metrics() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "code_metrics", ROOT / "benchmarks" / "code_metrics.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["code_metrics"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _package(tmp_path: Path) -> Path:
+    pkg = tmp_path / "toy"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("")
+    (pkg / "inner" / "a.py").write_text(
+        "from toy.inner import b\n\n\ndef f():\n    from toy.inner.c import g\n    return g\n"
+    )
+    (pkg / "inner" / "b.py").write_text("def h():\n    from . import a\n    return a\n")
+    (pkg / "inner" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from toy.inner import a\n"
+        "\n\ndef g(data, os):\n    x = data.get('x')\n    y = os.environ.get('Y')\n"
+        "    z = env.get('Z')\n    return x, y, z\n"
+    )
+    (pkg / "other.py").write_text("from toy.inner import a\n")
+    return pkg
+
+
+def test_a_circle_counts_and_a_type_checking_import_does_not(tmp_path: Path) -> None:
+    metrics = _metrics()
+    graph = metrics.import_graph(_package(tmp_path))
+    assert graph["toy.inner.a"] == {"toy.inner.b", "toy.inner.c", "toy.inner"}
+    assert "toy.inner.a" not in graph["toy.inner.c"]  # under TYPE_CHECKING
+    found = metrics.circles(graph, "toy")
+    assert found["inside_packages"] == [["toy.inner.a", "toy.inner.b"]]
+    assert found["between_packages"] == []
+
+
+def test_get_reads_leave_environment_lookups_out(tmp_path: Path) -> None:
+    metrics = _metrics()
+    assert metrics.get_reads(_package(tmp_path) / "inner" / "c.py") == 1
+
+
+def test_function_lengths_and_declared_names(tmp_path: Path) -> None:
+    metrics = _metrics()
+    c = _package(tmp_path) / "inner" / "c.py"
+    assert dict(metrics.functions(c)) == {"g": 5}
+    source = tmp_path / "decl.py"
+    source.write_text(
+        "class S:\n    sizes: str = '1K'\n\n\ndef run(out, *, iters=None, warmup):\n"
+        "    return section.get('timeout')\n"
+    )
+    assert metrics.declared_names(source) == {"sizes", "iters", "timeout"}
