@@ -4,6 +4,12 @@ from commbench.topology import discover
 snap = discover()                 # never raises for a missing GPU or NVML
 snap.pair(0, 1).peak_gbps         # theoretical GB/s per direction
 snap.to_dict()                    # what run.json embeds
+
+Its rooms import one way, from the bottom up: `sysfs` (reading /sys or a fixture tree, the
+PCI bus id form) and `rates` (link rates of the hardware); `model` (the snapshot's records);
+`visible` (CUDA_VISIBLE_DEVICES), `host`, `cpus`, `pairs`, `network` (what sysfs and NVML
+say of the host, its CPUs, GPU pairs and NICs); `nvml`, `smi` (the two sources of GPU links);
+`discover` (all of it, on this machine); `render` (text for people).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from commbench.topology.model import Gpu, HostInfo, NvLink, Pair, TopologySnapsh
 from commbench.topology.network import discover_nics, gpu_links
 from commbench.topology.nvml import Nvml
 from commbench.topology.rates import nvlink_gen_from_nvml
-from commbench.topology.sysfs import SYSFS_ENV, check_sysfs_root, sysfs_root
+from commbench.topology.sysfs import SYSFS_ENV, check_sysfs_root, normalize_bus_id, sysfs_root
 from commbench.topology.visible import resolve_visible
 
 # nvmlNvLinkDeviceType_t
@@ -28,21 +28,6 @@ _P2P_READ, _P2P_WRITE, _P2P_NVLINK, _P2P_ATOMICS = 0, 1, 2, 3
 
 _AFFINITY_SCOPE_NODE = 0  # NVML_AFFINITY_SCOPE_NODE
 _MIN_CPU_IDS = 1024
-
-
-def normalize_bus_id(bus_id: str | None) -> str | None:
-    """`00000000:07:00.0` -> `0000:07:00.0`: the form /sys, lspci and torch use."""
-    if not bus_id:
-        return None
-    parts = bus_id.strip().lower().split(":")
-    if len(parts) == 3:
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
-        except ValueError:
-            return bus_id.strip().lower()
-    if len(parts) == 2:
-        return f"0000:{parts[0]}:{parts[1]}"
-    return bus_id.strip().lower()
 
 
 def _cuda_version(value: Any) -> str | None:

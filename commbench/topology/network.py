@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from commbench.topology.model import Gpu, Nic, NicPort
-from commbench.topology.sysfs import read_attr, read_int, sysfs_root
+from commbench.topology.sysfs import normalize_bus_id, read_attr, read_int, sysfs_root
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
@@ -219,8 +219,6 @@ def pcie_label(
 
 
 def _normalize(bus_id: str) -> str:
-    from commbench.topology.discover import normalize_bus_id
-
     return normalize_bus_id(bus_id) or bus_id
 
 

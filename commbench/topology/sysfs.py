@@ -71,3 +71,18 @@ def read_int(path: Path) -> int | None:
         return int(text, 16) if text.lower().startswith("0x") else int(text, 10)
     except ValueError:
         return None
+
+
+def normalize_bus_id(bus_id: str | None) -> str | None:
+    """`00000000:07:00.0` -> `0000:07:00.0`: the form /sys, lspci and torch use."""
+    if not bus_id:
+        return None
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 3:
+        try:
+            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+        except ValueError:
+            return bus_id.strip().lower()
+    if len(parts) == 2:
+        return f"0000:{parts[0]}:{parts[1]}"
+    return bus_id.strip().lower()
