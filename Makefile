@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install test lint bench demo clean slurm-deps browser-deps gpu-check browser-check
+.PHONY: install test test-fast lint bench demo clean slurm-deps browser-deps gpu-check browser-check
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -19,6 +19,11 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -q
+
+# The minute-long loop while working: the tests that start no process (tests/conftest.py
+# fails any unmarked test that does). `make test` runs these and the marked ones.
+test-fast:
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not integration and not netns and not slurm and not gpu"
 
 lint:
 	$(PYTHON) -m ruff check commbench tests benchmarks

@@ -1,4 +1,13 @@
-"""Shared fixtures. Every test writes under tmp_path, never into the checkout's results/."""
+"""Shared fixtures. Every test writes under tmp_path, never into the checkout's results/.
+
+Two lanes: `make test-fast` runs the tests that start no process (unit tests, and commands
+run in-process through typer's CliRunner) in about a minute; `make test` runs them all. A
+test that starts a process (torchrun workers, `python -m commbench`, a tool) carries a mark
+that keeps it out of the fast lane: `integration`, `netns` (network namespaces, root),
+`slurm` (SLURM daemons) or `gpu`. The guard below enforces it: in a test with none of these
+marks, starting a process fails the test, naming the mark to add, so a new slow test cannot
+slip into the fast lane unnoticed.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,36 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+
+LAUNCH_MARKS = ("integration", "netns", "slurm", "gpu")
+"""The marks of tests that may start processes: all of them stay out of `make test-fast`."""
+
+
+class StartedAProcess(AssertionError):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _no_process_unless_marked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting a process from a test without a launch mark fails it (see the docstring)."""
+    if any(request.node.get_closest_marker(mark) for mark in LAUNCH_MARKS):
+        return
+    name = request.node.nodeid
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise StartedAProcess(
+            f"{name} starts a process: mark it @pytest.mark.integration (or netns, slurm, "
+            "gpu) so that it runs in `make test` and stays out of `make test-fast`"
+        )
+
+    import subprocess
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(os, "posix_spawn", refuse)
+    monkeypatch.setattr(os, "system", refuse)
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,7 @@ V1_OTHER = REFERENCE / "20261121-060353-collectives"
 SMI_DGX1V = "smi_dgx1v_v100_hybrid_cube_mesh.txt"
 
 
+@pytest.mark.integration
 def test_import_commbench_loads_no_heavy_module() -> None:
     code = (
         "import sys, commbench\n"
@@ -236,6 +237,7 @@ def test_a_wrong_result_fails_the_run_and_a_stop_is_interrupted(tmp_path: Path) 
     assert isinstance(broke.error(), Interrupted) and "3 points" in (broke.message or "")
 
 
+@pytest.mark.integration
 def test_the_readme_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     section = README.split("## Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)

@@ -193,6 +193,7 @@ def _cases() -> list[object]:
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("argv", "fragment"), _cases())
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(
     argv: list[str],
@@ -258,6 +259,7 @@ def test_a_bad_slurm_environment_is_one_line(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.integration
 def test_an_unwritable_out_is_refused_before_the_suite_starts(files: Path, tmp_path: Path) -> None:
     """A directory even root cannot write into (immutable): one line, before the banner."""
     locked = tmp_path / "locked"

@@ -19,6 +19,7 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -60,6 +61,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> Non
     assert fragment in line
 
 
+@pytest.mark.integration
 def test_backend_limits_are_probed_not_hard_coded() -> None:
     # gloo raises on AVG for integer dtypes on one rank only; commbench must refuse up front
     line = one_line_error(
@@ -81,6 +83,7 @@ def test_backend_limits_are_probed_not_hard_coded() -> None:
     assert "gloo cannot run all_reduce with dtype int32 and reduce op avg" in line
 
 
+@pytest.mark.integration
 def test_cuda_without_a_gpu_is_a_clear_error(no_gpu_env) -> None:
     line = one_line_error(
         runner.invoke(app, ["collectives", "--device", "cuda", "--ops", "all_reduce"])
@@ -123,6 +126,7 @@ def test_help_lists_every_option() -> None:
         assert flag in result.output
 
 
+@pytest.mark.integration
 def test_top_level_help_does_not_import_heavy_modules() -> None:
     code = (
         "import sys; from commbench.cli import app; "
@@ -132,6 +136,7 @@ def test_top_level_help_does_not_import_heavy_modules() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.integration
 def test_strategies_are_probed_too() -> None:
     line = one_line_error(
         runner.invoke(
@@ -152,6 +157,7 @@ def test_strategies_are_probed_too() -> None:
     assert "cannot run the ring all-reduce with dtype int32 and reduce op avg" in line
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -104,6 +104,7 @@ def test_known_errors_outside_a_command_are_one_line(
     assert (got, one_line(err)) == (code, line)
 
 
+@pytest.mark.integration
 def test_a_bug_keeps_its_own_traceback_and_nothing_else(tmp_path: Path) -> None:
     """A bug is no input error: exit 1 with the traceback of the bug, not a second,
     chained one raised by the handler itself (as `errors.Abort` once did)."""
@@ -121,6 +122,7 @@ def test_a_bug_keeps_its_own_traceback_and_nothing_else(tmp_path: Path) -> None:
     assert proc.stderr.rstrip().endswith("ZeroDivisionError: the bug")
 
 
+@pytest.mark.integration
 def test_the_console_script_reports_a_bad_size_in_one_line(tmp_path: Path) -> None:
     """The issue's reproduction, through the real entry point in a fresh process."""
     proc = subprocess.run(

@@ -26,6 +26,7 @@ from netns_cluster import Cluster, netns_available
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.netns,
     pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 

@@ -217,6 +217,7 @@ def test_a_failed_rank_fails_its_node_and_keeps_what_was_measured(tmp_path: Path
     assert diagnosis.to_dict()["nodes"][2]["evidence"][0].startswith("rank 2 failed")
 
 
+@pytest.mark.integration
 def test_the_scale_benchmark_meets_its_goal() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "diagnose_scale.py"), "--trials", "1"],

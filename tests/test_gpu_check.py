@@ -36,6 +36,7 @@ def references() -> set[str]:
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
 
+@pytest.mark.integration
 @no_gpu
 def test_without_a_gpu_the_script_says_so_in_one_line_and_exits_2() -> None:
     before = references()
@@ -51,6 +52,7 @@ def test_without_a_gpu_the_script_says_so_in_one_line_and_exits_2() -> None:
     assert references() == before
 
 
+@pytest.mark.integration
 @no_gpu
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_gpu_check_installs_nothing() -> None:
@@ -85,6 +87,7 @@ def test_a_missing_dependency_is_named_in_one_line(
     assert not (tmp_path / "ref").exists()
 
 
+@pytest.mark.integration
 def test_a_torch_too_new_for_the_driver_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,6 +163,7 @@ def test_figures_against_the_goals() -> None:
     assert gc.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 
+@pytest.mark.integration
 def test_each_step_is_bounded_and_the_readme_says_how_it_went(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +213,7 @@ def test_the_plan_fits_the_budget_and_multi_gpu_captures_sendrecv_and_rings(
     assert gc.step_limit(step, 60) == 60 - gc.KILL_GRACE_S - gc.FINISH_S
 
 
+@pytest.mark.integration
 def test_with_out_set_two_files_come_back_rewritten_after_every_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

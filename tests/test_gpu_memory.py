@@ -137,6 +137,7 @@ def test_p2p_within_one_gpu_needs_twice_the_size_free(one_gpu: Any) -> None:
     assert not Path("results").exists()
 
 
+@pytest.mark.integration
 def test_p2p_that_fits_runs(one_gpu: Any) -> None:
     one_gpu(free=2 * 64 * M + P2P_RESERVE, total=G)
     result = CliRunner().invoke(app, ["p2p", "--size", "64M", "--iters", "2", "--warmup", "1"])

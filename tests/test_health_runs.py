@@ -82,6 +82,7 @@ def test_collectives_run_records_health_and_prints_the_moved_counter(tmp_path: P
     assert "## Link health\n\n- mlx5_0/1: symbol_error +12 during the run\n" in report.stdout
 
 
+@pytest.mark.integration
 def test_p2p_with_a_fake_nvml_reports_the_downtrained_gpu_and_moving_crc(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -88,6 +88,7 @@ def test_a_table_puts_the_two_forms_side_by_side_per_size() -> None:
     assert single.title.endswith("in-place") and len(single.cells) == 1
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_real_run_of_both_forms_and_two_dtypes(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -80,6 +80,7 @@ FAKE_AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_a_row_journaled_while_the_workers_of_a_killed_agent_are_stopped_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,6 +143,7 @@ def _abandoned_run(tmp_path: Path, launcher_id: ProcessId, journaled: int, writt
     return life.path
 
 
+@pytest.mark.integration
 def test_the_first_reader_settles_a_run_whose_launcher_was_killed(tmp_path: Path) -> None:
     run_dir = _abandoned_run(tmp_path, _dead_launcher(), journaled=3, written=1)
     run = load_run(run_dir)
@@ -157,6 +159,7 @@ def test_the_first_reader_settles_a_run_whose_launcher_was_killed(tmp_path: Path
     assert json.loads((run_dir / "run.json").read_text()) == again  # settled once
 
 
+@pytest.mark.integration
 def test_a_run_whose_launcher_runs_or_whose_workers_still_run_is_left_alone(
     tmp_path: Path,
 ) -> None:

@@ -201,6 +201,7 @@ def test_help_mentions_the_model() -> None:
     assert result.exit_code == 0 and "alpha-beta" in result.stdout
 
 
+@pytest.mark.integration
 def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     """`commbench model ... | head -1`: the pipe breaks under a long table; the command ends
     at once, with no traceback and no "Exception ignored" at exit."""

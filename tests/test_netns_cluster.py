@@ -15,6 +15,7 @@ from netns_cluster import CGROUP_CPU, NETNS_ETC, Cluster, ClusterError, netns_av
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.netns,
     pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 

@@ -16,6 +16,7 @@ from commbench.results.runs import load_run
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.netns,
     pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 

@@ -190,6 +190,7 @@ def _copy(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, **row["p2p"], **row["stats"]}
 
 
+@pytest.mark.integration
 def test_measured_run_writes_rows_with_verdicts(cpu_gpus: Any) -> None:
     cpu_gpus(8)
     result = invoke("--topology", PUZZLE, "--dst", "1,2,4", *FAST)
@@ -228,6 +229,7 @@ def test_measured_run_writes_rows_with_verdicts(cpu_gpus: Any) -> None:
     assert "samples_us" not in table[0]
 
 
+@pytest.mark.integration
 def test_json_output_and_host_and_latency(cpu_gpus: Any) -> None:
     cpu_gpus(2)
     result = invoke("--host", "--latency", "--mode", "sequential", "--format", "json", *FAST)
@@ -245,6 +247,7 @@ def test_json_output_and_host_and_latency(cpu_gpus: Any) -> None:
     assert rows[0]["link"] == "N/A" and rows[0]["peak_gbps"] is None
 
 
+@pytest.mark.integration
 def test_one_gpu_measures_within_the_gpu(cpu_gpus: Any) -> None:
     cpu_gpus(1)
     result = invoke(*FAST)
@@ -254,6 +257,7 @@ def test_one_gpu_measures_within_the_gpu(cpu_gpus: Any) -> None:
     assert [(r["pair"], r["copy"]) for r in rows] == [("0->0", "d2d")]
 
 
+@pytest.mark.integration
 def test_wrong_data_fails_the_run(cpu_gpus: Any) -> None:
     def corrupt(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
@@ -269,6 +273,7 @@ def test_wrong_data_fails_the_run(cpu_gpus: Any) -> None:
     assert rows[0]["check"] == "failed"
 
 
+@pytest.mark.integration
 def test_matrix_writes_a_heatmap(cpu_gpus: Any) -> None:
     cpu_gpus(3)
     result = invoke("--matrix", "--bidirectional", "--mode", "sequential", *FAST)
@@ -279,6 +284,7 @@ def test_matrix_writes_a_heatmap(cpu_gpus: Any) -> None:
     assert pairs[:3] == ["0->1", "1->0", "0<->1"]
 
 
+@pytest.mark.integration
 def test_suspicious_rows_are_flagged(cpu_gpus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu_gpus(8)
     # Events 1 ns apart: a 64 KiB copy "at 65,536 GB/s", far above any link.

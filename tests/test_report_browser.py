@@ -29,6 +29,7 @@ def _module():  # type: ignore[no-untyped-def]
     return module
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_the_report_loads_decodes_and_renders(tmp_path: Path) -> None:
     done = subprocess.run(
@@ -44,6 +45,7 @@ def test_the_report_loads_decodes_and_renders(tmp_path: Path) -> None:
     assert (width, height) == (1280, 4000)
 
 
+@pytest.mark.integration
 @needs_chromium
 def test_the_check_catches_an_outside_reference_and_a_broken_image(tmp_path: Path) -> None:
     page = tmp_path / "bad.html"
@@ -60,6 +62,7 @@ def test_the_check_catches_an_outside_reference_and_a_broken_image(tmp_path: Pat
     assert results["images decoded"] is False
 
 
+@pytest.mark.integration
 def test_without_chromium_the_script_says_so(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(GOLDEN), "--out", str(tmp_path)],

@@ -215,6 +215,7 @@ def _left_running_by_a_process_that_exited(parent: Path) -> tuple[int, Path]:
     return int(pid), Path(path)
 
 
+@pytest.mark.integration
 def test_a_run_whose_launcher_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
     pid, run_dir = _left_running_by_a_process_that_exited(tmp_path)
     run = load_run(run_dir)

@@ -25,7 +25,7 @@ import pytest
 from commbench.launch.slurm import RDZV_PORT_BASE, RDZV_PORT_SPAN
 from commbench.results.runs import load_run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 CLUSTER = Path(__file__).parent / "slurm" / "cluster.sh"
 MARK = "COMMBENCH_TEST_SLURM"  # cluster.sh marks every process of a cluster with MARK=its dir

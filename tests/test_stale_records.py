@@ -122,6 +122,7 @@ def test_the_run_s_own_timeout_is_the_limit(tmp_path: Path) -> None:
 # -- suite.json --------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_a_suite_whose_launcher_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
     gone = _gone()
     suite = load_suite(_suite(tmp_path / "s", "cpu-gloo-b", RunStatus.RUNNING, gone))
@@ -155,6 +156,7 @@ def test_a_suite_s_limit_is_its_longest_timeout(tmp_path: Path) -> None:
     assert load_suite(path).status == "running"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("launcher", ["gone", "elsewhere"])
 def test_report_and_compare_say_interrupted_never_running(tmp_path: Path, launcher: str) -> None:
     writer = _gone() if launcher == "gone" else ELSEWHERE

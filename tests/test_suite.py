@@ -634,6 +634,7 @@ def test_p2p_copies_are_gated_too(
     assert slow.options == [{"pairs": [[0, 1]], "bidirectional": False}]
 
 
+@pytest.mark.integration
 def test_p2p_is_skipped_on_a_cpu_run(
     tmp_path: Path, suite_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -645,6 +646,7 @@ def test_p2p_is_skipped_on_a_cpu_run(
     assert "p2p skipped: p2p measures GPU copies; this suite runs on cpu" in result.stderr
 
 
+@pytest.mark.integration
 def test_a_suite_left_running_by_a_vanished_launcher_reads_as_interrupted(tmp_path: Path) -> None:
     import subprocess
     import sys

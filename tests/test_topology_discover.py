@@ -244,6 +244,7 @@ def test_golden_dgx1v_snapshot() -> None:
     assert now == golden
 
 
+@pytest.mark.integration
 def test_discover_does_not_import_torch() -> None:
     code = (
         "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"

@@ -357,6 +357,7 @@ def test_api_topology_takes_the_gpu_keyword() -> None:
         commbench.api.topology(from_smi=path, gpu="nope")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stdin", ["closed", "terminal", "empty", "blank"])
 def test_from_smi_dash_with_no_usable_stdin_is_one_line(stdin: str) -> None:
     """`-` reads stdin: closed (`0<&-`), a terminal (a read would wait forever for typing)

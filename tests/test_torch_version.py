@@ -97,6 +97,7 @@ def test_commands_that_need_torch_refuse_an_old_one_before_launching(
     assert not Path("results").exists()
 
 
+@pytest.mark.integration
 def test_the_check_reads_metadata_without_importing_torch() -> None:
     code = (
         "import sys; from commbench.torch_version import require_torch; require_torch(); "

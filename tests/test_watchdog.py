@@ -72,6 +72,7 @@ def test_a_timeout_longer_than_start_up_is_kept(tmp_path: Path) -> None:
     assert watch.allowance(STARTUP_TIMEOUT + 100) == STARTUP_TIMEOUT + 100
 
 
+@pytest.mark.integration
 def test_processes_are_found_by_their_run_marker(tmp_path: Path) -> None:
     """Workers that outlive torchrun (re-parented to init) are found by their environment."""
     env = {**os.environ, "COMMBENCH_RUN_DIR": str(tmp_path)}
@@ -140,6 +141,7 @@ def _dead_pid() -> int:
     return child.pid
 
 
+@pytest.mark.integration
 def test_a_rank_that_dies_after_its_launcher_names_the_launcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,6 +166,7 @@ def test_a_rank_that_fails_under_a_live_launcher_keeps_its_own_error(
     )
 
 
+@pytest.mark.integration
 def test_a_stopped_process_is_killed_outright_and_a_running_one_terminated() -> None:
     """Resumed to act on SIGTERM, a SIGSTOPped rank would run on for a moment: finish its
     collective, publish a fresh heartbeat, and hide that it was the one that stopped."""
@@ -304,6 +307,7 @@ def test_ignored_stop_signals_stay_ignored() -> None:
         signal.signal(signal.SIGTERM, term)
 
 
+@pytest.mark.integration
 def test_workers_remove_the_temporary_files_of_a_vanished_launcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,6 +363,7 @@ def test_a_remote_rank_stopped_is_named_as_its_node_saw_it(tmp_path: Path) -> No
     assert culprits == [6] and "rank 6 (host n1, pid 98) is behind the others" in message
 
 
+@pytest.mark.integration
 def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
     tmp_path: Path,
 ) -> None:
