@@ -35,7 +35,7 @@ bench: install
 
 # The GPU evidence within 8 minutes, into results/reference/<gpu-model>/ (README.md there has
 # the figures), or with $$OUT set, two files there. From a plain checkout: it installs nothing
-# (no package index needed); torch, a CUDA build for this driver (README: Which torch for which
+# (no package index needed); torch, a CUDA build for this driver (docs/development.md: Which torch for which
 # driver), and commbench's dependencies must import, else one line names what is missing, exit
 # 2. Without a CUDA GPU: one line, exit 2.
 gpu-check:

@@ -1,7 +1,7 @@
 """The GPU evidence in one command (`make gpu-check`), from a plain checkout.
 
-It installs nothing: torch (a CUDA build the driver can run: README, "Which torch for which
-driver") and commbench's dependencies must already import; where one does not, it names what
+It installs nothing: torch (a CUDA build the driver can run: docs/development.md, "Which torch
+for which driver") and commbench's dependencies must already import; where one does not, it names what
 is missing in one line and exits 2. commbench itself comes from this checkout, installed or
 not (the steps and their torchrun workers get it on PYTHONPATH).
 
@@ -136,7 +136,7 @@ def no_gpu_reason() -> str | None:
         branch = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else None
         why = (
             f": its CUDA {major} build needs driver >= {floor}; install a torch built for "
-            "this driver (README: Which torch for which driver)"
+            "this driver (docs/development.md: Which torch for which driver)"
             if floor is not None and branch is not None and branch < floor
             else ""
         )
@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             f"gpu-check: missing Python packages: {', '.join(missing)} (it installs nothing; "
-            "for torch choose the build for this driver: README, Which torch for which driver)",
+            "for torch choose the build for this driver: docs/development.md, Which torch for which driver)",
             file=sys.stderr,
         )
         return EXIT_MISSING

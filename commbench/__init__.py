@@ -1,85 +1,85 @@
 """commbench: how fast do my GPUs talk to each other, and did that just get worse?
 
-The Python API (`commbench.api`, documented in the README) is reachable from here:
+The Python API is verbs, one per command, each returning data and printing nothing:
 
     import commbench
-    run = commbench.collectives(ops=["all_reduce"], sizes="1K-64K", nproc=2, device="cpu")
+    run = commbench.run_collectives(ops="all_reduce", sizes="1K-64K", nproc=2, device="cpu")
+    run.status, run.path, run.to_frame()
+    gate = commbench.compare_runs(commbench.load_run("results/baseline"), run)
+    gate.passed, gate.exit_code, gate.to_frame()
 
-Its names are loaded on first use, so `import commbench` (and `commbench --help`) pulls in
-neither torch nor pandas nor matplotlib.
+Keyword names are the command's flags in snake_case, with the same defaults and checks (bad
+input raises `commbench.errors.UserError` carrying the line the command prints). The verbs
+live in `commbench.api` (`slurm_script`, which parses a command line by the command line's
+own grammar, in `commbench.cli.slurm`) and are loaded on first use, so `import commbench`
+(and `commbench --help`) pulls in neither torch nor pandas nor matplotlib.
 
-Five of the API's names are also the names of commbench's own modules (`collectives`, `p2p`,
-`topology`, `compare`, `diagnose`), and Python's import system sets `commbench.<module>` to the module
-whenever anything imports it. Rather than rename either, those modules are made callable as
-they are attached here (`_Package.__setattr__`): `commbench.collectives` is the package, and
-calling it is calling `commbench.api.collectives` (same signature, same checks). Imports such
-as `from commbench.collectives.settings import X`, and patching by dotted name, work as ever.
+The names of commbench's packages (`commbench.collectives`, `commbench.p2p`, ...) are
+packages and nothing else: the verbs have names of their own.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_VERBS = {
+    "compare_runs": "commbench.api",
+    "import_nccl_tests": "commbench.api",
+    "load_run": "commbench.api",
+    "load_topology": "commbench.api",
+    "model_strategies": "commbench.api",
+    "plot_run": "commbench.api",
+    "report_run": "commbench.api",
+    "run_collectives": "commbench.api",
+    "run_diagnose": "commbench.api",
+    "run_p2p": "commbench.api",
+    "run_suite": "commbench.api",
+    "slurm_script": "commbench.cli.slurm",
+}
+"""Each verb of the API and the module it lives in."""
+
 __all__ = [
     "__version__",
-    "collectives",
-    "compare",
-    "diagnose",
-    "load",
-    "p2p",
+    "compare_runs",
+    "import_nccl_tests",
+    "load_run",
+    "load_topology",
+    "model_strategies",
+    "plot_run",
+    "report_run",
+    "run_collectives",
+    "run_diagnose",
+    "run_p2p",
     "run_suite",
-    "topology",
+    "slurm_script",
 ]
 
-_FUNCTIONS = frozenset({"load", "run_suite"})  # `diagnose` is a package: see below
-_MODULES = frozenset({"collectives", "compare", "diagnose", "p2p", "topology"})
-"""API names that are also modules of commbench: the module, made callable, is the name."""
-
 if TYPE_CHECKING:
-    from commbench.api import collectives, compare, diagnose, load, p2p, run_suite, topology
-
-
-def _function(name: str) -> Any:
-    from commbench import api
-
-    return getattr(api, name)
-
-
-class _Command(types.ModuleType):
-    """A commbench module that is also the API function of its name."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _function(self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> Any:  # what `inspect.signature`, help() and notebooks show
-        import inspect
-
-        return inspect.signature(_function(self.__name__.rpartition(".")[2]))
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _MODULES and type(value) is types.ModuleType:
-            value.__class__ = _Command
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    from commbench.api import (
+        compare_runs,
+        import_nccl_tests,
+        load_run,
+        load_topology,
+        model_strategies,
+        plot_run,
+        report_run,
+        run_collectives,
+        run_diagnose,
+        run_p2p,
+        run_suite,
+    )
+    from commbench.cli.slurm import slurm_script
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        import importlib
+    module = _VERBS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'commbench' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module(f"{__name__}.{name}")  # attached (callable) as it loads
-    if name in _FUNCTIONS:
-        return _function(name)
-    raise AttributeError(f"module 'commbench' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

@@ -16,25 +16,47 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from commbench.collectives.settings import DEFAULT_TIMEOUT, GPU_DEFAULT_SIZES
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
     from commbench.diagnose.run import Diagnosis
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
+    from commbench.report.document import Rendered
     from commbench.results.runs import Run, Suite
     from commbench.results.schema import ResultRow
+    from commbench.strategies.model import Fit, Params, Prediction
     from commbench.suites.runner import SuiteOutcome
     from commbench.topology import TopologySnapshot
 
-__all__ = ["collectives", "compare", "diagnose", "load", "p2p", "run_suite", "topology"]
+__all__ = [
+    "compare_runs",
+    "import_nccl_tests",
+    "load_run",
+    "load_topology",
+    "model_strategies",
+    "plot_run",
+    "report_run",
+    "run_collectives",
+    "run_diagnose",
+    "run_p2p",
+    "run_suite",
+]
 
 PathLike = str | Path
 
+MAX_WORLD = 1 << 24
+"""More ranks than any machine runs: a `model --world` beyond it is a typo, not a world."""
+MAX_WORLDS = 256
+"""World sizes one `model` call tabulates: a table each."""
 
-def collectives(
+
+def run_collectives(
     *,
     ops: str | Sequence[str] | None = None,
     sizes: str | Sequence[int | str] | None = None,
@@ -52,7 +74,7 @@ def collectives(
     async_op: bool = False,
     graph: bool = False,
     ranks: str | Sequence[int] | None = None,
-    timeout: float = 300.0,
+    timeout: float = DEFAULT_TIMEOUT,
     out: PathLike = "results",
     nnodes: int | None = None,
     node_rank: int | None = None,
@@ -126,7 +148,7 @@ def collectives(
     return run
 
 
-def p2p(
+def run_p2p(
     *,
     src: int | str | None = None,
     dst: str | Sequence[int] | None = None,
@@ -242,7 +264,7 @@ def run_suite(
     )
 
 
-def load(path: PathLike) -> Run | Suite:
+def load_run(path: PathLike) -> Run | Suite:
     """Any stored run (collectives, p2p, an nccl-tests import) or suite directory, whatever
     version of commbench wrote it (version 1 is migrated); UserError naming what is wrong."""
     from commbench.results.runs import load as load_stored
@@ -250,7 +272,7 @@ def load(path: PathLike) -> Run | Suite:
     return load_stored(Path(path))
 
 
-def compare(
+def compare_runs(
     baseline: PathLike | Run | Suite,
     new: PathLike | Run | Suite,
     *,
@@ -284,7 +306,7 @@ def compare(
     return Gate(compare_targets(base_path, new_path, settings))
 
 
-def topology(
+def load_topology(
     from_snapshot: PathLike | None = None,
     *,
     from_smi: PathLike | None = None,
@@ -333,7 +355,7 @@ def _path(target: PathLike | Run | Suite) -> Path:
     return Path(target) if isinstance(target, str | Path) else target.path
 
 
-def diagnose(
+def run_diagnose(
     *,
     nproc: int | None = None,
     device: str | None = None,
@@ -385,3 +407,249 @@ def diagnose(
         timeout=timeout,
     )
     return run_diagnose(settings, collectives, out, launch, on_test=on_test)
+
+
+@dataclass(frozen=True, slots=True)
+class Modelled:
+    """What `model_strategies` predicts: each strategy at each world size and size, the
+    alpha-beta parameters used, and the fit they came from (None when given)."""
+
+    predictions: list[Prediction]
+    params: Params
+    fitted: Fit | None
+
+
+def model_strategies(
+    *,
+    world: str | Sequence[int] | None = None,
+    bw: float | None = None,
+    latency: float | None = None,
+    launch: float = 0.0,
+    sizes: str = GPU_DEFAULT_SIZES,
+    backend: str | None = None,
+    strategies: str = "all",
+    from_run: PathLike | None = None,
+) -> Modelled:
+    """Predict each all-reduce strategy with the alpha-beta model (`commbench model`).
+
+    Either `bw` (GB/s) and `latency` (us per step) are given, or `from_run` names a run whose
+    direct all_reduce rows they are fitted to (a given one is held while the other is
+    fitted). `world`: world sizes ("8,64,1024" or a list); default 8, or with `from_run` the
+    run's and then 8, 64, 1024."""
+    from commbench.collectives.specs import parse_strategies
+    from commbench.errors import UserError
+    from commbench.sizes import parse_sizes
+    from commbench.strategies.model import SCALE_WORLDS, Params, fit, predict
+
+    names = parse_strategies(strategies)
+    size_list = parse_sizes(sizes)
+    worlds = parse_worlds(world) if world is not None else [8]
+    fitted = None
+    if from_run is not None:
+        from commbench.results.runs import load_run as load_one
+
+        run = load_one(Path(from_run))
+        backend = backend or str(run.record.settings.get("backend") or "nccl")
+        fitted = fit(run.rows, backend, launch, alpha_us=latency, bw_gbps=bw)
+        if world is None:
+            worlds = list(dict.fromkeys([*fitted.world_sizes, *SCALE_WORLDS]))
+        alpha, beta = fitted.params.alpha_us, fitted.params.bw_gbps
+    else:
+        if bw is None or latency is None:
+            raise UserError("give --bw and --latency, or --from RUN to fit them")
+        alpha, beta = latency, bw
+    params = Params(alpha_us=alpha, bw_gbps=beta, launch_us=launch, backend=backend or "nccl")
+    return Modelled(predict(params, worlds, size_list, names), params, fitted)
+
+
+def parse_worlds(value: str | Sequence[int]) -> list[int]:
+    """`--world 8,64,1024` (or a list) as distinct world sizes, each at least 2."""
+    from commbench.errors import UserError, quoted
+    from commbench.lists import split_list
+    from commbench.numbers import MAX_DIGITS, check_range, is_digits
+
+    if isinstance(value, str):
+        items = split_list(value, "--world", max_items=MAX_WORLDS)
+        if not all(is_digits(t) and len(t) <= MAX_DIGITS for t in items):  # ASCII digits only
+            raise UserError(f"--world must be a comma list of integers, got {quoted(value)}")
+        numbers = [int(t) for t in items]
+    else:
+        numbers = list(value)
+        if not all(isinstance(w, int) and not isinstance(w, bool) for w in numbers):
+            raise UserError(f"world sizes must be integers, got {numbers!r}")
+        if len(numbers) > MAX_WORLDS:
+            raise UserError(f"--world: at most {MAX_WORLDS} world sizes, got {len(numbers)}")
+    worlds = [check_range(w, "--world", maximum=MAX_WORLD) for w in numbers]
+    if not worlds:
+        raise UserError("--world is empty")
+    bad = [w for w in worlds if w < 2]
+    if bad:
+        raise UserError(
+            f"--world: a world size must be at least 2 (one rank has nothing to reduce), got {bad[0]}"
+        )
+    return list(dict.fromkeys(worlds))
+
+
+@dataclass(frozen=True, slots=True)
+class Plotted:
+    """What `plot_run` wrote, and what it has to say of the runs it drew (a run that did not
+    finish is drawn, with a warning)."""
+
+    written: list[Path]
+    warnings: list[str]
+
+
+def plot_run(
+    runs: PathLike | Sequence[PathLike],
+    *,
+    out: PathLike | None = None,
+    formats: str | Sequence[str] = "png,svg",
+    peak: str | float | None = None,
+    labels: Sequence[str] | None = None,
+) -> Plotted:
+    """Figures of one run or suite, or of several side by side (`commbench plot`).
+
+    `out`: the directory for the figures; default RUN_DIR/plots (SUITE_DIR/plots) for one,
+    ./plots for several. `peak`: a theoretical GB/s to draw; default the slowest link among
+    the run's GPUs from its topology. `labels`: one legend name per run, in order."""
+    from commbench.lists import split_list
+    from commbench.numbers import parse_number
+    from commbench.report.plots import check_labels, check_peak, plot_runs
+    from commbench.results.runs import is_suite, load_suite
+    from commbench.results.runs import load_run as load_one
+    from commbench.results.store import PLOTS_DIR
+
+    paths = [Path(runs)] if isinstance(runs, str | Path) else [Path(r) for r in runs]
+    peak_gbps = None
+    if peak is not None:
+        peak_gbps = check_peak(parse_number(str(peak), "--peak"))
+    expanded: list[Path] = []
+    for path in paths:  # a suite directory stands for every run it holds
+        if is_suite(path):
+            expanded += [path / e.path for e in load_suite(path).entries if e.path]
+        else:
+            expanded.append(path)
+    loaded = [load_one(p).held_here() for p in expanded]
+    warnings = [f"{run.path} {run.unfinished}" for run in loaded if run.unfinished]
+    single = paths[0] if len(paths) == 1 else None  # one run, or one suite
+    target = Path(out) if out is not None else None
+    if target is None:
+        target = single / PLOTS_DIR if single is not None else Path(PLOTS_DIR)
+    names = check_labels(list(labels) if labels else None, loaded)
+    fmts = split_list(formats, "--formats") if isinstance(formats, str) else list(formats)
+    written = plot_runs(loaded, target, fmts, peak_gbps=peak_gbps, labels=names, reads=paths)
+    return Plotted(written=list(written), warnings=warnings)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A rendered report: its text, and where it was written (None: the caller prints it)
+    with the image files beside it; `note` is a hint for the person reading it."""
+
+    text: str
+    out: Path | None
+    note: str | None = None
+
+
+def report_run(
+    run: PathLike,
+    *,
+    fmt: str = "md",
+    out: PathLike | None = None,
+    baseline: PathLike | None = None,
+    allow_mismatch: bool = False,
+    images: str | None = None,
+) -> Report:
+    """One self-contained markdown or HTML document of a run or suite (`commbench report`).
+
+    `images`: embed (data URIs; the HTML default), files (PNGs in <name>_files/ beside
+    `out`; the markdown default with `out`) or none (the markdown default without `out`).
+    With `baseline`, the regression gate against it is in the document. With `out`, the
+    document and its images are written there; else `.text` is the document."""
+    from commbench.errors import UserError
+    from commbench.files import write_bytes, write_text
+    from commbench.report.document import render_report
+    from commbench.report.options import Images, ReportFormat
+    from commbench.results.store import check_output, writing
+
+    run_path = Path(run)
+    out_path = None if out is None else Path(out)
+    base_path = None if baseline is None else Path(baseline)
+    try:
+        form = ReportFormat(fmt)
+        chosen = None if images is None else Images(images)
+    except ValueError:
+        raise UserError(f"unknown report format or images: {fmt!r}, {images!r}") from None
+    if chosen is None:
+        if form is ReportFormat.html:
+            chosen = Images.embed
+        else:
+            chosen = Images.files if out_path is not None else Images.none
+    if chosen is Images.files and out_path is None:
+        raise UserError("--images files writes PNGs beside the report: give --out FILE")
+    reads = [run_path] if base_path is None else [run_path, base_path]
+    if out_path is not None:  # refused before the work, its image files after it
+        check_output([out_path], reads)
+    comparisons = None
+    if base_path is not None:
+        from commbench.suites.store import compare_targets, gate_for
+
+        settings = gate_for(base_path, run_path, allow_mismatch=allow_mismatch)
+        comparisons = compare_targets(base_path, run_path, settings)
+    folder = f"{out_path.stem}_files" if out_path is not None else "report_files"
+    rendered: Rendered = render_report(run_path, form, chosen, comparisons, folder=folder)
+    if out_path is not None:
+        check_output([out_path, *(out_path.parent / rel for rel in rendered.files)], reads)
+        with writing(out_path):
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            for rel, png in rendered.files.items():
+                target = out_path.parent / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes(target, png)
+            write_text(out_path, rendered.text)
+        return Report(text=rendered.text, out=out_path)
+    note = None
+    if images is None and form is ReportFormat.md:
+        note = (
+            "plots left out of markdown on stdout: --out FILE writes them beside it, "
+            "--images embed puts them inline"
+        )
+    return Report(text=rendered.text, out=None, note=note)
+
+
+def import_nccl_tests(
+    logs: PathLike | Sequence[PathLike],
+    *,
+    out: PathLike = "results",
+    op: str | None = None,
+    world_size: int | None = None,
+    on_skipped: Callable[[str], None] | None = None,
+    on_imported: Callable[[Run], None] | None = None,
+) -> list[Run]:
+    """nccl-tests results (the text output of its *_perf binaries, or their -J JSON files)
+    as commbench run directories under `out`, one per log (`commbench import nccl-tests`).
+
+    `op`: the collective, when neither the log nor its file name says; `world_size`: the
+    ranks, when the log has no device lines. `on_skipped(line)` hears of every row left
+    out (a signed size, zero bytes); `on_imported(run)` of each run as it is written (a
+    later log that fails raises, and the runs already written stay)."""
+    from commbench.errors import UserError
+    from commbench.importers.nccl_tests import OP_NAMES, import_log
+    from commbench.results.runs import load_run as load_one
+    from commbench.results.store import check_parent
+
+    names = sorted(set(OP_NAMES.values()))
+    if op is not None and op not in names:
+        raise UserError(f"--op: unknown op {op!r}; choose from: {', '.join(names)}")
+    if world_size is not None and world_size < 1:
+        raise UserError(f"--world-size must be at least 1, got {world_size}")
+    out = Path(out)
+    check_parent(out)
+    paths = [Path(logs)] if isinstance(logs, str | Path) else [Path(p) for p in logs]
+    runs = []
+    for log in paths:
+        run_dir = import_log(log, out, op=op, world_size=world_size, on_skipped=on_skipped)
+        runs.append(load_one(run_dir))
+        if on_imported is not None:
+            on_imported(runs[-1])
+    return runs

@@ -30,7 +30,7 @@ from commbench.results.verdict import judge
 from commbench.sizes import parse_sizes
 
 ROOT = Path(__file__).parents[1]
-README = (ROOT / "README.md").read_text()
+API_PAGE = (ROOT / "docs" / "api.md").read_text()
 REFERENCE = ROOT / "results" / "reference" / "cpu-gloo-w4-strategies"
 V1_RUN = REFERENCE / "20261121-060313-collectives"
 V1_OTHER = REFERENCE / "20261121-060353-collectives"
@@ -43,29 +43,56 @@ def test_import_commbench_loads_no_heavy_module() -> None:
         "import sys, commbench\n"
         "heavy = [m for m in ('torch', 'pandas', 'matplotlib', 'numpy') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
-        "names = [commbench.collectives, commbench.p2p, commbench.run_suite, commbench.load,"
-        " commbench.compare, commbench.topology]\n"
-        "assert all(callable(f) for f in names)\n"
+        "verbs = [getattr(commbench, name) for name in commbench.__all__ if name != '__version__']\n"
+        "assert all(callable(f) for f in verbs)\n"
         "heavy = [m for m in ('torch', 'pandas', 'matplotlib') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "print(sorted(commbench.__all__))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "collectives" in done.stdout and "run_suite" in done.stdout
+    assert "run_collectives" in done.stdout and "model_strategies" in done.stdout
 
 
-def test_the_names_that_are_modules_are_callable_modules() -> None:
+VERBS = {
+    "run_collectives": "collectives",
+    "run_p2p": "p2p",
+    "run_diagnose": "diagnose",
+    "run_suite": "run",
+    "compare_runs": "compare",
+    "load_topology": "topo",
+    "model_strategies": "model",
+    "plot_run": "plot",
+    "report_run": "report",
+    "import_nccl_tests": "import",
+    "slurm_script": "slurm-script",
+    "load_run": None,
+}
+"""Each verb of the API, and the command that is a thin layer over it."""
+
+
+def test_the_api_is_verbs_each_documented_and_no_module_is_callable() -> None:
     import inspect
+    import types
 
-    import commbench.collectives.settings as settings  # the package is still a package
-    from commbench import compare, p2p, topology
+    import typer
+
+    from commbench.cli import app
+
+    assert sorted(commbench.__all__) == sorted(["__version__", *VERBS])
+    commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    for name, command in VERBS.items():
+        verb = getattr(commbench, name)
+        assert inspect.isfunction(verb), name
+        assert verb.__doc__ and len(verb.__doc__) > 40, name
+        assert command is None or command in commands, command
+    import commbench.collectives.settings as settings  # the packages are packages
 
     assert settings.DEFAULT_MIN_TIME == DEFAULT_MIN_TIME
-    assert compare.Gate is Gate and callable(compare) and callable(p2p) and callable(topology)
-    assert commbench.collectives is sys.modules["commbench.collectives"]
-    assert "on_progress" in inspect.signature(commbench.collectives).parameters
-    assert "allow_mismatch" in inspect.signature(compare).parameters
+    for package in ("collectives", "p2p", "diagnose", "topology"):
+        module = sys.modules.get(f"commbench.{package}") or __import__(f"commbench.{package}")
+        assert type(module) is types.ModuleType and not callable(module)
+    assert "on_progress" in inspect.signature(commbench.run_collectives).parameters
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
@@ -77,7 +104,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 def api_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, list[tuple[int, int]]]:
     out = tmp_path_factory.mktemp("api")
     progress: list[tuple[int, int]] = []
-    run = commbench.collectives(
+    run = commbench.run_collectives(
         ops="all_reduce,broadcast",
         sizes="1K-4K",
         nproc=2,
@@ -115,10 +142,10 @@ def test_the_frame_has_the_csv_columns(api_run: tuple[Run, list[tuple[int, int]]
 
 def test_load_and_compare_a_run_with_itself(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, _ = api_run
-    same = commbench.load(run.path)
+    same = commbench.load_run(run.path)
     assert isinstance(same, Run) and same.kind is RunKind.COLLECTIVES
     assert [r.to_dict() for r in same.rows] == [r.to_dict() for r in run.rows]
-    gate = commbench.compare(same, str(run.path))
+    gate = commbench.compare_runs(same, str(run.path))
     assert isinstance(gate, Gate) and len(gate) == 1
     assert gate.passed and gate.exit_code == 0
     frame = gate.to_frame()
@@ -129,7 +156,7 @@ def test_load_and_compare_a_run_with_itself(api_run: tuple[Run, list[tuple[int, 
 def test_a_bad_tolerance_is_the_cli_line(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, _ = api_run
     with pytest.raises(UserError, match="--tolerance"):
-        commbench.compare(run, run, tolerance="lots")
+        commbench.compare_runs(run, run, tolerance="lots")
 
 
 @pytest.mark.parametrize(
@@ -149,7 +176,7 @@ def test_bad_input_raises_before_anything_runs(
 ) -> None:
     out = tmp_path / "out"
     with pytest.raises(UserError, match=re.escape(message)):
-        commbench.collectives(device="cpu", nproc=2, out=out, **kwargs)  # type: ignore[arg-type]
+        commbench.run_collectives(device="cpu", nproc=2, out=out, **kwargs)  # type: ignore[arg-type]
     assert not out.exists()  # nothing was created
 
 
@@ -159,7 +186,7 @@ def test_the_api_and_the_cli_print_the_same_line(tmp_path: Path) -> None:
     from commbench.cli import app
 
     with pytest.raises(UserError) as caught:
-        commbench.collectives(device="cpu", sizes="1K-1M:xnan", out=tmp_path)
+        commbench.run_collectives(device="cpu", sizes="1K-1M:xnan", out=tmp_path)
     result = CliRunner().invoke(
         app, ["collectives", "--device", "cpu", "--sizes", "1K-1M:xnan", "-o", str(tmp_path)]
     )
@@ -188,38 +215,38 @@ def cpu_place() -> Placement:
 
 def test_p2p_checks_its_flags_before_touching_a_gpu(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--matrix measures every pair"):
-        commbench.p2p(matrix=True, src=0, out=tmp_path)
+        commbench.run_p2p(matrix=True, src=0, out=tmp_path)
     with pytest.raises(UserError, match="expected a GPU index"):
-        commbench.p2p(src="²", out=tmp_path)
+        commbench.run_p2p(src="²", out=tmp_path)
 
 
 def test_p2p_dry_run_explains_from_a_snapshot(tmp_path: Path) -> None:
     from commbench.p2p.run import DryRun
 
     snapshot = ROOT / "tests" / "fixtures" / "p2p" / "snapshot_puzzle8.json"
-    dry = commbench.p2p(src=0, topology=snapshot, dry_run=True, out=tmp_path / "never")
+    dry = commbench.run_p2p(src=0, topology=snapshot, dry_run=True, out=tmp_path / "never")
     assert isinstance(dry, DryRun) and dry.expectations
     assert len(dry.snapshot.gpus) >= 2
     assert not (tmp_path / "never").exists()
 
 
 def test_topology_from_a_snapshot_and_from_smi(tmp_path: Path) -> None:
-    snapshot = commbench.topology()  # no GPU here: the snapshot says why, nothing raised
+    snapshot = commbench.load_topology()  # no GPU here: the snapshot says why, nothing raised
     assert snapshot.gpus or snapshot.nvml_error
     saved = tmp_path / "snap.json"
     saved.write_text(json.dumps(snapshot.to_dict()))
-    assert commbench.topology(saved).to_dict() == snapshot.to_dict()
+    assert commbench.load_topology(saved).to_dict() == snapshot.to_dict()
     with pytest.raises(UserError, match="give one"):
-        commbench.topology(saved, from_smi=saved)
-    smi = commbench.topology(from_smi=ROOT / "tests" / "fixtures" / "topology" / SMI_DGX1V)
+        commbench.load_topology(saved, from_smi=saved)
+    smi = commbench.load_topology(from_smi=ROOT / "tests" / "fixtures" / "topology" / SMI_DGX1V)
     assert len(smi.gpus) == 8 and smi.source != snapshot.source
 
 
 def test_v1_reference_runs_compare_through_the_api() -> None:
-    gate = commbench.compare(V1_RUN, V1_OTHER, allow_mismatch=True)
+    gate = commbench.compare_runs(V1_RUN, V1_OTHER, allow_mismatch=True)
     assert gate.exit_code in (0, 1) and len(gate.to_frame()) > 0
     with pytest.raises(UserError, match="--tolerance: must be between"):
-        commbench.compare(V1_RUN, V1_OTHER, allow_mismatch=True, tolerance="-5%")
+        commbench.compare_runs(V1_RUN, V1_OTHER, allow_mismatch=True, tolerance="-5%")
 
 
 def test_a_wrong_result_fails_the_run_and_a_stop_is_interrupted(tmp_path: Path) -> None:
@@ -238,11 +265,10 @@ def test_a_wrong_result_fails_the_run_and_a_stop_is_interrupted(tmp_path: Path) 
 
 
 @pytest.mark.integration
-def test_the_readme_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    section = README.split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
+def test_the_api_page_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = re.search(r"```python\n(.*?)```", API_PAGE, re.S)
     assert code is not None
-    exec(compile(code.group(1), "README.md", "exec"), {})  # cwd is tmp_path (conftest)
+    exec(compile(code.group(1), "docs/api.md", "exec"), {})  # cwd is tmp_path (conftest)
     printed = capsys.readouterr().out
     assert printed.startswith("complete results/") and "True 0" in printed
     assert len(list((tmp_path / "results").glob("*-collectives"))) == 1

@@ -351,10 +351,10 @@ def test_api_topology_takes_the_gpu_keyword() -> None:
     import commbench.api
 
     path = FIXTURES / "smi_dgx1v_v100_hybrid_cube_mesh.txt"
-    s = commbench.api.topology(from_smi=path, gpu="Tesla V100-SXM2-16GB")
+    s = commbench.api.load_topology(from_smi=path, gpu="Tesla V100-SXM2-16GB")
     assert s.pair(0, 3).peak_gbps == pytest.approx(50.0)
     with pytest.raises(UserError, match="unknown GPU model"):
-        commbench.api.topology(from_smi=path, gpu="nope")
+        commbench.api.load_topology(from_smi=path, gpu="nope")
 
 
 @pytest.mark.integration

@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
 
             # every point on stderr as it is measured; stdout gets only what --format asks for
             with LiveRows() as on_progress:
-                run = commbench.api.collectives(
+                run = commbench.api.run_collectives(
                     **{name: ctx.params[name] for name in SETTINGS_OPTIONS},
                     nproc=nproc,
                     backend=backend,

@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
 
             if out is not None:
                 check_output([out], [baseline, new])
-            gate = commbench.api.compare(
+            gate = commbench.api.compare_runs(
                 baseline,
                 new,
                 tolerance=tolerance,

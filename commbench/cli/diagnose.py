@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 progress.update(task, advance=1, description=label)
 
             with progress:
-                diagnosis = commbench.api.diagnose(
+                diagnosis = commbench.api.run_diagnose(
                     nproc=nproc,
                     device=device,
                     backend=backend,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from commbench.cli._common import reported_errors
+
+if TYPE_CHECKING:
+    from commbench.results.runs import Run
 
 import_app = typer.Typer(
     name="import",
@@ -38,37 +42,28 @@ def nccl_tests(
     devices, the peak and average bus bandwidth per series, the log's own "Avg bus bandwidth")
     on stderr."""
     with reported_errors():
-        from commbench.errors import UserError
-        from commbench.importers.nccl_tests import OP_NAMES, import_log
-        from commbench.results.store import check_parent
+        import commbench.api
 
-        if op is not None and op not in OP_NAMES.values():
-            raise UserError(
-                f"--op: unknown op {op!r}; choose from: {', '.join(sorted(set(OP_NAMES.values())))}"
-            )
-        if world_size is not None and world_size < 1:
-            raise UserError(f"--world-size must be at least 1, got {world_size}")
-        check_parent(out)
-        for log in logs:
-            run_dir = import_log(
-                log,
-                out,
-                op=op,
-                world_size=world_size,
-                on_skipped=lambda said: typer.echo(f"commbench: warning: {said}", err=True),
-            )
-            typer.echo(str(run_dir))
-            typer.echo(_summary(run_dir), err=True, nl=False)
+        def imported(run: Run) -> None:
+            typer.echo(str(run.path))
+            typer.echo(_summary(run), err=True, nl=False)
+
+        commbench.api.import_nccl_tests(
+            logs,
+            out=out,
+            op=op,
+            world_size=world_size,
+            on_skipped=lambda said: typer.echo(f"commbench: warning: {said}", err=True),
+            on_imported=imported,
+        )
 
 
-def _summary(run_dir: Path) -> str:
+def _summary(run: Run) -> str:
     """The imported run's devices and bandwidth summary, then the average nccl-tests printed,
     which every size goes into (latency-bound ones too), so it reads lower than ours."""
-    from commbench.results.runs import load_run
     from commbench.results.summary import render, summarise
     from commbench.tables import fixed
 
-    run = load_run(run_dir)
     out = render(summarise(run.rows, run.context.ranks))
     for section in run.record.sections:
         avg = section.get("avg_busbw_gbps")

@@ -8,33 +8,7 @@ import typer
 
 from commbench.cli._common import reported_errors
 from commbench.collectives.settings import GPU_DEFAULT_SIZES
-from commbench.errors import UserError
 from commbench.results.exporters import Format
-
-# World sizes a fitted model extrapolates to when --world is not given.
-# More ranks than any machine runs: a typo, not a world to model.
-MAX_WORLD = 1 << 24
-MAX_WORLDS = 256
-"""World sizes one `model` call tabulates: a table each."""
-
-
-def parse_worlds(text: str) -> list[int]:
-    from commbench.errors import quoted
-    from commbench.lists import split_list
-    from commbench.numbers import MAX_DIGITS, check_range, is_digits
-
-    items = split_list(text, "--world", max_items=MAX_WORLDS)
-    if not all(is_digits(t) and len(t) <= MAX_DIGITS for t in items):  # ASCII digits only
-        raise UserError(f"--world must be a comma list of integers, got {quoted(text)}")
-    worlds = [check_range(int(t), "--world", maximum=MAX_WORLD) for t in items]
-    if not worlds:
-        raise UserError("--world is empty")
-    bad = [w for w in worlds if w < 2]
-    if bad:
-        raise UserError(
-            f"--world: a world size must be at least 2 (one rank has nothing to reduce), got {bad[0]}"
-        )
-    return list(dict.fromkeys(worlds))
 
 
 def register(app: typer.Typer) -> None:
@@ -83,31 +57,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict each all-reduce strategy with the alpha-beta model (latency + bytes / bandwidth)."""
         with reported_errors():
-            from commbench.collectives.specs import parse_strategies
-            from commbench.sizes import parse_sizes
-            from commbench.strategies.model import SCALE_WORLDS, Fit, Params, fit, predict
+            import commbench.api
             from commbench.strategies.report import render_predictions
 
-            names = parse_strategies(strategies)
-            size_list = parse_sizes(sizes)
-            fitted: Fit | None = None
-            worlds = parse_worlds(world) if world is not None else [8]
-            if from_run is not None:
-                from commbench.results.runs import load_run
-
-                run = load_run(from_run)
-                run_backend = str(run.record.settings.get("backend") or "nccl")
-                backend = backend or run_backend
-                fitted = fit(run.rows, backend, launch, alpha_us=latency, bw_gbps=bw)
-                if world is None:
-                    worlds = list(dict.fromkeys([*fitted.world_sizes, *SCALE_WORLDS]))
-                alpha, beta = fitted.params.alpha_us, fitted.params.bw_gbps
-            else:
-                if bw is None or latency is None:
-                    raise UserError("give --bw and --latency, or --from RUN to fit them")
-                alpha, beta = latency, bw
-            params = Params(
-                alpha_us=alpha, bw_gbps=beta, launch_us=launch, backend=backend or "nccl"
+            modelled = commbench.api.model_strategies(
+                world=world,
+                bw=bw,
+                latency=latency,
+                launch=launch,
+                sizes=sizes,
+                backend=backend,
+                strategies=strategies,
+                from_run=from_run,
             )
-            predictions = predict(params, worlds, size_list, names)
-            typer.echo(render_predictions(predictions, params, fmt, fitted), nl=False)
+            text = render_predictions(modelled.predictions, modelled.params, fmt, modelled.fitted)
+        typer.echo(text, nl=False)

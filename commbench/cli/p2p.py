@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
                 progress.update(task, completed=done, total=total, description=label)
 
             with progress:
-                result = commbench.api.p2p(
+                result = commbench.api.run_p2p(
                     src=src,
                     dst=dst,
                     size=size,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import typer
 
@@ -17,9 +19,55 @@ _WRAPPABLE = ("collectives", "run", "diagnose")
 _SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
 
 
-def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_node: int) -> None:
+def slurm_script(
+    command: Sequence[str] = ("collectives",),
+    *,
+    nodes: int = 2,
+    gpus_per_node: int = 8,
+    partition: str | None = None,
+    time_limit: str = "00:30:00",
+    job_name: str = "commbench",
+) -> str:
+    """An sbatch script that runs the commbench `command` (its arguments as a list, e.g.
+    `["collectives", "--sizes", "1K-1G"]`) on every node of a SLURM job (`commbench
+    slurm-script`). The command is parsed here as the nodes will parse it, by the command
+    line's own grammar (which is why this verb lives with the command line): a typo fails
+    now, not after the job waited in the queue. UserError for bad input."""
+    from commbench.collectives.settings import MAX_NODES
+    from commbench.errors import UserError
+    from commbench.launch.slurm import MAX_GPUS_PER_NODE, parse_time, sbatch_script
+    from commbench.numbers import check_range
+
+    if nodes < 1:
+        raise UserError("--nodes must be at least 1")
+    check_range(nodes, "--nodes", 1, MAX_NODES)
+    if gpus_per_node < 0:
+        raise UserError("--gpus-per-node must be >= 0")
+    check_range(gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
+    parse_time(time_limit)
+    for flag, value in (("--job-name", job_name), ("--partition", partition)):
+        if value is not None and not _PLAIN.fullmatch(value):
+            raise UserError(
+                f"{flag} {value!r}: use letters, digits, '_', '-', '.' (and ',' for partitions)"
+            )
+    args = list(command) or ["collectives"]
+    _check_wrapped(args, nodes, gpus_per_node)
+    return sbatch_script(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        args=args,
+        job_name=job_name,
+        time_limit=time_limit,
+        partition=partition,
+    )
+
+
+def _check_wrapped(args: list[str], nodes: int, gpus_per_node: int) -> None:
     """Parse the command the script will run, as it will be parsed on the nodes: a typo must
     fail here, not after the job waited in the queue."""
+    import click
+
+    from commbench.cli import app
     from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
 
@@ -30,13 +78,11 @@ def _check_wrapped(ctx: typer.Context, args: list[str], nodes: int, gpus_per_nod
             f"not {name!r}: "
             "e.g. `commbench slurm-script -N 2 -- collectives --sizes 1K-1G`"
         )
-    parent = ctx.parent
-    get_command = getattr(parent.command, "get_command", None) if parent is not None else None
-    command = get_command(parent, name) if get_command is not None else None
-    if command is None:  # not under the commbench group (called directly): nothing to parse
-        return
+    group: Any = typer.main.get_command(app)
+    parent = click.Context(group, info_name="commbench")
+    command = group.get_command(parent, name)
     try:
-        wrapped = command.make_context(name, list(rest), parent=ctx.parent)
+        wrapped = command.make_context(name, list(rest), parent=parent)
     except ParseError as exc:
         raise UserError(
             "the wrapped command: " + error_line(exc).removeprefix("commbench: error: ")
@@ -120,7 +166,7 @@ def register(app: typer.Typer) -> None:
         "slurm-script",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
-    def slurm_script(
+    def slurm_script_command(
         ctx: typer.Context,
         nodes: int = typer.Option(2, "--nodes", "-N", help="Nodes to allocate."),
         gpus_per_node: int = typer.Option(
@@ -140,34 +186,12 @@ def register(app: typer.Typer) -> None:
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
         """
         with reported_errors():
-            from commbench.collectives.settings import MAX_NODES
-            from commbench.errors import UserError
-            from commbench.launch.slurm import MAX_GPUS_PER_NODE, parse_time, sbatch_script
-            from commbench.numbers import check_range
-
-            if nodes < 1:
-                raise UserError("--nodes must be at least 1")
-            check_range(nodes, "--nodes", 1, MAX_NODES)
-            if gpus_per_node < 0:
-                raise UserError("--gpus-per-node must be >= 0")
-            check_range(gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
-            parse_time(time_limit)
-            for flag, value in (("--job-name", job_name), ("--partition", partition)):
-                if value is not None and not _PLAIN.fullmatch(value):
-                    raise UserError(
-                        f"{flag} {value!r}: use letters, digits, '_', '-', '.' (and ',' for "
-                        "partitions)"
-                    )
-            args = list(ctx.args) or ["collectives"]
-            _check_wrapped(ctx, args, nodes, gpus_per_node)
-            typer.echo(
-                sbatch_script(
-                    nodes=nodes,
-                    gpus_per_node=gpus_per_node,
-                    args=args,
-                    job_name=job_name,
-                    time_limit=time_limit,
-                    partition=partition,
-                ),
-                nl=False,
+            script = slurm_script(
+                ctx.args,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                partition=partition,
+                time_limit=time_limit,
+                job_name=job_name,
             )
+        typer.echo(script, nl=False)

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
 
             if out is not None:
                 check_output([out], [p for p in (from_snapshot, from_smi) if p is not None])
-            snapshot = commbench.api.topology(
+            snapshot = commbench.api.load_topology(
                 from_snapshot, from_smi=from_smi, gpu=gpu, all_nics=all_nics
             )
             table = render(snapshot)
