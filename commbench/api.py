@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.collectives.settings import DEFAULT_TIMEOUT, GPU_DEFAULT_SIZES
+from commbench.collectives.placement import PlacementRequest
+from commbench.collectives.settings import GPU_DEFAULT_SIZES, CollectivesRequest
+from commbench.diagnose.settings import DiagnoseRequest
+from commbench.launch.request import LaunchRequest
+from commbench.options import arg, cli, verb
+from commbench.p2p.settings import P2PRequest
+from commbench.report.options import Images, ReportFormat
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
@@ -56,35 +62,26 @@ MAX_WORLDS = 256
 """World sizes one `model` call tabulates: a table each."""
 
 
-def run_collectives(
-    *,
-    ops: str | Sequence[str] | None = None,
-    sizes: str | Sequence[int | str] | None = None,
-    strategies: str | Sequence[str] | None = None,
-    nproc: int | None = None,
-    backend: str | None = None,
-    device: str | None = None,
-    dtype: str | Sequence[str] = "float32",
-    reduce_op: str = "sum",
-    warmup: int | None = None,
-    iters: int | None = None,
-    min_time: float | None = None,
-    in_place: bool | str = False,
-    check: bool = True,
-    async_op: bool = False,
-    graph: bool = False,
-    ranks: str | Sequence[int] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    out: PathLike = "results",
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    debug: bool = False,
-    profile: bool = False,
-    no_plot: bool = False,
-    on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
-) -> Run:
+@dataclass(kw_only=True)
+class CollectivesRun(LaunchRequest, PlacementRequest, CollectivesRequest):
+    """Every option of `commbench collectives` and `run_collectives`, declared once: the
+    sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
+    launch (`LaunchRequest`) and what is done with the run."""
+
+    out: PathLike = field(
+        default="results",
+        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
+    )
+    no_plot: bool = field(
+        default=False,
+        metadata=cli(help="Do not write plots (RUN_DIR/plots) after the run."),
+    )
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Called as points are measured: `(done, total, row)` (API only)."""
+
+
+@verb(CollectivesRun)
+def run_collectives(request: CollectivesRun) -> Run:
     """Time torch.distributed collectives across message sizes (`commbench collectives`).
 
     Launches torchrun workers, writes a run directory under `out` and returns it as a `Run`
@@ -93,40 +90,17 @@ def run_collectives(
     total, row)` is called as points are measured. Raises UserError for bad input (nothing
     is launched then) and RunFailed when the run directory itself could not be written.
     """
-    from commbench.collectives.placement import resolve_placement
-    from commbench.collectives.settings import CollectivesSettings
     from commbench.errors import Interrupted
-    from commbench.launch.launcher import resolve_launch, run_collectives
+    from commbench.launch.launcher import run_collectives
     from commbench.results.runs import Run
     from commbench.results.store import check_parent
 
-    out = Path(out)
+    out = Path(request.out)
     check_parent(out)
-    launch = resolve_launch(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        debug=debug,
-    )
-    settings = CollectivesSettings.from_options(
-        resolve_placement(device, nproc, backend),
-        ops=ops,
-        strategies=strategies,
-        sizes=sizes,
-        dtype=dtype,
-        reduce_op=reduce_op,
-        warmup=warmup,
-        iters=iters,
-        min_time=min_time,
-        in_place=in_place,
-        check=check,
-        async_op=async_op,
-        graph=graph,
-        ranks=ranks,
-        timeout=timeout,
-        profile=profile,
-    )
+    launch = request.launch()
+    settings = request.settings(request.placement())
+    on_progress = request.on_progress
+    no_plot = request.no_plot
     outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)
     run = Run(
         path=outcome.run_dir,
@@ -148,23 +122,31 @@ def run_collectives(
     return run
 
 
-def run_p2p(
-    *,
-    src: int | str | None = None,
-    dst: str | Sequence[int] | None = None,
-    size: str | int | Sequence[int] | None = None,
-    mode: str = "both",
-    bidirectional: bool = False,
-    matrix: bool = False,
-    host: bool = False,
-    latency: bool = False,
-    warmup: int = 5,
-    iters: int | None = None,
-    topology: PathLike | None = None,
-    dry_run: bool = False,
-    out: PathLike = "results",
-    on_step: Callable[[int, int, Step], None] | None = None,
-) -> Run | DryRun:
+@dataclass(kw_only=True)
+class P2PRun(P2PRequest):
+    """Every option of `commbench p2p` and `run_p2p`, declared once."""
+
+    topology: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            metavar="SNAPSHOT.json",
+            type=Path,
+            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
+        ),
+    )
+    dry_run: bool = field(
+        default=False, metadata=cli(help="Print what each copy should reach; touch no GPU.")
+    )
+    out: PathLike = field(
+        default="results",
+        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
+    )
+    on_step: Callable[[int, int, Step], None] | None = None
+    """Called as copies are measured: `(done, total, step)` (API only)."""
+
+
+@verb(P2PRun)
+def run_p2p(request: P2PRun) -> Run | DryRun:
     """Copy bandwidth from one GPU to the others, explained by the topology (`commbench p2p`).
 
     Returns the run directory as a `Run` (each row's `p2p` holds the copy, what the topology
@@ -174,21 +156,15 @@ def run_p2p(
     """
     from commbench.p2p.run import dry_run as plan_dry_run
     from commbench.p2p.run import load_topology, run_p2p
-    from commbench.p2p.settings import P2PSettings
     from commbench.results.runs import Run
     from commbench.results.store import check_parent
 
-    settings = P2PSettings.from_flags(
-        src=src,
-        dst=dst,
-        size=size,
-        mode=mode,
-        bidirectional=bidirectional,
-        matrix=matrix,
-        host=host,
-        latency=latency,
-        warmup=warmup,
-        iters=iters,
+    settings = request.settings()
+    out, dry_run, topology, on_step = (
+        request.out,
+        request.dry_run,
+        request.topology,
+        request.on_step,
     )
     out = Path(out)
     if not dry_run:
@@ -200,25 +176,63 @@ def run_p2p(
     return Run(path=outcome.run_dir, record=outcome.record, rows=outcome.rows)
 
 
-def run_suite(
-    config: PathLike,
-    *,
-    baseline: PathLike | None = None,
-    out: PathLike = "results/suites",
-    nproc: int | None = None,
-    device: str | None = None,
-    backend: str | None = None,
-    tolerance: str | float | None = None,
-    allow_mismatch: bool = False,
-    no_plot: bool = False,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    debug: bool = False,
-    on_event: Callable[[str], None] | None = None,
-    on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
-) -> SuiteOutcome:
+@dataclass(kw_only=True)
+class SuiteRun(LaunchRequest):
+    """Every option of `commbench run` and `run_suite`, declared once."""
+
+    config: PathLike = field(
+        kw_only=False,
+        metadata=arg(metavar="SUITE.yaml", type=Path, help="Suite file, e.g. configs/ci.yaml."),
+    )
+    baseline: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            "--baseline",
+            "-b",
+            type=Path,
+            help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
+        ),
+    )
+    out: PathLike = field(
+        default="results/suites",
+        metadata=cli("--out", "-o", type=Path, help="Parent directory of the suite directory."),
+    )
+    nproc: int | None = field(
+        default=None,
+        metadata=cli(
+            "--nproc",
+            "-n",
+            type=int,
+            help="Workers per node (overrides the suite's world_size key, which is per node too).",
+        ),
+    )
+    device: str | None = field(
+        default=None,
+        metadata=cli(metavar="cuda|cpu", type=str, help="cuda or cpu (overrides the suite)."),
+    )
+    backend: str | None = field(
+        default=None,
+        metadata=cli(metavar="nccl|gloo", type=str, help="nccl or gloo (overrides the suite)."),
+    )
+    tolerance: str | float | None = field(
+        default=None,
+        metadata=cli(
+            "--tolerance", "-t", type=str, help="Override the suite's compare.tolerance, e.g. 5%."
+        ),
+    )
+    allow_mismatch: bool = field(
+        default=False,
+        metadata=cli(help="Compare with a baseline from a different machine."),
+    )
+    no_plot: bool = field(default=False, metadata=cli(help="Do not write plots after each run."))
+    on_event: Callable[[str], None] | None = None
+    """Gets the progress lines the CLI prints (API only)."""
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Gets each entry's points as `collectives` gives them (API only)."""
+
+
+@verb(SuiteRun)
+def run_suite(request: SuiteRun) -> SuiteOutcome:
     """Run a suite file (`commbench run`) into a new suite directory under `out`.
 
     Returns the outcome: `.path`, `.entries` (each run's status), `.failed`, and with a
@@ -228,20 +242,17 @@ def run_suite(
     `collectives` gives them, from `(0, total, None)` at the start of every entry.
     """
     from commbench.collectives.placement import resolve_placement
-    from commbench.launch.launcher import resolve_launch
     from commbench.results.store import check_parent
     from commbench.suites.runner import prepare_suite
     from commbench.suites.runner import run_suite as run
 
-    out = Path(out)
+    out = Path(request.out)
     check_parent(out)
-    launch = resolve_launch(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        debug=debug,
-    )
+    launch = request.launch()
+    config, baseline = request.config, request.baseline
+    nproc, device, backend = request.nproc, request.device, request.backend
+    tolerance, allow_mismatch = request.tolerance, request.allow_mismatch
+    no_plot, on_event, on_progress = request.no_plot, request.on_event, request.on_progress
     suite, machine, gate = prepare_suite(
         Path(config),
         launch,
@@ -272,16 +283,61 @@ def load_run(path: PathLike) -> Run | Suite:
     return load_stored(Path(path))
 
 
-def compare_runs(
-    baseline: PathLike | Run | Suite,
-    new: PathLike | Run | Suite,
-    *,
-    tolerance: str | float | None = None,
-    latency_tolerance: str | float | None = None,
-    alpha: float | None = None,
-    noisy_cv: float | None = None,
-    allow_mismatch: bool = False,
-) -> Gate:
+@dataclass(kw_only=True)
+class CompareRequest:
+    """Every option of `commbench compare` and `compare_runs`, declared once."""
+
+    baseline: PathLike | Run | Suite = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="BASELINE", type=Path, help="Baseline run directory (or suite directory)."
+        ),
+    )
+    new: PathLike | Run | Suite = field(
+        kw_only=False,
+        metadata=arg(metavar="NEW", type=Path, help="New run directory (or suite directory)."),
+    )
+    tolerance: str | float | None = field(
+        default=None,
+        metadata=cli(
+            "--tolerance",
+            "-t",
+            type=str,
+            help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
+            "the suite's config says when comparing suites.",
+        ),
+    )
+    latency_tolerance: str | float | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
+            "Default 15%, or the suite's.",
+        ),
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Significance level of the one-sided Mann-Whitney test. Default 0.01.",
+        ),
+    )
+    noisy_cv: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
+            "baseline, only warns. Default 0.2.",
+        ),
+    )
+    allow_mismatch: bool = field(
+        default=False,
+        metadata=cli(help="Compare runs whose GPU model, world size, backend or topology differ."),
+    )
+
+
+@verb(CompareRequest)
+def compare_runs(request: CompareRequest) -> Gate:
     """The regression gate (`commbench compare`): is `new` significantly slower than
     `baseline`? Runs or suites, as paths or as `load` returns them. Gate values not given
     come from the suites' configs, else the defaults (5%, 15% at latency-bound sizes,
@@ -291,6 +347,9 @@ def compare_runs(
     from commbench.compare import Gate, parse_fraction
     from commbench.suites.store import compare_targets, gate_for
 
+    baseline, new, tolerance = request.baseline, request.new, request.tolerance
+    latency_tolerance, allow_mismatch = request.latency_tolerance, request.allow_mismatch
+    alpha, noisy_cv = request.alpha, request.noisy_cv
     base_path, new_path = _path(baseline), _path(new)
     settings = gate_for(
         base_path,
@@ -306,13 +365,48 @@ def compare_runs(
     return Gate(compare_targets(base_path, new_path, settings))
 
 
-def load_topology(
-    from_snapshot: PathLike | None = None,
-    *,
-    from_smi: PathLike | None = None,
-    gpu: str | None = None,
-    all_nics: bool = False,
-) -> TopologySnapshot:
+@dataclass(kw_only=True)
+class TopologyRequest:
+    """Every input option of `commbench topo` and `load_topology`, declared once."""
+
+    from_snapshot: PathLike | None = field(
+        default=None,
+        kw_only=False,
+        metadata=cli(
+            "--from",
+            metavar="SNAPSHOT.json",
+            type=Path,
+            help="Analyse a snapshot saved with --format json (or a run.json) instead of "
+            "this machine.",
+        ),
+    )
+    from_smi: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            metavar="TOPO.txt",
+            type=Path,
+            help="Analyse the text `nvidia-smi topo -m` printed on another machine "
+            "(- reads it from stdin).",
+        ),
+    )
+    gpu: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="MODEL",
+            type=str,
+            help="With --from-smi: the GPU model as nvidia-smi names it "
+            '("Tesla V100-SXM2-16GB"), for its datasheet link rates; without it rates are '
+            "assumed conservatively (PCIe Gen3 x16, oldest NVLink generation).",
+        ),
+    )
+    all_nics: bool = field(
+        default=False,
+        metadata=cli(help="Also list virtual network interfaces (lo, veth, bridges, tun)."),
+    )
+
+
+@verb(TopologyRequest)
+def load_topology(request: TopologyRequest) -> TopologySnapshot:
     """How this machine's GPUs are wired, through NVML (`commbench topo`); or the snapshot
     file `from_snapshot` (`topo --format json` writes one; a run.json holds one, and a run
     directory names its run.json), or the text
@@ -320,6 +414,8 @@ def load_topology(
     model `gpu` names (`"Tesla V100-SXM2-16GB"`: the matrix has no model, so its link rates are
     otherwise assumed). Without NVML or a GPU the snapshot says so (`nvml_error`) rather than
     raising. NICs come from sysfs; virtual ones (lo, veth, bridges) only with `all_nics`."""
+    from_snapshot, from_smi = request.from_snapshot, request.from_smi
+    gpu, all_nics = request.gpu, request.all_nics
     from commbench.errors import UserError
     from commbench.files import read_stdin, read_text
     from commbench.results.store import RUN_FILE
@@ -355,57 +451,35 @@ def _path(target: PathLike | Run | Suite) -> Path:
     return Path(target) if isinstance(target, str | Path) else target.path
 
 
-def run_diagnose(
-    *,
-    nproc: int | None = None,
-    device: str | None = None,
-    backend: str | None = None,
-    sizes: str | int | None = None,
-    tolerance: str | float | None = None,
-    stages: str | Sequence[str] | None = None,
-    baseline: PathLike | None = None,
-    iters: int | None = None,
-    warmup: int | None = None,
-    timeout: float | None = None,
-    out: PathLike = "results",
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    debug: bool = False,
-    on_test: Callable[[dict[str, object]], None] | None = None,
-) -> Diagnosis:
+@dataclass(kw_only=True)
+class DiagnoseRun(LaunchRequest, DiagnoseRequest, PlacementRequest):
+    """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
+
+    out: PathLike = field(
+        default="results",
+        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
+    )
+    on_test: Callable[[dict[str, object]], None] | None = None
+    """Called as each test ends, with its event (API only)."""
+
+
+@verb(DiagnoseRun)
+def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     """Find the slow node, GPU or link (`commbench diagnose`); run on every node.
 
     Returns the `Diagnosis`: `.verdict` (healthy, degraded, failed), `.nodes` (each with its
     host, verdict and evidence), `.exit_code`, `.path` (the run directory, with
     diagnosis.json). `baseline`: an expectations file (`{"inter-node": GB/s, ...}`) or an
     earlier diagnose run, instead of the peers' median."""
-    from commbench.collectives.placement import resolve_placement
     from commbench.diagnose.run import run_diagnose
     from commbench.diagnose.settings import diagnose_settings
-    from commbench.launch.launcher import resolve_launch
     from commbench.results.store import check_parent
 
-    out = Path(out)
+    out = Path(request.out)
     check_parent(out)
-    launch = resolve_launch(
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        debug=debug,
-    )
-    settings, collectives = diagnose_settings(
-        resolve_placement(device, nproc, backend),
-        sizes=sizes,
-        tolerance=tolerance,
-        stages=stages,
-        baseline=baseline,
-        iters=iters,
-        warmup=warmup,
-        timeout=timeout,
-    )
+    launch = request.launch()
+    settings, collectives = diagnose_settings(request.placement(), request)
+    on_test = request.on_test
     return run_diagnose(settings, collectives, out, launch, on_test=on_test)
 
 
@@ -419,23 +493,78 @@ class Modelled:
     fitted: Fit | None
 
 
-def model_strategies(
-    *,
-    world: str | Sequence[int] | None = None,
-    bw: float | None = None,
-    latency: float | None = None,
-    launch: float = 0.0,
-    sizes: str = GPU_DEFAULT_SIZES,
-    backend: str | None = None,
-    strategies: str = "all",
-    from_run: PathLike | None = None,
-) -> Modelled:
+@dataclass(kw_only=True)
+class ModelRequest:
+    """Every option of `commbench model` and `model_strategies`, declared once."""
+
+    world: str | Sequence[int] | None = field(
+        default=None,
+        metadata=cli(
+            "--world",
+            "-w",
+            type=str,
+            help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
+        ),
+    )
+    bw: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while "
+            "the latency is fitted.",
+        ),
+    )
+    latency: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Latency per step in us (alpha). Needed without --from; with it, held while "
+            "the bandwidth is fitted.",
+        ),
+    )
+    launch: float = field(
+        default=0.0,
+        metadata=cli(help="Cost of one host-side launch/sync in us (default 0)."),
+    )
+    sizes: str = field(
+        default=GPU_DEFAULT_SIZES,
+        metadata=cli(
+            "--sizes", "-s", help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}."
+        ),
+    )
+    backend: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="nccl|gloo",
+            type=str,
+            help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
+        ),
+    )
+    strategies: str = field(
+        default="all",
+        metadata=cli(help="Strategies to predict: 'all' or a comma list."),
+    )
+    from_run: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            "--from",
+            type=Path,
+            help="Fit latency and bandwidth to this run's direct all_reduce rows.",
+        ),
+    )
+
+
+@verb(ModelRequest)
+def model_strategies(request: ModelRequest) -> Modelled:
     """Predict each all-reduce strategy with the alpha-beta model (`commbench model`).
 
     Either `bw` (GB/s) and `latency` (us per step) are given, or `from_run` names a run whose
     direct all_reduce rows they are fitted to (a given one is held while the other is
     fitted). `world`: world sizes ("8,64,1024" or a list); default 8, or with `from_run` the
     run's and then 8, 64, 1024."""
+    world, bw, latency, launch = request.world, request.bw, request.latency, request.launch
+    sizes, backend, strategies = request.sizes, request.backend, request.strategies
+    from_run = request.from_run
     from commbench.collectives.specs import parse_strategies
     from commbench.errors import UserError
     from commbench.sizes import parse_sizes
@@ -499,19 +628,61 @@ class Plotted:
     warnings: list[str]
 
 
-def plot_run(
-    runs: PathLike | Sequence[PathLike],
-    *,
-    out: PathLike | None = None,
-    formats: str | Sequence[str] = "png,svg",
-    peak: str | float | None = None,
-    labels: Sequence[str] | None = None,
-) -> Plotted:
+@dataclass(kw_only=True)
+class PlotRequest:
+    """Every option of `commbench plot` and `plot_run`, declared once."""
+
+    runs: PathLike | Sequence[PathLike] = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR",
+            type=list[Path],
+            help="Run directories; several draw one line per run on each chart.",
+        ),
+    )
+    out: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            "--out",
+            "-o",
+            type=Path,
+            help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
+            "./plots for several.",
+        ),
+    )
+    formats: str | Sequence[str] = field(
+        default="png,svg", metadata=cli(type=str, help="Comma list: png, svg.")
+    )
+    peak: str | float | None = field(
+        default=None,
+        metadata=cli(
+            metavar="GBPS",
+            type=str,
+            help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
+            "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
+        ),
+    )
+    labels: Sequence[str] | None = field(
+        default=None,
+        metadata=cli(
+            "--label",
+            metavar="NAME",
+            type=list[str],
+            help="Name a run in the legends; repeat once per run, in order (a suite counts "
+            "one per entry). Default: the suite entry's name, else the directory name.",
+        ),
+    )
+
+
+@verb(PlotRequest)
+def plot_run(request: PlotRequest) -> Plotted:
     """Figures of one run or suite, or of several side by side (`commbench plot`).
 
     `out`: the directory for the figures; default RUN_DIR/plots (SUITE_DIR/plots) for one,
     ./plots for several. `peak`: a theoretical GB/s to draw; default the slowest link among
     the run's GPUs from its topology. `labels`: one legend name per run, in order."""
+    runs, out, formats = request.runs, request.out, request.formats
+    peak, labels = request.peak, request.labels or None
     from commbench.lists import split_list
     from commbench.numbers import parse_number
     from commbench.report.plots import check_labels, check_peak, plot_runs
@@ -551,21 +722,55 @@ class Report:
     note: str | None = None
 
 
-def report_run(
-    run: PathLike,
-    *,
-    fmt: str = "md",
-    out: PathLike | None = None,
-    baseline: PathLike | None = None,
-    allow_mismatch: bool = False,
-    images: str | None = None,
-) -> Report:
+@dataclass(kw_only=True)
+class ReportRequest:
+    """Every option of `commbench report` and `report_run`, declared once."""
+
+    run: PathLike = field(
+        kw_only=False,
+        metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
+    )
+    fmt: str = field(
+        default="md",
+        metadata=cli("--format", "-f", type=ReportFormat, help="md or html."),
+    )
+    out: PathLike | None = field(
+        default=None,
+        metadata=cli("--out", "-o", type=Path, help="Write here instead of stdout."),
+    )
+    baseline: PathLike | None = field(
+        default=None,
+        metadata=cli(type=Path, help="Add the regression gate against this run or suite."),
+    )
+    allow_mismatch: bool = field(
+        default=False,
+        metadata=cli(
+            help="With --baseline: compare runs whose GPU model, world size, backend or "
+            "topology differ."
+        ),
+    )
+    images: str | None = field(
+        default=None,
+        metadata=cli(
+            type=Images,
+            help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
+            "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
+            "tables only (markdown on stdout: a terminal or $GITHUB_STEP_SUMMARY, which "
+            "drops data URIs).",
+        ),
+    )
+
+
+@verb(ReportRequest)
+def report_run(request: ReportRequest) -> Report:
     """One self-contained markdown or HTML document of a run or suite (`commbench report`).
 
     `images`: embed (data URIs; the HTML default), files (PNGs in <name>_files/ beside
     `out`; the markdown default with `out`) or none (the markdown default without `out`).
     With `baseline`, the regression gate against it is in the document. With `out`, the
     document and its images are written there; else `.text` is the document."""
+    run, fmt, out, baseline = request.run, request.fmt, request.out, request.baseline
+    allow_mismatch, images = request.allow_mismatch, request.images
     from commbench.errors import UserError
     from commbench.files import write_bytes, write_text
     from commbench.report.document import render_report
@@ -617,15 +822,37 @@ def report_run(
     return Report(text=rendered.text, out=None, note=note)
 
 
-def import_nccl_tests(
-    logs: PathLike | Sequence[PathLike],
-    *,
-    out: PathLike = "results",
-    op: str | None = None,
-    world_size: int | None = None,
-    on_skipped: Callable[[str], None] | None = None,
-    on_imported: Callable[[Run], None] | None = None,
-) -> list[Run]:
+@dataclass(kw_only=True)
+class ImportRequest:
+    """Every option of `commbench import nccl-tests` and `import_nccl_tests`, declared once."""
+
+    logs: PathLike | Sequence[PathLike] = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="LOG",
+            type=list[Path],
+            help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
+        ),
+    )
+    out: PathLike = field(
+        default="results",
+        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directories."),
+    )
+    op: str | None = field(
+        default=None,
+        metadata=cli(type=str, help="The collective, when neither the log nor its file name says."),
+    )
+    world_size: int | None = field(
+        default=None, metadata=cli(type=int, help="Ranks, when the log has no device lines.")
+    )
+    on_skipped: Callable[[str], None] | None = None
+    """Hears of every row left out: a signed size, zero bytes (API only)."""
+    on_imported: Callable[[Run], None] | None = None
+    """Hears of each run as it is written (API only)."""
+
+
+@verb(ImportRequest)
+def import_nccl_tests(request: ImportRequest) -> list[Run]:
     """nccl-tests results (the text output of its *_perf binaries, or their -J JSON files)
     as commbench run directories under `out`, one per log (`commbench import nccl-tests`).
 
@@ -633,6 +860,8 @@ def import_nccl_tests(
     ranks, when the log has no device lines. `on_skipped(line)` hears of every row left
     out (a signed size, zero bytes); `on_imported(run)` of each run as it is written (a
     later log that fails raises, and the runs already written stay)."""
+    logs, out, op, world_size = request.logs, request.out, request.op, request.world_size
+    on_skipped, on_imported = request.on_skipped, request.on_imported
     from commbench.errors import UserError
     from commbench.importers.nccl_tests import OP_NAMES, import_log
     from commbench.results.runs import load_run as load_one

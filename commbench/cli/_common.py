@@ -96,20 +96,3 @@ def progress_bar() -> Progress:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
-
-
-# The multi-node options `collectives` and `run` share (torchrun's c10d rendezvous). Inside a
-# SLURM job step none is needed: `commbench.launch.launcher.resolve_launch` reads the job.
-NNODES = typer.Option(
-    None, "--nnodes", help="Nodes in a multi-node run (run the same command on each)."
-)
-NODE_RANK = typer.Option(None, "--node-rank", help="This node's index, 0..nnodes-1.")
-RDZV_ENDPOINT = typer.Option(
-    None, "--rdzv-endpoint", help="HOST:PORT of the torchrun c10d rendezvous."
-)
-RDZV_ID = typer.Option(None, "--rdzv-id", help="Rendezvous id (the same on every node).")
-DEBUG = typer.Option(
-    False,
-    "--debug",
-    help="TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL INFO logs into the run directory.",
-)

@@ -6,50 +6,19 @@ from pathlib import Path
 
 import typer
 
+from commbench.api import CompareRequest
 from commbench.cli._common import reported_errors
 from commbench.files import write_text
+from commbench.options import command, values
 from commbench.results.exporters import Format
 from commbench.results.store import check_output, writing
 
 
 def register(app: typer.Typer) -> None:
     @app.command("compare")
+    @command(CompareRequest)
     def compare(
-        baseline: Path = typer.Argument(
-            ..., metavar="BASELINE", help="Baseline run directory (or suite directory)."
-        ),
-        new: Path = typer.Argument(
-            ..., metavar="NEW", help="New run directory (or suite directory)."
-        ),
-        tolerance: str = typer.Option(
-            None,
-            "--tolerance",
-            "-t",
-            help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
-            "the suite's config says when comparing suites.",
-        ),
-        latency_tolerance: str = typer.Option(
-            None,
-            "--latency-tolerance",
-            help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
-            "Default 15%, or the suite's.",
-        ),
-        alpha: float = typer.Option(
-            None,
-            "--alpha",
-            help="Significance level of the one-sided Mann-Whitney test. Default 0.01.",
-        ),
-        noisy_cv: float = typer.Option(
-            None,
-            "--noisy-cv",
-            help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
-            "baseline, only warns. Default 0.2.",
-        ),
-        allow_mismatch: bool = typer.Option(
-            False,
-            "--allow-mismatch",
-            help="Compare runs whose GPU model, world size, backend or topology differ.",
-        ),
+        request: CompareRequest,
         fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
         out: Path = typer.Option(None, "--out", "-o", help="Also write the output to this file."),
     ) -> None:
@@ -59,16 +28,8 @@ def register(app: typer.Typer) -> None:
             from commbench.report.comparison import render_many
 
             if out is not None:
-                check_output([out], [baseline, new])
-            gate = commbench.api.compare_runs(
-                baseline,
-                new,
-                tolerance=tolerance,
-                latency_tolerance=latency_tolerance,
-                alpha=alpha,
-                noisy_cv=noisy_cv,
-                allow_mismatch=allow_mismatch,
-            )
+                check_output([out], [Path(str(request.baseline)), Path(str(request.new))])
+            gate = commbench.api.compare_runs(**values(request))
             text = render_many(gate.comparisons, fmt)
             if out is not None:
                 with writing(out):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from commbench.api import ImportRequest
 from commbench.cli._common import reported_errors
+from commbench.options import command, values
 
 if TYPE_CHECKING:
     from commbench.results.runs import Run
@@ -20,24 +21,9 @@ import_app = typer.Typer(
 
 
 @import_app.command("nccl-tests")
-def nccl_tests(
-    logs: list[Path] = typer.Argument(
-        ...,
-        metavar="LOG",
-        help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
-    ),
-    out: Path = typer.Option(
-        Path("results"), "--out", "-o", help="Parent directory of the run directories."
-    ),
-    op: str = typer.Option(
-        None, "--op", help="The collective, when neither the log nor its file name says."
-    ),
-    world_size: int = typer.Option(
-        None, "--world-size", help="Ranks, when the log has no device lines."
-    ),
-) -> None:
+@command(ImportRequest)
+def nccl_tests(request: ImportRequest) -> None:
     """Read nccl-tests results (out-of-place and in-place) into commbench run directories.
-
     Each run directory is printed on stdout (a script captures it); what it holds (the
     devices, the peak and average bus bandwidth per series, the log's own "Avg bus bandwidth")
     on stderr."""
@@ -48,14 +34,9 @@ def nccl_tests(
             typer.echo(str(run.path))
             typer.echo(_summary(run), err=True, nl=False)
 
-        commbench.api.import_nccl_tests(
-            logs,
-            out=out,
-            op=op,
-            world_size=world_size,
-            on_skipped=lambda said: typer.echo(f"commbench: warning: {said}", err=True),
-            on_imported=imported,
-        )
+        request.on_skipped = lambda said: typer.echo(f"commbench: warning: {said}", err=True)
+        request.on_imported = imported
+        commbench.api.import_nccl_tests(**values(request))
 
 
 def _summary(run: Run) -> str:

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from commbench.api import P2PRun
 from commbench.cli._common import progress_bar, reported_errors
+from commbench.options import command, values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML behind them)
@@ -26,53 +28,9 @@ def _topology_words(snapshot: TopologySnapshot, path: Path | None) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("p2p")
+    @command(P2PRun)
     def p2p(
-        src: str = typer.Option(
-            None, "--src", metavar="GPU", help="Source GPU (CUDA ordinal). Default 0."
-        ),
-        dst: str = typer.Option(
-            None, "--dst", help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."
-        ),
-        size: str = typer.Option(
-            None,
-            "--size",
-            help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
-            "Default 400000000 B: 10**8 float32.",
-        ),
-        mode: str = typer.Option(
-            "both",
-            "--mode",
-            metavar="concurrent|sequential|both",
-            help="concurrent (all copies at once), sequential (one at a time) or both.",
-        ),
-        bidirectional: bool = typer.Option(
-            False, "--bidirectional", help="Copy both ways at once; report each way and the sum."
-        ),
-        matrix: bool = typer.Option(
-            False, "--matrix", help="Every GPU to every other; also writes a heatmap PNG."
-        ),
-        host: bool = typer.Option(
-            False, "--host", help="Also pinned host->device and device->host copies."
-        ),
-        latency: bool = typer.Option(
-            False, "--latency", help="Also small-copy latency (4 B - 64 KiB, in us)."
-        ),
-        warmup: int = typer.Option(5, "--warmup", help="Untimed rounds before each measurement."),
-        iters: int = typer.Option(
-            None, "--iters", help="Timed rounds per measurement. Default 20 (latency: 200)."
-        ),
-        topology: Path = typer.Option(
-            None,
-            "--topology",
-            metavar="SNAPSHOT.json",
-            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
-        ),
-        dry_run: bool = typer.Option(
-            False, "--dry-run", help="Print what each copy should reach; touch no GPU."
-        ),
-        out: Path = typer.Option(
-            Path("results"), "--out", "-o", help="Parent directory of the run directory."
-        ),
+        request: P2PRun,
         fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
     ) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
@@ -87,23 +45,10 @@ def register(app: typer.Typer) -> None:
                 label = f"{step.mode} {step.label}"
                 progress.update(task, completed=done, total=total, description=label)
 
+            request.on_step = on_step
             with progress:
-                result = commbench.api.run_p2p(
-                    src=src,
-                    dst=dst,
-                    size=size,
-                    mode=mode,
-                    bidirectional=bidirectional,
-                    matrix=matrix,
-                    host=host,
-                    latency=latency,
-                    warmup=warmup,
-                    iters=iters,
-                    topology=topology,
-                    dry_run=dry_run,
-                    out=out,
-                    on_step=on_step,
-                )
+                result = commbench.api.run_p2p(**values(request))
+            topology = None if request.topology is None else Path(request.topology)
             if isinstance(result, DryRun):
                 _show_dry_run(result, topology, fmt)
             else:

@@ -8,14 +8,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from commbench.cli._common import (
-    DEBUG,
-    NNODES,
-    NODE_RANK,
-    RDZV_ENDPOINT,
-    RDZV_ID,
-    reported_errors,
-)
+from commbench.api import SuiteRun
+from commbench.cli._common import reported_errors
+from commbench.options import command, values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:
@@ -49,46 +44,12 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
+    @command(SuiteRun)
     def run(
-        config: Path = typer.Argument(
-            ..., metavar="SUITE.yaml", help="Suite file, e.g. configs/ci.yaml."
-        ),
-        baseline: Path = typer.Option(
-            None,
-            "--baseline",
-            "-b",
-            help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
-        ),
-        out: Path = typer.Option(
-            Path("results/suites"), "--out", "-o", help="Parent directory of the suite directory."
-        ),
-        nproc: int = typer.Option(
-            None,
-            "--nproc",
-            "-n",
-            help="Workers per node (overrides the suite's world_size key, which is per node too).",
-        ),
-        device: str = typer.Option(
-            None, "--device", metavar="cuda|cpu", help="cuda or cpu (overrides the suite)."
-        ),
-        backend: str = typer.Option(
-            None, "--backend", metavar="nccl|gloo", help="nccl or gloo (overrides the suite)."
-        ),
-        tolerance: str = typer.Option(
-            None, "--tolerance", "-t", help="Override the suite's compare.tolerance, e.g. 5%."
-        ),
-        allow_mismatch: bool = typer.Option(
-            False, "--allow-mismatch", help="Compare with a baseline from a different machine."
-        ),
-        no_plot: bool = typer.Option(False, "--no-plot", help="Do not write plots after each run."),
+        request: SuiteRun,
         fmt: Format = typer.Option(
             Format.table, "--format", "-f", help="Format of the comparison on stdout."
         ),
-        nnodes: int = NNODES,
-        node_rank: int = NODE_RANK,
-        rdzv_endpoint: str = RDZV_ENDPOINT,
-        rdzv_id: str = RDZV_ID,
-        debug: bool = DEBUG,
     ) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():
@@ -100,24 +61,8 @@ def register(app: typer.Typer) -> None:
 
             # `[i/n] entry: measuring`, then the entry's points as `collectives` shows them
             with LiveRows() as on_progress:
-                outcome = commbench.api.run_suite(
-                    config,
-                    baseline=baseline,
-                    out=out,
-                    nproc=nproc,
-                    device=device,
-                    backend=backend,
-                    tolerance=tolerance,
-                    allow_mismatch=allow_mismatch,
-                    no_plot=no_plot,
-                    nnodes=nnodes,
-                    node_rank=node_rank,
-                    rdzv_endpoint=rdzv_endpoint,
-                    rdzv_id=rdzv_id,
-                    debug=debug,
-                    on_event=on_event,
-                    on_progress=on_progress,
-                )
+                request.on_event, request.on_progress = on_event, on_progress
+                outcome = commbench.api.run_suite(**values(request))
             if outcome.comparisons is not None:
                 from commbench.report.comparison import render_many
 

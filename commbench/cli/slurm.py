@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
 
 from commbench.cli._common import reported_errors
+from commbench.options import cli, command, values, verb
 
 # ASCII digits (`\d` takes any Unicode digit, which sbatch refuses once the job is submitted)
 _PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
@@ -19,20 +21,39 @@ _WRAPPABLE = ("collectives", "run", "diagnose")
 _SLURM_OWNS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
 
 
-def slurm_script(
-    command: Sequence[str] = ("collectives",),
-    *,
-    nodes: int = 2,
-    gpus_per_node: int = 8,
-    partition: str | None = None,
-    time_limit: str = "00:30:00",
-    job_name: str = "commbench",
-) -> str:
+@dataclass(kw_only=True)
+class SlurmScriptRequest:
+    """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
+
+    command: Sequence[str] = field(default=("collectives",), kw_only=False)
+    """The commbench command to run on every node, as a list (`["collectives", "--sizes",
+    "1K-1G"]`): on the command line, everything after the options."""
+    nodes: int = field(default=2, metadata=cli("--nodes", "-N", help="Nodes to allocate."))
+    gpus_per_node: int = field(
+        default=8, metadata=cli(help="GPUs per node (0 for a CPU/gloo run).")
+    )
+    partition: str | None = field(
+        default=None, metadata=cli("--partition", "-p", type=str, help="SLURM partition.")
+    )
+    time_limit: str = field(
+        default="00:30:00",
+        metadata=cli(
+            "--time",
+            help="Time limit in any SLURM form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.",
+        ),
+    )
+    job_name: str = field(default="commbench", metadata=cli(help="Job name."))
+
+
+@verb(SlurmScriptRequest)
+def slurm_script(request: SlurmScriptRequest) -> str:
     """An sbatch script that runs the commbench `command` (its arguments as a list, e.g.
     `["collectives", "--sizes", "1K-1G"]`) on every node of a SLURM job (`commbench
     slurm-script`). The command is parsed here as the nodes will parse it, by the command
     line's own grammar (which is why this verb lives with the command line): a typo fails
     now, not after the job waited in the queue. UserError for bad input."""
+    command, nodes, gpus_per_node = request.command, request.nodes, request.gpus_per_node
+    partition, time_limit, job_name = request.partition, request.time_limit, request.job_name
     from commbench.collectives.settings import MAX_NODES
     from commbench.errors import UserError
     from commbench.launch.slurm import MAX_GPUS_PER_NODE, parse_time, sbatch_script
@@ -118,17 +139,13 @@ def _check_wrapped(args: list[str], nodes: int, gpus_per_node: int) -> None:
         _check_gpus(settings.device, settings.nproc, gpus_per_node)
         validate_ranks(settings, nodes * settings.nproc)
     elif name == "diagnose":
-        from commbench.diagnose.settings import diagnose_settings
+        from commbench.diagnose.settings import DiagnoseRequest, diagnose_settings
+        from commbench.options import declared
 
+        wanted = {o.name: params[o.name] for o in declared(DiagnoseRequest)}
         _, settings = diagnose_settings(
             placer(params["device"], params["nproc"], params["backend"]),
-            sizes=params["sizes"],
-            tolerance=params["tolerance"],
-            stages=params["stages"],
-            baseline=params["baseline"],
-            iters=params["iters"],
-            warmup=params["warmup"],
-            timeout=params["timeout"],
+            DiagnoseRequest(**wanted),
         )
         _check_gpus(settings.device, settings.nproc, gpus_per_node)
     elif name == "run":
@@ -166,32 +183,14 @@ def register(app: typer.Typer) -> None:
         "slurm-script",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
-    def slurm_script_command(
-        ctx: typer.Context,
-        nodes: int = typer.Option(2, "--nodes", "-N", help="Nodes to allocate."),
-        gpus_per_node: int = typer.Option(
-            8, "--gpus-per-node", help="GPUs per node (0 for a CPU/gloo run)."
-        ),
-        partition: str = typer.Option(None, "--partition", "-p", help="SLURM partition."),
-        time_limit: str = typer.Option(
-            "00:30:00",
-            "--time",
-            help="Time limit in any SLURM form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.",
-        ),
-        job_name: str = typer.Option("commbench", "--job-name", help="Job name."),
-    ) -> None:
+    @command(SlurmScriptRequest)
+    def slurm_script_command(request: SlurmScriptRequest, ctx: typer.Context) -> None:
         """Print an sbatch script that runs commbench on every node of a SLURM job.
 
         Everything after the options is the commbench command to run, e.g.
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
         """
         with reported_errors():
-            script = slurm_script(
-                ctx.args,
-                nodes=nodes,
-                gpus_per_node=gpus_per_node,
-                partition=partition,
-                time_limit=time_limit,
-                job_name=job_name,
-            )
+            request.command = ctx.args
+            script = slurm_script(**values(request))
         typer.echo(script, nl=False)

@@ -6,7 +6,9 @@ function, so `collectives`, `run` and `slurm-script` cannot drift apart on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from commbench.options import cli
 
 CPU_DEFAULT_NPROC = 2
 """CPU ranks when none are asked for: enough for every collective to move data."""
@@ -48,3 +50,34 @@ def placement_for(
     return Placement(
         device=dev, nproc=nproc, backend=backend or ("nccl" if dev == "cuda" else "gloo")
     )
+
+
+@dataclass(kw_only=True)
+class PlacementRequest:
+    """Where a run's ranks go, as the user asked (None: the machine decides): declared once
+    for `collectives`, `run` and `diagnose`, their API verbs and `slurm-script`."""
+
+    nproc: int | None = field(
+        default=None,
+        metadata=cli(
+            "--nproc", "-n", type=int, help="Workers per node. Default: every visible GPU, else 2."
+        ),
+    )
+    backend: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="nccl|gloo",
+            type=str,
+            help="nccl or gloo. Default: nccl on GPUs, gloo on CPU.",
+        ),
+    )
+    device: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="cuda|cpu", type=str, help="cuda or cpu. Default: cuda when a GPU is visible."
+        ),
+    )
+
+    def placement(self) -> Placement:
+        """This machine's placement of the request (`resolve_placement`)."""
+        return resolve_placement(self.device, self.nproc, self.backend)

@@ -11,6 +11,7 @@ from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
 from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
+from commbench.options import cli
 from commbench.results.names import (
     BACKENDS,
     DEFAULT_TIMEOUT,
@@ -135,39 +136,145 @@ class CollectivesSettings:
                 check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
 
     @classmethod
-    def from_options(
-        cls,
-        place: Placement,
-        *,
-        ops: str | Sequence[str] | None = None,
-        strategies: str | Sequence[str] | None = None,
-        sizes: str | Sequence[int | str] | None = None,
-        dtype: str | Sequence[str] = "float32",
-        reduce_op: str = "sum",
-        warmup: int | None = None,
-        iters: int | None = None,
-        min_time: float | None = None,
-        in_place: bool | str = False,
-        check: bool = True,
-        async_op: bool = False,
-        graph: bool = False,
-        ranks: str | Sequence[int] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        profile: bool = False,
-    ) -> CollectivesSettings:
-        """The settings of what a user asked for, as `commbench collectives` takes it (its
-        flags in snake_case; a comma list or a list, a size spec or a list of sizes) on nodes
-        placed as `place`: the defaults are filled in here, once, for the command, the Python
-        API and the script `slurm-script` checks on the submit host. UserError for bad input,
-        with the line the CLI prints."""
+    def from_options(cls, place: Placement, **options: Any) -> CollectivesSettings:
+        """`CollectivesRequest(**options).settings(place)`: the keywords of
+        `commbench collectives`, resolved for nodes placed as `place`."""
+        return CollectivesRequest(**options).settings(place)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(kw_only=True)
+class CollectivesRequest:
+    """What a user asks of a collectives sweep, as typed: each field is declared once here
+    and is the `collectives` flag, the `run_collectives` keyword and (where `suite`) a
+    suite entry's key. `settings(place)` checks it and fills in the defaults that depend
+    on the machine (`CollectivesSettings` is what workers read and run.json stores)."""
+
+    sizes: str | Sequence[int | str] | None = field(
+        default=None,
+        metadata=cli(
+            "--sizes",
+            "-s",
+            metavar="SIZES",
+            type=str,
+            suite=True,
+            help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
+            f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
+        ),
+    )
+    ops: str | Sequence[str] | None = field(
+        default=None,
+        metadata=cli(
+            metavar="OPS",
+            type=str,
+            suite=True,
+            help="Comma list of ops, or 'all' (the default unless --strategies).",
+        ),
+    )
+    strategies: str | Sequence[str] | None = field(
+        default=None,
+        metadata=cli(
+            metavar="NAMES",
+            type=str,
+            help="All-reduce strategies to compare: 'all' or a comma list.",
+        ),
+    )
+    dtype: str | Sequence[str] = field(
+        default="float32",
+        metadata=cli(
+            metavar="DTYPE[,DTYPE...]",
+            type=str,
+            help="float32, float16, bfloat16, float64, int32, int64, int8, uint8; a comma "
+            "list measures each in one launch.",
+        ),
+    )
+    reduce_op: str = field(
+        default="sum",
+        metadata=cli(
+            metavar="sum|avg|max|min|prod", suite=True, help="sum, avg, max, min or prod."
+        ),
+    )
+    warmup: int | None = field(
+        default=None,
+        metadata=cli(
+            type=int, suite=True, help="Warm-up iterations per point. Default adapts (2-20)."
+        ),
+    )
+    iters: int | None = field(
+        default=None,
+        metadata=cli(
+            type=int, suite=True, help="Timed iterations per point. Default: fill --min-time."
+        ),
+    )
+    min_time: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            suite=True,
+            help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-"
+            f"{DEFAULT_MAX_ITERS} iterations). Default {DEFAULT_MIN_TIME}.",
+        ),
+    )
+    in_place: bool | str = field(
+        default="no",
+        metadata=cli(
+            metavar="no|yes|both",
+            type=str,
+            suite=True,
+            help="all_gather / reduce_scatter out of place (no), in place (yes), or both "
+            "side by side as nccl-tests prints them. The other ops have one form.",
+        ),
+    )
+    check: bool = field(
+        default=True,
+        metadata=cli(
+            "--check/--no-check", suite=True, help="Verify every op's result after timing."
+        ),
+    )
+    async_op: bool = field(
+        default=False, metadata=cli(help="Call ops with async_op=True and wait().")
+    )
+    graph: bool = field(
+        default=False, metadata=cli(help="Time CUDA-graph replays (launch overhead out).")
+    )
+    ranks: str | Sequence[int] | None = field(
+        default=None,
+        metadata=cli(metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."),
+    )
+    timeout: float = field(
+        default=DEFAULT_TIMEOUT,
+        metadata=cli(
+            suite=True,
+            help="Seconds without progress before the run is declared hung "
+            "(start-up, until the first point, gets at least 120 s).",
+        ),
+    )
+    profile: bool = field(
+        default=False,
+        metadata=cli(help="torch.profiler Chrome trace per rank (untimed iterations)."),
+    )
+
+    def settings(self, place: Placement) -> CollectivesSettings:
+        """The settings of this request on nodes placed as `place`: the defaults are filled
+        in here, once, for the command, the Python API and the script `slurm-script`
+        checks on the submit host. UserError for bad input, with the line the CLI prints."""
         from commbench.collectives.specs import parse_ops, parse_strategies
         from commbench.sizes import parse_sizes
 
-        check_iteration_flags(iters, min_time)
-        dtypes = parse_dtypes(dtype)
+        check_iteration_flags(self.iters, self.min_time)
+        dtypes = parse_dtypes(self.dtype)
+        sizes = self.sizes
         if sizes is None:
             sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
-        return cls(
+        ops, strategies = self.ops, self.strategies
+        return CollectivesSettings(
             # every op unless only strategies were asked for
             ops=_names(ops, parse_ops) if ops is not None else ([] if strategies else list(OPS)),
             strategies=[] if strategies is None else _names(strategies, parse_strategies),
@@ -177,26 +284,18 @@ class CollectivesSettings:
             device=place.device,
             dtype=dtypes[0],
             dtypes=dtypes,
-            reduce_op=reduce_op,
-            warmup=warmup,
-            iters=iters,
-            min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
-            in_place=in_place_choice(in_place),
-            check=check,
-            async_op=async_op,
-            graph=graph,
-            ranks=parse_ranks(ranks),
-            timeout=timeout,
-            profile=profile,
+            reduce_op=self.reduce_op,
+            warmup=self.warmup,
+            iters=self.iters,
+            min_time=DEFAULT_MIN_TIME if self.min_time is None else self.min_time,
+            in_place=in_place_choice(self.in_place),
+            check=self.check,
+            async_op=self.async_op,
+            graph=self.graph,
+            ranks=parse_ranks(self.ranks),
+            timeout=self.timeout,
+            profile=self.profile,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def in_place_choice(value: bool | str) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lists import split_list
+from commbench.options import cli
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -63,16 +64,60 @@ class DiagnoseSettings:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@dataclass(kw_only=True)
+class DiagnoseRequest:
+    """What a user asks of `commbench diagnose`, beside where its ranks go and the launch:
+    each field is declared once here and is the flag and the `run_diagnose` keyword."""
+
+    sizes: str | int | None = field(
+        default=None,
+        metadata=cli(
+            "--sizes",
+            "-s",
+            metavar="SIZE",
+            type=str,
+            help="Bytes per rank of each test (bandwidth-bound). "
+            f"Default {GPU_DEFAULT_SIZE} on GPUs, {CPU_DEFAULT_SIZE} on CPU.",
+        ),
+    )
+    tolerance: str | float | None = field(
+        default=None,
+        metadata=cli(
+            "--tolerance",
+            "-t",
+            type=str,
+            help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}.",
+        ),
+    )
+    stages: str | Sequence[str] | None = field(
+        default=None,
+        metadata=cli(metavar="intra,inter", type=str, help="Stages to run. Default both."),
+    )
+    baseline: str | Path | None = field(
+        default=None,
+        metadata=cli(
+            metavar="EXPECTATIONS",
+            type=Path,
+            help="Expected GB/s per stage (JSON) or a diagnose run of a good cluster; "
+            "default: the median of the peers.",
+        ),
+    )
+    iters: int | None = field(
+        default=None,
+        metadata=cli(type=int, help=f"Timed iterations per test. Default {DEFAULT_ITERS}."),
+    )
+    warmup: int | None = field(
+        default=None,
+        metadata=cli(type=int, help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."),
+    )
+    timeout: float | None = field(
+        default=None,
+        metadata=cli(type=float, help="Seconds without progress before a node is declared hung."),
+    )
+
+
 def diagnose_settings(
-    place: Placement,
-    *,
-    sizes: str | int | None = None,
-    tolerance: str | float | None = None,
-    stages: str | Sequence[str] | None = None,
-    baseline: str | Path | None = None,
-    iters: int | None = None,
-    warmup: int | None = None,
-    timeout: float | None = None,
+    place: Placement, request: DiagnoseRequest
 ) -> tuple[DiagnoseSettings, CollectivesSettings]:
     """What a `diagnose` command line asks for, on nodes placed as `place`: the diagnosis's
     own settings and the collectives settings of its launch. The command, the Python API
@@ -82,6 +127,8 @@ def diagnose_settings(
     from commbench.diagnose.expectations import load_expectations
     from commbench.sizes import parse_sizes
 
+    sizes, stages, baseline = request.sizes, request.stages, request.baseline
+    tolerance, iters, timeout = request.tolerance, request.iters, request.timeout
     if sizes is None:
         sizes = GPU_DEFAULT_SIZE if place.device == "cuda" else CPU_DEFAULT_SIZE
     parsed = parse_sizes(str(sizes))
@@ -105,7 +152,7 @@ def diagnose_settings(
         nproc=place.nproc,
         backend=place.backend,
         device=place.device,
-        warmup=warmup,
+        warmup=request.warmup,
         iters=DEFAULT_ITERS if iters is None else iters,
         check=False,
         timeout=DEFAULT_TIMEOUT if timeout is None else timeout,

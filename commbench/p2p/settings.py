@@ -14,6 +14,7 @@ from typing import Any
 from commbench.errors import UserError, quoted
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
+from commbench.options import cli
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
@@ -104,37 +105,9 @@ class P2PSettings:
         return data
 
     @classmethod
-    def from_flags(
-        cls,
-        *,
-        src: int | str | None = None,
-        dst: str | Sequence[int] | None = None,
-        size: str | int | Sequence[int] | None = None,
-        mode: str = "both",
-        bidirectional: bool = False,
-        matrix: bool = False,
-        host: bool = False,
-        latency: bool = False,
-        warmup: int = 5,
-        iters: int | None = None,
-    ) -> P2PSettings:
-        """The settings of what a user asked for, as `commbench p2p` takes it (its flags in
-        snake_case; `dst` a comma list or a list, `size` a size spec or bytes): the one place
-        the command and `commbench.p2p()` fill in defaults and check the flags together."""
-        if matrix and src is not None:
-            raise UserError("--matrix measures every pair; it takes no --src")
-        return cls(
-            src=_gpu(src),
-            dsts=None if dst is None else _gpus(dst),
-            matrix=matrix,
-            sizes=[DEFAULT_SIZE] if size is None else _sizes(size),
-            modes=parse_modes(mode),
-            bidirectional=bidirectional,
-            host=host,
-            latency=latency,
-            warmup=warmup,
-            iters=iters,
-        )
+    def from_flags(cls, **flags: Any) -> P2PSettings:
+        """`P2PRequest(**flags).settings()`: the keywords of `commbench p2p`."""
+        return P2PRequest(**flags).settings()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> P2PSettings:
@@ -220,3 +193,67 @@ def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:
             raise UserError(f"{flag} {quoted(text)}: {quoted(t)} is not a GPU index")
         out.append(int(t))
     return out
+
+
+@dataclass(kw_only=True)
+class P2PRequest:
+    """What a user asks of `commbench p2p`, as typed: each field is declared once here and
+    is the flag and the `run_p2p` keyword. `settings()` is the one place the command and
+    the API fill in defaults and check the flags together."""
+
+    src: int | str | None = field(
+        default=None,
+        metadata=cli(metavar="GPU", type=str, help="Source GPU (CUDA ordinal). Default 0."),
+    )
+    dst: str | Sequence[int] | None = field(
+        default=None,
+        metadata=cli(type=str, help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."),
+    )
+    size: str | int | Sequence[int] | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
+            "Default 400000000 B: 10**8 float32.",
+        ),
+    )
+    mode: str = field(
+        default="both",
+        metadata=cli(
+            metavar="concurrent|sequential|both",
+            help="concurrent (all copies at once), sequential (one at a time) or both.",
+        ),
+    )
+    bidirectional: bool = field(
+        default=False, metadata=cli(help="Copy both ways at once; report each way and the sum.")
+    )
+    matrix: bool = field(
+        default=False, metadata=cli(help="Every GPU to every other; also writes a heatmap PNG.")
+    )
+    host: bool = field(
+        default=False, metadata=cli(help="Also pinned host->device and device->host copies.")
+    )
+    latency: bool = field(
+        default=False, metadata=cli(help="Also small-copy latency (4 B - 64 KiB, in us).")
+    )
+    warmup: int = field(default=5, metadata=cli(help="Untimed rounds before each measurement."))
+    iters: int | None = field(
+        default=None,
+        metadata=cli(type=int, help="Timed rounds per measurement. Default 20 (latency: 200)."),
+    )
+
+    def settings(self) -> P2PSettings:
+        if self.matrix and self.src is not None:
+            raise UserError("--matrix measures every pair; it takes no --src")
+        return P2PSettings(
+            src=_gpu(self.src),
+            dsts=None if self.dst is None else _gpus(self.dst),
+            matrix=self.matrix,
+            sizes=[DEFAULT_SIZE] if self.size is None else _sizes(self.size),
+            modes=parse_modes(self.mode),
+            bidirectional=self.bidirectional,
+            host=self.host,
+            latency=self.latency,
+            warmup=self.warmup,
+            iters=self.iters,
+        )

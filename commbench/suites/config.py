@@ -24,6 +24,7 @@ from commbench.collectives.settings import (
     GPU_DEFAULT_SIZES,
     MAX_NPROC,
     MIN_TIMEOUT,
+    CollectivesRequest,
 )
 from commbench.compare import (
     DEFAULT_ALPHA,
@@ -36,6 +37,7 @@ from commbench.compare import (
 from commbench.errors import UserError
 from commbench.files import load_yaml
 from commbench.numbers import MAX_ITERATIONS, shown_number
+from commbench.options import default_of, suite_keys
 
 SUITE_SCHEMA_VERSION = 1
 DEVICES = ("cuda", "cpu")
@@ -75,6 +77,13 @@ class _Section:
         if key not in self.data or self.data[key] is None:
             return default
         return parse(self.data[key], self.at(key))
+
+    def option(self, record: type, key: str, parse: Callable[[Any, str], T]) -> T:
+        """The key of the same name as a declared option of `record` (`suite=True`), with
+        that option's default: a suite entry that leaves a key out measures what the bare
+        command measures."""
+
+        return self.get(key, parse, suite_keys(record)[key].default)
 
     def done(self) -> None:
         for key in self.data:
@@ -258,13 +267,14 @@ class Timing:
 
 
 def _timing(section: _Section) -> Timing:
+    min_time = section.option(CollectivesRequest, "min_time", _float)
     timing = Timing(
-        warmup=section.get("warmup", _int(0), None),
-        iters=section.get("iters", _int(1), None),
-        min_time=section.get("min_time", _float, DEFAULT_MIN_TIME),
+        warmup=section.option(CollectivesRequest, "warmup", _int(0)),
+        iters=section.option(CollectivesRequest, "iters", _int(1)),
+        min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
         min_iters=section.get("min_iters", _int(1), DEFAULT_MIN_ITERS),
         max_iters=section.get("max_iters", _int(1), DEFAULT_MAX_ITERS),
-        timeout=section.get("timeout", _seconds(MIN_TIMEOUT), DEFAULT_TIMEOUT),
+        timeout=section.option(CollectivesRequest, "timeout", _seconds(MIN_TIMEOUT)),
     )
     if timing.iters is not None and "min_time" in section.data:
         raise _Invalid(
@@ -333,18 +343,33 @@ def _section_data(value: Any) -> Any:
     return {} if value is True else value
 
 
+def _section_sizes(section: _Section) -> Sizes:
+    """`sizes`: one spec, or one per device; the bare command's per-device default when
+    left out (`CollectivesRequest.sizes` None)."""
+    sizes = section.option(CollectivesRequest, "sizes", _sizes)
+    return Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES) if sizes is None else sizes
+
+
+def _default_dtypes() -> list[str]:
+    """`dtypes` (a list: one run each) defaults to the command's `--dtype`."""
+    from commbench.collectives.settings import parse_dtypes
+
+    return parse_dtypes(default_of(CollectivesRequest, "dtype"))
+
+
 def _collectives(value: Any) -> CollectivesSection:
     from commbench.collectives.specs import OPS, REDUCE_OPS
 
     s = _Section(_section_data(value), "collectives")
-    out_of_place: bool | str = False
+    ops = s.option(CollectivesRequest, "ops", _names(list(OPS), "ops"))
     out = CollectivesSection(
-        ops=s.get("ops", _names(list(OPS), "ops"), list(OPS)),
-        sizes=s.get("sizes", _sizes, Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES)),
-        dtypes=s.get("dtypes", _dtypes, ["float32"]),
-        reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
-        in_place=s.get("in_place", _in_place, out_of_place),
-        check=s.get("check", _bool, True),
+        # the bare command's default: every op
+        ops=list(OPS) if ops is None else ops,
+        sizes=_section_sizes(s),
+        dtypes=s.get("dtypes", _dtypes, _default_dtypes()),
+        reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
+        in_place=s.option(CollectivesRequest, "in_place", _in_place),
+        check=s.option(CollectivesRequest, "check", _bool),
         timing=_timing(s),
     )
     s.done()
@@ -367,9 +392,9 @@ def _strategies(value: Any) -> StrategiesSection:
     out = StrategiesSection(
         # Without the strategies module names are kept as written; the runner skips them.
         names=s.get("names", _names(known, "strategies"), list(known or ["all"])),
-        sizes=s.get("sizes", _sizes, Sizes(cuda=GPU_DEFAULT_SIZES, cpu=CPU_DEFAULT_SIZES)),
-        dtypes=s.get("dtypes", _dtypes, ["float32"]),
-        reduce_op=s.get("reduce_op", _choice(*REDUCE_OPS), "sum"),
+        sizes=_section_sizes(s),
+        dtypes=s.get("dtypes", _dtypes, _default_dtypes()),
+        reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
         timing=_timing(s),
     )
     s.done()

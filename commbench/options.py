@@ -1,0 +1,228 @@
+"""One declaration per option: the field of a request record is the flag, the keyword and the
+suite key at once.
+
+A command's options are the fields of one dataclass (`CollectivesRun`, `CompareRequest`, ...).
+Each field says, once, its name (the Python keyword; the flag is derived from it unless
+given), its type, its default and its help, in the field's `metadata` (`cli(...)`,
+`arg(...)`). Two things are built from that record and nothing else:
+
+* the Typer command (`command`): a callback whose signature is made from the fields, so
+  `--help`, the parsed defaults and the record's defaults are the same objects;
+* the Python API verb (`verb`): a function whose keywords are the record's constructor,
+  so `help(commbench.run_collectives)`, a type checker (through `ParamSpec`) and the CLI
+  agree on every name and default.
+
+A suite's schema reads its keys from the same fields (`suite_keys`). A field without
+metadata is API-only (a progress callback); a parameter of the command's own body that is
+not a field is CLI-only (`--format`, where the output goes). Nothing here imports Typer at
+module level: `import commbench` stays light, and only the CLI builds commands.
+
+This follows torchtitan (`config/manager.py` builds argparse from `JobConfig`'s fields) and
+hyperfine (one options struct, filled once from clap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+O = TypeVar("O")  # noqa: E741 - the options record's type
+
+KEY = "commbench.option"
+"""The key of a field's metadata that holds its `Declared`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What the command line needs of one field: everything else (name, default, type as
+    the API sees it) is the field's own."""
+
+    names: tuple[str, ...]
+    """Flag spellings (`--sizes`, `-s`; `--check/--no-check` for a switch pair); empty for a
+    positional argument."""
+    help: str
+    metavar: str | None = None
+    type: Any = None
+    """What Typer parses the text into (str, int, float, bool, Path, an Enum, list[Path]);
+    None: the type of the default."""
+    argument: bool = False
+    """A positional argument (`compare BASELINE NEW`) rather than a flag."""
+    suite: bool = False
+    """A suite file's entries take it as a key of the same name."""
+    show_default: bool = True
+    late: bool = False
+    """Listed after the command's own options in `--help` (the shared launch flags)."""
+
+
+def cli(
+    *names: str,
+    help: str,
+    metavar: str | None = None,
+    type: Any = None,
+    suite: bool = False,
+    show_default: bool = True,
+    late: bool = False,
+) -> Mapping[str, Declared]:
+    """The metadata of a field that is a flag: `field(default=..., metadata=cli("--sizes",
+    "-s", help=...))`. Without names, the flag is the field's name in kebab case."""
+    return {KEY: Declared(names, help, metavar, type, False, suite, show_default, late)}
+
+
+def arg(
+    *,
+    help: str,
+    metavar: str | None = None,
+    type: Any = None,
+) -> Mapping[str, Declared]:
+    """The metadata of a field that is a positional argument."""
+    return {KEY: Declared((), help, metavar, type, True)}
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One declared field, as the CLI, the API and the docs test read it."""
+
+    name: str
+    """The Python keyword."""
+    default: Any
+    """The default, or `dataclasses.MISSING` for a required argument."""
+    declared: Declared
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        if self.declared.argument:
+            return ()
+        if self.declared.names:
+            return self.declared.names
+        return ("--" + self.name.replace("_", "-"),)
+
+    @property
+    def flag(self) -> str:
+        """The long flag (`--check` of `--check/--no-check`); the metavar of an argument."""
+        if self.declared.argument:
+            return self.declared.metavar or self.name.upper()
+        return self.flags[0].split("/")[0]
+
+    @property
+    def cli_type(self) -> Any:
+        if self.declared.type is not None:
+            return self.declared.type
+        if self.default is None or self.default is dataclasses.MISSING:
+            raise TypeError(f"option {self.name!r} needs type= (its default says none)")
+        return type(self.default)
+
+    def typer_parameter(self) -> Any:
+        """The `typer.Option` / `typer.Argument` this declaration stands for."""
+        import typer
+
+        d = self.declared
+        default = ... if self.default is dataclasses.MISSING else self.default
+        if d.argument:
+            return typer.Argument(default, metavar=d.metavar, help=d.help)
+        return typer.Option(
+            default, *self.flags, metavar=d.metavar, help=d.help, show_default=d.show_default
+        )
+
+
+def declared(record: type | object) -> list[Option]:
+    """The declared fields of an options record (a class or an instance), in field order,
+    the `late` ones (shared launch flags, from a base record) last."""
+    found = []
+    for f in dataclasses.fields(record):  # type: ignore[arg-type]
+        spec = f.metadata.get(KEY)
+        if spec is None:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        found.append(Option(f.name, default, spec))
+    return sorted(found, key=lambda o: o.declared.late)
+
+
+def suite_keys(record: type) -> dict[str, Option]:
+    """The options a suite file's entry takes, by key (the field's name)."""
+    return {o.name: o for o in declared(record) if o.declared.suite}
+
+
+def default_of(record: type, name: str) -> Any:
+    """The declared default of one option of `record`."""
+    for o in declared(record):
+        if o.name == name:
+            return o.default
+    raise KeyError(name)
+
+
+def values(record: object, names: Iterator[str] | list[str] | None = None) -> dict[str, Any]:
+    """The fields of a record (all of them, or `names`) as keywords, unconverted."""
+    wanted = [f.name for f in dataclasses.fields(record)] if names is None else list(names)  # type: ignore[arg-type]
+    return {name: getattr(record, name) for name in wanted}
+
+
+def verb(record: Callable[P, O]) -> Callable[[Callable[[O], R]], Callable[P, R]]:
+    """Make `body(options)` an API function whose keywords are `record`'s constructor.
+
+    The signature is the record's: its names, defaults and types (a type checker sees them
+    through `ParamSpec`; `help()` and an IDE through `__signature__`), so an API default
+    cannot differ from the CLI's, which is built from the same fields.
+    """
+
+    def wrap(body: Callable[[O], R]) -> Callable[P, R]:
+        @functools.wraps(body)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return body(record(*args, **kwargs))
+
+        returns = inspect.signature(body).return_annotation
+        call.__signature__ = inspect.signature(record).replace(  # type: ignore[attr-defined]
+            return_annotation=returns
+        )
+        call.options = record  # type: ignore[attr-defined]
+        return call
+
+    return wrap
+
+
+def command(record: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Make `body(options, **own)` a Typer callback whose parameters are the declared fields
+    of `record` followed by `body`'s own keyword parameters (a `typer.Context`, `--format`).
+
+    Typer reads the callback's `__signature__` and `__annotations__`, so the help, the
+    flags and the defaults come from the declarations; the record is built from what the
+    user typed and handed to the body.
+    """
+
+    def wrap(body: Callable[..., None]) -> Callable[..., None]:
+        options = declared(record)
+        mine = [o.name for o in options]
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        params = [
+            inspect.Parameter(
+                o.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=o.typer_parameter(),
+                annotation=o.cli_type,
+            )
+            for o in options
+        ]
+        params += [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+
+        @functools.wraps(body)
+        def callback(**kwargs: Any) -> None:
+            given = {name: kwargs.pop(name) for name in mine}
+            body(record(**given), **kwargs)
+
+        del callback.__wrapped__  # Typer must read the signature below, not body's
+        callback.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        callback.__annotations__ = {p.name: p.annotation for p in params}
+        callback.options = record  # type: ignore[attr-defined]
+        return callback
+
+    return wrap
