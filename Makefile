@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install test test-fast lint bench demo clean slurm-deps browser-deps gpu-check browser-check
+.PHONY: install test test-fast lint docs bench demo clean slurm-deps browser-deps gpu-check browser-check
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -29,6 +29,11 @@ lint:
 	$(PYTHON) -m ruff check commbench tests benchmarks
 	$(PYTHON) -m ruff format --check commbench tests benchmarks
 	$(PYTHON) -m mypy commbench
+
+# docs/cli.md, the reference of every command and option, made from their declarations
+# (tests/test_options.py fails while it is stale).
+docs:
+	$(PYTHON) -m commbench.cli.reference > docs/cli.md
 
 bench: install
 	$(PYTHON) benchmarks/harness_overhead.py

@@ -202,7 +202,10 @@ def command(record: type) -> Callable[[Callable[..., None]], Callable[..., None]
     def wrap(body: Callable[..., None]) -> Callable[..., None]:
         options = declared(record)
         mine = [o.name for o in options]
-        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        own = [
+            p.replace(annotation=_evaluated(p.annotation, body))
+            for p in list(inspect.signature(body).parameters.values())[1:]
+        ]
         params = [
             inspect.Parameter(
                 o.name,
@@ -226,3 +229,11 @@ def command(record: type) -> Callable[[Callable[..., None]], Callable[..., None]
         return callback
 
     return wrap
+
+
+def _evaluated(annotation: Any, body: Callable[..., Any]) -> Any:
+    """A parameter's annotation as the type it names: Typer resolves string annotations in
+    the callback's module, which is this one, not the command's."""
+    if isinstance(annotation, str):
+        return eval(annotation, body.__globals__)
+    return annotation

@@ -16,7 +16,7 @@ from pathlib import Path
 import commbench
 
 FLOORS: list[set[str]] = [
-    {"errors", "stats", "tables", "timing"},
+    {"errors", "stats", "tables", "timing", "options"},
     {"numbers", "files", "torch_version", "drawing", "lists"},
     {"fields", "sizes", "processes", "heatmap"},
     {"gpu_memory"},

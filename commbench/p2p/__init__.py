@@ -36,8 +36,31 @@ A heatmap of the matrix takes rows with `test == "bandwidth"`, `copy == "p2p"`,
 
 from __future__ import annotations
 
-from commbench.p2p.run import DryRun, P2POutcome, dry_run, load_topology, run_p2p
-from commbench.p2p.settings import P2PSettings
+from typing import TYPE_CHECKING, Any
+
+_NAMES = {
+    "DryRun": "commbench.p2p.run",
+    "P2POutcome": "commbench.p2p.run",
+    "dry_run": "commbench.p2p.run",
+    "load_topology": "commbench.p2p.run",
+    "run_p2p": "commbench.p2p.run",
+    "P2PSettings": "commbench.p2p.settings",
+}
+"""Loaded on first use (PEP 562): the command line reads `p2p.settings` to build `--help`,
+and must not pay for the topology and expectation modules behind `run`."""
+
+if TYPE_CHECKING:
+    from commbench.p2p.run import DryRun, P2POutcome, dry_run, load_topology, run_p2p
+    from commbench.p2p.settings import P2PSettings
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name not in _NAMES:
+        raise AttributeError(f"module 'commbench.p2p' has no attribute {name!r}")
+    return getattr(importlib.import_module(_NAMES[name]), name)
+
 
 __all__ = [
     "DryRun",

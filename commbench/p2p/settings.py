@@ -214,7 +214,7 @@ class P2PRequest:
         metadata=cli(
             type=str,
             help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
-            "Default 400000000 B: 10**8 float32.",
+            f"Default {DEFAULT_SIZE} B: 10**8 float32.",
         ),
     )
     mode: str = field(
@@ -239,7 +239,11 @@ class P2PRequest:
     warmup: int = field(default=5, metadata=cli(help="Untimed rounds before each measurement."))
     iters: int | None = field(
         default=None,
-        metadata=cli(type=int, help="Timed rounds per measurement. Default 20 (latency: 200)."),
+        metadata=cli(
+            type=int,
+            help="Timed rounds per measurement. "
+            f"Default {DEFAULT_ITERS['bandwidth']} (latency: {DEFAULT_ITERS['latency']}).",
+        ),
     )
 
     def settings(self) -> P2PSettings:

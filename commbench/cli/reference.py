@@ -1,0 +1,85 @@
+"""docs/cli.md, the reference of every command and option, made from the declarations.
+
+The page is generated (`make docs`, or `python -m commbench.cli.reference > docs/cli.md`)
+and a test compares the committed page with a fresh one, so the documented defaults and
+help cannot drift from what `--help` prints and what the API takes: all three are read from
+the same request records (`commbench.options`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import typer
+
+from commbench.cli import app
+
+HEADER = """# Command reference
+
+Generated from the declarations of each command's options (`commbench/options.py`) by
+`make docs`; do not edit by hand. Each option is also the keyword of the command's Python
+verb (`docs/api.md`), with the same default.
+"""
+
+
+# Typer vendors click since 0.28, so its classes are not importable by a public name: the
+# parameters are told apart by click's own attribute for it (`param_type_name`).
+
+
+def _default(param: Any) -> str:
+    value: Any = param.default
+    if param.is_flag and not param.secondary_opts:
+        return "off" if not value else "on"
+    if value is None or value == [] or value == ():
+        return ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if param.secondary_opts:
+        return param.opts[0] if value else param.secondary_opts[0]
+    return f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _commands(group: Any, prefix: str) -> list[tuple[str, Any]]:
+    """Every command below `group`, by its full name (`import nccl-tests`)."""
+    found: list[tuple[str, Any]] = []
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        if hasattr(command, "commands"):  # a group of its own
+            found += _commands(command, f"{prefix}{name} ")
+        else:
+            found.append((f"{prefix}{name}", command))
+    return found
+
+
+def reference() -> str:
+    """The page, as markdown."""
+    group = typer.main.get_group(app)
+    lines = [HEADER]
+    for name, command in _commands(group, ""):
+        lines.append(f"## commbench {name}\n")
+        lines.append(_cell(command.help or "") + "\n")
+        rows = []
+        for param in command.params:
+            if param.param_type_name == "argument":
+                meta = param.metavar or (param.name or "").upper()
+                what = f"`{meta}`" + (" ..." if param.nargs == -1 else "")
+                help_text = getattr(param, "help", "") or ""
+                rows.append(f"| {what} | | {_cell(help_text)} |")
+                continue
+            if param.param_type_name != "option" or param.hidden:
+                continue
+            flags = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+            rows.append(f"| {flags} | {_default(param)} | {_cell(param.help or '')} |")
+        if rows:
+            lines.append("| option | default | what |\n|---|---|---|")
+            lines.append("\n".join(rows) + "\n")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reference(), end="")
