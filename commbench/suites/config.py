@@ -36,9 +36,9 @@ from commbench.compare import (
 from commbench.errors import UserError
 from commbench.files import load_yaml
 from commbench.numbers import MAX_ITERATIONS, shown_number
+from commbench.results.names import DEVICES
 
 SUITE_SCHEMA_VERSION = 1
-DEVICES = ("cuda", "cpu")
 T = TypeVar("T")
 
 
