@@ -375,6 +375,20 @@ def test_a_noisy_point_still_fails_on_a_collapse_but_warns_within_its_spread() -
         assert point.mark == mark, (factor, point.reason)
 
 
+def test_one_function_decides_each_point_and_the_summary_agrees_on_latency_bound() -> None:
+    from commbench.compare import judge_point
+    from commbench.results.summary import bandwidth_bound as summary_bandwidth_bound
+
+    base = _row(_steady(1000.0))
+    assert judge_point(base, None, GateSettings()).mark == Mark.missing
+    slower = _row(_steady(1100.0))  # 9% slower: past 5%, within the latency tolerance of 15%
+    peak = 2 * base.busbw_gbps
+    assert not summary_bandwidth_bound(base.busbw_gbps, peak * 1.01)
+    assert judge_point(base, slower, GateSettings(), peak=peak).mark == Mark.worse
+    latency = judge_point(base, slower, GateSettings(), peak=peak * 1.01)
+    assert latency.latency_bound and latency.mark == Mark.same
+
+
 # -- a new run that did not finish ---------------------------------------------------------
 
 
