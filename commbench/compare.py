@@ -34,7 +34,7 @@ from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import CHECK_FAILED, ResultRow, RowKey
 from commbench.results.summary import bandwidth_bound, series_key, series_peaks
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ DEFAULT_NOISY_CV = 0.2
 # Fewer samples than this on either side: no test, the ratio alone decides.
 MIN_SAMPLES = 3
 
-PointKey = tuple[str, str, str, str, int, int, bool]
+PointKey = RowKey
 KEY_FIELDS = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes", "in_place")
 
 # comparable() keys, as the refusal message names them.
@@ -164,11 +164,6 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 # -- the comparison ---------------------------------------------------------------------------
-
-
-def point_key(row: ResultRow) -> PointKey:
-    """`ResultRow.key` plus in-place: imported nccl-tests runs hold both variants."""
-    return (*row.key, row.in_place)
 
 
 def _key_fields(key: PointKey) -> dict[str, Any]:
@@ -376,7 +371,7 @@ def judge_point(
     and is not noise: a noisy point (`is_noisy`) only fails past twice its own spread, and
     nothing fails against a noisy baseline.
     """
-    key = point_key(base)
+    key = base.key
     if new is None:
         return _bare(key, Mark.missing, "not in the new run", base)
     if new.check == CHECK_FAILED:
@@ -449,7 +444,7 @@ def judge_point(
 def _index(rows: list[ResultRow]) -> dict[PointKey, ResultRow]:
     out: dict[PointKey, ResultRow] = {}
     for row in rows:
-        out.setdefault(point_key(row), row)
+        out.setdefault(row.key, row)
     return out
 
 

@@ -88,6 +88,19 @@ def test_a_table_puts_the_two_forms_side_by_side_per_size() -> None:
     assert single.title.endswith("in-place") and len(single.cells) == 1
 
 
+def test_the_two_forms_of_a_point_are_two_points_to_compare() -> None:
+    from commbench.compare import GateSettings, Mark, compare_rows
+
+    out_of_place, in_place = _row(False, 1024, 1.0), _row(True, 1024, 3.0)
+    assert out_of_place.key != in_place.key  # rows keyed by ResultRow.key never collide
+    assert out_of_place.key == _row(False, 1024, 2.0).key
+    points, _, _ = compare_rows([out_of_place, in_place], [out_of_place], GateSettings())
+    assert sorted((p.in_place, p.mark) for p in points) == [
+        (False, Mark.same),
+        (True, Mark.missing),
+    ]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_real_run_of_both_forms_and_two_dtypes(tmp_path: Path) -> None:
