@@ -21,7 +21,7 @@ from pathlib import Path
 from commbench.compare import Gate, GateSettings, Mark, mann_whitney_greater
 from commbench.results.runs import load_run
 from commbench.results.schema import ResultRow
-from commbench.suites.store import compare_targets, load_runs, recorded_gate
+from commbench.suites.gate import compare_targets, load_runs, recorded_gate
 
 PLAIN_TOLERANCE = 0.05
 PLAIN_ALPHA = 0.01

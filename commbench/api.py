@@ -289,7 +289,7 @@ def compare_runs(
     Raises UserError when the two cannot be compared (another GPU model, world size, ...
     unless `allow_mismatch`)."""
     from commbench.compare import Gate, parse_fraction
-    from commbench.suites.store import compare_targets, gate_for
+    from commbench.suites.gate import compare_targets, gate_for
 
     base_path, new_path = _path(baseline), _path(new)
     settings = gate_for(
@@ -592,7 +592,7 @@ def report_run(
         check_output([out_path], reads)
     comparisons = None
     if base_path is not None:
-        from commbench.suites.store import compare_targets, gate_for
+        from commbench.suites.gate import compare_targets, gate_for
 
         settings = gate_for(base_path, run_path, allow_mismatch=allow_mismatch)
         comparisons = compare_targets(base_path, run_path, settings)

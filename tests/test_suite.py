@@ -17,7 +17,7 @@ from commbench.results.runs import load_run
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, SuiteDir, new_run_dir, write_results
 from commbench.suites.config import load_suite, parse_suite
-from commbench.suites.store import compare_targets, load_runs
+from commbench.suites.gate import compare_targets, load_runs
 
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
