@@ -13,6 +13,7 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings, Point, plan_points
 from commbench.results.exporters import BOTH_HEADERS, HEADERS, build_tables
 from commbench.results.schema import ResultRow
+from tests.factories import make_row
 
 
 def settings(**kw: object) -> CollectivesSettings:
@@ -59,19 +60,15 @@ def test_stored_settings_from_before_both_still_load() -> None:
 
 
 def _row(in_place: bool, size: int, busbw: float, op: str = "all_gather") -> ResultRow:
-    return ResultRow.measured(
+    samples = [size / (2 * busbw * 1e3)] * 5
+    return make_row(
+        size,
+        samples,
+        busbw_factor=0.5,
         op=op,
-        strategy="",
-        dtype="float32",
         reduce_op="",
-        world_size=2,
-        size_bytes=size,
-        count=size // 4,
         in_place=in_place,
         requested_bytes=size,
-        samples_us=[size / (2 * busbw * 1e3)] * 5,
-        busbw_factor=0.5,
-        check="ok",
         warmup=1,
     )
 
