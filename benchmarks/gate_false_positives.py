@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from commbench.compare import Gate, GateSettings, Mark, mann_whitney_greater, point_key
+from commbench.compare import Gate, GateSettings, Mark, mann_whitney_greater
 from commbench.results.runs import load_run
 from commbench.results.schema import ResultRow
-from commbench.suites.store import compare_targets, load_runs, recorded_gate
+from commbench.suites.gate import compare_targets, load_runs, recorded_gate
 
 PLAIN_TOLERANCE = 0.05
 PLAIN_ALPHA = 0.01
@@ -30,10 +30,10 @@ PLAIN_ALPHA = 0.01
 def plain_gate_fails(base: list[ResultRow], new: list[ResultRow]) -> int:
     """Points the textbook gate fails: busbw down more than 5% and a one-sided Mann-Whitney
     p below 0.01, with none of commbench's noise rules. The contrast the defaults answer."""
-    by_key = {point_key(r): r for r in base if r.samples_us}
+    by_key = {r.key: r for r in base if r.samples_us}
     failing = 0
     for n in new:
-        b = by_key.get(point_key(n))
+        b = by_key.get(n.key)
         if b is None or not n.samples_us or not b.time_us or not n.time_us:
             continue
         slower = b.time_us / n.time_us < 1 - PLAIN_TOLERANCE  # busbw ratio, same size

@@ -345,7 +345,7 @@ def compare_runs(request: CompareRequest) -> Gate:
     Raises UserError when the two cannot be compared (another GPU model, world size, ...
     unless `allow_mismatch`)."""
     from commbench.compare import Gate, parse_fraction
-    from commbench.suites.store import compare_targets, gate_for
+    from commbench.suites.gate import compare_targets, gate_for
 
     baseline, new, tolerance = request.baseline, request.new, request.tolerance
     latency_tolerance, allow_mismatch = request.latency_tolerance, request.allow_mismatch
@@ -797,7 +797,7 @@ def report_run(request: ReportRequest) -> Report:
         check_output([out_path], reads)
     comparisons = None
     if base_path is not None:
-        from commbench.suites.store import compare_targets, gate_for
+        from commbench.suites.gate import compare_targets, gate_for
 
         settings = gate_for(base_path, run_path, allow_mismatch=allow_mismatch)
         comparisons = compare_targets(base_path, run_path, settings)

@@ -34,8 +34,8 @@ from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
-from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.summary import bandwidth_bound
+from commbench.results.schema import CHECK_FAILED, ResultRow, RowKey
+from commbench.results.summary import bandwidth_bound, series_key, series_peaks
 
 if TYPE_CHECKING:
     import pandas
@@ -49,7 +49,7 @@ DEFAULT_NOISY_CV = 0.2
 # Fewer samples than this on either side: no test, the ratio alone decides.
 MIN_SAMPLES = 3
 
-PointKey = tuple[str, str, str, str, int, int, bool]
+PointKey = RowKey
 KEY_FIELDS = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes", "in_place")
 
 # comparable() keys, as the refusal message names them.
@@ -166,17 +166,8 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 # -- the comparison ---------------------------------------------------------------------------
 
 
-def point_key(row: ResultRow) -> PointKey:
-    """`ResultRow.key` plus in-place: imported nccl-tests runs hold both variants."""
-    return (*row.key, row.in_place)
-
-
 def _key_fields(key: PointKey) -> dict[str, Any]:
     return dict(zip(KEY_FIELDS, key))
-
-
-def _series_key(key: PointKey) -> tuple[Any, ...]:
-    return key[:5] + key[6:]
 
 
 def _measured(row: ResultRow) -> bool:
@@ -188,10 +179,16 @@ def dispersion(row: ResultRow) -> float | None:
     return row.stats.spread()
 
 
+def is_noisy(spread: float | None, threshold: float = DEFAULT_NOISY_CV) -> bool:
+    """Whether a robust spread (a point's, or a run's `noise_index`) is too wide to trust its
+    median: the one noise rule of the gate, the command line and the reports."""
+    return spread is not None and spread > threshold
+
+
 def noisy_warning(rows: Sequence[ResultRow], threshold: float = DEFAULT_NOISY_CV) -> str | None:
     """One sentence on the points whose robust spread is past `threshold`, or None: the
     same words on the command line and in reports."""
-    noisy = [r for r in rows if r.stats.n and (dispersion(r) or 0.0) > threshold]
+    noisy = [r for r in rows if r.stats.n and is_noisy(dispersion(r), threshold)]
     if not noisy:
         return None
     return (
@@ -345,24 +342,43 @@ def context_mismatches(base: RunContext, new: RunContext) -> list[str]:
     return out
 
 
-def _latency_bound(key: PointKey, row: ResultRow, peaks: dict[tuple[Any, ...], float]) -> bool:
+def latency_bound(row: ResultRow, peak: float) -> bool:
+    """Whether the gate holds a baseline point to the latency tolerance: it has no busbw
+    (barrier), or its busbw is under half its series' `peak` (the summary's
+    `bandwidth_bound`, so both name the same points)."""
     if row.busbw_gbps is None or not math.isfinite(row.busbw_gbps):
         return True  # barrier: nothing but latency
-    # the summary's rule (`commbench.results.summary`), so both name the same points
-    peak = peaks.get(_series_key(key), 0.0)
     return peak > 0 and not bandwidth_bound(row.busbw_gbps, peak)
 
 
-def _judge(
-    key: PointKey,
+def judge_point(
     base: ResultRow,
-    new: ResultRow,
+    new: ResultRow | None,
     settings: GateSettings,
-    floor: float,
-    noisy_baseline: bool,
-    peaks: dict[tuple[Any, ...], float],
+    *,
+    peak: float = 0.0,
+    floor: float = 0.0,
+    noisy_baseline: bool = False,
 ) -> PointResult:
-    latency = _latency_bound(key, base, peaks)
+    """The gate's decision on one measured baseline point, the one place it is made.
+
+    `new` is the new run's point with the same key (None: absent); `peak` the highest busbw
+    of the baseline point's series (`results.summary.series_peaks`), `floor` the baseline's
+    own dispersion (`noise_index`) and `noisy_baseline` whether that is past `noisy_cv`.
+    The new point is missing when absent, wrong or not measured; otherwise it is worse when
+    its drop exceeds the tolerance (the latency tolerance below half the peak, never under
+    the floor), is significant (one-sided Mann-Whitney below `alpha`, or no samples to test)
+    and is not noise: a noisy point (`is_noisy`) only fails past twice its own spread, and
+    nothing fails against a noisy baseline.
+    """
+    key = base.key
+    if new is None:
+        return _bare(key, Mark.missing, "not in the new run", base)
+    if new.check == CHECK_FAILED:
+        return _bare(key, Mark.missing, "wrong result in the new run", base)
+    if not _measured(new):
+        return _bare(key, Mark.missing, new.note or "not measured in the new run", base)
+    latency = latency_bound(base, peak)
     tolerance = settings.latency_tolerance if latency else settings.tolerance
     # The floor is a spread of times; as a busbw drop, +f in time is -f/(1+f) in busbw.
     drop_limit = max(tolerance, floor / (1 + floor))
@@ -371,7 +387,7 @@ def _judge(
     base_cv = base.stats.cv if math.isfinite(base.stats.cv) else None
     new_cv = new.stats.cv if math.isfinite(new.stats.cv) else None
     spread = max(dispersion(base) or 0.0, dispersion(new) or 0.0)
-    noisy_point = spread > settings.noisy_cv
+    noisy_point = is_noisy(spread, settings.noisy_cv)
     # A noisy point still fails on a drop past twice its own spread that the samples show is
     # no accident; smaller drops at such a point only warn.
     noisy_limit = 2 * spread / (1 + 2 * spread) if noisy_point else 0.0
@@ -428,7 +444,7 @@ def _judge(
 def _index(rows: list[ResultRow]) -> dict[PointKey, ResultRow]:
     out: dict[PointKey, ResultRow] = {}
     for row in rows:
-        out.setdefault(point_key(row), row)
+        out.setdefault(row.key, row)
     return out
 
 
@@ -452,27 +468,20 @@ def compare_rows(
     """Judge every point; returns (points, baseline noise index, noisy baseline)."""
     base, new = _index(base_rows), _index(new_rows)
     base_noise = noise_index(base.values())
-    noisy_baseline = base_noise is not None and base_noise > settings.noisy_cv
+    noisy_baseline = is_noisy(base_noise, settings.noisy_cv)
     floor = base_noise or 0.0
-    peaks: dict[tuple[Any, ...], float] = {}
-    for key, row in base.items():
-        if _measured(row) and row.busbw_gbps is not None and math.isfinite(row.busbw_gbps):
-            sk = _series_key(key)
-            peaks[sk] = max(peaks.get(sk, 0.0), row.busbw_gbps)
+    peaks = series_peaks(row for row in base.values() if _measured(row))
 
     points: list[PointResult] = []
     for key, b in base.items():
         if not _measured(b):
             continue  # nothing to hold the new run to
-        n = new.get(key)
-        if n is None:
-            points.append(_bare(key, Mark.missing, "not in the new run", b))
-        elif n.check == CHECK_FAILED:
-            points.append(_bare(key, Mark.missing, "wrong result in the new run", b))
-        elif not _measured(n):
-            points.append(_bare(key, Mark.missing, n.note or "not measured in the new run", b))
-        else:
-            points.append(_judge(key, b, n, settings, floor, noisy_baseline, peaks))
+        peak = peaks.get(series_key(b), 0.0)
+        points.append(
+            judge_point(
+                b, new.get(key), settings, peak=peak, floor=floor, noisy_baseline=noisy_baseline
+            )
+        )
     for key, n in new.items():
         if key not in base and _measured(n):
             points.append(_bare(key, Mark.new, "not in the baseline", n))

@@ -30,38 +30,10 @@ from commbench.errors import UserError
 from commbench.results.record import RunRecord
 from commbench.results.runs import Run, load_run
 from commbench.results.schema import CHECK_FAILED, ResultRow
-from commbench.results.store import RunDir, write_results
+from tests.factories import make_row, rescaled, write_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
-
-
-def rescaled(row: ResultRow, speed: float, spread: float = 1.0) -> ResultRow:
-    """`row` as if busbw were multiplied by `speed`; `spread` widens the samples around it."""
-    median = row.time_us
-    samples = [(median + (s - median) * spread) / speed for s in row.samples_us]
-    factor = row.busbw_gbps / row.algbw_gbps if row.busbw_gbps and row.algbw_gbps else None
-    keep = {
-        k: v
-        for k, v in row.to_dict().items()
-        if k
-        in (
-            "op",
-            "strategy",
-            "dtype",
-            "reduce_op",
-            "world_size",
-            "count",
-            "check",
-            "warmup",
-            "in_place",
-            "requested_bytes",
-            "note",
-        )
-    }
-    return ResultRow.measured(
-        samples_us=samples, size_bytes=row.size_bytes, busbw_factor=factor, **keep
-    )
 
 
 def derive(
@@ -78,11 +50,7 @@ def derive(
     meta["run_id"] = name
     if context:
         context(meta["context"])
-    out = tmp_path / name
-    out.mkdir()
-    RunDir(out).write_record(RunRecord.from_dict(meta, name))
-    write_results(out, rows)
-    return out
+    return write_run(tmp_path / name, rows, RunRecord.from_dict(meta, name))
 
 
 def bandwidth_bound(row: ResultRow) -> bool:
@@ -334,17 +302,7 @@ def test_compare_needs_a_measured_baseline(tmp_path: Path) -> None:
 
 
 def _row(samples: list[float], size: int = 256 << 20) -> ResultRow:
-    return ResultRow.measured(
-        samples_us=samples,
-        size_bytes=size,
-        busbw_factor=1.75,
-        op="all_reduce",
-        dtype="float32",
-        reduce_op="sum",
-        world_size=8,
-        count=size // 4,
-        check="ok",
-    )
+    return make_row(size, samples, world_size=8, busbw_factor=1.75)
 
 
 def _steady(center: float, n: int = 200) -> list[float]:
@@ -373,6 +331,20 @@ def test_a_noisy_point_still_fails_on_a_collapse_but_warns_within_its_spread() -
         assert not noisy_baseline
         point = next(p for p in points if p.size_bytes == 256 << 20)
         assert point.mark == mark, (factor, point.reason)
+
+
+def test_one_function_decides_each_point_and_the_summary_agrees_on_latency_bound() -> None:
+    from commbench.compare import judge_point
+    from commbench.results.summary import bandwidth_bound as summary_bandwidth_bound
+
+    base = _row(_steady(1000.0))
+    assert judge_point(base, None, GateSettings()).mark == Mark.missing
+    slower = _row(_steady(1100.0))  # 9% slower: past 5%, within the latency tolerance of 15%
+    peak = 2 * base.busbw_gbps
+    assert not summary_bandwidth_bound(base.busbw_gbps, peak * 1.01)
+    assert judge_point(base, slower, GateSettings(), peak=peak).mark == Mark.worse
+    latency = judge_point(base, slower, GateSettings(), peak=peak * 1.01)
+    assert latency.latency_bound and latency.mark == Mark.same
 
 
 # -- a new run that did not finish ---------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings, Point, plan_points
 from commbench.results.exporters import BOTH_HEADERS, HEADERS, build_tables
 from commbench.results.schema import ResultRow
+from tests.factories import make_row
 
 
 def settings(**kw: object) -> CollectivesSettings:
@@ -59,19 +60,15 @@ def test_stored_settings_from_before_both_still_load() -> None:
 
 
 def _row(in_place: bool, size: int, busbw: float, op: str = "all_gather") -> ResultRow:
-    return ResultRow.measured(
+    samples = [size / (2 * busbw * 1e3)] * 5
+    return make_row(
+        size,
+        samples,
+        busbw_factor=0.5,
         op=op,
-        strategy="",
-        dtype="float32",
         reduce_op="",
-        world_size=2,
-        size_bytes=size,
-        count=size // 4,
         in_place=in_place,
         requested_bytes=size,
-        samples_us=[size / (2 * busbw * 1e3)] * 5,
-        busbw_factor=0.5,
-        check="ok",
         warmup=1,
     )
 
@@ -86,6 +83,19 @@ def test_a_table_puts_the_two_forms_side_by_side_per_size() -> None:
     assert first[0] == "1K" and first[4] == "1.00" and first[9] == "3.00"
     assert second[0] == "4K" and second[4] == "2.00" and second[7:] == ["-"] * 5  # not measured
     assert single.title.endswith("in-place") and len(single.cells) == 1
+
+
+def test_the_two_forms_of_a_point_are_two_points_to_compare() -> None:
+    from commbench.compare import GateSettings, Mark, compare_rows
+
+    out_of_place, in_place = _row(False, 1024, 1.0), _row(True, 1024, 3.0)
+    assert out_of_place.key != in_place.key  # rows keyed by ResultRow.key never collide
+    assert out_of_place.key == _row(False, 1024, 2.0).key
+    points, _, _ = compare_rows([out_of_place, in_place], [out_of_place], GateSettings())
+    assert sorted((p.in_place, p.mark) for p in points) == [
+        (False, Mark.same),
+        (True, Mark.missing),
+    ]
 
 
 @pytest.mark.integration

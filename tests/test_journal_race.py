@@ -29,20 +29,11 @@ from commbench.results.record import RunContext, RunKind, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.schema import ResultRow
 from commbench.results.store import RESULTS_CSV, RunDir
+from tests.factories import make_row
 
 
 def _row(size: int) -> dict:
-    return ResultRow.measured(
-        samples_us=[10.0, 12.0, 11.0],
-        size_bytes=size,
-        busbw_factor=1.0,
-        op="all_reduce",
-        dtype="float32",
-        reduce_op="sum",
-        world_size=2,
-        count=size // 4,
-        check="ok",
-    ).to_dict()
+    return make_row(size).to_dict()
 
 
 def _line(event: dict) -> str:

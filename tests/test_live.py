@@ -13,20 +13,11 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.cli.live import LiveRows, clock, eta, progress_text
 from commbench.results.schema import ResultRow
+from tests.factories import make_row
 
 
 def _row(size: int, op: str = "all_reduce") -> ResultRow:
-    return ResultRow.measured(
-        op=op,
-        dtype="float32",
-        reduce_op="sum",
-        world_size=2,
-        count=size // 4,
-        check="ok",
-        samples_us=[100.0, 110.0, 120.0, 130.0, 140.0],
-        size_bytes=size,
-        busbw_factor=1.0,
-    )
+    return make_row(size, [100.0, 110.0, 120.0, 130.0, 140.0], op=op)
 
 
 class FakeClock:

@@ -5,24 +5,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.results.record import RunRecord
-from commbench.results.schema import SCHEMA_VERSION, ResultRow
-from commbench.results.store import RunDir, write_results
 from commbench.strategies.model import Params, predict_one
-
-
-def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    """A hand-made run.json, checked as commbench reads one."""
-    stored = {"schema_version": SCHEMA_VERSION, "status": "complete", "context": {}, **meta}
-    record = RunRecord.from_dict(stored, "test")
-    RunDir(run_dir).write_record(record)
-
+from tests.factories import make_row, write_run
 
 runner = CliRunner()
 
@@ -75,26 +64,19 @@ def make_run(
 ) -> Path:
     truth = Params(alpha_us=200.0, bw_gbps=0.5)
     rows = [
-        ResultRow.measured(
-            samples_us=[predict_one("direct", 4, s, truth).time_us],
-            size_bytes=s,
+        make_row(
+            s,
+            [predict_one("direct", 4, s, truth).time_us],
             busbw_factor=1.5,
-            op="all_reduce",
             strategy="direct",
             dtype=dtype,
-            reduce_op="sum",
             world_size=4,
-            count=s // 4,
-            check="ok",
         )
         for s in sizes
         for dtype in dtypes
     ]
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    write_meta(run_dir, {"kind": "collectives", "settings": {"backend": backend}})
-    write_results(run_dir, rows)
-    return run_dir
+    meta = {"kind": "collectives", "status": "complete", "context": {}}
+    return write_run(tmp_path / "run", rows, {**meta, "settings": {"backend": backend}})
 
 
 def test_from_run_fits_and_extrapolates(tmp_path: Path) -> None:

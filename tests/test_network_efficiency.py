@@ -7,7 +7,6 @@ snapshot it embeds has NICs with known rates (a 100 GbE RoCE port, 1 GbE, a virt
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 from commbench.report.document import build_report, to_markdown
@@ -15,14 +14,11 @@ from commbench.report.options import Images
 from commbench.results.network import ABOVE_LINE_RATE, UNKNOWN_RATE, busbw_bound, network_lines
 from commbench.results.runs import Run, load_run
 from commbench.sizes import format_size
-from commbench.topology import discover
 from commbench.topology.sysfs import SYSFS_ENV
+from tests.factories import fake_snapshot
 
 HERE = Path(__file__).parent
 RUN = HERE / "fixtures" / "runs" / "two-node-gloo-pcie8"
-sys.path.insert(0, str(HERE / "fixtures" / "topology"))
-
-from fake_nvml import FakeNvml, load_machine  # noqa: E402
 
 
 def run() -> Run:
@@ -62,7 +58,7 @@ def test_single_node_runs_have_no_network_note() -> None:
 def test_nccl_uses_the_rdma_nics_the_env_names() -> None:
     r = run()
     env = {SYSFS_ENV: str(HERE / "fixtures" / "sysfs" / "dgx_h100")}
-    dgx = discover(nvml=FakeNvml(load_machine("dgx_h100")), environ=env)
+    dgx = fake_snapshot("dgx_h100", env)
     context = dataclasses.replace(r.context, backend="nccl", topology=dgx, env={})
     assert network_lines(r.rows, context)[0].startswith("network peak: 8 x 400 Gb/s per node")
     some = dataclasses.replace(context, env={"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"})
@@ -133,7 +129,7 @@ def test_sendrecv_is_bounded_by_one_nic_and_tiny_shares_read_below_one_percent()
     and the stored run's 0.24 GB/s is below 1% of it, printed so, never as 0%."""
     r = run()
     env = {SYSFS_ENV: str(HERE / "fixtures" / "sysfs" / "dgx_h100")}
-    dgx = discover(nvml=FakeNvml(load_machine("dgx_h100")), environ=env)
+    dgx = fake_snapshot("dgx_h100", env)
     context = dataclasses.replace(r.context, backend="nccl", topology=dgx, env={})
     by_op = {line.split()[0]: line for line in network_lines(r.rows, context)[1:]}
     assert "<1% of 50 GB/s (sendrecv's bound on 8 x 400 Gb/s)" in by_op["sendrecv"]

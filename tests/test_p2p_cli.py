@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.p2p import measure
 from commbench.results.schema import SCHEMA_VERSION
+from tests.factories import fake_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PUZZLE = str(FIXTURES / "p2p" / "snapshot_puzzle8.json")
@@ -93,9 +94,7 @@ def test_dry_run_other_formats(fmt: str) -> None:
 
 
 def test_dry_run_one_gpu_says_there_are_no_peers(tmp_path: Path) -> None:
-    from commbench.topology import discover
-
-    snap = discover(nvml=FakeNvml(load_machine("one_gpu_old_driver")), environ={})
+    snap = fake_snapshot("one_gpu_old_driver")
     path = tmp_path / "t4.json"
     path.write_text(json.dumps(snap.to_dict()))
     result = invoke("--dry-run", "--topology", str(path), "--host")

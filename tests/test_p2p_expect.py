@@ -6,7 +6,6 @@ cuda:1, cuda:2 and cuda:4 at once took 4.3, 53.3 and 8.5 ms, i.e. 93.0, 7.5 and 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,16 @@ from commbench.p2p.plan import HOST, Copy, Step, plan
 from commbench.p2p.run import copy_row
 from commbench.p2p.settings import DEFAULT_SIZE, P2PSettings
 from commbench.results.schema import ResultRow, csv_record
-from commbench.topology import TopologySnapshot, discover, load_snapshot, parse_nvidia_smi
+from commbench.topology import TopologySnapshot, load_snapshot, parse_nvidia_smi
+from tests.factories import fake_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES / "topology"))
-
-from fake_nvml import FakeNvml, load_machine  # noqa: E402
 
 PUZZLE_MS = {"0->1": 4.3, "0->2": 53.3, "0->4": 8.5}
 
 
 def machine(name: str) -> TopologySnapshot:
-    return discover(nvml=FakeNvml(load_machine(name)), environ={}, root=Path("/nonexistent"))
+    return fake_snapshot(name, root=Path("/nonexistent"))
 
 
 def dgx1v() -> TopologySnapshot:

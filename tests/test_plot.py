@@ -23,18 +23,9 @@ from commbench.report.figures import (
     topology_peak,
 )
 from commbench.report.plots import draw, format_time_us, size_ticks, write_run_plots
-from commbench.results.record import RunRecord
 from commbench.results.runs import load_run
 from commbench.results.runs import load_run as load_run_any
-from commbench.results.schema import SCHEMA_VERSION
-from commbench.results.store import RunDir, write_results
-
-
-def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    """A hand-made run.json, checked as commbench reads one."""
-    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
-    RunDir(run_dir).write_record(record)
-
+from tests.factories import write_meta, write_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -224,9 +215,7 @@ def test_plot_defaults_to_the_run_directory(tmp_path: Path) -> None:
 
 def test_plot_refuses_bad_input(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
-    empty.mkdir()
-    write_meta(empty, {"kind": "collectives", "status": "failed", "context": {}})
-    write_results(empty, [])
+    write_run(empty, [], {"kind": "collectives", "status": "failed", "context": {}})
     result = CliRunner().invoke(app, ["plot", str(empty)])
     assert result.exit_code == 2 and "nothing to plot" in result.stderr
     assert CliRunner().invoke(app, ["plot", str(tmp_path / "missing")]).exit_code == 2

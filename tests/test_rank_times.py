@@ -31,7 +31,7 @@ from commbench.results.schema import (
     ResultRow,
     Straggler,
 )
-from commbench.results.store import RunDir, new_run_dir, write_results
+from commbench.results.store import new_run_dir
 from commbench.results.stragglers import (
     RankWaits,
     WaitedFor,
@@ -41,6 +41,7 @@ from commbench.results.stragglers import (
     summary_lines,
     waited_for,
 )
+from tests.factories import make_row, write_run
 
 REPO = Path(__file__).parents[1]
 V1_RUN = REPO / "results" / "reference" / "cpu-gloo-w4-strategies" / "20261121-060313-collectives"
@@ -65,15 +66,12 @@ def row(
     ranks: list[int] | None = None,
     op: str = "all_reduce",
 ) -> ResultRow:
-    return ResultRow.measured(
+    return make_row(
+        size,
+        [time_us] * 3,
         op=op,
-        dtype="float32",
+        reduce_op="",
         world_size=len(waits) if waits else 3,
-        count=size // 4,
-        check="ok",
-        samples_us=[time_us] * 3,
-        size_bytes=size,
-        busbw_factor=1.0,
         ranks=None if waits is None else times(waits, ranks),
     )
 
@@ -134,7 +132,6 @@ def test_rank_times_refuses_lists_that_do_not_match() -> None:
 
 
 def make_run(tmp_path: Path, rows: list[ResultRow], hosts: list[dict] | None = None) -> Run:
-    run_dir = new_run_dir(tmp_path / "runs", "collectives")
     record = RunRecord(
         kind=RunKind.COLLECTIVES,
         status=RunStatus.COMPLETE,
@@ -142,9 +139,7 @@ def make_run(tmp_path: Path, rows: list[ResultRow], hosts: list[dict] | None = N
         points_total=len(rows),
         points_done=len(rows),
     )
-    RunDir(run_dir).write_record(record)
-    write_results(run_dir, rows)
-    return load_run(run_dir)
+    return load_run(write_run(new_run_dir(tmp_path / "runs", "collectives"), rows, record))
 
 
 def test_rank_times_round_trip_through_results_json_not_csv(tmp_path: Path) -> None:

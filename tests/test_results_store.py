@@ -3,6 +3,7 @@ import json
 import math
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,21 +15,9 @@ from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, new_run_dir, write_results
+from tests import factories
 
-
-def make_row(size: int = 1024, samples: list[float] | None = None, **kw) -> ResultRow:
-    base = {
-        "op": "all_reduce",
-        "dtype": "float32",
-        "reduce_op": "sum",
-        "world_size": 4,
-        "count": size // 4,
-        "check": "ok",
-    }
-    base.update(kw)
-    return ResultRow.measured(
-        samples_us=samples or [10.0, 12.0, 11.0], size_bytes=size, busbw_factor=1.5, **base
-    )
+make_row = partial(factories.make_row, world_size=4, busbw_factor=1.5)
 
 
 def test_measured_row_computes_nccl_tests_bandwidths() -> None:

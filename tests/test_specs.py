@@ -1,7 +1,8 @@
 import pytest
 
-from commbench.collectives.specs import OPS, busbw_factor, parse_ops, plan_size
+from commbench.collectives.specs import OPS, STRATEGIES, busbw_factor, parse_ops, plan_size
 from commbench.errors import UserError
+from commbench.results.names import BACKENDS
 
 
 @pytest.mark.parametrize(
@@ -41,6 +42,13 @@ def test_all_ops_are_registered() -> None:
         "sendrecv",
         "barrier",
     }
+
+
+def test_every_strategy_says_what_the_model_counts_on_every_backend() -> None:
+    # the one strategy table: the model's legend and the tables' headers read it
+    for spec in STRATEGIES.values():
+        assert spec.header and set(spec.counts) == set(BACKENDS)
+    assert [s.header for s in STRATEGIES.values()][1:3] == ["red+bcast", "rs+ag"]
 
 
 def test_parse_ops() -> None:

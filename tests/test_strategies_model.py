@@ -20,6 +20,7 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
+from tests.factories import allreduce_factor, make_row
 
 MIB = 1 << 20
 # alpha 10 us, beta 100 GB/s: S bytes take S / 1e5 us on one link.
@@ -131,16 +132,12 @@ def test_params_validate(kwargs: dict, fragment: str) -> None:
 
 
 def row(n: int, size: int, t: float, strategy: str = "direct", check: str = "ok") -> ResultRow:
-    return ResultRow.measured(
-        samples_us=[t],
-        size_bytes=size,
-        busbw_factor=2 * (n - 1) / n,
-        op="all_reduce",
+    return make_row(
+        size,
+        [t],
+        busbw_factor=allreduce_factor(n),
         strategy=strategy,
-        dtype="float32",
-        reduce_op="sum",
         world_size=n,
-        count=size // 4,
         check=check,
     )
 

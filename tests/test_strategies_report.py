@@ -11,23 +11,16 @@ from commbench.results.exporters import Format
 from commbench.results.schema import ResultRow
 from commbench.strategies.model import Params, predict_one
 from commbench.strategies.report import comparison_records, render_comparison
+from tests.factories import allreduce_factor, make_row
 
 TRUTH = Params(alpha_us=100.0, bw_gbps=1.0, backend="gloo")
 SIZES = [1024, 1 << 20]
 
 
 def row(strategy: str, size: int, t: float, n: int = 4, spread: float = 0.01) -> ResultRow:
-    return ResultRow.measured(
-        samples_us=[t * (1 - spread), t, t * (1 + spread)],
-        size_bytes=size,
-        busbw_factor=2 * (n - 1) / n,
-        op="all_reduce",
-        strategy=strategy,
-        dtype="float32",
-        reduce_op="sum",
-        world_size=n,
-        count=size // 4,
-        check="ok",
+    samples = [t * (1 - spread), t, t * (1 + spread)]
+    return make_row(
+        size, samples, busbw_factor=allreduce_factor(n), strategy=strategy, world_size=n
     )
 
 

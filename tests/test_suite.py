@@ -15,16 +15,10 @@ from commbench.launch.launcher import Outcome
 from commbench.results.record import RunRecord, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
-from commbench.results.store import RunDir, SuiteDir, new_run_dir, write_results
+from commbench.results.store import SuiteDir, new_run_dir
 from commbench.suites.config import load_suite, parse_suite
-from commbench.suites.store import compare_targets, load_runs
-
-
-def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    """A hand-made run.json, checked as commbench reads one."""
-    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
-    RunDir(run_dir).write_record(record)
-
+from commbench.suites.gate import compare_targets, load_runs
+from tests.factories import rescaled, write_meta, write_run
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 GOLDEN = Path(__file__).parent / "fixtures" / "runs" / "h100x8-golden"
@@ -184,8 +178,7 @@ class FakeLauncher:
             "holds_results": held,
         }
         record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
-        RunDir(run_dir).write_record(record)
-        write_results(run_dir, rows)
+        write_run(run_dir, rows, record)
         return Outcome(
             run_dir=run_dir,
             status=RunStatus.COMPLETE,
@@ -196,18 +189,7 @@ class FakeLauncher:
         )
 
     def scaled(self, r: ResultRow) -> ResultRow:
-        if self.speed == 1.0:
-            return r
-        keep = {
-            k: getattr(r, k)
-            for k in ("op", "strategy", "dtype", "reduce_op", "world_size", "count", "check")
-        }
-        return ResultRow.measured(
-            samples_us=[s / self.speed for s in r.samples_us],
-            size_bytes=r.size_bytes,
-            busbw_factor=r.busbw_gbps / r.algbw_gbps,  # type: ignore[operator]
-            **keep,
-        )
+        return r if self.speed == 1.0 else rescaled(r, self.speed)
 
 
 def p2p_row(src: int, dst: int, ms: float) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from commbench.results.runs import load_run
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import CHECK_FAILED
 from commbench.results.summary import (
     LATENCY_BOUND_FRACTION,
     bandwidth_bound,
@@ -15,38 +15,19 @@ from commbench.results.summary import (
     render,
     summarise,
 )
-from commbench.stats import Stats
+from tests.factories import row_at
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _row(size: int, busbw: float | None, **kw: object) -> ResultRow:
-    fields: dict[str, object] = {
-        "op": "all_reduce",
-        "dtype": "float32",
-        "reduce_op": "sum",
-        "world_size": 2,
-        "count": size // 4,
-        "check": "ok",
-        **kw,
-    }
-    return ResultRow(
-        size_bytes=size,
-        algbw_gbps=busbw,
-        busbw_gbps=busbw,
-        stats=Stats(n=5, median=1.0),
-        **fields,  # type: ignore[arg-type]
-    )
 
 
 def test_peak_size_and_average_over_the_bandwidth_bound_sizes() -> None:
     # 1K and 4K are under half the peak (10): latency-bound, left out of the average
     rows = [
-        _row(1024, 1.0),
-        _row(4096, 4.9),
-        _row(16384, 6.0),
-        _row(65536, 10.0),
-        _row(1 << 20, 8.0),
+        row_at(1024, 1.0),
+        row_at(4096, 4.9),
+        row_at(16384, 6.0),
+        row_at(65536, 10.0),
+        row_at(1 << 20, 8.0),
     ]
     (s,) = summarise(rows).series
     assert (s.peak_busbw_gbps, s.peak_size_bytes) == (10.0, 65536)
@@ -63,11 +44,11 @@ def test_the_rule_is_the_gates_half_the_peak() -> None:
 
 def test_series_are_kept_apart_by_strategy_dtype_and_in_place_in_the_order_measured() -> None:
     rows = [
-        _row(1024, 2.0, strategy="ring"),
-        _row(1024, 3.0, strategy="tree"),
-        _row(1024, 4.0, dtype="bfloat16"),
-        _row(1024, 5.0, in_place=True),
-        _row(2048, 6.0, strategy="ring"),
+        row_at(1024, 2.0, strategy="ring"),
+        row_at(1024, 3.0, strategy="tree"),
+        row_at(1024, 4.0, dtype="bfloat16"),
+        row_at(1024, 5.0, in_place=True),
+        row_at(2048, 6.0, strategy="ring"),
     ]
     series = summarise(rows).series
     assert [(s.name, s.dtype, s.in_place, s.peak_busbw_gbps) for s in series] == [
@@ -80,9 +61,9 @@ def test_series_are_kept_apart_by_strategy_dtype_and_in_place_in_the_order_measu
 
 def test_failed_points_and_barrier_have_no_bandwidth_to_summarise() -> None:
     rows = [
-        _row(1024, 99.0, check=CHECK_FAILED),
-        _row(2048, 3.0),
-        _row(0, None, op="barrier", reduce_op=""),
+        row_at(1024, 99.0, check=CHECK_FAILED),
+        row_at(2048, 3.0),
+        row_at(0, None, op="barrier", reduce_op=""),
     ]
     ring, barrier = summarise(rows).series
     assert ring.peak_busbw_gbps == 3.0 and ring.bandwidth_bound == (2048,)
@@ -101,7 +82,7 @@ def test_devices_come_from_the_context_in_rank_order_skipping_entries_without_a_
 
 
 def test_render_shows_devices_then_the_summary_in_fixed_decimals() -> None:
-    rows = [_row(1024, 0.00008), _row(1 << 20, 0.0002)]
+    rows = [row_at(1024, 0.00008), row_at(1 << 20, 0.0002)]
     text = render(
         summarise(rows, [{"rank": 0, "host": "box", "device": "cpu", "device_name": "cpu"}])
     )

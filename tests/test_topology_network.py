@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
-from commbench.topology import TopologySnapshot, discover, load_snapshot, parse_nvidia_smi
+from commbench.topology import TopologySnapshot, load_snapshot, parse_nvidia_smi
 from commbench.topology.model import NIC_KINDS
 from commbench.topology.network import discover_nics, nearest_nic
 from commbench.topology.sysfs import SYSFS_ENV
+from tests.factories import fake_snapshot
 
 HERE = Path(__file__).parent
 TREES = HERE / "fixtures" / "sysfs"
@@ -28,8 +29,7 @@ runner = CliRunner()
 
 
 def snapshot(machine: str, tree: str, **kw: bool) -> TopologySnapshot:
-    env = {SYSFS_ENV: str(TREES / tree)}
-    return discover(nvml=FakeNvml(load_machine(machine)), environ=env, **kw)
+    return fake_snapshot(machine, {SYSFS_ENV: str(TREES / tree)}, **kw)
 
 
 def by_name(s: TopologySnapshot) -> dict[str, object]:

@@ -149,8 +149,8 @@ def _check_wrapped(args: list[str], nodes: int, gpus_per_node: int) -> None:
         )
         _check_gpus(settings.device, settings.nproc, gpus_per_node)
     elif name == "run":
+        from commbench.suites.gate import load_runs
         from commbench.suites.runner import prepare_suite
-        from commbench.suites.store import load_runs
 
         _, machine, _ = prepare_suite(
             params["config"],

@@ -10,12 +10,12 @@ makes numbers at different world sizes comparable to the hardware's link bandwid
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from commbench.errors import UserError
 from commbench.lists import split_list
-from commbench.results.names import DTYPES, REDUCE_OPS, STRATEGY_NAMES
+from commbench.results.names import DTYPES, REDUCE_OPS
 
 __all__ = ["DTYPES", "OPS", "REDUCE_OPS", "STRATEGIES"]  # the names live in `results.names`
 
@@ -47,6 +47,11 @@ class OpSpec:
     eagerly under --graph."""
     strategy: str = ""
     """The all-reduce strategy's name; '' for the op itself."""
+    short: str = ""
+    """The strategy's column header where its name would not fit; '' for the name itself."""
+    counts: Mapping[str, str] = field(default_factory=dict)
+    """Per backend (nccl, gloo), what the cost model (`commbench.strategies.model.cost`)
+    counts for the strategy, in one line; empty for an op."""
 
     @property
     def name(self) -> str:
@@ -57,6 +62,11 @@ class OpSpec:
     def key(self) -> tuple[str, str]:
         """(op, strategy), as a row and a sweep point name it."""
         return (self.op, self.strategy)
+
+    @property
+    def header(self) -> str:
+        """The name as a table's column header: `short` where there is one."""
+        return self.short or self.name
 
     @property
     def title(self) -> str:
@@ -142,12 +152,42 @@ OPS: dict[str, OpSpec] = {
 }
 """Every op, in display order (`--ops all`)."""
 
+
+def _strategy(name: str, short: str, *, nccl: str, gloo: str) -> OpSpec:
+    return replace(
+        OPS["all_reduce"], strategy=name, short=short, counts={"nccl": nccl, "gloo": gloo}
+    )
+
+
+_RING = "ring all-reduce: 2(n-1) steps of S/n"
+_HOST_RING = "direct's traffic in 2(n-1) host-driven p2p steps"
+_NAIVE = "the whole S on each of n-1 steps"
+
 STRATEGIES: dict[str, OpSpec] = {
-    name: replace(OPS["all_reduce"], strategy=name) for name in STRATEGY_NAMES
+    spec.name: spec
+    for spec in (
+        _strategy("direct", "direct", nccl=_RING, gloo=_RING),
+        _strategy(
+            "reduce_broadcast",
+            "red+bcast",
+            nccl="pipelined chain reduce then chain broadcast: every link carries S twice",
+            gloo="ring reduce + gather at the root, then a binomial-tree broadcast of the whole S",
+        ),
+        _strategy(
+            "reduce_scatter_all_gather",
+            "rs+ag",
+            nccl="ring reduce-scatter + ring all-gather: direct's traffic in two launches",
+            gloo="gloo's reduce_scatter is a whole all-reduce (+ copy), then a ring all-gather",
+        ),
+        _strategy("ring", "ring", nccl=_HOST_RING, gloo=_HOST_RING),
+        _strategy("ring_naive", "ring_naive", nccl=_NAIVE, gloo=_NAIVE),
+    )
 }
-"""Every all-reduce strategy (`--strategies`), in display order. Each is an all_reduce: its
+"""Every all-reduce strategy (`--strategies`), in display order: the one table of them, which
+the cost model's legend and the strategy tables' headers read. Each is an all_reduce: its
 rows have op=all_reduce and all_reduce's busbw factor, so the numbers compare directly; how
-each one works is the docstring of its entry in `commbench.collectives.allreduce`."""
+each one works is the docstring of its entry in `commbench.collectives.allreduce`. Its names
+are `results.names.STRATEGY_NAMES`, which stored files are checked against."""
 
 # The hand-written ring splits each 1/n chunk into two slices once a chunk reaches this
 # size, so one slice is on the wire while the other is being reduced (double buffering,

@@ -18,8 +18,8 @@ from commbench.errors import UserError
 from commbench.results.exporters import format_time
 from commbench.results.schema import ResultRow
 from commbench.sizes import format_size
-from commbench.strategies.model import STRUCTURE, fit, main_factor, predict_one, winner
-from commbench.strategies.report import DISAGREE, NCCL_CAVEAT, SHORT_NAMES, comparison_records
+from commbench.strategies.model import fit, main_factor, predict_one, winner
+from commbench.strategies.report import DISAGREE, NCCL_CAVEAT, comparison_records
 
 
 @dataclass(kw_only=True, slots=True)
@@ -88,7 +88,7 @@ def strategy_groups(rows: list[ResultRow], backend: str) -> list[StrategyGroup]:
         ]
         group = StrategyGroup(
             title=f"all_reduce {dtype} op={reduce_op} {n} ranks",
-            headers=["size", *(SHORT_NAMES.get(s, s) for s in names), "fastest", "margin"],
+            headers=["size", *(STRATEGIES[s].header for s in names), "fastest", "margin"],
             cells=cells,
             marks=(
                 "Cells: median time (ratio to direct). * fastest with its interquartile range "
@@ -146,6 +146,6 @@ def _add_model(
                 main_factor(best, n, size, p),
             ]
         )
-    group.legend = [f"{s}: {STRUCTURE[backend][s]}" for s in names]
+    group.legend = [f"{s}: {STRATEGIES[s].counts[backend]}" for s in names]
     if backend == "nccl" and "direct" in names:
         group.legend.append(f"note: {NCCL_CAVEAT}")

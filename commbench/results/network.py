@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from commbench.results.record import RunContext
 from commbench.results.schema import ResultRow
-from commbench.results.summary import SeriesKey, bandwidth_bound, busbw_of, series_key
+from commbench.results.summary import bandwidth_bound, busbw_of, series_key, series_peaks
 from commbench.sizes import format_size
 from commbench.topology.model import Nic
 
@@ -234,11 +234,7 @@ def net_points(rows: Sequence[ResultRow], context: RunContext) -> list[NetPoint]
     peak = network_peak(context)
     if peak is None or peak.unknown is not None or peak.node_gbps <= 0:
         return []
-    peaks: dict[SeriesKey, float] = {}
-    for r in rows:
-        busbw = busbw_of(r)
-        if busbw is not None and r.size_bytes > 0:
-            peaks[series_key(r)] = max(peaks.get(series_key(r), 0.0), busbw)
+    peaks = series_peaks(r for r in rows if r.size_bytes > 0)
     points = []
     for r in rows:
         busbw = busbw_of(r)

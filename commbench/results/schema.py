@@ -93,6 +93,8 @@ ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
 ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
 ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
 """'': an op that does not reduce."""
+RowKey = tuple[str, str, str, str, int, int, bool]
+"""`ResultRow.key`: (op, strategy, dtype, reduce_op, world_size, size_bytes, in_place)."""
 ROW_STRATEGIES = ("", *STRATEGY_NAMES)
 """'': the op itself; a p2p row's strategy is its copy's name (`P2PCopy.name`)."""
 CHECKS = (CHECK_OK, CHECK_FAILED, CHECK_SKIPPED, CHECK_NA)
@@ -271,8 +273,9 @@ class ResultRow:
         return None if self.ranks is None else self.ranks.straggler(self.time_us)
 
     @property
-    def key(self) -> tuple[str, str, str, str, int, int]:
-        """What identifies a point across runs (the regression gate joins on it)."""
+    def key(self) -> RowKey:
+        """What identifies a point across runs (the regression gate joins on it): in-place
+        too, since a run of `--in-place both` (or an imported nccl-tests log) holds both."""
         return (
             self.op,
             self.strategy,
@@ -280,6 +283,7 @@ class ResultRow:
             self.reduce_op,
             self.world_size,
             self.size_bytes,
+            self.in_place,
         )
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:

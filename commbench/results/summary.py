@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,18 @@ def busbw_of(row: ResultRow) -> float | None:
 def bandwidth_bound(busbw: float | None, peak: float) -> bool:
     """Whether a point with this busbw is bandwidth-bound in a series peaking at `peak`."""
     return busbw is not None and peak > 0 and busbw >= LATENCY_BOUND_FRACTION * peak
+
+
+def series_peaks(rows: Iterable[ResultRow]) -> dict[SeriesKey, float]:
+    """Each series' highest busbw among `rows` (`busbw_of`): the peak `bandwidth_bound` holds
+    a point to. Series without a bandwidth are absent."""
+    peaks: dict[SeriesKey, float] = {}
+    for row in rows:
+        busbw = busbw_of(row)
+        if busbw is not None:
+            key = series_key(row)
+            peaks[key] = max(peaks.get(key, 0.0), busbw)
+    return peaks
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -289,6 +301,7 @@ __all__ = [
     "render",
     "series_key",
     "series_label",
+    "series_peaks",
     "summarise",
     "summarise_series",
     "tables",

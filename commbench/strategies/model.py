@@ -32,28 +32,8 @@ from dataclasses import dataclass
 from commbench.collectives.specs import STRATEGIES, ring_slices
 from commbench.errors import UserError
 from commbench.numbers import check_range
+from commbench.results.names import BACKENDS
 from commbench.results.schema import CHECK_FAILED, ResultRow
-
-BACKENDS = ("nccl", "gloo")
-
-STRUCTURE: dict[str, dict[str, str]] = {
-    "nccl": {
-        "direct": "ring all-reduce: 2(n-1) steps of S/n",
-        "reduce_broadcast": "pipelined chain reduce then chain broadcast: every link carries S twice",
-        "reduce_scatter_all_gather": "ring reduce-scatter + ring all-gather: direct's traffic in two launches",
-        "ring": "direct's traffic in 2(n-1) host-driven p2p steps",
-        "ring_naive": "the whole S on each of n-1 steps",
-    },
-    "gloo": {
-        "direct": "ring all-reduce: 2(n-1) steps of S/n",
-        "reduce_broadcast": "ring reduce + gather at the root, then a binomial-tree broadcast of the whole S",
-        "reduce_scatter_all_gather": "gloo's reduce_scatter is a whole all-reduce (+ copy), then a ring all-gather",
-        "ring": "direct's traffic in 2(n-1) host-driven p2p steps",
-        "ring_naive": "the whole S on each of n-1 steps",
-    },
-}
-"""One line per strategy and backend: what the cost below counts."""
-
 
 SCALE_WORLDS = (8, 64, 1024)
 """World sizes a fitted model is also shown at (`commbench model --from`, the report)."""
@@ -71,7 +51,9 @@ class Cost:
 
 def _check_backend(backend: str) -> None:
     if backend not in BACKENDS:
-        raise UserError(f"unknown backend {backend!r} for the model; choose from: nccl, gloo")
+        raise UserError(
+            f"unknown backend {backend!r} for the model; choose from: {', '.join(BACKENDS)}"
+        )
 
 
 def cost(strategy: str, n: int, size_bytes: int, backend: str = "nccl") -> Cost:

@@ -21,7 +21,6 @@ from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
 from commbench.strategies.model import (
-    STRUCTURE,
     Fit,
     Params,
     Prediction,
@@ -31,15 +30,6 @@ from commbench.strategies.model import (
     winner,
 )
 from commbench.tables import fixed
-
-SHORT_NAMES: dict[str, str] = {
-    "direct": "direct",
-    "reduce_broadcast": "red+bcast",
-    "reduce_scatter_all_gather": "rs+ag",
-    "ring": "ring",
-    "ring_naive": "ring_naive",
-}
-"""Column headers where the strategies' full names would not fit."""
 
 DISAGREE = 0.25
 """Measured vs model beyond this relative gap is flagged '!'."""
@@ -118,7 +108,7 @@ NCCL_CAVEAT = (
 
 def _legend(strategies: Sequence[str], backend: str, fmt: Format) -> list[str]:
     bullet = "  - " if fmt == Format.md else "  "
-    lines = [f"{bullet}{s}: {STRUCTURE[backend][s]}" for s in strategies]
+    lines = [f"{bullet}{s}: {STRATEGIES[s].counts[backend]}" for s in strategies]
     if backend == "nccl" and "direct" in strategies:
         lines.append(f"{bullet}note: {NCCL_CAVEAT}")
     return lines
@@ -363,7 +353,7 @@ def render_predictions(
                     winner(at.values()),
                 ]
             )
-        headers = ["size", *(SHORT_NAMES.get(s, s) for s in strategies), "winner"]
+        headers = ["size", *(STRATEGIES[s].header for s in strategies), "winner"]
         title = f"model  {n} ranks  {_params_text(params)}  cells: time (busbw GB/s)"
         out += _render(title, headers, cells, Format(fmt), left=(0, len(headers) - 1))
     if extrapolated:

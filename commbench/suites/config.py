@@ -38,9 +38,9 @@ from commbench.errors import UserError
 from commbench.files import load_yaml
 from commbench.numbers import MAX_ITERATIONS, shown_number
 from commbench.options import default_of, suite_keys
+from commbench.results.names import DEVICES
 
 SUITE_SCHEMA_VERSION = 1
-DEVICES = ("cuda", "cpu")
 T = TypeVar("T")
 
 

@@ -30,7 +30,7 @@ from commbench.results.record import Entry, RunContext, RunKind, RunStatus, Suit
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import SuiteDir, atomic_write, dump_json
 from commbench.suites.config import Sizes, SuiteConfig, Timing
-from commbench.suites.store import compare_targets, load_runs
+from commbench.suites.gate import compare_targets, load_runs
 from commbench.torch_version import require_torch
 
 if TYPE_CHECKING:

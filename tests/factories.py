@@ -1,0 +1,121 @@
+"""Builders of the test data many tests share: result rows, run directories and topology
+snapshots of the fake machines. A test names only what it cares about; the rest is a
+plausible default (an all_reduce of float32 sums on 2 ranks, measured and checked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from commbench.results.record import RunRecord
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
+from commbench.results.store import RunDir, write_results
+from commbench.stats import Stats
+from commbench.topology.discover import discover
+from commbench.topology.model import TopologySnapshot
+
+SAMPLES_US = (10.0, 12.0, 11.0)
+
+# What `rescaled` carries over from the row it rescales: every field but the measured ones.
+_KEPT = (
+    "op",
+    "strategy",
+    "dtype",
+    "reduce_op",
+    "world_size",
+    "count",
+    "check",
+    "warmup",
+    "in_place",
+    "requested_bytes",
+    "note",
+)
+
+
+def make_row(
+    size: int = 1024,
+    samples: Sequence[float] = SAMPLES_US,
+    *,
+    busbw_factor: float | None = 1.0,
+    **fields: Any,
+) -> ResultRow:
+    """A measured row of `size` bytes from `samples` (µs); `fields` override the defaults
+    (`_defaults`)."""
+    return ResultRow.measured(
+        samples_us=list(samples),
+        size_bytes=size,
+        busbw_factor=busbw_factor,
+        **_defaults(size, fields),
+    )
+
+
+def row_at(size: int, busbw: float | None, **fields: Any) -> ResultRow:
+    """A row whose bandwidth (algbw = busbw, GB/s) is given rather than measured: five
+    samples of median 1 µs, none kept."""
+    return ResultRow(
+        size_bytes=size,
+        algbw_gbps=busbw,
+        busbw_gbps=busbw,
+        stats=Stats(n=5, median=1.0),
+        **_defaults(size, fields),
+    )
+
+
+def _defaults(size: int, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An all_reduce of float32 sums on 2 ranks, checked, count = size / 4; then `fields`."""
+    return {
+        "op": "all_reduce",
+        "dtype": "float32",
+        "reduce_op": "sum",
+        "world_size": 2,
+        "count": size // 4,
+        "check": "ok",
+        **fields,
+    }
+
+
+def allreduce_factor(n: int) -> float:
+    """all_reduce's busbw / algbw on n ranks, 2(n-1)/n."""
+    return 2 * (n - 1) / n
+
+
+def rescaled(r: ResultRow, speed: float, spread: float = 1.0) -> ResultRow:
+    """`r` as if its busbw were multiplied by `speed`; `spread` widens the samples around
+    the median."""
+    median = r.time_us
+    samples = [(median + (s - median) * spread) / speed for s in r.samples_us]
+    factor = r.busbw_gbps / r.algbw_gbps if r.busbw_gbps and r.algbw_gbps else None
+    keep = {k: getattr(r, k) for k in _KEPT}
+    return ResultRow.measured(
+        samples_us=samples, size_bytes=r.size_bytes, busbw_factor=factor, **keep
+    )
+
+
+def write_meta(run_dir: Path, meta: Mapping[str, Any]) -> None:
+    """A hand-made run.json, checked as commbench reads one."""
+    record = RunRecord.from_dict({"schema_version": SCHEMA_VERSION, **meta}, "test")
+    RunDir(run_dir).write_record(record)
+
+
+def write_run(run_dir: Path, rows: list[ResultRow], record: RunRecord | Mapping[str, Any]) -> Path:
+    """A run directory (created if need be) holding `record` (or a run.json's fields) and
+    `rows`, as a finished run leaves it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(record, RunRecord):
+        RunDir(run_dir).write_record(record)
+    else:
+        write_meta(run_dir, record)
+    write_results(run_dir, rows)
+    return run_dir
+
+
+def fake_snapshot(
+    machine: str, environ: Mapping[str, str] | None = None, **kw: Any
+) -> TopologySnapshot:
+    """What discovery sees on a fake machine of tests/fixtures/topology (`nvml_<machine>.json`);
+    `kw` goes to `discover` (`root`, `all_nics`)."""
+    from tests.fixtures.topology.fake_nvml import FakeNvml, load_machine
+
+    return discover(nvml=FakeNvml(load_machine(machine)), environ=dict(environ or {}), **kw)
