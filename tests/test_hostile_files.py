@@ -779,9 +779,9 @@ def test_more_gpus_than_a_node_has_is_refused(tmp_path: Path) -> None:
 def test_more_rows_than_a_log_has_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from commbench.importers import nccl_tests
+    from commbench.importers.nccl_tests import parse
 
-    monkeypatch.setattr(nccl_tests, "MAX_ROWS", 10)
+    monkeypatch.setattr(parse, "MAX_ROWS", 10)
     result = cli("import", "nccl-tests", LOG, "--out", tmp_path / "out")
     assert_refused(result, "more than 10 result rows")
     assert not (tmp_path / "out").exists()

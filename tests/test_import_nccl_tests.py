@@ -38,9 +38,10 @@ def test_current_format_multi_node_log() -> None:
     parsed = parse_file(H100)
     (section,) = parsed.sections
     assert section.op == "all_reduce"  # named only on the mpirun command line
-    assert section.header["iters"] == 20 and section.header["agg_iters"] == 1
-    assert len(section.ranks) == 16 and section.ranks[8]["host"] == "ztan-mig-gq73"
-    assert section.ranks[0]["pci_bus_id"] == "0000:04:00" and section.ranks[0]["group"] == 0
+    assert section.header is not None and section.header.iters == 20
+    assert section.header.more["agg_iters"] == 1
+    assert len(section.ranks) == 16 and section.ranks[8].host == "ztan-mig-gq73"
+    assert section.ranks[0].pci_bus_id == "0000:04:00" and section.ranks[0].group == 0
     rows = by_key(parsed.rows)
     assert len(rows) == 31 * 2
     big_out, big_in = rows[(8 << 30, False)], rows[(8 << 30, True)]
@@ -58,8 +59,8 @@ def test_older_format_with_error_column_and_no_redop() -> None:
     (section,) = parsed.sections
     assert section.op == "all_gather"  # from the file name
     assert section.dropped_empty == 5  # the five zero-byte rows
-    assert len(section.ranks) == 8 and section.ranks[0]["group"] is None
-    assert section.ranks[0]["device_name"] == "A100-SXM4-40GB"
+    assert len(section.ranks) == 8 and section.ranks[0].group is None
+    assert section.ranks[0].device_name == "A100-SXM4-40GB"
     rows = by_key(parsed.rows)
     assert len(rows) == 29 * 2
     assert (

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from commbench.report.document import build_report, to_markdown
+from commbench.report.document import build_report
 from commbench.report.options import Images
+from commbench.report.writers import to_markdown
 from commbench.results.network import ABOVE_LINE_RATE, UNKNOWN_RATE, busbw_bound, network_lines
 from commbench.results.runs import Run, load_run
 from commbench.sizes import format_size

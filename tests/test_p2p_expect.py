@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from commbench.p2p.expect import (
-    Expectation,
-    Fabric,
-    expect_step,
-    judge,
-    memory_gbps,
-)
+from commbench.p2p.expect import Expectation, expect_step, judge
+from commbench.p2p.fabric import Fabric, memory_gbps
 from commbench.p2p.plan import HOST, Copy, Step, plan
 from commbench.p2p.run import copy_row
 from commbench.p2p.settings import DEFAULT_SIZE, P2PSettings

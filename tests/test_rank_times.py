@@ -20,7 +20,8 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
 from commbench.launch.launcher import run_collectives
-from commbench.report.document import Block, Bullets, Heading, Para, build_report
+from commbench.report.blocks import Block, Bullets, Heading, Para
+from commbench.report.document import build_report
 from commbench.report.options import Images
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import Run, load_run

@@ -10,8 +10,10 @@ from pathlib import Path
 from typer.testing import CliRunner, Result
 
 from commbench.cli import app
-from commbench.report.document import Heading, Image, Table, build_report, to_html, to_markdown
+from commbench.report.blocks import Heading, Image, Table
+from commbench.report.document import build_report
 from commbench.report.options import Images
+from commbench.report.writers import to_html, to_markdown
 from commbench.results.record import Entry, RunStatus, SuiteRecord
 from commbench.results.store import SuiteDir
 from commbench.sizes import format_size

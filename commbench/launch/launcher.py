@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from commbench.collectives.settings import MAX_NODES, CollectivesSettings, Point, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
@@ -41,9 +41,10 @@ from commbench.launch.pythonpath import with_package_path
 from commbench.launch.rendezvous import host_store_args
 from commbench.launch.watchdog import Watch, describe_crash, describe_hang
 from commbench.numbers import check_range, is_digits
-from commbench.results.lifecycle import INTERRUPTED, now, start_run
+from commbench.results.lifecycle import INTERRUPTED, Life, now, start_run
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import ResultRow
+from commbench.results.store import RunDir
 from commbench.results.verdict import Verdict, judge, wrong_points
 from commbench.topology.sysfs import check_sysfs_root
 from commbench.torch_version import require_torch
@@ -249,6 +250,38 @@ def _add_node_health(context: RunContext, journaled: dict[str, Any]) -> None:
             continue
 
 
+@dataclass(kw_only=True, slots=True)
+class _Opened:
+    """A run whose directory and record exist and whose workers have not started yet."""
+
+    life: Life[RunDir, RunRecord]
+    context: RunContext
+    """The record's context, filled in as the run reveals it (the workers', the health)."""
+    worker_env: dict[str, str]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.life.path
+
+    @property
+    def record(self) -> RunRecord:
+        return self.life.record
+
+
+@dataclass(kw_only=True, slots=True)
+class _Ending:
+    """How the watch ended: what run.json will say, and whom it names."""
+
+    status: RunStatus = RunStatus.COMPLETE
+    failure: str | None = None
+    culprits: list[int] = field(default_factory=list)
+    """The ranks named for a hang or a crash."""
+    launcher_failed: bool = False
+    """The launcher stopped the run itself (it could not write)."""
+    agent_stuck: bool = False
+    """Every row was in and the workers gone, but torchrun did not exit and was stopped."""
+
+
 def run_collectives(
     settings: CollectivesSettings,
     out_parent: Path,
@@ -277,6 +310,55 @@ def run_collectives(
         points = plan_points(
             settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
         )
+    opened = _open_run(settings, out_parent, launch, kind, name, extra_settings, len(points))
+    watch = Watch(opened.run_dir, points, on_event=on_event)
+    on_row = _reporter(watch, len(points), on_progress)
+    started = time.monotonic()
+    signals = procs.StopSignals()
+    with open(opened.run_dir / "launcher.log", "wb") as log, signals.installed():
+        proc = _start_workers(opened, settings, launch, worker, log, watch)
+        ending = _watch_until_done(proc, watch, settings, signals, on_row)
+        # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
+        # it is held, and reported as `stop_requested`
+        signals.hold()
+        _collect(proc, watch, opened, on_row)
+        _judge_exit(proc, watch, opened.record, settings, ending)
+        _complete_record(opened, watch, launch, probe_info, ending, started)
+        gone = watch.run_dir_problem()
+        # never write into a directory that replaced ours
+        unwritable = _write_results(opened, watch, ending) if gone is None else None
+    # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
+    # and one that came while the record was written is in `held`, read after the last one
+    # could land there
+    stop_requested = bool(signals.held)
+    return _outcome(opened, watch, ending, gone, unwritable, stop_requested)
+
+
+def _reporter(
+    watch: Watch, points_total: int, on_progress: ProgressFn | None
+) -> Callable[[ResultRow], None]:
+    """What the watch calls with each new row: the caller's progress, said once at 0 now, so
+    that a caller shows the sweep before its first point lands."""
+    progress = on_progress or (lambda done, total, row: None)
+    progress(0, points_total, None)
+
+    def on_row(row: ResultRow) -> None:
+        progress(len(watch.rows), points_total, row)
+
+    return on_row
+
+
+def _open_run(
+    settings: CollectivesSettings,
+    out_parent: Path,
+    launch: LaunchOptions,
+    kind: RunKind,
+    name: str | None,
+    extra_settings: dict[str, Any] | None,
+    points_total: int,
+) -> _Opened:
+    """The run directory, run.json (running) and settings.json, before any worker starts: a
+    run that dies at any later moment is on disk, and says what it was asked to do."""
     context = RunContext.from_dict(host_context(), "context")
     context.topology, context.topology_error = topology_snapshot()
     all_settings = {**settings.to_dict(), **(extra_settings or {})}
@@ -295,179 +377,242 @@ def run_collectives(
             "source": launch.source,
             "debug": launch.debug,
         },
-        points_total=len(points),
+        points_total=points_total,
         points_done=0,
     )
-    record, run_dir = life.record, life.path
     life.dir.write_settings(all_settings)
     if launch.nnodes == 1:  # the one node writes the rows; across nodes, only rank 0's
         life.dir.write_rows([])
-    worker_env = _worker_env(run_dir, launch)
+    worker_env = _worker_env(life.path, launch)
     # the knobs the workers ran with (--debug's included), not only the launcher's own
     context.env = env_knobs(worker_env)
+    return _Opened(life=life, context=context, worker_env=worker_env)
 
-    watch = Watch(run_dir, points, on_event=on_event)
-    progress = on_progress or (lambda done, total, row: None)
-    progress(0, len(points), None)
 
-    def on_row(row: ResultRow) -> None:
-        progress(len(watch.rows), len(points), row)
+def _start_workers(
+    opened: _Opened,
+    settings: CollectivesSettings,
+    launch: LaunchOptions,
+    worker: str,
+    log: IO[bytes],
+    watch: Watch,
+) -> subprocess.Popen[bytes]:
+    """torchrun, in a session of its own, and (across nodes) the cross-node watch: from here
+    on every process is one the watch knows and can stop."""
+    proc = subprocess.Popen(
+        torchrun_command(opened.run_dir, settings, launch, worker),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=opened.worker_env,
+        start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
+    )
+    watch.pids.add(proc.pid)
+    watch.agent_pid = proc.pid
+    if launch.nnodes > 1:  # the cross-node watch, on its own thread
+        watch.control = ControlPlane(opened.run_dir)
+        watch.control.start()
+    return proc
 
-    started = time.monotonic()
-    status, failure = RunStatus.COMPLETE, None
-    launcher_failed = False  # the launcher stopped the run itself (it could not write)
-    culprits: list[int] = []
-    signals = procs.StopSignals()
-    with open(run_dir / "launcher.log", "wb") as log, signals.installed():
-        proc = subprocess.Popen(
-            torchrun_command(run_dir, settings, launch, worker),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=worker_env,
-            start_new_session=True,  # our Ctrl-C is ours to handle: stop everything, keep data
-        )
-        watch.pids.add(proc.pid)
-        watch.agent_pid = proc.pid
-        if launch.nnodes > 1:  # the cross-node watch, on its own thread
-            watch.control = ControlPlane(run_dir)
-            watch.control.start()
 
-        def stop_run(grace: float) -> None:
-            """torchrun and every process it was seen to start (scanned once more now)."""
-            watch.pids |= procs.descendants(proc.pid)
-            procs.stop_all(watch.pids, grace=grace)
-            procs.wait_or_kill(proc, 30)
+def _stop_run(proc: subprocess.Popen[bytes], watch: Watch, grace: float) -> None:
+    """torchrun and every process it was seen to start (scanned once more now)."""
+    watch.pids |= procs.descendants(proc.pid)
+    procs.stop_all(watch.pids, grace=grace)
+    procs.wait_or_kill(proc, 30)
 
-        next_scan = 0.0
-        finished = 0.0
-        agent_stuck = False
-        try:
-            while True:
-                returncode = proc.poll()
-                with signals.deferred():
-                    watch.poll(on_row)
-                if time.monotonic() >= next_scan:
-                    # a /proc scan costs ~2 ms of a core the workers are measuring on: not
-                    # every poll; the stop paths below scan again before they signal
-                    watch.pids |= procs.descendants(proc.pid)
-                    next_scan = time.monotonic() + DESCENDANTS_SCAN
-                if returncode is not None:
-                    break
-                if watch.done and not watch.local_workers_alive():
-                    # every row is in and the workers have exited, but torchrun lingers
-                    # (stopped, wedged): the measurement is whole, only the agent is stuck
-                    finished = finished or time.monotonic()
-                    if time.monotonic() - finished > AGENT_LINGER:
-                        agent_stuck = True
-                        procs.stop_all({proc.pid} | procs.descendants(proc.pid), grace=2.0)
-                        procs.wait_or_kill(proc, 10)
-                        break
-                    time.sleep(POLL)
-                    continue
-                allowance = watch.allowance(settings.timeout)
-                stalled = time.monotonic() - watch.last_progress > allowance
-                # a worker stopped for --timeout is no slow start-up, whatever the allowance
-                if stalled or watch.stopped_ranks(longer_than=settings.timeout):
-                    failure, culprits = describe_hang(
-                        watch, allowance if stalled else settings.timeout
-                    )
-                    status = RunStatus.FAILED
-                    stop_run(grace=2.0)
+
+def _watch_until_done(
+    proc: subprocess.Popen[bytes],
+    watch: Watch,
+    settings: CollectivesSettings,
+    signals: procs.StopSignals,
+    on_row: Callable[[ResultRow], None],
+) -> _Ending:
+    """Poll until torchrun exits, the run hangs, the user stops it or the launcher cannot go
+    on: the one loop that must never block, so each way out is decided here and nowhere else."""
+    ending = _Ending()
+    next_scan = 0.0
+    finished = 0.0
+    try:
+        while True:
+            returncode = proc.poll()
+            with signals.deferred():
+                watch.poll(on_row)
+            if time.monotonic() >= next_scan:
+                # a /proc scan costs ~2 ms of a core the workers are measuring on: not
+                # every poll; the stop paths below scan again before they signal
+                watch.pids |= procs.descendants(proc.pid)
+                next_scan = time.monotonic() + DESCENDANTS_SCAN
+            if returncode is not None:
+                break
+            if watch.done and not watch.local_workers_alive():
+                # every row is in and the workers have exited, but torchrun lingers
+                # (stopped, wedged): the measurement is whole, only the agent is stuck
+                finished = finished or time.monotonic()
+                if time.monotonic() - finished > AGENT_LINGER:
+                    ending.agent_stuck = True
+                    procs.stop_all({proc.pid} | procs.descendants(proc.pid), grace=2.0)
+                    procs.wait_or_kill(proc, 10)
                     break
                 time.sleep(POLL)
-        except KeyboardInterrupt:  # the signal handler now holds any further ones
-            stop_run(grace=5.0)
-            status, failure = RunStatus.INTERRUPTED, INTERRUPTED
-        except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
-            signals.hold()
-            stop_run(grace=2.0)
-            # a write that failed because the directory went is said as such, like a deletion
-            # the poll saw first: one cause, one wording
-            status, failure = RunStatus.FAILED, f"stopped the run: {watch.run_dir_problem() or exc}"
-            launcher_failed = True
-        # from here to the return, a Ctrl-C or SIGTERM would leave run.json saying "running":
-        # it is held, and reported as `stop_requested`
+                continue
+            allowance = watch.allowance(settings.timeout)
+            stalled = time.monotonic() - watch.last_progress > allowance
+            # a worker stopped for --timeout is no slow start-up, whatever the allowance
+            if stalled or watch.stopped_ranks(longer_than=settings.timeout):
+                ending.failure, ending.culprits = describe_hang(
+                    watch, allowance if stalled else settings.timeout
+                )
+                ending.status = RunStatus.FAILED
+                _stop_run(proc, watch, grace=2.0)
+                break
+            time.sleep(POLL)
+    except KeyboardInterrupt:  # the signal handler now holds any further ones
+        _stop_run(proc, watch, grace=5.0)
+        ending.status, ending.failure = RunStatus.INTERRUPTED, INTERRUPTED
+    except CommbenchError as exc:  # the launcher itself cannot go on (results unwritable)
         signals.hold()
-        # Every process that could still journal is stopped, and gone, before the journal is
-        # read for the last time: workers outlive a killed torchrun agent, and a row rank 0
-        # journals after that read (it was between two points when the agent died) would be
-        # in events.jsonl and in no result file.
-        leftover = {p for p in watch.pids if procs.alive(p)}
-        leftover |= procs.marked(RUN_MARKER, worker_env[RUN_MARKER])  # run_dir may be gone
-        procs.stop_all(leftover, grace=1.0)
-        with contextlib.suppress(CommbenchError):  # RunDirGone included
-            watch.read_journal(on_row, final=True)  # rows journalled up to the end
-        writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
-        if agent_stuck:
-            record.note = (
-                f"torchrun (pid {proc.pid}) did not exit {AGENT_LINGER:.0f} s after its workers "
-                "finished and was stopped; every point was measured"
-            )
-        elif status == RunStatus.COMPLETE and (proc.returncode != 0 or (writer and not watch.done)):
-            status = RunStatus.FAILED
-            if watch.control is not None:  # what the other nodes saw of the crash
-                watch.refresh_remote(wait=3 * watch.control.interval + 1)
-            failure, culprits = describe_crash(watch, proc.returncode, settings.timeout)
-        if watch.control is not None:
-            watch.control.stop()
-            _add_watch(record, watch.control)
-        record.holds_results = writer or launch.nnodes == 1
-        if not record.holds_results:
-            _say_where_results_are(record, run_dir)
-        _add_workers(context, watch.worker_context)
-        _add_node_health(context, watch.node_health)
-        context.probe = probe_info
-        record.failed_ranks = culprits
-        record.points_done = len(watch.rows)
-        record.duration_s = round(time.monotonic() - started, 3)
-        record.finished_at = now()
-        gone = watch.run_dir_problem()
-        unwritable = None
-        if watch.reader.torn:
-            record.warnings.append(
-                f"{watch.reader.torn} line(s) of the journal (events.jsonl) were cut short, "
-                "by a writer killed while writing them, and skipped"
-            )
-        if gone is None:  # never write into a directory that replaced ours
-            # the rows first: a run.json that says the run ended vouches for them, and one
-            # that could not have them written says so
-            try:
-                if record.holds_results:
-                    life.dir.write_rows(watch.rows)
-                else:  # no file without rows that could pass for a result
-                    life.dir.remove_rows()
-            except UserError as exc:  # not bad input: the run's own directory failed under it
-                unwritable = str(exc)
-                if status == RunStatus.COMPLETE:
-                    status, failure = RunStatus.FAILED, unwritable
-            try:
-                life.finish(status, failure)
-            except UserError as exc:
-                unwritable = unwritable or str(exc)
-    # out of `installed()`: a stop signal from here on is the command's (KeyboardInterrupt),
-    # and one that came while the record was written is in `held`, read after the last one
-    # could land there
-    stop_requested = bool(signals.held)
+        _stop_run(proc, watch, grace=2.0)
+        # a write that failed because the directory went is said as such, like a deletion
+        # the poll saw first: one cause, one wording
+        ending.status = RunStatus.FAILED
+        ending.failure = f"stopped the run: {watch.run_dir_problem() or exc}"
+        ending.launcher_failed = True
+    return ending
+
+
+def _collect(
+    proc: subprocess.Popen[bytes],
+    watch: Watch,
+    opened: _Opened,
+    on_row: Callable[[ResultRow], None],
+) -> None:
+    """Stop whatever could still journal, then read the journal for the last time.
+
+    Every process that could still journal is stopped, and gone, before the journal is read
+    for the last time: workers outlive a killed torchrun agent, and a row rank 0 journals
+    after that read (it was between two points when the agent died) would be in events.jsonl
+    and in no result file."""
+    leftover = {p for p in watch.pids if procs.alive(p)}
+    leftover |= procs.marked(RUN_MARKER, opened.worker_env[RUN_MARKER])  # run_dir may be gone
+    procs.stop_all(leftover, grace=1.0)
+    with contextlib.suppress(CommbenchError):  # RunDirGone included
+        watch.read_journal(on_row, final=True)  # rows journalled up to the end
+
+
+def _judge_exit(
+    proc: subprocess.Popen[bytes],
+    watch: Watch,
+    record: RunRecord,
+    settings: CollectivesSettings,
+    ending: _Ending,
+) -> None:
+    """What torchrun's exit means once every row is in: a stuck agent is a note on a whole
+    run; a bad exit, or a journal without its end, a crash with its culprits (as the other
+    nodes saw it too)."""
+    writer = bool(watch.worker_context)  # this node runs global rank 0, which journals the rows
+    if ending.agent_stuck:
+        record.note = (
+            f"torchrun (pid {proc.pid}) did not exit {AGENT_LINGER:.0f} s after its workers "
+            "finished and was stopped; every point was measured"
+        )
+    elif ending.status == RunStatus.COMPLETE and (
+        proc.returncode != 0 or (writer and not watch.done)
+    ):
+        ending.status = RunStatus.FAILED
+        if watch.control is not None:  # what the other nodes saw of the crash
+            watch.refresh_remote(wait=3 * watch.control.interval + 1)
+        ending.failure, ending.culprits = describe_crash(watch, proc.returncode, settings.timeout)
+
+
+def _complete_record(
+    opened: _Opened,
+    watch: Watch,
+    launch: LaunchOptions,
+    probe_info: dict[str, Any],
+    ending: _Ending,
+    started: float,
+) -> None:
+    """Everything run.json learns at the end (the workers' context, the other nodes' health,
+    the watch's cost, where the rows are), gathered in one place before anything is written."""
+    record, context = opened.record, opened.context
+    writer = bool(watch.worker_context)
+    if watch.control is not None:
+        watch.control.stop()
+        _add_watch(record, watch.control)
+    record.holds_results = writer or launch.nnodes == 1
+    if not record.holds_results:
+        _say_where_results_are(record, opened.run_dir)
+    _add_workers(context, watch.worker_context)
+    _add_node_health(context, watch.node_health)
+    context.probe = probe_info
+    record.failed_ranks = ending.culprits
+    record.points_done = len(watch.rows)
+    record.duration_s = round(time.monotonic() - started, 3)
+    record.finished_at = now()
+    if watch.reader.torn:
+        record.warnings.append(
+            f"{watch.reader.torn} line(s) of the journal (events.jsonl) were cut short, "
+            "by a writer killed while writing them, and skipped"
+        )
+
+
+def _write_results(opened: _Opened, watch: Watch, ending: _Ending) -> str | None:
+    """The rows, then run.json; what could not be written, or None.
+
+    The rows first: a run.json that says the run ended vouches for them, and one that could
+    not have them written says so."""
+    unwritable = None
+    try:
+        if opened.record.holds_results:
+            opened.life.dir.write_rows(watch.rows)
+        else:  # no file without rows that could pass for a result
+            opened.life.dir.remove_rows()
+    except UserError as exc:  # not bad input: the run's own directory failed under it
+        unwritable = str(exc)
+        if ending.status == RunStatus.COMPLETE:
+            ending.status, ending.failure = RunStatus.FAILED, unwritable
+    try:
+        opened.life.finish(ending.status, ending.failure)
+    except UserError as exc:
+        unwritable = unwritable or str(exc)
+    return unwritable
+
+
+def _outcome(
+    opened: _Opened,
+    watch: Watch,
+    ending: _Ending,
+    gone: str | None,
+    unwritable: str | None,
+    stop_requested: bool,
+) -> Outcome:
+    """What the caller gets: the Outcome, or, for a run whose record could not be written
+    (its directory went, or a write failed), an error said once instead of an Outcome that
+    nothing on disk vouches for."""
     if gone is not None:  # nothing was written: say why once
-        if launcher_failed:  # a write that failed while the directory was being deleted
+        if ending.launcher_failed:  # a write that failed while the directory was being deleted
             why = f"stopped the run: {gone}"
         else:
-            why = "; ".join(x for x in (failure, gone) if x)
-        if status == RunStatus.INTERRUPTED:
+            why = "; ".join(x for x in (ending.failure, gone) if x)
+        if ending.status == RunStatus.INTERRUPTED:
             raise Interrupted(why)
         raise RunFailed(why, stop_requested=stop_requested)
+    failure = ending.failure
     if unwritable is not None:
-        why = unwritable if failure == unwritable else f"{failure or status}; and {unwritable}"
+        why = (
+            unwritable if failure == unwritable else f"{failure or ending.status}; and {unwritable}"
+        )
         raise RunFailed(why, stop_requested=stop_requested)
     return Outcome(
-        run_dir=run_dir,
-        status=status,
+        run_dir=opened.run_dir,
+        status=ending.status,
         rows=watch.rows,
-        points_total=len(points),
+        points_total=len(watch.points),
         failure=failure,
-        failed_ranks=culprits,
-        record=record,
+        failed_ranks=ending.culprits,
+        record=opened.record,
         stop_requested=stop_requested,
     )
 

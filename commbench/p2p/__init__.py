@@ -5,7 +5,9 @@
     outcome = run_p2p(P2PSettings(), Path("results"))                      # measures
 
 Modules: `settings` (what to measure), `plan` (the steps: sets of copies timed together;
-pure), `expect` (per copy: peak, ceiling when sharing, typical figure, diagnosis; pure),
+pure), `fabric` (the route of each copy over the machine's links, their rates and typical
+efficiencies; pure), `expect` (per copy: peak, ceiling when sharing, typical figure,
+diagnosis; pure),
 `measure` (torch: streams, start gate, CUDA events, verification), `run` (orchestration,
 the rows and the files), `render` (table/md/csv/json), `heatmap` (`--matrix` PNG).
 

@@ -18,13 +18,13 @@ from commbench.errors import Interrupted, UserError
 from commbench.gpu_memory import P2P_RESERVE, P2P_RESERVE_FOR, GpuMemory, refuse_if_short
 from commbench.p2p.expect import (
     Expectation,
-    Fabric,
     StepExpectation,
     Verdict,
     expect_plan,
     expect_step,
     judge,
 )
+from commbench.p2p.fabric import Fabric
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
 from commbench.p2p.settings import P2PSettings
 from commbench.results.lifecycle import start_run

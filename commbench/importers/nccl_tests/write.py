@@ -1,0 +1,93 @@
+"""An nccl-tests result as a commbench run directory.
+
+What `parse` read becomes an ordinary run: run.json (kind `nccl-tests`, the source file, each
+test's header, the rows left out) and the result files, written through the one lifecycle
+every producer uses, so that report, plot and compare read it like any run of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from commbench.importers.nccl_tests.model import Parsed
+from commbench.importers.nccl_tests.parse import parse_file
+from commbench.results.lifecycle import now, start_run
+from commbench.results.record import RunContext, RunKind, RunStatus
+
+
+def context_of(parsed: Parsed) -> dict[str, Any]:
+    """run.json's context: what the log says of where it ran (no topology, no torch)."""
+    first = parsed.sections[0]
+    ranks = first.ranks
+    hosts = sorted({r.host for r in ranks if r.host})
+    names = sorted({r.device_name for r in ranks if r.device_name})
+    world = first.rows[0].world_size
+    return {
+        "host": hosts[0] if hosts else None,
+        "hosts": hosts,
+        "backend": "nccl",
+        "device": "cuda",
+        "world_size": world,
+        "nnodes": len(hosts) or None,
+        "device_names": names,
+        "ranks": [r.to_dict() for r in ranks],
+        "nccl": parsed.nccl,
+        "cuda": parsed.cuda,
+        "torch": None,
+        "env": {},
+        "topology": None,
+        "nccl_tests_version": parsed.tests_version,
+    }
+
+
+def import_log(
+    path: Path,
+    out_parent: Path,
+    op: str | None = None,
+    world_size: int | None = None,
+    on_skipped: Callable[[str], None] | None = None,
+) -> Path:
+    """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory; the
+    rows it left out are said in the record's notes, and to `on_skipped`."""
+    parsed = parse_file(path, op, world_size)
+    rows = parsed.rows
+    first = parsed.sections[0]
+    skipped = parsed.skipped_text()
+    if skipped and on_skipped is not None:
+        on_skipped(skipped)
+    life = start_run(
+        out_parent,
+        RunKind.NCCL_TESTS,
+        settings={
+            "ops": list(dict.fromkeys(s.op for s in parsed.sections)),
+            "nccl_tests": first.header_dict(),
+            "dtype": rows[0].dtype,
+        },
+        context=RunContext.from_dict(context_of(parsed), "context"),
+        source=str(Path(path).resolve()),
+        format=parsed.fmt,
+        imported_at=now(),
+        sections=[
+            {
+                "op": s.op,
+                "header": s.header_dict(),
+                "rows": len(s.rows),
+                "dropped_zero_size_rows": s.dropped_empty,
+                "avg_busbw_gbps": s.avg_busbw,
+            }
+            for s in parsed.sections
+        ],
+        points_total=len(rows),
+        points_done=len(rows),
+        notes=[
+            "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
+            "ranks by default), not commbench's median of per-iteration maxima",
+            *([skipped] if skipped else []),
+        ],
+    )
+    with life.guarded():
+        life.dir.write_rows(rows)
+    life.finish(RunStatus.COMPLETE)
+    return life.path
