@@ -72,7 +72,9 @@ class _Section:
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def get(self, key: str, parse: Callable[[Any, str], T], default: T) -> T:
+    def take(self, key: str, parse: Callable[[Any, str], T], default: T) -> T:
+        """The value at `key` through its parser (which names the key's path when the value
+        is wrong), or `default` when the key is absent or null."""
         self.read.add(key)
         if key not in self.data or self.data[key] is None:
             return default
@@ -83,7 +85,7 @@ class _Section:
         that option's default: a suite entry that leaves a key out measures what the bare
         command measures."""
 
-        return self.get(key, parse, suite_keys(record)[key].default)
+        return self.take(key, parse, suite_keys(record)[key].default)
 
     def done(self) -> None:
         for key in self.data:
@@ -235,8 +237,8 @@ class Sizes:
 def _sizes(value: Any, path: str) -> Sizes:
     if isinstance(value, dict):
         section = _Section(value, path)
-        cuda = section.get("cuda", _size_text, None)
-        cpu = section.get("cpu", _size_text, None)
+        cuda = section.take("cuda", _size_text, None)
+        cpu = section.take("cpu", _size_text, None)
         section.done()
         if cuda is None or cpu is None:
             missing = "cuda" if cuda is None else "cpu"
@@ -272,8 +274,8 @@ def _timing(section: _Section) -> Timing:
         warmup=section.option(CollectivesRequest, "warmup", _int(0)),
         iters=section.option(CollectivesRequest, "iters", _int(1)),
         min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
-        min_iters=section.get("min_iters", _int(1), DEFAULT_MIN_ITERS),
-        max_iters=section.get("max_iters", _int(1), DEFAULT_MAX_ITERS),
+        min_iters=section.take("min_iters", _int(1), DEFAULT_MIN_ITERS),
+        max_iters=section.take("max_iters", _int(1), DEFAULT_MAX_ITERS),
         timeout=section.option(CollectivesRequest, "timeout", _seconds(MIN_TIMEOUT)),
     )
     if timing.iters is not None and "min_time" in section.data:
@@ -366,7 +368,7 @@ def _collectives(value: Any) -> CollectivesSection:
         # the bare command's default: every op
         ops=list(OPS) if ops is None else ops,
         sizes=_section_sizes(s),
-        dtypes=s.get("dtypes", _dtypes, _default_dtypes()),
+        dtypes=s.take("dtypes", _dtypes, _default_dtypes()),
         reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
         in_place=s.option(CollectivesRequest, "in_place", _in_place),
         check=s.option(CollectivesRequest, "check", _bool),
@@ -391,9 +393,9 @@ def _strategies(value: Any) -> StrategiesSection:
     s = _Section(_section_data(value), "strategies")
     out = StrategiesSection(
         # Without the strategies module names are kept as written; the runner skips them.
-        names=s.get("names", _names(known, "strategies"), list(known or ["all"])),
+        names=s.take("names", _names(known, "strategies"), list(known or ["all"])),
         sizes=_section_sizes(s),
-        dtypes=s.get("dtypes", _dtypes, _default_dtypes()),
+        dtypes=s.take("dtypes", _dtypes, _default_dtypes()),
         reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
         timing=_timing(s),
     )
@@ -420,15 +422,15 @@ def _pairs(value: Any, path: str) -> Any:
 def _p2p(value: Any) -> P2PSection:
     s = _Section(_section_data(value), "p2p")
     options = {
-        "sizes": s.get("sizes", _sizes, None),
-        "pairs": s.get("pairs", _pairs, "all"),
-        "mode": s.get("mode", _choice("concurrent", "sequential", "both"), None),
-        "bidirectional": s.get("bidirectional", _bool, False),
-        "host": s.get("host", _bool, None),
-        "latency": s.get("latency", _bool, None),
-        "warmup": s.get("warmup", _int(0), None),
-        "iters": s.get("iters", _int(1), None),
-        "min_time": s.get("min_time", _float, None),
+        "sizes": s.take("sizes", _sizes, None),
+        "pairs": s.take("pairs", _pairs, "all"),
+        "mode": s.take("mode", _choice("concurrent", "sequential", "both"), None),
+        "bidirectional": s.take("bidirectional", _bool, False),
+        "host": s.take("host", _bool, None),
+        "latency": s.take("latency", _bool, None),
+        "warmup": s.take("warmup", _int(0), None),
+        "iters": s.take("iters", _int(1), None),
+        "min_time": s.take("min_time", _float, None),
     }
     s.done()
     return P2PSection(options={k: v for k, v in options.items() if v is not None})
@@ -437,11 +439,11 @@ def _p2p(value: Any) -> P2PSection:
 def _gate(value: Any) -> GateSettings:
     s = _Section(value, "compare")
     gate = GateSettings(
-        tolerance=s.get("tolerance", _fraction, DEFAULT_TOLERANCE),
-        latency_tolerance=s.get("latency_tolerance", _fraction, DEFAULT_LATENCY_TOLERANCE),
-        alpha=s.get("alpha", _fraction, DEFAULT_ALPHA),
-        noisy_cv=s.get("noisy_cv", _float, DEFAULT_NOISY_CV),
-        allow_mismatch=s.get("allow_mismatch", _bool, False),
+        tolerance=s.take("tolerance", _fraction, DEFAULT_TOLERANCE),
+        latency_tolerance=s.take("latency_tolerance", _fraction, DEFAULT_LATENCY_TOLERANCE),
+        alpha=s.take("alpha", _fraction, DEFAULT_ALPHA),
+        noisy_cv=s.take("noisy_cv", _float, DEFAULT_NOISY_CV),
+        allow_mismatch=s.take("allow_mismatch", _bool, False),
     )
     s.done()
     return gate
@@ -452,7 +454,7 @@ def parse_suite(data: Any, source: str = "") -> SuiteConfig:
     where = f"{source}: " if source else ""
     try:
         top = _Section(data, "")
-        version = top.get("schema_version", _int(1), SUITE_SCHEMA_VERSION)
+        version = top.take("schema_version", _int(1), SUITE_SCHEMA_VERSION)
         if version > SUITE_SCHEMA_VERSION:
             raise _Invalid(
                 "schema_version",
@@ -460,12 +462,12 @@ def parse_suite(data: Any, source: str = "") -> SuiteConfig:
             )
         default_name = Path(source).stem if source else "suite"
         config = SuiteConfig(
-            name=top.get("name", _name, default_name),
-            description=top.get("description", _str, ""),
-            nproc=top.get("world_size", _int(1, MAX_NPROC), None),
-            backend=top.get("backend", _choice("nccl", "gloo"), None),
-            device=top.get("device", _choice(*DEVICES), None),
-            topo=top.get("topo", _bool, False),
+            name=top.take("name", _name, default_name),
+            description=top.take("description", _str, ""),
+            nproc=top.take("world_size", _int(1, MAX_NPROC), None),
+            backend=top.take("backend", _choice("nccl", "gloo"), None),
+            device=top.take("device", _choice(*DEVICES), None),
+            topo=top.take("topo", _bool, False),
             source=source,
         )
         for key, build in (
