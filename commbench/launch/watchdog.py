@@ -101,6 +101,7 @@ class Seen:
 
     @classmethod
     def local(cls, seen: Sighting) -> Seen:
+        """This node's rank, from its heartbeat file."""
         b = seen.beat
         return cls(
             rank=b.rank,
@@ -147,8 +148,8 @@ class Watch:
         self.rows: list[ResultRow] = []
         self.worker_context: dict[str, Any] = {}
         """What rank 0 journaled of the workers (versions, world, every rank), as written:
-        the launcher reads it into the run's context; empty where this node is not the
-        writer's."""
+        the launcher reads it into the run's context; empty on a node that does not run
+        rank 0."""
         self._roll: tuple[dict[str, Any], tuple[RankEntry, ...]] = (self.worker_context, ())
         self.node_health: dict[str, Any] = {"node": None, "nodes": {}}
         """The other nodes' link health of a multi-node run, as the workers journal it:
