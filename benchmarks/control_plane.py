@@ -67,6 +67,7 @@ from commbench.launch.control import (
     rank_states,
     rollcall_poll,
 )
+from commbench.launch.protocol import RankBeat, Sighting
 
 RANKS_PER_NODE = 8
 CLIENTS = 8
@@ -180,22 +181,24 @@ class Fleet:
             sum(link.seconds for link in links),
         )
 
-    def beats(self, node: int) -> dict[int, dict[str, Any]]:
+    def beats(self, node: int) -> dict[int, Sighting]:
         """What a node's launcher reads from its ranks' heartbeat files."""
         now = time.time()
         return {
-            node * RANKS_PER_NODE + i: {
-                "rank": node * RANKS_PER_NODE + i,
-                "local_rank": i,
-                "node": node,
-                "host": f"node{node:05d}.cluster.example",
-                "pid": 100000 + i,
-                "point": self.step_no,
-                "phase": "timed",
-                "iteration": 17,
-                "ticks": 3 * self.step_no,
-                "mtime": now,
-            }
+            node * RANKS_PER_NODE + i: Sighting(
+                RankBeat(
+                    rank=node * RANKS_PER_NODE + i,
+                    local_rank=i,
+                    node=node,
+                    host=f"node{node:05d}.cluster.example",
+                    pid=100000 + i,
+                    point=self.step_no,
+                    phase="timed",
+                    iteration=17,
+                    ticks=3 * self.step_no,
+                ),
+                mtime=now,
+            )
             for i in range(RANKS_PER_NODE)
         }
 

@@ -152,7 +152,7 @@ def test_heartbeat_files_are_read_bounded_and_refused_quietly(tmp_path: Path) ->
     skips = Skips()
     assert read_beat(huge, skips) is None
     beats = read_heartbeats(tmp_path, skips)
-    assert sorted(beats) == [0] and beats[0]["point"] == 4 and beats[0]["mtime"] > 0
+    assert sorted(beats) == [0] and beats[0].beat.point == 4 and beats[0].mtime > 0
     assert {w.split(" (")[1].split(")")[0] for w in skips.warnings} == {"oversized", "malformed"}
     os.unlink(huge)
 

@@ -341,7 +341,7 @@ def test_a_node_never_heard_from_is_named_by_its_ranks_and_host(tmp_path: Path) 
         watch.poll(lambda row: None)
     finally:
         hb.stop()
-    assert watch.heartbeats[2]["remote"] and "never reported" in watch.heartbeats[2]["phase"]
+    assert watch.heartbeats[2].remote and "never reported" in watch.heartbeats[2].phase
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [2] and f"rank 2 (host n2, pid None) {NODE_SILENT}" in message, message
 

@@ -215,9 +215,7 @@ class NodeHealth:
     @classmethod
     def from_fields(cls, f: Fields) -> NodeHealth:
         before, after = _snapshots(f)
-        nics = None
-        if f.data.get("nics") is not None:
-            nics = [Nic.from_dict(i.data, i.path) for i in f.items("nics", True, MAX_NICS)]
+        nics = f.opt("nics", list_of(Nic.from_dict, max_items=MAX_NICS))
         return cls(
             node=f.req("node", integer_in(0, 1 << 20)),
             host=f.opt("host", string),

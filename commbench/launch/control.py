@@ -49,6 +49,7 @@ from commbench.launch.protocol import (
     RankState,
     RollCallAnswer,
     RollCallResult,
+    Sighting,
     Skips,
     read_heartbeats,
 )
@@ -255,20 +256,20 @@ def peek(link: StoreLink, key: str) -> bytes | None:
 
 
 def rank_states(
-    beats: dict[int, dict[str, Any]],
+    beats: dict[int, Sighting],
     now: float,
     silent_after: float,
     state_of: Callable[[int], str | None] = procs.state,
 ) -> tuple[RankState, ...]:
     """This node's ranks as its launcher sees them, from their heartbeats and /proc."""
     out = []
-    for rank, b in sorted(beats.items()):
-        pid = b.get("pid")
-        quiet = max(0.0, now - float(b.get("mtime", now)))
-        proc = state_of(int(pid)) if pid else None
-        if b.get("error"):
+    for rank, seen in sorted(beats.items()):
+        b = seen.beat
+        quiet = max(0.0, now - seen.mtime)
+        proc = state_of(b.pid) if b.pid else None
+        if b.error:
             state = "error"
-        elif b.get("phase") == "done":
+        elif b.phase == "done":
             state = "done"
         elif proc in ("T", "t"):
             state = "stopped"
@@ -281,17 +282,17 @@ def rank_states(
         out.append(
             RankState(
                 rank=rank,
-                local_rank=int(b.get("local_rank", 0)),
-                node=int(b.get("node", 0)),
-                host=b.get("host"),
-                pid=pid,
-                point=int(b.get("point", -1)),
-                phase=str(b.get("phase", ""))[:100],
-                iteration=int(b.get("iteration", 0)),
-                ticks=int(b.get("ticks", 0)),
+                local_rank=b.local_rank,
+                node=b.node,
+                host=b.host,
+                pid=b.pid,
+                point=b.point,
+                phase=b.phase[:100],
+                iteration=b.iteration,
+                ticks=b.ticks,
                 state=state,
                 quiet_s=round(quiet, 1),
-                error=str(b.get("error", ""))[:200],
+                error=b.error[:200],
             )
         )
     return tuple(out)
@@ -491,7 +492,7 @@ def job_view(pids: Iterable[int]) -> JobView | None:
             port=int(env["MASTER_PORT"]),
             node=int(env["GROUP_RANK"]),
             nnodes=int(env["GROUP_WORLD_SIZE"]),
-            writer=any(e.get("RANK") == "0" for e in envs),
+            writer=any(environ.get("RANK") == "0" for environ in envs),
         )
     except (KeyError, ValueError):
         return None
@@ -628,7 +629,7 @@ class ControlPlane:
         assert self.agent is not None
         now = time.time()
         beats = read_heartbeats(self.run_dir, self.skips)
-        if beats and all(b.get("phase") == "done" for b in beats.values()):
+        if beats and all(seen.beat.phase == "done" for seen in beats.values()):
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
             return

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +29,46 @@ MAX_DEVICES = 1 << 16
 MAX_MEMORY_BYTES = 1 << 50
 
 
-def check_answer(data: Any) -> dict[str, Any] | None:
-    """A probe answer (from the child, or the cache) as the launcher reads it, or None when it
-    is not one: a cache file is ours to rebuild, and a child that printed something else has
-    failed, so neither may stop the tool with a traceback."""
-    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
-        return None
-    if not data["ok"]:
-        return data if isinstance(data.get("error"), str) else None
-    count = data.get("device_count", 0)
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
-        return None
-    memory = data.get("memory")
-    if memory is not None and not (
-        isinstance(memory, dict) and all(_free_total(k, v) for k, v in memory.items())
-    ):
-        return None
-    return data
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    """A probe's answer (from the child, or the cache), checked. `doc` is the answer as it
+    came: what the cache keeps and run.json records as `context.probe`."""
+
+    doc: dict[str, Any]
+    ok: bool
+    error: str = ""
+    """Why the settings cannot run (`ok` false)."""
+    device_count: int = 0
+    memory: dict[int, tuple[int, int]] | None = None
+    """Free and total bytes per local GPU index, where they were asked for."""
+
+    @classmethod
+    def read(cls, data: Any) -> ProbeAnswer | None:
+        """The answer in `data`, or None when it is not one: a cache file is ours to rebuild,
+        and a child that printed something else has failed, so neither may stop the tool
+        with a traceback."""
+        match data:
+            case {"ok": False, "error": str(error)} if isinstance(data, dict):
+                return cls(doc=data, ok=False, error=error)
+            case {"ok": True} if isinstance(data, dict):
+                pass
+            case _:
+                return None
+        # absent: no GPU counted (a --memory answer), no memory asked for
+        given = {"device_count": 0, "memory": None, **data}
+        count, memory = given["device_count"], given["memory"]
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
+            return None
+        if memory is not None and not (
+            isinstance(memory, dict) and all(_free_total(k, v) for k, v in memory.items())
+        ):
+            return None
+        return cls(
+            doc=data,
+            ok=True,
+            device_count=count,
+            memory=None if memory is None else {int(k): (v[0], v[1]) for k, v in memory.items()},
+        )
 
 
 def _free_total(gpu: Any, value: Any) -> bool:
@@ -72,10 +96,12 @@ def read_cache(path: Path) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict):
         return {}
     return {
-        key: answer
+        key: answer.doc
         for key, value in data.items()
         # free memory is never cached: an entry holding it was not written by us
-        if (answer := check_answer(value)) is not None and answer["ok"] and "memory" not in answer
+        if (answer := ProbeAnswer.read(value)) is not None
+        and answer.ok
+        and "memory" not in answer.doc
     }
 
 
@@ -126,10 +152,10 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
             atomic_write(cache_path, dump_json(cache, indent=None))
         except (OSError, UserError):
             pass  # a read-only home only costs the next run a probe
-    if settings.device == "cuda" and settings.nproc > result.get("device_count", 0):
-        raise UserError(
-            f"--nproc {settings.nproc} asks for more GPUs than are visible ({result.get('device_count', 0)})"
-        )
+    answer = ProbeAnswer.read(result)
+    count = 0 if answer is None else answer.device_count
+    if settings.device == "cuda" and settings.nproc > count:
+        raise UserError(f"--nproc {settings.nproc} asks for more GPUs than are visible ({count})")
     if settings.device == "cuda" and "memory" not in result:
         result = {**result, "memory": _query_memory(buffer_gpus(settings))}
     return result
@@ -140,7 +166,7 @@ def _query_memory(devices: list[int]) -> dict[str, Any]:
     touches a GPU: a CUDA context here would hold memory for the whole run)."""
     args = ["--memory", ",".join(map(str, devices))]
     answer = _probe_process(args, "", "asking the GPUs for their free memory")
-    memory: dict[str, Any] = answer["memory"]
+    memory: dict[str, Any] = answer.doc["memory"]  # as asked, checked: what run.json keeps
     return memory
 
 
@@ -158,10 +184,10 @@ def buffer_gpus(settings: CollectivesSettings) -> list[int]:
 def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
     return _probe_process(
         [], json.dumps(settings.to_dict()), f"probing the {settings.backend} backend"
-    )
+    ).doc
 
 
-def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
+def _probe_process(args: list[str], stdin: str, doing: str) -> ProbeAnswer:
     """Run `commbench.launch.probe` with `args`; its JSON answer, or a UserError."""
     try:
         proc = subprocess.run(
@@ -180,13 +206,13 @@ def _probe_process(args: list[str], stdin: str, doing: str) -> dict[str, Any]:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"could not probe torch.distributed: {tail}")
     try:
-        result = check_answer(parse_json(lines[-1], "the probe's answer"))
+        result = ProbeAnswer.read(parse_json(lines[-1], "the probe's answer"))
     except UserError:
         result = None
     if result is None:
         raise UserError(f"could not probe torch.distributed: unexpected answer {lines[-1][:80]!r}")
-    if not result.get("ok"):
-        raise UserError(str(result.get("error")))
+    if not result.ok:
+        raise UserError(result.error)
     return result
 
 
@@ -222,10 +248,8 @@ def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -
     per_rank = BUFFERS_PER_RANK * max(settings.sizes)
     request = f"--sizes up to {format_size(max(settings.sizes))}"
     if settings.device == "cuda":
-        memory = {
-            int(gpu): (int(free_total[0]), int(free_total[1]))
-            for gpu, free_total in (probe_info.get("memory") or {}).items()
-        }
+        answer = ProbeAnswer.read(probe_info)
+        memory = (answer.memory if answer is not None else None) or {}
         refuse_if_short(
             {gpu: per_rank for gpu in buffer_gpus(settings)},
             memory,

@@ -19,9 +19,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 def with_package_path(env: Mapping[str, str]) -> dict[str, str]:
     """`env` with PACKAGE_ROOT prepended to its PYTHONPATH (whatever was there is kept after)."""
-    out = dict(env)
+    environ = dict(env)
     root = str(PACKAGE_ROOT)
-    rest = out.get("PYTHONPATH", "")
+    rest = environ.get("PYTHONPATH", "")
     if rest.split(os.pathsep)[0] != root:
-        out["PYTHONPATH"] = os.pathsep.join([root, rest]) if rest else root
-    return out
+        environ["PYTHONPATH"] = os.pathsep.join([root, rest]) if rest else root
+    return environ

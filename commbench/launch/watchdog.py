@@ -12,7 +12,8 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,18 @@ from commbench.launch.control import ControlPlane
 from commbench.launch.protocol import (
     EVENTS_FILE,
     HEARTBEAT_INTERVAL,
-    ROW_EVENT,
     STARTUP_TIMEOUT,
     FleetSummary,
     HealthGathered,
     JournalReader,
     ProtocolError,
     RankState,
+    Sighting,
     Skips,
     read_heartbeats,
 )
+from commbench.results.journal import RowEvent, event_type
+from commbench.results.ranks import RankEntry
 from commbench.results.schema import ResultRow
 from commbench.results.store import write_results
 from commbench.sizes import format_size
@@ -66,6 +69,62 @@ def _identity(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seen:
+    """One rank as this node's watchdog knows it: from its heartbeat file (this node's
+    ranks), or from the fleet summary (`remote`: another node's, with its `state` as that
+    node's launcher saw it). The hang and crash diagnoses read both the same way."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    point: int = -1
+    phase: str = ""
+    iteration: int = 0
+    ticks: int = 0
+    error: str = ""
+    mtime: float
+    """When the rank last showed life, by this node's clock."""
+    time: float = 0.0
+    """When it last beat by its own clock (this node's ranks; 0 where unknown)."""
+    state: str | None = None
+    """Another node's rank: its state as its own node's launcher saw it (`RANK_STATES`, or
+    `behind`, `node-silent`); None for this node's."""
+
+    @property
+    def remote(self) -> bool:
+        return self.state is not None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.point, self.iteration)
+
+    @classmethod
+    def local(cls, seen: Sighting) -> Seen:
+        """This node's rank, from its heartbeat file."""
+        b = seen.beat
+        return cls(
+            rank=b.rank,
+            host=b.host,
+            pid=b.pid,
+            point=b.point,
+            phase=b.phase,
+            iteration=b.iteration,
+            ticks=b.ticks,
+            error=b.error,
+            mtime=seen.mtime,
+            time=b.time,
+        )
+
+
+def _roll_of(context: Mapping[str, Any]) -> tuple[RankEntry, ...]:
+    """The ranks of the writer's roll (the journaled context's `ranks`), typed."""
+    match context:
+        case {"ranks": list(ranks)}:
+            return tuple(RankEntry.read(r) for r in ranks if isinstance(r, Mapping))
+    return ()
+
+
 class Watch:
     """The state the poll loop keeps between iterations."""
 
@@ -88,6 +147,10 @@ class Watch:
         self.reader = JournalReader(run_dir / EVENTS_FILE)
         self.rows: list[ResultRow] = []
         self.worker_context: dict[str, Any] = {}
+        """What rank 0 journaled of the workers (versions, world, every rank), as written:
+        the launcher reads it into the run's context; empty on a node that does not run
+        rank 0."""
+        self._roll: tuple[dict[str, Any], tuple[RankEntry, ...]] = (self.worker_context, ())
         self.node_health: dict[str, Any] = {"node": None, "nodes": {}}
         """The other nodes' link health of a multi-node run, as the workers journal it:
         this node's own `node` and, per other node, its host and `before`/`after` snapshot."""
@@ -96,7 +159,7 @@ class Watch:
         self.pids: set[int] = set()
         self.last_signature: Any = None
         self.last_progress = time.monotonic()
-        self.heartbeats: dict[int, dict[str, Any]] = {}
+        self.heartbeats: dict[int, Seen] = {}
         """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
         the fleet summary names: stopped, silent, gone or behind."""
         self.control: ControlPlane | None = None
@@ -118,25 +181,20 @@ class Watch:
 
     def poll(self, on_row: Callable[[ResultRow], None]) -> None:
         self.read_journal(on_row)
-        local = read_heartbeats(self.run_dir, self.skips)
+        local = {r: Seen.local(b) for r, b in read_heartbeats(self.run_dir, self.skips).items()}
         for beat in local.values():
-            if beat.get("pid"):
-                self.pids.add(int(beat["pid"]))
+            if beat.pid:
+                self.pids.add(beat.pid)
         local_signature = tuple(
-            sorted(
-                (r, b.get("point"), b.get("phase"), b.get("iteration"), b.get("ticks"))
-                for r, b in local.items()
-            )
+            sorted((r, b.point, b.phase, b.iteration, b.ticks) for r, b in local.items())
         )
         fleet = None
         if self.control is not None:
-            self.control.offer(
-                (int(b["pid"]) for b in local.values() if b.get("pid")), self._hosts_by_node()
-            )
+            self.control.offer((b.pid for b in local.values() if b.pid), self._hosts_by_node())
             if local_signature == (self.last_signature or (None, None))[1]:
                 self.control.want_summary()  # our ranks wait: who on the other nodes stalled?
             fleet = self.control.fleet
-        self.heartbeats = {**remote_beats(fleet, self.worker_context), **local}
+        self.heartbeats = {**remote_beats(fleet, self.roll), **local}
         signature = (len(self.rows), local_signature, fleet.progress if fleet else None)
         if signature != self.last_signature:
             self.last_signature = signature
@@ -151,13 +209,13 @@ class Watch:
         if problem:
             raise RunDirGone(problem)
         for event in self.reader.read(final=final):
-            kind = event.get("type")
+            kind = event_type(event)
             if kind == "context":
                 self.worker_context = {k: v for k, v in event.items() if k != "type"}
-            elif kind == ROW_EVENT:
-                row = ResultRow.from_dict(event.get("row"))
+            elif (journaled := RowEvent.read(event)) is not None:
+                row = ResultRow.from_dict(journaled.row)
                 self.rows.append(row)
-                self.failed_checks.extend(event.get("failed_ranks", []))
+                self.failed_checks.extend(journaled.failed_ranks)
                 write_results(self.run_dir, self.rows)
                 on_row(row)
             elif kind == "done":
@@ -188,15 +246,22 @@ class Watch:
         if self.control is None:
             return
         fleet = self.control.refresh(wait)
-        local = {r: b for r, b in self.heartbeats.items() if not b.get("remote")}
-        self.heartbeats = {**remote_beats(fleet, self.worker_context), **local}
+        local = {r: b for r, b in self.heartbeats.items() if not b.remote}
+        self.heartbeats = {**remote_beats(fleet, self.roll), **local}
+
+    @property
+    def roll(self) -> tuple[RankEntry, ...]:
+        """The ranks of rank 0's roll, typed; read again only when the context changes."""
+        if self._roll[0] is not self.worker_context:
+            self._roll = (self.worker_context, _roll_of(self.worker_context))
+        return self._roll[1]
 
     def _hosts_by_node(self) -> dict[int, str]:
         """Each node's host from rank 0's roll (the writer's launcher only)."""
         hosts: dict[int, str] = {}
-        for r in self.worker_context.get("ranks") or []:
-            if isinstance(r, dict) and isinstance(r.get("node"), int):
-                hosts.setdefault(r["node"], str(r.get("host")))
+        for r in self.roll:
+            if r.node is not None:
+                hosts.setdefault(r.node, str(r.host))
         return hosts
 
     def _note_stopped(self) -> None:
@@ -211,10 +276,11 @@ class Watch:
         """The global rank a local process runs (its heartbeat, else the RANK torchrun put in
         its environment: a worker stopped while importing torch has no heartbeat yet)."""
         for rank, beat in self.heartbeats.items():
-            if not beat.get("remote") and beat.get("pid") == pid:
+            if not beat.remote and beat.pid == pid:
                 return rank
         if pid not in self._ranks_by_pid and pid != self.agent_pid:
-            value = (procs.environ(pid) or {}).get("RANK", "")
+            environ = procs.environ(pid) or {}
+            value = environ.get("RANK", "")
             if value.isascii() and value.isdigit():
                 self._ranks_by_pid[pid] = int(value)
         return self._ranks_by_pid.get(pid)
@@ -231,30 +297,25 @@ class Watch:
 
     def local_workers_alive(self) -> bool:
         """Whether any of this node's workers is still running (not a zombie)."""
-        return any(
-            procs.alive(int(b.get("pid") or -1))
-            for b in self.heartbeats.values()
-            if not b.get("remote")
-        )
+        return any(procs.alive(b.pid or -1) for b in self.heartbeats.values() if not b.remote)
 
     @property
     def started(self) -> bool:
         """Whether any rank has begun measuring (reached its first point)."""
-        return bool(self.rows) or any(b.get("point", -1) >= 0 for b in self.heartbeats.values())
+        return bool(self.rows) or any(b.point >= 0 for b in self.heartbeats.values())
 
     def allowance(self, timeout: float) -> float:
         """Seconds without progress that mean a hang, now: at least STARTUP_TIMEOUT until
         the first point starts, `timeout` after."""
         return timeout if self.started else max(timeout, STARTUP_TIMEOUT)
 
-    def where(self, beat: dict[str, Any]) -> str:
-        index = beat.get("point", -1)
-        if not isinstance(index, int) or not 0 <= index < len(self.points):
-            return f"phase {beat.get('phase')}"
-        p = self.points[index]
+    def where(self, beat: Seen) -> str:
+        if not 0 <= beat.point < len(self.points):
+            return f"phase {beat.phase}"
+        p = self.points[beat.point]
         what = p.strategy or p.op
         size = "" if p.op == "barrier" else f" {format_size(p.requested_bytes)}"
-        return f"{what}{size} ({beat.get('phase')}, iteration {beat.get('iteration')})"
+        return f"{what}{size} ({beat.phase}, iteration {beat.iteration})"
 
 
 REMOTE_SILENT = "stopped responding (no heartbeat through the job's store)"
@@ -262,25 +323,22 @@ NODE_SILENT = "stopped responding: its node's launcher stopped reporting through
 NEVER_REPORTED = "start-up (never reported through the job's store)"
 
 
-def _remote(r: RankState, now: float, state: str | None = None) -> dict[str, Any]:
-    return {
-        "rank": r.rank,
-        "local_rank": r.local_rank,
-        "node": r.node,
-        "host": r.host,
-        "pid": r.pid,
-        "point": r.point,
-        "phase": r.phase,
-        "iteration": r.iteration,
-        "ticks": r.ticks,
-        "error": r.error,
-        "remote": True,
-        "state": state or r.state,
-        "mtime": now - r.quiet_s,
-    }
+def _remote(r: RankState, mtime: float, state: str | None = None) -> Seen:
+    return Seen(
+        rank=r.rank,
+        host=r.host,
+        pid=r.pid,
+        point=r.point,
+        phase=r.phase,
+        iteration=r.iteration,
+        ticks=r.ticks,
+        error=r.error,
+        state=state or r.state,
+        mtime=mtime,
+    )
 
 
-def remote_beats(fleet: FleetSummary | None, roll: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def remote_beats(fleet: FleetSummary | None, roll: tuple[RankEntry, ...]) -> dict[int, Seen]:
     """The other nodes' ranks the fleet summary names, as heartbeat entries (`remote`, with
     their `state` as their own node's launcher saw it and an mtime by this node's clock). A
     node silent as a whole lends its state to every rank it last reported, and one never
@@ -288,30 +346,29 @@ def remote_beats(fleet: FleetSummary | None, roll: dict[str, Any]) -> dict[int, 
     if fleet is None:
         return {}
     now = time.time()
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, Seen] = {}
     for r in fleet.behind:
-        out[r.rank] = _remote(r, now, "behind")
+        out[r.rank] = _remote(r, now - r.quiet_s, "behind")
     for r in fleet.problems:
-        out[r.rank] = _remote(r, now)
-    ranks = [r for r in roll.get("ranks") or [] if isinstance(r, dict)]
+        out[r.rank] = _remote(r, now - r.quiet_s)
     for node in fleet.silent_nodes:
         known = list(node.ranks)
         if not known:
             known = [
                 RankState(
-                    rank=int(r["rank"]),
+                    rank=r.rank,
                     node=node.node,
-                    host=node.host or r.get("host"),
+                    host=node.host or r.host,
                     phase=NEVER_REPORTED,
                     state="unknown",
                 )
-                for r in ranks
-                if r.get("node") == node.node and isinstance(r.get("rank"), int)
+                for r in roll
+                if r.node == node.node and r.rank is not None
             ]
         for r in known:
-            out[r.rank] = {**_remote(r, now, "node-silent"), "mtime": now - node.quiet_s}
+            out[r.rank] = _remote(r, now - node.quiet_s, "node-silent")
             if node.never:
-                out[r.rank]["phase"] = NEVER_REPORTED
+                out[r.rank] = replace(out[r.rank], phase=NEVER_REPORTED)
     return out
 
 
@@ -329,7 +386,7 @@ def _silent_remotes(watch: Watch, silent_after: float) -> list[int]:
     return sorted(
         r
         for r, b in watch.heartbeats.items()
-        if b.get("remote") and b.get("state") in ("stopped", "silent", "node-silent")
+        if b.remote and b.state in ("stopped", "silent", "node-silent")
     )
 
 
@@ -342,34 +399,32 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     silent_after = _silent_after(timeout)
     dead: dict[int, tuple[int, str]] = {}
     for r, b in beats.items():
-        if b.get("remote"):
-            if b.get("state") in _REMOTE_HOW:
-                level, how = _REMOTE_HOW[b["state"]]
-                if level == 2 and b.get("error"):
-                    how += f" ({b['error']})"
+        if b.state is not None:
+            if b.state in _REMOTE_HOW:
+                level, how = _REMOTE_HOW[b.state]
+                if level == 2 and b.error:
+                    how += f" ({b.error})"
                 dead[r] = (level, how)
             continue
-        state = procs.state(int(b.get("pid") or -1))
+        state = procs.state(b.pid or -1)
         if state in ("T", "t"):
             dead[r] = (0, "is stopped (SIGSTOP or a debugger)")
         elif state in (None, "Z", "X"):
-            dead[r] = (2, "is gone" + (f" ({b['error']})" if b.get("error") else ""))
-        elif now - b.get("mtime", now) > silent_after:
+            dead[r] = (2, "is gone" + (f" ({b.error})" if b.error else ""))
+        elif now - b.mtime > silent_after:
             dead[r] = (1, "stopped responding")
     # stopped before its first heartbeat (while importing torch, say): known from /proc only
     unbeaten = {r: pid for r, pid in watch.stopped_ranks().items() if r not in beats}
     live = {r: b for r, b in beats.items() if r not in dead}
-    behind: dict[int, dict[str, Any]] = {}
+    behind: dict[int, Seen] = {}
     # a rank behind the others is the suspect only when none stopped, went silent or died:
     # else it is just waiting on that one (its peers reached one more iteration first)
     if live and not dead and not unbeaten:
-        furthest = max((b.get("point", -1), b.get("iteration", 0)) for b in beats.values())
+        furthest = max(b.position for b in beats.values())
         fleet = watch.control.fleet if watch.control is not None else None
         if fleet is not None:  # the other nodes' ranks are counted there, not listed here
             furthest = max(furthest, fleet.furthest)
-        behind = {
-            r: b for r, b in live.items() if (b.get("point", -1), b.get("iteration", 0)) < furthest
-        }
+        behind = {r: b for r, b in live.items() if b.position < furthest}
     parts = []
     culprits = []
     for r, pid in sorted(unbeaten.items()):
@@ -385,8 +440,8 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     # peers and stopped it. A consequence, named as one, never a culprit: else a survivor
     # whose launcher noticed the stall a moment after the store's host gave up would blame
     # its own node.
-    def last_beat(b: dict[str, Any]) -> float:  # the rank's own clock where it wrote one
-        return float(b.get("time") or b.get("mtime") or now)
+    def last_beat(b: Seen) -> float:  # the rank's own clock where it wrote one
+        return float(b.time or b.mtime or now)
 
     quiet = [last_beat(beats[r]) for r, (level, _) in dead.items() if level < 2]
     first_quiet = min(quiet, default=None)
@@ -398,13 +453,13 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
         else:
             culprits.append(r)
         parts.append(
-            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) {how}: last heartbeat "
-            f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
+            f"rank {r} (host {b.host}, pid {b.pid}) {how}: last heartbeat "
+            f"{now - b.mtime:.0f} s ago, at {watch.where(b)}"
         )
     for r, b in sorted(behind.items()):
         culprits.append(r)
         parts.append(
-            f"rank {r} (host {b.get('host')}, pid {b.get('pid')}) is behind the others at {watch.where(b)}"
+            f"rank {r} (host {b.host}, pid {b.pid}) is behind the others at {watch.where(b)}"
         )
     if not parts:
         where = (
@@ -422,6 +477,18 @@ _CLOSING_RE = re.compile(r"Sending process (\d+) closing signal (\w+)")
 _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 
 
+@dataclass(slots=True)
+class _Failure:
+    """What torchrun's failure summary and the rank's heartbeat say of one failed rank."""
+
+    exitcode: int = 1
+    """As torchrun's summary gives it (negative: killed by that signal); 1 where it does not."""
+    pid: int | None = None
+    traceback: str = ""
+    error: str = ""
+    """The rank's own words, from its heartbeat."""
+
+
 def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, list[int]]:
     """Name the failed ranks from the heartbeats and torchrun's failure summary, the root
     cause first: a rank killed by a signal, else one that raised an error of its own; ranks
@@ -429,7 +496,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     When this node's ranks only lost their peers, a rank on another node that had gone
     silent is named first: the other node's watchdog may have stopped it before this one's
     fired."""
-    failures: dict[int, dict[str, str]] = {}
+    failures: dict[int, _Failure] = {}
     log = watch.run_dir / "launcher.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     closed_by_torchrun = {int(m.group(1)) for m in _CLOSING_RE.finditer(text)}
@@ -437,16 +504,16 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     for line in text.splitlines():
         if m := _RANK_RE.match(line):
             current = int(m.group(1))
-            failures.setdefault(current, {})
+            failures.setdefault(current, _Failure())
         elif current is not None and (m := _EXIT_RE.match(line)):
-            failures[current]["exitcode"] = m.group(1)
+            failures[current].exitcode = int(m.group(1))
             if m.group(2):
-                failures[current]["pid"] = m.group(2)
+                failures[current].pid = int(m.group(2))
         elif current is not None and (m := _TRACE_RE.match(line)):
-            failures[current]["traceback"] = m.group(1).strip()
-    for r, beat in watch.heartbeats.items():
-        if beat.get("error"):
-            failures.setdefault(r, {})["error"] = str(beat["error"])
+            failures[current].traceback = m.group(1).strip()
+    for r, seen in watch.heartbeats.items():
+        if seen.error:
+            failures.setdefault(r, _Failure()).error = seen.error
     if not failures:
         if returncode < 0:
             return f"torchrun (the agent, not a worker) was {_killed_by(-returncode)}", []
@@ -455,32 +522,26 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         ]
         return f"the launcher failed: {tail[0].strip()}", []
 
-    def exitcode(info: dict[str, str]) -> int:
-        try:
-            return int(info.get("exitcode") or 1)
-        except ValueError:
-            return 1
-
-    def signalled(info: dict[str, str]) -> bool:
+    def signalled(info: _Failure) -> bool:
         """Killed by a signal torchrun did not send: SIGKILL, or a SIGTERM to a worker whose
         pid torchrun's log does not show it closing (someone else's kill, an OOM killer).
         The agent's SIGTERMs to the survivors are the consequence of that, never a cause."""
-        code = exitcode(info)
+        code = info.exitcode
         if code >= 0:
             return False
         if code != -signal.SIGTERM:
             return True
-        pid = info.get("pid")
-        return pid is not None and int(pid) not in closed_by_torchrun
+        return info.pid is not None and info.pid not in closed_by_torchrun
 
-    def is_consequence(info: dict[str, str]) -> bool:
-        code = exitcode(info)
+    def is_consequence(info: _Failure) -> bool:
         if signalled(info):
             return False
-        message = info.get("error", "") + " " + info.get("traceback", "")
-        return code == -signal.SIGTERM or bool(_PEER_LOST.search(message)) or not info.get("error")
+        message = info.error + " " + info.traceback
+        return (
+            info.exitcode == -signal.SIGTERM or bool(_PEER_LOST.search(message)) or not info.error
+        )
 
-    def cause_first(item: tuple[int, dict[str, str]]) -> tuple[int, int]:
+    def cause_first(item: tuple[int, _Failure]) -> tuple[int, int]:
         r, info = item
         return (0 if signalled(info) else 2 if is_consequence(info) else 1, r)
 
@@ -492,23 +553,23 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
         for r in _silent_remotes(watch, _silent_after(timeout)):
             b = watch.heartbeats[r]
             culprits.append(r)
-            how = _REMOTE_HOW[b["state"]][1]
+            how = _REMOTE_HOW[b.state or ""][1]
             parts.append(
-                f"rank {r} (host {b.get('host')}) {how}: last heartbeat "
-                f"{now - b.get('mtime', now):.0f} s ago, at {watch.where(b)}"
+                f"rank {r} (host {b.host}) {how}: last heartbeat "
+                f"{now - b.mtime:.0f} s ago, at {watch.where(b)}"
             )
     for r, info in ordered:
-        beat = watch.heartbeats.get(r, {})
-        code = exitcode(info)
+        beat = watch.heartbeats.get(r)
+        code = info.exitcode
         if code < 0:
             how = _killed_by(-code)
             if code == -signal.SIGTERM and signalled(info):
                 how += " (not sent by torchrun)"
         else:
-            how = (info.get("error") or info.get("traceback") or f"exited with {code}")[:300]
+            how = (info.error or info.traceback or f"exited with {code}")[:300]
         if is_consequence(info) and len(ordered) > 1:
             how += " (a consequence: it lost its peer or was stopped by torchrun)"
-        host = f"host {beat.get('host')}, " if beat else ""
+        host = f"host {beat.host}, " if beat else ""
         at = f" at {watch.where(beat)}" if beat else ""
         parts.append(f"rank {r} ({host}exit {code}) {how}{at}")
     return "worker failure: " + "; ".join(parts), culprits + [r for r, _ in ordered]

@@ -340,7 +340,9 @@ class Worker:
             return
         events: list[Any] = []
         for part in self.profile_parts:
-            events.extend(json.loads(part.read_text()).get("traceEvents", []))
+            match json.loads(part.read_text()):  # torch.profiler's Chrome trace
+                case {"traceEvents": list(found)}:
+                    events.extend(found)
             part.unlink()
         out = self.run_dir / PROFILE_DIR / f"rank{self.rank}.json"
         out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))

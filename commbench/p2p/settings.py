@@ -132,12 +132,13 @@ class P2PSettings:
             kw["matrix"] = True
         elif pairs is not None:
             kw["pairs"] = [(int(p[0]), int(p[1])) for p in pairs]
+        dsts = opts.pop("dsts", None)
+        if dsts is not None:
+            kw["dsts"] = [int(d) for d in dsts]
         unknown = sorted(set(opts) - known)
         if unknown:
             raise UserError(f"unknown p2p option {unknown[0]!r}")
         kw.update({k: v for k, v in opts.items() if v is not None})
-        if kw.get("dsts") is not None:
-            kw["dsts"] = [int(d) for d in kw["dsts"]]
         return cls(**kw)
 
 

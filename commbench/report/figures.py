@@ -142,9 +142,9 @@ def topology_peak(run: Run) -> float | None:
     if topology is None or (context.nnodes or 1) > 1 or len(context.hosts) > 1:
         return None
     used: set[int] = set()
-    for rank in context.ranks:
-        device = rank.get("device")
-        if not isinstance(device, str) or not device.startswith("cuda:"):
+    for rank in context.rank_entries:
+        device = rank.device
+        if device is None or not device.startswith("cuda:"):
             return None
         index = device.removeprefix("cuda:")
         if not index.isdecimal():

@@ -7,11 +7,47 @@ the launcher."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commbench.fields import Fields, anything
+
 ROW_EVENT = "row"
 """The journal event of one measured point: {"type": "row", "row": <a ResultRow's dict>}."""
+_WHERE = "events.jsonl"
+
+
+def event_type(event: Mapping[str, Any]) -> Any:
+    """A journal line's `type` (None where it has none): which record to read it as."""
+    return Fields(event, _WHERE).opt("type", anything)
+
+
+@dataclass(frozen=True, slots=True)
+class RowEvent:
+    """One measured point as rank 0 journals it: {"type": "row", "point": <index>, "row":
+    <a ResultRow's dict>, "failed_ranks": [...]}."""
+
+    row: Any
+    """The row as written, for `ResultRow.from_dict` to check (a reader decides what a row
+    that does not validate means: the end of the journal, or an error)."""
+    failed_ranks: list[int]
+    """Ranks whose result check failed at this point."""
+
+    @classmethod
+    def read(cls, event: Mapping[str, Any]) -> RowEvent | None:
+        """The row event in `event`; None when it is another event."""
+        if event_type(event) != ROW_EVENT:
+            return None
+        f = Fields(event, _WHERE)
+        failed = f.opt("failed_ranks", anything)
+        return cls(
+            row=f.opt("row", anything),
+            failed_ranks=[r for r in failed if isinstance(r, int)]
+            if isinstance(failed, list)
+            else [],
+        )
 
 
 def _no_constant(name: str) -> Any:

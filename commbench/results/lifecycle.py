@@ -26,7 +26,7 @@ from commbench.errors import UserError
 from commbench.files import shown
 from commbench.health.record import HealthSnapshot, RunHealth
 from commbench.processes import RUN_MARKER, ProcessId, alive, environ
-from commbench.results.journal import ROW_EVENT, JournalReader
+from commbench.results.journal import JournalReader, RowEvent
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import (
@@ -209,9 +209,9 @@ def _heartbeat_pids(run_dir: Path) -> set[int]:
         with contextlib.suppress(OSError, ValueError, RecursionError):
             with open(path, "rb") as fh:
                 beat = json.loads(fh.read(1 << 16))
-            pid = beat.get("pid") if isinstance(beat, dict) else None
-            if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
-                pids.add(pid)
+            match beat:
+                case {"pid": int(pid)} if not isinstance(pid, bool) and pid > 0:
+                    pids.add(pid)
     return pids
 
 
@@ -220,10 +220,11 @@ def _journaled_rows(directory: RunDir) -> list[ResultRow]:
     validate ends the list: the result files never hold a point after a gap."""
     rows = []
     for event in JournalReader(directory.path / EVENTS_FILE).read(final=True):
-        if event.get("type") != ROW_EVENT:
+        journaled = RowEvent.read(event)
+        if journaled is None:
             continue
         try:
-            rows.append(ResultRow.from_dict(event.get("row"), f"{EVENTS_FILE}: row"))
+            rows.append(ResultRow.from_dict(journaled.row, f"{EVENTS_FILE}: row"))
         except UserError:
             break
     return rows

@@ -51,6 +51,7 @@ from commbench.results.names import (
     REDUCE_OPS,
     STRATEGY_NAMES,
 )
+from commbench.results.ranks import RankEntry
 from commbench.results.schema import (
     IMPORTED_REDUCE_OPS,
     MAX_COUNT,
@@ -265,14 +266,17 @@ _SECTION_FIELDS: dict[str, Conv[Any]] = {
 
 def _process(f: Fields | None) -> ProcessId | None:
     """A record's writer stamp; one that does not name a pid names no writer."""
-    if f is None or not isinstance(f.data.get("pid"), int) or isinstance(f.data["pid"], bool):
+    if f is None:
         return None
-    return ProcessId(
-        pid=f.data["pid"],
-        host=f.opt("host", _line),
-        boot_id=f.opt("boot_id", _line),
-        start_ticks=f.opt("start_ticks", integer_in(0, 1 << 62)),
-    )
+    match f.data:
+        case {"pid": int(pid)} if not isinstance(pid, bool):
+            return ProcessId(
+                pid=pid,
+                host=f.opt("host", _line),
+                boot_id=f.opt("boot_id", _line),
+                start_ticks=f.opt("start_ticks", integer_in(0, 1 << 62)),
+            )
+    return None
 
 
 # -- the context -------------------------------------------------------------------------------
@@ -361,6 +365,12 @@ class RunContext:
         ctx.extra = {k: v for k, v in f.data.items() if k not in known}
         return ctx
 
+    @property
+    def rank_entries(self) -> tuple[RankEntry, ...]:
+        """`ranks`, typed: the objects themselves stay as the workers wrote them (with any
+        key a newer commbench adds), for the record to write them back unchanged."""
+        return tuple(map(RankEntry.read, self.ranks))
+
     def _check(self, f: Fields) -> None:
         """What one field cannot say alone: the group, the nodes and each rank fit the world."""
         world = self.world_size
@@ -370,8 +380,8 @@ class RunContext:
             value = getattr(self, name)
             if value is not None and value > world:
                 raise UserError(f"{f.at(name)}: {value}, more than the world size {world}")
-        for i, info in enumerate(self.ranks):
-            rank = info.get("rank")
+        for i, entry in enumerate(self.rank_entries):
+            rank = entry.rank
             if rank is not None and rank >= world:
                 raise UserError(
                     f"{f.at('ranks')}[{i}].rank: {rank} is outside 0..{world - 1} (world size {world})"
@@ -495,8 +505,9 @@ class RunRecord:
         """The record in `data` (a run.json of version 1 or 2), every field checked; UserError
         naming `where` and the field."""
         f = Fields(data, f"{where}:")
-        if f.data.get("schema_version") == 1:
-            f = Fields(_migrate_v1(dict(f.data)), f.where)
+        match f.data:
+            case {"schema_version": 1}:
+                f = Fields(_migrate_v1(dict(f.data)), f.where)
         values = {key: f.opt(key, conv) for key, conv in _RUN_FIELDS.items()}
         record_kind = f.req("kind", enum_of(RunKind))
         status = f.req("status", enum_of(RunStatus))
@@ -527,10 +538,9 @@ class RunRecord:
                     f"{f.at('failed_ranks')}[{i}]: {rank} is outside 0..{world - 1} "
                     f"(world size {world})"
                 )
-        launch = self.launch or {}
-        nnodes, node = launch.get("nnodes"), launch.get("node_rank")
-        if nnodes is not None and node is not None and node >= nnodes:
-            raise UserError(f"{f.at('launch')}.node_rank: {node} is outside 0..{nnodes - 1}")
+        match self.launch:  # checked integers, where given
+            case {"nnodes": int(nnodes), "node_rank": int(node)} if node >= nnodes:
+                raise UserError(f"{f.at('launch')}.node_rank: {node} is outside 0..{nnodes - 1}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -572,7 +582,7 @@ class RunRecord:
     def timeout_s(self) -> float:
         """Seconds without progress before its launcher ends the run as hung: its settings'
         `timeout`, else the default (`Silence`)."""
-        return _seconds(self.settings.get("timeout")) or DEFAULT_TIMEOUT
+        return _timeout_in(self.settings) or DEFAULT_TIMEOUT
 
     @property
     def unfinished(self) -> str | None:
@@ -597,11 +607,14 @@ _UNFINISHED = {
 }
 
 
-def _seconds(value: Any) -> float | None:
-    """A timeout as settings store it: a positive finite number of seconds, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0 < value < float("inf") else None
+def _timeout_in(settings: Any) -> float | None:
+    """The `timeout` of a settings object as it is stored (a run's settings, a suite
+    section's `timing`): a positive finite number of seconds, else None. The only field read
+    of them here, to tell a hung run from a dead one: the settings are kept as written."""
+    match settings:
+        case {"timeout": int() | float() as value} if not isinstance(value, bool):
+            return float(value) if 0 < value < float("inf") else None
+    return None
 
 
 SILENCE_MARGIN_S = 60.0
@@ -659,12 +672,9 @@ def recognise(
 def _migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
     """A version-1 run.json in version 2's form: a failed topology discovery
     (`context.topology: {"error": ...}`) becomes `context.topology_error`."""
-    context = data.get("context")
-    if isinstance(context, dict):
-        topo = context.get("topology")
-        if isinstance(topo, dict) and "error" in topo and "gpus" not in topo:
-            context = {**context, "topology": None, "topology_error": topo["error"]}
-            data["context"] = context
+    match data:
+        case {"context": {"topology": {"error": error} as topo} as context} if "gpus" not in topo:
+            data["context"] = {**context, "topology": None, "topology_error": error}
     return {**data, "schema_version": SCHEMA_VERSION}
 
 
@@ -746,7 +756,7 @@ class SuiteRecord:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> SuiteRecord:
         f = Fields(data, f"{where}:")
-        if f.data.get("kind") != SUITE_KIND:
+        if f.opt("kind", anything) != SUITE_KIND:
             raise UserError(f"{where}: not a suite file")
         config = f.sub("config")
         if config is not None:
@@ -815,11 +825,11 @@ class SuiteRecord:
     def timeout_s(self) -> float:
         """The longest timeout of the suite's sections (`timing.timeout`), else the default:
         one of its runs may be silent that long before its launcher ends it (`Silence`)."""
-        found = [
-            _seconds(section["timing"].get("timeout"))
-            for section in self.config.values()
-            if isinstance(section, dict) and isinstance(section.get("timing"), dict)
-        ]
+        found = []
+        for section in self.config.values():
+            match section:
+                case {"timing": timing}:
+                    found.append(_timeout_in(timing))
         return max([t for t in found if t is not None], default=DEFAULT_TIMEOUT)
 
     def recognised(self, silence: Silence | None = None) -> SuiteRecord:

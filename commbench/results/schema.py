@@ -29,6 +29,7 @@ from commbench.errors import UserError, quoted
 from commbench.fields import (
     Conv,
     Fields,
+    anything,
     boolean,
     integer_in,
     line,
@@ -511,9 +512,11 @@ _REQUIRED = tuple(
 def schema_version(data: Mapping[str, Any], where: str) -> int:
     """The `schema_version` of a commbench file (`where` names it); UserError when it is
     missing or newer than this commbench, which would misread it."""
-    version = data.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise UserError(f"{where}: missing schema_version")
+    match data:
+        case {"schema_version": int(version)} if not isinstance(version, bool):
+            pass
+        case _:
+            raise UserError(f"{where}: missing schema_version")
     if version < 1:
         raise UserError(f"{where}: schema_version {version} is not a version (the first is 1)")
     if version > SCHEMA_VERSION:
@@ -534,13 +537,15 @@ def rows_from_stored(
     rows did not store a world size and get `world_size`: the GPUs the run saw (its
     run.json's `context.device_count`)."""
     version = schema_version(data, where)
-    raw_rows = data.get("rows")
-    if not isinstance(raw_rows, list):
-        raise UserError(f"{where}: 'rows' must be a list")
+    match data:
+        case {"rows": list(raw_rows)}:
+            pass
+        case _:
+            raise UserError(f"{where}: 'rows' must be a list")
     read: Callable[[Any, str], ResultRow]
     if version >= 2:
         read = ResultRow.from_dict
-    elif P2P_OP in (kind, data.get("kind")):
+    elif P2P_OP in (kind, Fields(data, where).opt("kind", anything)):
         world = max(1, world_size)
 
         def read(raw: Any, at: str) -> ResultRow:

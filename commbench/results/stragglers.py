@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.results.ranks import RankEntry
 from commbench.results.schema import ResultRow
 from commbench.sizes import format_size
 
@@ -70,10 +71,9 @@ def hosts_by_rank(ranks: Sequence[Mapping[str, Any]]) -> dict[int, str]:
     """Global rank -> host from a run's `context.ranks` (what each worker reported); an item
     that does not say both is left out rather than trusted."""
     hosts: dict[int, str] = {}
-    for item in ranks:
-        rank, host = item.get("rank"), item.get("host")
-        if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(host, str):
-            hosts[rank] = host
+    for entry in map(RankEntry.read, ranks):
+        if entry.rank is not None and entry.host is not None:
+            hosts[entry.rank] = entry.host
     return hosts
 
 

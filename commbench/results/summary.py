@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.results.ranks import RankEntry
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.sizes import format_size
 from commbench.tables import fixed, markdown_table, text_table
@@ -159,33 +160,24 @@ def summarise_series(rows: Sequence[ResultRow]) -> list[SeriesSummary]:
     return out
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: Any) -> str | None:
-    return str(value) if value not in (None, "") else None
-
-
 def devices(ranks: Sequence[Mapping[str, Any]]) -> list[Device]:
     """The devices of a run's `context.ranks`, in rank order; entries without a rank skipped
     (the context keeps what workers reported as it was, unchecked)."""
     out = []
-    for info in ranks:
-        rank = _int(info.get("rank"))
-        if rank is None:
+    for entry in map(RankEntry.read, ranks):
+        if entry.rank is None:
             continue
-        local_rank, bus = _int(info.get("local_rank")), _str(info.get("pci_bus_id"))
-        device = _str(info.get("device"))
+        local_rank, bus = entry.local_rank, entry.pci_bus_id or None
+        device = entry.device or None
         if device is None and bus is not None and local_rank is not None:
             device = f"cuda:{local_rank}"  # an nccl-tests log: its "device N" is the ordinal
         out.append(
             Device(
-                rank=rank,
-                host=_str(info.get("host")),
+                rank=entry.rank,
+                host=entry.host or None,
                 device=device,
-                device_name=_str(info.get("device_name")),
-                node=_int(info.get("node")),
+                device_name=entry.device_name or None,
+                node=entry.node,
                 local_rank=local_rank,
                 pci_bus_id=bus,
             )

@@ -13,16 +13,17 @@ from typing import Any
 
 from commbench.compare import Comparison, GateSettings, compare_runs
 from commbench.errors import UserError
+from commbench.fields import Fields, anything, string
 from commbench.results.record import RunKind, RunRecord
 from commbench.results.runs import Run, is_suite, load_run, load_suite
 
 
 def entry_name(run: Run) -> str:
     """What a run directory measured, as a suite names it."""
-    settings = run.record.settings
     if run.kind is RunKind.COLLECTIVES:
-        section = "collectives" if settings.get("ops") else "strategies"
-        return f"{section}-{settings.get('dtype', 'float32')}"
+        settings = Fields(run.record.settings, "settings")  # checked when run.json was read
+        section = "collectives" if settings.opt("ops", anything) else "strategies"
+        return f"{section}-{settings.opt('dtype', string) or 'float32'}"
     return run.kind.value
 
 
@@ -79,12 +80,10 @@ def recorded_gate(path: Path) -> dict[str, Any]:
     run directory."""
     if not is_suite(Path(path)):
         return {}
-    gate = load_suite(path).record.config.get("gate") or {}
-    return {
-        k: gate[k]
-        for k in _GATE_KEYS
-        if isinstance(gate, dict) and isinstance(gate.get(k), float | int)
-    }
+    match load_suite(path).record.config:  # its `gate` checked when suite.json was read
+        case {"gate": dict(gate)}:
+            return {k: gate[k] for k in _GATE_KEYS if isinstance(gate.get(k), float | int)}
+    return {}
 
 
 def gate_for(

@@ -309,12 +309,12 @@ class TopologySnapshot:
         accepted too.
         """
         if isinstance(data, Mapping) and "gpus" not in data:
-            context = data.get("context")
             embedded: tuple[Any, str] | None = None
-            if "topology" in data:
-                embedded = data["topology"], f"{where}.topology"
-            elif isinstance(context, Mapping) and "topology" in context:
-                embedded = context["topology"], f"{where}.context.topology"
+            match data:
+                case {"topology": inner}:
+                    embedded = inner, f"{where}.topology"
+                case {"context": {"topology": inner}}:
+                    embedded = inner, f"{where}.context.topology"
             if embedded is not None:
                 inner, inner_where = embedded
                 if inner is None:

@@ -45,13 +45,39 @@ _SHORT_NUMA = ("NUMA",)  # some tools trim "NUMA Affinity" to "NUMA"
 _ALIASES = {"SOC": "SYS"}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Affinity:
+    """The columns after a row's matrix cells that commbench reads, as nvidia-smi printed
+    them (which of them it prints depends on its version); None where it printed none."""
+
+    cpus: str | None = None
+    numa: str | None = None
+    """`NUMA Affinity`."""
+    numa_old: str | None = None
+    """`NUMA`, what older drivers print instead."""
+    gpu_numa_id: str | None = None
+
+    @property
+    def numa_node(self) -> int | None:
+        return _int_or_none(self.numa if self.numa is not None else self.numa_old)
+
+
+_AFFINITY_COLUMNS = {
+    "CPU Affinity": "cpus",
+    "NUMA Affinity": "numa",
+    "NUMA": "numa_old",
+    "GPU NUMA ID": "gpu_numa_id",
+}
+"""Column title -> `_Affinity` field."""
+
+
 @dataclass(kw_only=True, slots=True)
 class _Row:
     """One parsed matrix row."""
 
     line: int
     cells: list[str]
-    extras: dict[str, str] = field(default_factory=dict)
+    extras: _Affinity = field(default_factory=_Affinity)
 
 
 def _strip(text: str) -> list[str]:
@@ -108,18 +134,19 @@ def _short(token: str) -> str:
     return repr(token if len(token) <= 40 else token[:37] + "...")
 
 
-def _extras(values: list[str], titles: list[str], line: int, row: str) -> dict[str, str]:
+def _extras(values: list[str], titles: list[str], line: int, row: str) -> _Affinity:
     if len(values) > len(titles):
         raise UserError(
             f"line {line}: {row} has {len(values) - len(titles)} more field(s) than the "
             f"header names ({_short(' '.join(values))} after the matrix cells)"
         )
-    extras = dict(zip(titles, values, strict=False))
-    cpus = extras.get("CPU Affinity")
-    if cpus is not None and cpus != UNKNOWN_LABEL and not is_cpu_list(cpus):
-        raise UserError(f"line {line}: {row} CPU Affinity: {_short(cpus)} is not a CPU list")
+    columns = dict(zip(titles, values, strict=False))
+    given = {f: columns[title] for title, f in _AFFINITY_COLUMNS.items() if title in columns}
+    extras = _Affinity(**given)
+    if extras.cpus is not None and extras.cpus != UNKNOWN_LABEL and not is_cpu_list(extras.cpus):
+        raise UserError(f"line {line}: {row} CPU Affinity: {_short(extras.cpus)} is not a CPU list")
     for title in ("NUMA Affinity", "NUMA", "GPU NUMA ID"):
-        value = extras.get(title)
+        value = columns.get(title)
         if value is not None and value != UNKNOWN_LABEL and not is_cpu_list(value):
             raise UserError(f"line {line}: {row} {title}: {_short(value)} is not a NUMA node")
     return extras
@@ -241,8 +268,8 @@ def _snapshot(
     numa: dict[int, str] = {}
     for index, name in enumerate(gpu_cols):
         extras = rows[name].extras
-        cpus = extras.get("CPU Affinity")
-        node = _int_or_none(extras.get("NUMA Affinity", extras.get("NUMA")))
+        cpus = extras.cpus
+        node = extras.numa_node
         cpu_affinity = cpus if cpus and cpus != UNKNOWN_LABEL else None
         if node is not None and cpu_affinity:
             numa.setdefault(node, cpu_affinity)
@@ -251,7 +278,7 @@ def _snapshot(
                 index=index,
                 name=model_name or IMPORTED_NAME,
                 numa_node=node,
-                gpu_numa_id=_int_or_none(extras.get("GPU NUMA ID")),
+                gpu_numa_id=_int_or_none(extras.gpu_numa_id),
                 cpu_affinity=cpu_affinity,
             )
         )
