@@ -11,7 +11,6 @@ from commbench.cli._common import reported_errors
 from commbench.files import write_text
 from commbench.options import command, values
 from commbench.results.exporters import Format
-from commbench.results.store import check_output, writing
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +25,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
             from commbench.report.comparison import render_many
+            from commbench.results.store import check_output, writing
 
             if out is not None:
                 check_output([out], [Path(str(request.baseline)), Path(str(request.new))])
