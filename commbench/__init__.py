@@ -10,9 +10,10 @@ The Python API is verbs, one per command, each returning data and printing nothi
 
 Keyword names are the command's flags in snake_case, with the same defaults and checks (bad
 input raises `commbench.errors.UserError` carrying the line the command prints). The verbs
-live in `commbench.api` (`slurm_script`, which parses a command line by the command line's
-own grammar, in `commbench.cli.slurm`) and are loaded on first use, so `import commbench`
-(and `commbench --help`) pulls in neither torch nor pandas nor matplotlib.
+live in `commbench.api` (`slurm_script` and `k8s_manifest`, which parse a command line by the
+command line's own grammar, in `commbench.cli.slurm` and `commbench.cli.k8s`) and are loaded
+on first use, so `import commbench` (and `commbench --help`) pulls in neither torch nor pandas
+nor matplotlib.
 
 The names of commbench's packages (`commbench.collectives`, `commbench.p2p`, ...) are
 packages and nothing else: the verbs have names of their own.
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 _VERBS = {
     "compare_runs": "commbench.api",
     "import_nccl_tests": "commbench.api",
+    "k8s_manifest": "commbench.cli.k8s",
     "load_run": "commbench.api",
     "load_topology": "commbench.api",
     "model_strategies": "commbench.api",
@@ -44,6 +46,7 @@ __all__ = [
     "__version__",
     "compare_runs",
     "import_nccl_tests",
+    "k8s_manifest",
     "load_run",
     "load_topology",
     "model_strategies",
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
         run_p2p,
         run_suite,
     )
+    from commbench.cli.k8s import k8s_manifest
     from commbench.cli.slurm import slurm_script
 
 

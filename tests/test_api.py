@@ -66,6 +66,7 @@ VERBS = {
     "report_run": "report",
     "import_nccl_tests": "import",
     "slurm_script": "slurm-script",
+    "k8s_manifest": "k8s-manifest",
     "load_run": None,
 }
 """Each verb of the API, and the command that is a thin layer over it."""

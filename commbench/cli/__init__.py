@@ -36,6 +36,7 @@ _COMMANDS = (
     "diagnose",
     "model",
     "slurm",
+    "k8s",
     "run",
     "compare",
     "plot",

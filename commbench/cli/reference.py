@@ -29,6 +29,8 @@ verb (`docs/api.md`), with the same default.
 
 def _default(param: Any) -> str:
     value: Any = param.default
+    if param.required:
+        return "required"
     if param.is_flag and not param.secondary_opts:
         return "off" if not value else "on"
     if value is None or value == [] or value == ():

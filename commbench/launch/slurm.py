@@ -157,9 +157,6 @@ def _env_int(name: str, value: str, minimum: int, maximum: int) -> int:
         raise UserError(f"malformed SLURM environment: {exc}") from None
 
 
-MAX_GPUS_PER_NODE = 64
-"""GPUs one node of a job asks for at most (an HGX node has 8, the densest have 16 to 72
-across several nodes): more is a typo that would sit in the queue forever."""
 MAX_TIME_DAYS = 365
 """The longest --time taken: SLURM's own limit is "INFINITE"; past a year it is a typo."""
 UNLIMITED = ("INFINITE", "UNLIMITED")

@@ -1,0 +1,99 @@
+"""`commbench k8s-manifest`: print the Kubernetes manifest of a multi-node run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import typer
+
+from commbench.cli._common import reported_errors
+from commbench.options import cli, command, values, verb
+
+
+@dataclass(kw_only=True)
+class K8sManifestRequest:
+    """Every option of `commbench k8s-manifest` and `k8s_manifest`, declared once."""
+
+    command: Sequence[str] = field(default=("collectives",), kw_only=False)
+    """The commbench command to run on every node, as a list (`["collectives", "--sizes",
+    "1K-1G"]`): on the command line, everything after the options."""
+    image: str = field(
+        metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
+    )
+    nodes: int = field(default=2, metadata=cli("--nodes", "-N", help="Nodes (one pod each)."))
+    gpus_per_node: int = field(
+        default=8,
+        metadata=cli(help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."),
+    )
+    kind: str = field(
+        default="job",
+        metadata=cli(
+            metavar="job|jobset",
+            help="job: an Indexed Job and a headless Service; jobset: a JobSet "
+            "(jobset.x-k8s.io/v1alpha2).",
+        ),
+    )
+    namespace: str | None = field(
+        default=None,
+        metadata=cli(type=str, help="Namespace. Default: kubectl's current one."),
+    )
+    name: str = field(default="commbench", metadata=cli(help="Job (and Service) name."))
+    port: int = field(default=29400, metadata=cli(help="Rendezvous port on the first pod."))
+    results_volume: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            metavar="CLAIM",
+            help="PersistentVolumeClaim for the results (/workspace/results; ReadWriteMany "
+            "for several nodes). Default: an emptyDir, deleted with the pod.",
+        ),
+    )
+
+
+@verb(K8sManifestRequest)
+def k8s_manifest(request: K8sManifestRequest) -> str:
+    """The Kubernetes manifest (YAML) of a run of the commbench `command` (its arguments as
+    a list, e.g. `["collectives", "--sizes", "1K-1G"]`) on `nodes` pods (`commbench
+    k8s-manifest`): an Indexed Job and a headless Service, or a JobSet. The command is
+    parsed here as the pods will parse it, by the command line's own grammar, as
+    `slurm_script` parses it. UserError for bad input."""
+    from commbench.cli._job import multi_node_job
+    from commbench.launch.job import KUBERNETES
+    from commbench.launch.k8s import KubernetesJob, manifest
+
+    job = multi_node_job(
+        KUBERNETES,
+        nodes=request.nodes,
+        gpus_per_node=request.gpus_per_node,
+        name=request.name,
+        command=request.command,
+    )
+    return manifest(
+        KubernetesJob(
+            job=job,
+            image=request.image,
+            kind=request.kind,
+            namespace=request.namespace,
+            port=request.port,
+            results_volume=request.results_volume,
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "k8s-manifest",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    @command(K8sManifestRequest)
+    def k8s_manifest_command(request: K8sManifestRequest, ctx: typer.Context) -> None:
+        """Print a Kubernetes manifest that runs commbench on every node: one pod per node.
+
+        Everything after the options is the commbench command to run, e.g.
+        `commbench k8s-manifest -N 4 --image IMAGE -- collectives --sizes 1K-1G`.
+        """
+        with reported_errors():
+            request.command = ctx.args
+            text = k8s_manifest(**values(request))
+        typer.echo(text, nl=False)
