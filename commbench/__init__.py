@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 
 _VERBS = {
     "compare_runs": "commbench.api",
+    "export_run": "commbench.api",
     "import_nccl_tests": "commbench.api",
     "load_run": "commbench.api",
     "load_topology": "commbench.api",
@@ -43,6 +44,7 @@ _VERBS = {
 __all__ = [
     "__version__",
     "compare_runs",
+    "export_run",
     "import_nccl_tests",
     "load_run",
     "load_topology",
@@ -59,6 +61,7 @@ __all__ = [
 if TYPE_CHECKING:
     from commbench.api import (
         compare_runs,
+        export_run,
         import_nccl_tests,
         load_run,
         load_topology,

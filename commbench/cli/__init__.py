@@ -40,6 +40,7 @@ _COMMANDS = (
     "compare",
     "plot",
     "report",
+    "export",
     "import_nccl",
 )
 
