@@ -10,9 +10,9 @@ What is exported, every sample labelled with the run (`run_id`, `hosts`):
   quantiles 0, 0.25, 0.5, 0.75, 0.95 and 1 of the iteration times, their `_sum` and `_count`);
 - the run: `commbench_run_status` (one series per status, 1 for the run's),
   `commbench_run_timestamp_seconds` (when it started);
-- link health (`context.health`): each counter in each snapshot (`commbench_health_counter`,
-  `snapshot="before"|"after"`), how much it rose during the run
-  (`commbench_health_counter_increase`) and the findings by kind (`commbench_health_findings`);
+- link health (`context.health`): each error counter in each snapshot
+  (`commbench_health_errors`, `snapshot="before"|"after"`), how much it rose during the run
+  (`commbench_health_errors_increase`) and the findings by kind (`commbench_health_findings`);
 - a diagnose run's verdicts (`commbench_diagnose_verdict`, `commbench_diagnose_node_verdict`)
   and the regression gate's against a baseline (`commbench_compare_point_verdict`,
   `commbench_compare_speed_ratio`, `commbench_compare_passed`), given by the caller through
@@ -24,7 +24,8 @@ OpenMetrics' stateset and info types do not exist in Prometheus 0.0.4, so a file
 format would not parse as the other (promtool and node_exporter's textfile collector read
 the Prometheus format). A state is a gauge per state, 1 for the one that holds (the
 convention before statesets). The hardware counters are gauges of what a snapshot read;
-their increase during the run is the figure to alert on.
+their increase during the run is the figure to alert on. promtool lints a name holding a
+type's name (`counter`), hence `_errors`.
 
 Units are Prometheus' base units (seconds, bytes per second), named in the metric. Label
 values are escaped as both formats say (backslash, double quote, line feed); no two
@@ -336,15 +337,15 @@ def _node_snapshots(
 def health_families(run: Run) -> list[Family]:
     labels = run_labels(run)
     value = Family(
-        "commbench_health_counter",
+        "commbench_health_errors",
         "gauge",
-        "A link-health counter (PCIe replays, NVLink errors, ECC, retired or remapped memory, "
-        "RDMA port errors) as the snapshot before or after the run read it.",
+        "A link-health error counter (PCIe replays, NVLink errors, ECC errors, retired or "
+        "remapped memory, RDMA port errors) as the snapshot before or after the run read it.",
     )
     increase = Family(
-        "commbench_health_counter_increase",
+        "commbench_health_errors_increase",
         "gauge",
-        "How much a link-health counter rose during the run (negative: it was reset).",
+        "How much a link-health error counter rose during the run (negative: it was reset).",
     )
     for host, node, before, after in _node_snapshots(run):
         read = {
