@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 
 _VERBS = {
     "compare_runs": "commbench.api",
+    "export_run": "commbench.api",
     "import_nccl_tests": "commbench.api",
     "k8s_manifest": "commbench.cli.k8s",
     "load_run": "commbench.api",
@@ -45,6 +46,7 @@ _VERBS = {
 __all__ = [
     "__version__",
     "compare_runs",
+    "export_run",
     "import_nccl_tests",
     "k8s_manifest",
     "load_run",
@@ -62,6 +64,7 @@ __all__ = [
 if TYPE_CHECKING:
     from commbench.api import (
         compare_runs,
+        export_run,
         import_nccl_tests,
         load_run,
         load_topology,

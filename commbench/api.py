@@ -26,6 +26,7 @@ from commbench.diagnose.settings import DiagnoseRequest
 from commbench.launch.request import LaunchRequest
 from commbench.options import arg, cli, verb
 from commbench.p2p.settings import P2PRequest
+from commbench.report.export import ExportFormat
 from commbench.report.options import Images, ReportFormat
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "compare_runs",
+    "export_run",
     "import_nccl_tests",
     "load_run",
     "load_topology",
@@ -820,6 +822,116 @@ def report_run(request: ReportRequest) -> Report:
             "--images embed puts them inline"
         )
     return Report(text=rendered.text, out=None, note=note)
+
+
+@dataclass(kw_only=True)
+class ExportRequest:
+    """Every option of `commbench export` and `export_run`, declared once."""
+
+    run: PathLike = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
+        ),
+    )
+    fmt: str = field(
+        default="openmetrics",
+        metadata=cli(
+            "--format",
+            "-f",
+            type=ExportFormat,
+            help="openmetrics (text format 1.0.0) or prometheus (text format 0.0.4).",
+        ),
+    )
+    out: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            "--out",
+            "-o",
+            type=Path,
+            help="Write here instead of stdout, atomically (a temporary file beside it, then "
+            "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
+        ),
+    )
+    baseline: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            type=Path,
+            help="Add the regression gate against this run: each point's verdict and speed ratio.",
+        ),
+    )
+    allow_mismatch: bool = field(
+        default=False,
+        metadata=cli(
+            help="With --baseline: compare runs whose GPU model, world size, backend or "
+            "topology differ."
+        ),
+    )
+
+
+@verb(ExportRequest)
+def export_run(request: ExportRequest) -> str:
+    """A run's metrics as text (`commbench export`): per point algbw and busbw (bytes per
+    second) and the iteration time's quantiles (seconds), the run's link-health counters, a
+    diagnose run's verdicts and, with `baseline`, the regression gate's per point, in the
+    OpenMetrics or Prometheus text format. With `out`, also written there atomically, so
+    that a node_exporter textfile collector never reads half of it."""
+    from commbench.diagnose.verdict import DIAGNOSIS_FILE, load_diagnosis
+    from commbench.errors import UserError
+    from commbench.files import shown
+    from commbench.report.export import ExportSource, export
+    from commbench.results.record import RunKind
+    from commbench.results.runs import is_suite
+    from commbench.results.runs import load_run as load_one
+    from commbench.results.store import atomic_write, check_output, writing
+
+    run_path, out, baseline = Path(request.run), request.out, request.baseline
+    out_path = None if out is None else Path(out)
+    base_path = None if baseline is None else Path(baseline)
+    try:
+        fmt = ExportFormat(request.fmt)
+    except ValueError:
+        known = ", ".join(f.value for f in ExportFormat)
+        raise UserError(f"--format: unknown format {request.fmt!r}; choose from {known}") from None
+    for path in (run_path, base_path):
+        if path is not None and is_suite(path):
+            raise UserError(f"{shown(path)}: a suite directory; export one of its runs")
+    if out_path is not None:
+        check_output([out_path], [run_path] if base_path is None else [run_path, base_path])
+        out_path = _regular_file(out_path)
+    run = load_one(run_path)
+    diagnosis = None
+    if run.kind is RunKind.DIAGNOSE and (run.path / DIAGNOSIS_FILE).exists():
+        diagnosis = load_diagnosis(run.path)
+    gate = base = None
+    if base_path is not None:
+        base = load_one(base_path)
+        gate = compare_runs(base_path, run_path, allow_mismatch=request.allow_mismatch)
+    text = export(ExportSource(run, diagnosis=diagnosis, gate=gate, baseline=base), fmt)
+    if out_path is not None:
+        with writing(out_path):
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out_path, text)
+    return text
+
+
+def _regular_file(out: Path) -> Path:
+    """Where `--out` is replaced atomically: the file a symlink names (the link stays), and
+    nothing but a regular file (a rename would put the file in place of a FIFO or device)."""
+    import os
+    import stat
+
+    from commbench.errors import UserError
+    from commbench.files import shown
+
+    real = Path(os.path.realpath(out))
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return real  # nothing there yet, or the write says why it cannot be
+    if not stat.S_ISREG(mode):
+        raise UserError(f"--out {shown(out)}: not a regular file (it is replaced by a rename)")
+    return real
 
 
 @dataclass(kw_only=True)

@@ -64,6 +64,7 @@ VERBS = {
     "model_strategies": "model",
     "plot_run": "plot",
     "report_run": "report",
+    "export_run": "export",
     "import_nccl_tests": "import",
     "slurm_script": "slurm-script",
     "k8s_manifest": "k8s-manifest",

@@ -34,6 +34,7 @@ CLI_ONLY = {
     "topo": {"fmt", "out"},
     "plot": set(),
     "report": set(),
+    "export": set(),
     "import nccl-tests": set(),
     "slurm-script": set(),
     "k8s-manifest": set(),

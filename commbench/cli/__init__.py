@@ -41,6 +41,7 @@ _COMMANDS = (
     "compare",
     "plot",
     "report",
+    "export",
     "import_nccl",
 )
 

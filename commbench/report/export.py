@@ -1,0 +1,83 @@
+"""`commbench export`'s formats: one interface, chosen by `--format`.
+
+An exporter takes an `ExportSource` (the run, and what the command added to it: a diagnose
+run's verdicts, the regression gate against a baseline) and returns the text. A new format
+is a member of `ExportFormat` and an entry of `EXPORTERS`; the command, the API verb and
+docs/cli.md take it from there. Light at import: `--help` reads `ExportFormat`, and the
+exporters import what they need when they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from commbench.compare import Gate
+    from commbench.diagnose.verdict import Diagnosis
+    from commbench.results.openmetrics import Dialect, Family
+    from commbench.results.runs import Run
+
+
+class ExportFormat(str, Enum):
+    openmetrics = "openmetrics"
+    """The OpenMetrics text format 1.0.0 (ends with `# EOF`)."""
+    prometheus = "prometheus"
+    """Prometheus' text exposition format 0.0.4 (what node_exporter's textfile collector reads)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSource:
+    """What an exporter exports: a stored run and what the command adds to it."""
+
+    run: Run
+    diagnosis: Diagnosis | None = None
+    """The verdicts of a diagnose run (its diagnosis.json)."""
+    gate: Gate | None = None
+    """The regression gate against `baseline`."""
+    baseline: Run | None = None
+
+
+Exporter = Callable[[ExportSource], str]
+
+
+def metric_families(source: ExportSource) -> list[Family]:
+    """Every metric of the source (`results.openmetrics`), whichever text format follows."""
+    from commbench.results import openmetrics as om
+
+    run = source.run
+    families = [*om.run_families(run), *om.point_families(run), *om.health_families(run)]
+    if source.diagnosis is not None:
+        from commbench.diagnose.verdict import VERDICTS
+
+        d = source.diagnosis
+        families += om.diagnose_families(run, d.verdict, d.nodes, VERDICTS)
+    if source.gate is not None and source.baseline is not None:
+        from commbench.compare import Mark
+
+        baseline_id = om.run_labels(source.baseline)["run_id"]
+        points = [p for _, comparison in source.gate for p in comparison.points]
+        marks = [m.value for m in Mark]
+        families += om.compare_families(run, baseline_id, points, source.gate.passed, marks)
+    return families
+
+
+def _text_format(dialect: Dialect | str) -> Exporter:
+    def exporter(source: ExportSource) -> str:
+        from commbench.results.openmetrics import Dialect, render
+
+        return render(metric_families(source), Dialect(dialect))
+
+    return exporter
+
+
+EXPORTERS: dict[ExportFormat, Exporter] = {
+    ExportFormat.openmetrics: _text_format("openmetrics"),
+    ExportFormat.prometheus: _text_format("prometheus"),
+}
+
+
+def export(source: ExportSource, fmt: ExportFormat | str) -> str:
+    return EXPORTERS[ExportFormat(fmt)](source)
