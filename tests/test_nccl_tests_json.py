@@ -1,4 +1,5 @@
-"""nccl-tests' `-J` JSON, versions 1-3: the import (samples, per-process times, devices).
+"""nccl-tests' `-J` JSON, versions 1-3: the import (samples, per-process times, devices) and
+the writer (`to_nccl_tests_json`), read back as nccl-tests' own analyzer reads it.
 
 The fixtures are written by fixtures/nccl_tests/make_json.py as nccl-tests' src/util.cu prints
 them (see fixtures/nccl_tests/README.md for the commit of each version).
@@ -15,15 +16,17 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
+from commbench.errors import UserError
 from commbench.importers.nccl_tests import (
     JSON_VERSIONS,
     MAX_RANK_LINES,
     parse_file,
     parse_json,
+    to_nccl_tests_json,
 )
 from commbench.results.runs import load_run
-from commbench.results.schema import RankTimes
-from tests.factories import allreduce_factor
+from commbench.results.schema import ProcessTimes, RankTimes
+from tests.factories import allreduce_factor, make_row, write_run
 
 FIX = Path(__file__).parent / "fixtures" / "nccl_tests"
 V1 = FIX / "v1_all_gather_1proc_2gpus.json"
@@ -163,3 +166,183 @@ def test_per_process_arrays_must_match_the_run(tmp_path: Path) -> None:
     data = load(V3)
     data["results"][0]["out_of_place_per_iter"]["times_us"][3] = "nan"
     assert "times_us[3]" in _refused(tmp_path, json.dumps(data))
+
+
+# -- the writer -------------------------------------------------------------------------------
+
+
+def _collectives_run(tmp_path: Path) -> Path:
+    """A run of commbench's own: all_reduce on 4 ranks, out-of-place and in-place, with
+    samples and per-rank times, one rank on another host."""
+    rows = []
+    for size in (1 << 20, 1 << 22, 1 << 24):
+        base = 20 + size / 40e3
+        for in_place in (False, True):
+            samples = [base * (1 + 0.01 * i) for i in range(6)]
+            rows.append(
+                make_row(
+                    size,
+                    samples,
+                    busbw_factor=allreduce_factor(4),
+                    world_size=4,
+                    in_place=in_place,
+                    warmup=5,
+                    ranks=RankTimes(
+                        ranks=[0, 1, 2, 3],
+                        median_us=[base] * 4,
+                        p95_us=[base] * 4,
+                        wait_us=[0.0, 0.0, 0.3 * base, 0.0],
+                    ),
+                )
+            )
+    ranks = [
+        {
+            "rank": r,
+            "local_rank": r % 2,
+            "host": f"n{r // 2}",
+            "pid": 100 + r,
+            "device": f"cuda:{r % 2}",
+            "device_name": "NVIDIA H100 80GB HBM3",
+        }
+        for r in range(4)
+    ]
+    record = {
+        "kind": "collectives",
+        "status": "complete",
+        "context": {
+            "world_size": 4,
+            "backend": "nccl",
+            "device": "cuda",
+            "nccl": "2.21.5",
+            "hosts": ["n0", "n1"],
+            "ranks": ranks,
+            "started_at": "2026-07-10T09:00:00+0200",
+            "env": {"NCCL_ALGO": "Ring"},
+        },
+    }
+    return write_run(tmp_path / "run", rows, record)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_analyzer_reads_it(data: dict[str, Any]) -> None:
+    """Every key and type NVIDIA/nccl-tests' tools/analyze_perf_json.py (at a0b82b2) reads."""
+    assert isinstance(data["version"], int) and data["version"] == 3
+    assert isinstance(data["results"], list) and data["results"]
+    config = data["config"]
+    assert isinstance(config, dict)
+    assert isinstance(config["iterations"], int)
+    assert isinstance(config["aggregated_iterations"], int)
+    assert isinstance(config["per_iter_skip"], int)
+    assert isinstance(config["devices"], list)
+    assert all(isinstance(d["hostname"], str) for d in config["devices"])
+    for r in data["results"]:
+        assert isinstance(r["size"], int)
+        for key in ("out_of_place_per_iter", "in_place_per_iter"):
+            per_iter = r[key]
+            assert isinstance(per_iter, dict)
+            for name in ("max_us", "avg_us", "min_us", "p99_us", "cv_pct"):
+                assert _number(per_iter[name]), name
+            times = per_iter["times_us"]
+            assert isinstance(times, list) and all(_number(t) for t in times)
+            processes = per_iter.get("per_process_max_times_us", [])
+            assert isinstance(processes, list)
+            for row in processes:
+                assert isinstance(row, list) and all(_number(t) for t in row)
+            if processes:  # its consistency check: times_us is the max over process rows
+                maxima = [max(col) for col in zip(*processes, strict=True)]
+                assert all(abs(a - b) < 0.001 for a, b in zip(times, maxima, strict=True))
+
+
+def _same_rows(before: list, after: list) -> None:
+    assert len(before) == len(after)
+    for a, b in zip(before, after, strict=True):
+        assert (a.op, a.size_bytes, a.dtype, a.reduce_op, a.in_place, a.world_size, a.count) == (
+            b.op,
+            b.size_bytes,
+            b.dtype,
+            b.reduce_op,
+            b.in_place,
+            b.world_size,
+            b.count,
+        )
+        assert b.samples_us == pytest.approx(a.samples_us, abs=1e-6)
+        assert b.time_us == pytest.approx(a.time_us, abs=1e-6)
+        assert b.algbw_gbps == pytest.approx(a.algbw_gbps, rel=1e-6)
+        assert b.busbw_gbps == pytest.approx(a.busbw_gbps, rel=1e-6)
+        assert b.check == a.check
+
+
+def test_a_collectives_run_written_as_version_3(tmp_path: Path) -> None:
+    run = load_run(_collectives_run(tmp_path))
+    text = to_nccl_tests_json(run)
+    assert text.startswith('{"version":3,"start_time":"2026-07-10 09:00:00","args":')
+    data = json.loads(text)
+    _as_analyzer_reads_it(data)
+    assert list(data) == [
+        "version",
+        "start_time",
+        "args",
+        "env",
+        "nccl_version",
+        "config",
+        "results",
+        "out_of_bounds",
+        "average_bus_bandwidth",
+        "errors",
+        "end_time",
+    ]
+    assert data["nccl_version"] == 22105 and data["env"] == ["NCCL_ALGO=Ring"]
+    first = data["results"][0]
+    assert list(first) == [
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "out_of_place",
+        "out_of_place_per_iter",
+        "in_place",
+        "in_place_per_iter",
+        "actual_iterations",
+        "experiment_name",
+    ]
+    assert (first["type"], first["redop"], first["root"]) == ("float", "sum", "    -1")
+    assert first["out_of_place"]["nwrong"] == 0.0
+    assert "per_process_max_times_us" not in first["out_of_place_per_iter"]  # no such times
+    assert [d["hostname"] for d in data["config"]["devices"]] == ["n0", "n0", "n1", "n1"]
+    assert data["config"]["step_factor"] == 4 and data["config"]["ngpus"] == 1
+    _same_rows(run.rows, parse_json(data, "x.json").rows)
+
+
+def test_an_imported_run_written_back_keeps_its_processes(tmp_path: Path) -> None:
+    for fixture in (V1, V2, V3):
+        result = CliRunner().invoke(
+            app, ["import", "nccl-tests", str(fixture), "-o", str(tmp_path / fixture.stem)]
+        )
+        assert result.exit_code == 0, result.output
+        run = load_run(Path(result.stdout.strip()))
+        data = json.loads(to_nccl_tests_json(run))
+        again = parse_json(data, "again.json")
+        _same_rows(run.rows, again.rows)
+        assert [r.processes for r in again.rows] == [r.processes for r in run.rows]
+        if fixture != V1:
+            _as_analyzer_reads_it(data)
+    assert isinstance(run.rows[0].processes, ProcessTimes)
+    assert data["config"]["devices"][2]["device_hex"] == "0000:1b:00"
+
+
+def test_the_writer_refuses_what_nccl_tests_cannot_hold(tmp_path: Path) -> None:
+    path = _collectives_run(tmp_path)
+    run = load_run(path)
+    run.rows.append(make_row(1 << 20, op="all_gather", reduce_op="", world_size=4))
+    with pytest.raises(UserError, match="holds all_reduce, all_gather"):
+        to_nccl_tests_json(run)
+    gathered = json.loads(to_nccl_tests_json(run, op="all_gather"))
+    assert gathered["args"][0] == "all_gather_perf"
+    count = gathered["results"][0]["count"]
+    assert count == (1 << 20) // 4 // 4  # per rank, as nccl-tests prints all_gather's
+    with pytest.raises(UserError, match="no broadcast results"):
+        to_nccl_tests_json(run, op="broadcast")
