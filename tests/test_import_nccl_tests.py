@@ -108,8 +108,8 @@ def test_json_per_iteration_times_become_samples() -> None:
 
 
 def test_json_version_and_shape_are_checked() -> None:
-    with pytest.raises(UserError, match="version 3"):
-        parse_json({"version": 3, "results": []}, "x.json")
+    with pytest.raises(UserError, match=r"version 4 is not understood \(known: 1, 2, 3\)"):
+        parse_json({"version": 4, "results": []}, "x.json")
     with pytest.raises(UserError, match="not an nccl-tests JSON"):
         parse_json({"rows": []}, "x.json")
     data = json.loads(H100_JSON.read_text())

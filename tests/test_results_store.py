@@ -153,18 +153,21 @@ def test_every_row_field_has_a_declared_type() -> None:
     from commbench.results.schema import (
         _FIELD_READERS,
         _P2P_READERS,
+        _PROCESSES_READERS,
         _RANKS_READERS,
         _STATS_READERS,
         P2PCopy,
+        ProcessTimes,
         RankTimes,
     )
     from commbench.stats import Stats
 
-    nested = {"stats", "p2p", "ranks"}  # read by their own readers
+    nested = {"stats", "p2p", "ranks", "processes"}  # read by their own readers
     assert set(_FIELD_READERS) | nested == {f.name for f in fields(ResultRow)}
     assert set(_STATS_READERS) == {f.name for f in fields(Stats)}
     assert set(_P2P_READERS) == {f.name for f in fields(P2PCopy)}
     assert set(_RANKS_READERS) == {f.name for f in fields(RankTimes)}
+    assert set(_PROCESSES_READERS) == {f.name for f in fields(ProcessTimes)}
 
 
 # -- what a failed write or a vanished writer leaves -----------------------------------------

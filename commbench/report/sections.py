@@ -17,6 +17,7 @@ from commbench.errors import UserError
 from commbench.health.findings import report_lines
 from commbench.report.blocks import Block, Bullets, Heading, Image, Para, Pre, Table
 from commbench.report.figures import context_title
+from commbench.results import slow_processes
 from commbench.results.exporters import build_tables
 from commbench.results.network import network_lines
 from commbench.results.runs import Run
@@ -288,6 +289,36 @@ def stragglers_section(page: Page) -> list[Block]:
     return [*blocks, Bullets(lines)]
 
 
+def slow_processes_section(page: Page) -> list[Block]:
+    """Which process of an imported nccl-tests run was the slowest (`results.slow_processes`);
+    nothing for a run without per-process times (every run but an nccl-tests `-I` import)."""
+    run = page.run
+    measured = sum(1 for r in run.rows if r.processes is not None)
+    if not measured:
+        return []
+    blocks: list[Block] = [
+        Heading(page.level, "Slowest processes"),
+        Para(
+            "nccl-tests timed every iteration in each MPI process (`-I 1`: per process, the "
+            "maximum over its GPUs). At each point, the process whose median time exceeds every "
+            f"other's by at least {STRAGGLER_MIN_SHARE:.0%} of the iteration and "
+            f"{STRAGGLER_MIN_US:g} us is named the slowest, as nccl-tests' analyzer names it. "
+            "Inside a collective, a process may spend longer because it waited for the others: "
+            "with one GPU per process these times are also the ranks' own times of "
+            '"Waited-for ranks", which names the rank that arrived last (the shortest time).'
+        ),
+    ]
+    findings = slow_processes.summarise(run.rows, run.context.ranks)
+    lines = slow_processes.summary_lines(findings, limit=MAX_STRAGGLER_LINES)
+    if not lines:
+        points = f"{measured} point{'s' if measured > 1 else ''}"
+        return [
+            *blocks,
+            Para(f"No process was clearly the slowest ({points} with per-process times)."),
+        ]
+    return [*blocks, Bullets(lines)]
+
+
 def network_section(page: Page) -> list[Block]:
     """What the network between the nodes delivered, against its line rate, at every point
     (`results.network`); nothing for a run on one node."""
@@ -320,6 +351,7 @@ SECTIONS: tuple[Section, ...] = (
     results_section,
     strategies_section,
     stragglers_section,
+    slow_processes_section,
     network_section,
     link_health_section,
     plots_section,

@@ -13,13 +13,16 @@ Files written by commbench carry `schema_version`. Readers accept the versions t
 migrate and refuse newer ones with a message, so an old commbench never misreads a new run.
 Version 2 nests the stats (`"stats": {"median": ...}`) and the p2p fields (`"p2p": {...}`);
 version 1 had them flat, and p2p rows of their own in milliseconds. A version-2 collectives
-row may hold `"ranks": {...}` (`RankTimes`); rows written before it was added, imported rows
-and p2p rows have none, which is why it is optional rather than a new version.
+row may hold `"ranks": {...}` (`RankTimes`); rows written before it was added, p2p rows and
+most imported rows have none, which is why it is optional rather than a new version. A row
+imported from nccl-tests' `-I` JSON may hold `"processes": {...}` (`ProcessTimes`), optional
+for the same reason.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
@@ -228,6 +231,74 @@ class RankTimes:
         return {name: list(getattr(self, name)) for name in _RANKS_NAMES}
 
 
+@dataclass(frozen=True, slots=True)
+class SlowProcess:
+    """The process slower than every other at one point (`ProcessTimes.slowest`)."""
+
+    rank: int
+    """The first global rank of the process (`ProcessTimes.ranks`)."""
+    median_us: float
+    """Its median time per iteration."""
+    excess_us: float
+    """Its median minus the next slowest process's."""
+    share: float
+    """excess_us / the point's median iteration time (`ResultRow.time_us`)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ProcessTimes:
+    """nccl-tests' per-process times at one point (`-I 1`, its JSON `per_process_max_times_us`).
+
+    Each MPI process of an nccl-tests run times every iteration on each of its GPUs with CUDA
+    events and keeps, per iteration, the maximum over its GPUs; the row's `samples_us` are the
+    maximum of these over the processes. A process is named by its first global rank
+    (nccl-tests' `proc * nThreads * nGpus`); it holds `ranks_per_process` consecutive ranks.
+    nccl-tests' own analyzer (`tools/analyze_perf_json.py`) calls the process with the largest
+    times the slowest (`slowest`)."""
+
+    ranks: list[int]
+    """Each process's first global rank, in process order."""
+    ranks_per_process: int = 1
+    """Ranks (GPUs) each process drives (nThreads x nGpus): a time is the maximum over them."""
+    times_us: list[list[float]]
+    """Per process (parallel to `ranks`), its time of each iteration, microseconds."""
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) != len(self.times_us):
+            raise ValueError("ProcessTimes: ranks and times_us differ in length")
+        if len({len(t) for t in self.times_us}) > 1:
+            raise ValueError("ProcessTimes: the processes hold different numbers of iterations")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"ProcessTimes: a rank is listed twice in {self.ranks}")
+
+    @property
+    def medians_us(self) -> list[float]:
+        """Each process's median time per iteration (NaN for a process without one)."""
+        return [statistics.median(t) if t else math.nan for t in self.times_us]
+
+    def slowest(self, time_us: float) -> SlowProcess | None:
+        """The process whose median time exceeds every other's by a meaningful time (the
+        thresholds of `RankTimes.straggler`: `STRAGGLER_MIN_SHARE` of `time_us`, and
+        `STRAGGLER_MIN_US`); None with fewer than two processes, or two equally slow."""
+        medians = self.medians_us
+        if len(medians) < 2 or not time_us > 0 or any(math.isnan(m) for m in medians):
+            return None
+        top, runner_up = sorted(medians, reverse=True)[:2]
+        if top - runner_up < max(STRAGGLER_MIN_US, STRAGGLER_MIN_SHARE * time_us):
+            return None
+        rank = self.ranks[medians.index(top)]
+        return SlowProcess(
+            rank=rank, median_us=top, excess_us=top - runner_up, share=(top - runner_up) / time_us
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ranks": list(self.ranks),
+            "ranks_per_process": self.ranks_per_process,
+            "times_us": [list(t) for t in self.times_us],
+        }
+
+
 @dataclass(kw_only=True, slots=True)
 class ResultRow:
     """One measured point: its identity, bandwidth, check, `stats` (microseconds) and the
@@ -261,6 +332,8 @@ class ResultRow:
     ranks: RankTimes | None = None
     """Each member rank's own times at a collectives point; None for other run kinds, points
     that did not run, and rows stored before commbench kept them."""
+    processes: ProcessTimes | None = None
+    """nccl-tests' per-process times (an import of its `-I` JSON); None for every other row."""
 
     @property
     def time_us(self) -> float:
@@ -272,6 +345,12 @@ class ResultRow:
         """The rank the others waited for at this point (`RankTimes.straggler`); None
         without per-rank times or without a meaningful wait."""
         return None if self.ranks is None else self.ranks.straggler(self.time_us)
+
+    @property
+    def slow_process(self) -> SlowProcess | None:
+        """The process slower than every other at this point (`ProcessTimes.slowest`); None
+        without per-process times (every row but an nccl-tests import's) or a clear one."""
+        return None if self.processes is None else self.processes.slowest(self.time_us)
 
     @property
     def key(self) -> RowKey:
@@ -298,6 +377,8 @@ class ResultRow:
             data["p2p"] = self.p2p.to_dict()
         if self.ranks is not None:
             data["ranks"] = self.ranks.to_dict()
+        if self.processes is not None and samples:
+            data["processes"] = self.processes.to_dict()
         return data
 
     @classmethod
@@ -316,6 +397,9 @@ class ResultRow:
         ranks = f.sub("ranks")
         if ranks is not None:
             kwargs["ranks"] = _rank_times(ranks)
+        processes = f.sub("processes")
+        if processes is not None:
+            kwargs["processes"] = _process_times(processes)
         return _check_row(cls(**kwargs), f)
 
     @classmethod
@@ -429,6 +513,12 @@ _RANKS_READERS: dict[str, Conv[Any]] = {
     "wait_us": list_of(_time, max_items=MAX_WORLD_SIZE),
 }
 
+_PROCESSES_READERS: dict[str, Conv[Any]] = {
+    "ranks": list_of(integer_in(0, MAX_WORLD_SIZE - 1), max_items=MAX_WORLD_SIZE),
+    "ranks_per_process": integer_in(1, MAX_WORLD_SIZE),
+    "times_us": list_of(list_of(_time, max_items=MAX_ITERATIONS), max_items=MAX_WORLD_SIZE),
+}
+
 
 def _rank_times(f: Fields) -> RankTimes:
     """A row's `ranks`, its lists checked to be parallel and its ranks distinct."""
@@ -442,6 +532,21 @@ def _rank_times(f: Fields) -> RankTimes:
     if len(set(values["ranks"])) != len(values["ranks"]):
         raise UserError(f"{f.at('ranks')}: a rank is listed twice")
     return RankTimes(**values)
+
+
+def _process_times(f: Fields) -> ProcessTimes:
+    """A row's `processes`: a first rank per process, each process's times of as many
+    iterations as every other's."""
+    ranks = f.req("ranks", _PROCESSES_READERS["ranks"])
+    per_process = f.opt("ranks_per_process", _PROCESSES_READERS["ranks_per_process"]) or 1
+    times = f.req("times_us", _PROCESSES_READERS["times_us"])
+    if len(times) != len(ranks):
+        raise UserError(f"{f.at('times_us')}: {len(times)} processes for {len(ranks)} ranks")
+    if len({len(t) for t in times}) > 1:
+        raise UserError(f"{f.at('times_us')}: the processes hold different numbers of iterations")
+    if len(set(ranks)) != len(ranks):
+        raise UserError(f"{f.at('ranks')}: a rank is listed twice")
+    return ProcessTimes(ranks=ranks, ranks_per_process=per_process, times_us=times)
 
 
 def _check_row(row: ResultRow, f: Fields) -> ResultRow:
@@ -474,6 +579,8 @@ def _check_row(row: ResultRow, f: Fields) -> ResultRow:
         raise UserError(
             f"{f.at('count')}: {row.count} elements in {row.size_bytes} bytes (one per byte at most)"
         )
+    if row.processes is not None and any(r >= row.world_size for r in row.processes.ranks):
+        raise UserError(f"{f.at('processes.ranks')}: a rank outside a world of {row.world_size}")
     if row.ranks is not None and len(row.ranks.ranks) > row.world_size:
         raise UserError(
             f"{f.at('ranks.ranks')}: {len(row.ranks.ranks)} ranks in a world of {row.world_size}"
@@ -495,7 +602,9 @@ _NULLABLE = {
     "peer_access",
 }
 _TOP_NAMES = tuple(
-    f.name for f in fields(ResultRow) if f.name not in ("stats", "samples_us", "p2p", "ranks")
+    f.name
+    for f in fields(ResultRow)
+    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes")
 )
 _P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))

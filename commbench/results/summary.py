@@ -115,6 +115,8 @@ class Device:
     local_rank: int | None = None
     pci_bus_id: str | None = None
     """As an nccl-tests log names the GPU; commbench's own runs do not record it."""
+    pid: int | None = None
+    """The rank's process id, where its worker (or the nccl-tests log) said it."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -180,6 +182,7 @@ def devices(ranks: Sequence[Mapping[str, Any]]) -> list[Device]:
                 node=entry.node,
                 local_rank=local_rank,
                 pci_bus_id=bus,
+                pid=_int(info.get("pid")),
             )
         )
     return sorted(out, key=lambda d: d.rank)

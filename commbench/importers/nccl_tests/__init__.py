@@ -13,13 +13,19 @@ prompts) are skipped; a line that starts like a result row but does not parse is
 naming its line number, never silently dropped. Both the out-of-place and in-place columns
 become rows (`in_place` false/true); `#wrong` becomes the `check` column.
 
+The `-J` JSON file is read in its versions 1-3 (nccl-tests 2.17-2.19): with `-I 1` its
+per-iteration times become the rows' samples and its per-process times the rows' `processes`
+(and, one GPU per process, their per-rank times), its `config.devices` the run's ranks.
+`to_nccl_tests_json` writes any collectives run back as such a file (version 3).
+
 Its modules import one way: `model` (the typed records of a result, and what nccl-tests'
 names and figures mean to commbench), `parse` (text and JSON into those records; the bounds
-on an input), `write` (the records as a run directory).
+on an input), `write` (the records as a run directory), `export` (a run as a `-J` file).
 """
 
 from __future__ import annotations
 
+from commbench.importers.nccl_tests.export import to_nccl_tests_json
 from commbench.importers.nccl_tests.model import (
     DTYPES,
     NON_REDUCING,
@@ -33,6 +39,7 @@ from commbench.importers.nccl_tests.model import (
     op_from_text,
 )
 from commbench.importers.nccl_tests.parse import (
+    JSON_VERSIONS,
     MAX_RANK_LINES,
     MAX_ROWS,
     parse_file,
@@ -43,6 +50,7 @@ from commbench.importers.nccl_tests.write import context_of, import_log
 
 __all__ = [
     "DTYPES",
+    "JSON_VERSIONS",
     "MAX_RANK_LINES",
     "MAX_ROWS",
     "NON_REDUCING",
@@ -59,4 +67,5 @@ __all__ = [
     "parse_file",
     "parse_json",
     "parse_text",
+    "to_nccl_tests_json",
 ]

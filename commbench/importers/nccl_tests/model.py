@@ -15,8 +15,8 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES as ELEMENT_BYTES
 from commbench.errors import UserError
-from commbench.results.schema import ResultRow
-from commbench.stats import Stats
+from commbench.results.schema import ProcessTimes, RankTimes, ResultRow
+from commbench.stats import Stats, quantile
 
 # nccl-tests type names -> commbench dtype names (others are kept as printed).
 DTYPES = {
@@ -169,6 +169,56 @@ class Parsed:
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
+class PerIter:
+    """One placement's `out_of_place_per_iter` / `in_place_per_iter` object (nccl-tests `-I 1`,
+    JSON version 2 and later), as read: its summary figures are nccl-tests' own over the same
+    times, so commbench recomputes them from `times_us` rather than keep a second copy."""
+
+    times_us: list[float]
+    """Each timed iteration's time, the maximum over the processes, microseconds."""
+    skipped: int = 0
+    """`skipped_iterations` (version 3, `-K`): leading iterations nccl-tests' own summary
+    left out; they are left out of the row's samples too."""
+    per_process: list[list[float]] = field(default_factory=list)
+    """`per_process_max_times_us`: per MPI process, each iteration's time (the maximum over
+    the process's GPUs); nccl-tests writes it only for a run of two processes or more."""
+
+    @property
+    def samples(self) -> list[float]:
+        return self.times_us[self.skipped :]
+
+    def processes(self, ranks: list[int], ranks_per_process: int) -> ProcessTimes | None:
+        """The per-process times from the same iterations as `samples`, each process named by
+        its first rank (`ranks`, parallel to `per_process`); None for a single process."""
+        if len(self.per_process) < 2:
+            return None
+        return ProcessTimes(
+            ranks=ranks,
+            ranks_per_process=ranks_per_process,
+            times_us=[t[self.skipped :] for t in self.per_process],
+        )
+
+
+def rank_times(processes: ProcessTimes) -> RankTimes | None:
+    """The per-process times as the per-rank record commbench keeps of its own runs, computed
+    as its worker computes it (`launch.worker`: each rank's median and p95 of its own times,
+    and its median slack below the per-iteration maximum over ranks), so that `report` names
+    the rank the others waited for as it does for a run of commbench's own. Only when every
+    process drives one GPU (`-g 1`, one thread): a process's time is then one rank's own; with
+    several, it is the maximum over them, which is no rank's own time, and None is returned."""
+    if processes.ranks_per_process != 1 or not processes.times_us:
+        return None
+    maxima = [max(column) for column in zip(*processes.times_us, strict=True)]
+    median, p95, wait = [], [], []
+    for own in processes.times_us:
+        ordered = sorted(own)
+        median.append(quantile(ordered, 0.5))
+        p95.append(quantile(ordered, 0.95))
+        wait.append(quantile(sorted(m - t for m, t in zip(maxima, own, strict=True)), 0.5))
+    return RankTimes(ranks=list(processes.ranks), median_us=median, p95_us=p95, wait_us=wait)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
 class Measured:
     """What one result line measured: the columns before its timings."""
 
@@ -236,8 +286,10 @@ def result_row(
     iters: int,
     warmup: int,
     samples: list[float] | None = None,
+    processes: ProcessTimes | None = None,
 ) -> ResultRow:
-    """One placement of a result line as commbench's row."""
+    """One placement of a result line as commbench's row; with per-iteration `samples` (and
+    per-process times, `processes`) its figures are computed from them as commbench's own."""
     # nccl-tests prints some ops' count per rank (all_gather: S / n elements); commbench's
     # count is always S's elements, so rows join and read alike whatever their source
     dtype, size = line.dtype, line.size
@@ -258,6 +310,8 @@ def result_row(
             in_place=in_place,
             warmup=warmup,
             requested_bytes=size,
+            processes=processes,
+            ranks=rank_times(processes) if processes is not None else None,
         )
     return ResultRow(
         op=line.op,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from commbench.importers.nccl_tests.model import (
     Header,
     Measured,
     Parsed,
+    PerIter,
     Section,
     given_op,
     infer_world_size,
@@ -42,6 +44,7 @@ from commbench.importers.nccl_tests.model import (
     reduce_op_of,
     result_row,
 )
+from commbench.numbers import MAX_ITERATIONS
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -399,11 +402,14 @@ def parse_text(
 
 # -- JSON (nccl-tests -J FILE) ----------------------------------------------------------------
 
-JSON_VERSIONS = (1, 2)
+JSON_VERSIONS = (1, 2, 3)
+"""`JSON_FILE_VERSION` of nccl-tests' src/util.cu: 1 (2.17, -J), 2 (`-I 1`: the per-iteration
+objects), 3 (2.19, `-K`: `skipped_iterations`, `config.per_iter_skip`)."""
 
 
 _json_count = integer_in(0, MAX_COUNT)
 _json_world = integer_in(1, MAX_WORLD_SIZE)
+_json_time = number_in(0, MAX_TIME_US)
 
 
 def _json_number(value: Any, path: str) -> float:
@@ -435,23 +441,45 @@ def _json_device(item: Value) -> Device:
     )
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class _Processes:
+    """The processes of a `-J` file's run, as its `config` says: nccl-tests lists one device
+    per MPI process (the first of its `nthreads x ngpus` GPUs), so a `per_process_max_times_us`
+    array has one row per listed device."""
+
+    count: int
+    """MPI processes: the devices listed (one, the file of a run without MPI, when none is)."""
+    ranks_per_process: int
+    """nthreads x ngpus: the ranks (GPUs) each process drives."""
+    first_ranks: list[int]
+    """Each process's first global rank (its device's `rank`; nccl-tests numbers them
+    `proc x nthreads x ngpus`)."""
+
+    @property
+    def world(self) -> int:
+        return self.count * self.ranks_per_process
+
+
 def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Parsed:
-    """Parse the JSON file nccl-tests writes with `-J` (src/util.cu, file version 2).
+    """Parse the JSON file nccl-tests writes with `-J` (src/util.cu, file versions 1-3).
 
     Every field read is checked (type and bounds) where it is read, naming the field path:
-    `results[3].out_of_place.time: expected a number, got the string '12'`."""
+    `results[3].out_of_place.time: expected a number, got the string '12'`. The per-iteration
+    times of `-I 1` (versions 2 and 3) become the rows' samples, and the per-process times the
+    rows' `processes` (and, one GPU per process, their per-rank times)."""
     f = _json_document(data, source)
     config = f.sub("config") or Fields({}, f"{source}: config")
     op = _json_op(f, source, op)
     devices = config.items("devices", required=False, max_items=MAX_RANK_LINES)
     section = Section(op=op, ranks=[_json_device(item) for item in devices])
-    world = _json_world_size(config, section.ranks, source)
+    processes = _json_processes(config, section.ranks, source)
     section.header = _json_header(config)
     skipped: list[tuple[str, str]] = []
     for index, item in enumerate(f.items("results", max_items=MAX_ROWS // 2)):
-        _json_result(item.obj(), index, op, section, world, skipped)
+        _json_result(item.obj(), index, op, section, processes, skipped)
     if not section.rows:
         raise UserError(f"{source}: no results in the JSON file")
+    section.avg_busbw = _json_average(f)
     code = f.opt("nccl_version", integer_in(0, 10**9))
     return Parsed(
         source=source,
@@ -465,8 +493,8 @@ def parse_json(data: Any, source: str = "<json>", op: str | None = None) -> Pars
 def _json_document(data: Any, source: str) -> Fields:
     """The file's top level, once it is known to be an nccl-tests file of a version read here:
     refused before any field, so a JSON file of another tool is said to be one."""
-    if not isinstance(data, dict) or "results" not in data:
-        raise UserError(f"{source}: not an nccl-tests JSON file (no 'results')")
+    if not isinstance(data, dict) or "results" not in data or "version" not in data:
+        raise UserError(f"{source}: not an nccl-tests JSON file (no 'version' and 'results')")
     f = Fields(data, f"{source}:")
     version = f.opt("version", anything)
     if isinstance(version, bool) or version not in JSON_VERSIONS:
@@ -487,30 +515,67 @@ def _json_op(f: Fields, source: str, op: str | None) -> str:
     return found
 
 
-def _json_world_size(config: Fields, ranks: list[Device], source: str) -> int:
-    """Ranks: one per listed device, else threads x GPUs per thread."""
-    nthreads = config.opt("nthreads", _json_world) or 1
-    ngpus = config.opt("ngpus", _json_world) or 1
-    world = len(ranks) or nthreads * ngpus
-    if world > MAX_WORLD_SIZE:
-        raise UserError(f"{source}: config: nthreads x ngpus is more than {MAX_WORLD_SIZE} ranks")
-    return world
+def _json_processes(config: Fields, devices: list[Device], source: str) -> _Processes:
+    """The run's processes and ranks: one process per listed device, each driving threads x
+    GPUs per thread ranks."""
+    per_process = (config.opt("nthreads", _json_world) or 1) * (
+        config.opt("ngpus", _json_world) or 1
+    )
+    count = len(devices) or 1
+    if count * per_process > MAX_WORLD_SIZE:
+        raise UserError(
+            f"{source}: config: {count} processes x nthreads x ngpus is more than "
+            f"{MAX_WORLD_SIZE} ranks"
+        )
+    first = [d.rank if d.rank is not None else p * per_process for p, d in enumerate(devices)]
+    if len(set(first)) != len(first) or any(r >= count * per_process for r in first):
+        raise UserError(
+            f"{source}: config.devices: the ranks {first[:8]} are not one first rank per "
+            f"process of {count} processes x {per_process} ranks"
+        )
+    return _Processes(count=count, ranks_per_process=per_process, first_ranks=first or [0])
 
 
 def _json_header(config: Fields) -> Header:
+    factor = config.opt("step_factor", integer_in(0, MAX_SIZE_BYTES))
+    step_bytes = config.opt("step_bytes", integer_in(0, MAX_SIZE_BYTES))
+    step = ("factor", factor) if factor is not None else None
+    if step is None and step_bytes is not None:
+        step = ("bytes", step_bytes)
     return Header(
         nthread=config.opt("nthreads", _json_world),
         ngpus=config.opt("ngpus", _json_world),
         min_bytes=config.opt("minimum_bytes", integer_in(0, MAX_SIZE_BYTES)),
         max_bytes=config.opt("maximum_bytes", integer_in(0, MAX_SIZE_BYTES)),
+        step=step,
         warmup_iters=config.opt("warmup_iters", _json_count),
         iters=config.opt("iterations", _json_count),
         more={
             "agg_iters": config.opt("aggregated_iterations", _json_count),
             "validation": config.opt("validation", _json_count),
             "graph": config.opt("graph", _json_count),
+            **(
+                {"per_iter_skip": config.opt("per_iter_skip", _json_count)}
+                if "per_iter_skip" in config.data
+                else {}
+            ),
         },
     )
+
+
+def _json_average(f: Fields) -> float | None:
+    """The footer's average bus bandwidth (every size, both placements), as the text log's
+    `# Avg bus bandwidth` line; spelled `average_bus_bandwidith` / `bandwidith` by version 1
+    files written before nccl-tests fixed the typo (February 2026)."""
+    for key, inner in (
+        ("average_bus_bandwidth", "bandwidth"),
+        ("average_bus_bandwidith", "bandwidith"),
+    ):
+        average = f.sub(key)
+        if average is not None:
+            value = _json_number(average.opt(inner, anything), average.at(inner))
+            return None if math.isnan(value) else value
+    return None
 
 
 def _json_result(
@@ -518,7 +583,7 @@ def _json_result(
     index: int,
     op: str,
     section: Section,
-    world: int,
+    processes: _Processes,
     skipped: list[tuple[str, str]],
 ) -> None:
     """One entry of `results`: a row per placement it holds, or (zero bytes) a skip."""
@@ -539,23 +604,51 @@ def _json_result(
         if body is None:
             continue
         figures = _json_figures(body, dtype)
-        per_iter = r.sub(f"{key}_per_iter")
-        samples = (
-            per_iter.opt("times_us", list_of(number_in(0, MAX_TIME_US)))
-            if per_iter is not None
-            else None
+        per_iter_fields = r.sub(f"{key}_per_iter")
+        per_iter = (
+            _json_per_iter(per_iter_fields, processes) if per_iter_fields is not None else None
         )
         section.rows.append(
             result_row(
                 line,
                 figures,
-                world_size=world,
+                world_size=processes.world,
                 in_place=in_place,
                 iters=int(iters),
                 warmup=section.warmup,
-                samples=samples or None,
+                samples=per_iter.samples if per_iter is not None else None,
+                processes=(
+                    per_iter.processes(processes.first_ranks, processes.ranks_per_process)
+                    if per_iter is not None
+                    else None
+                ),
             )
         )
+
+
+_json_times = list_of(_json_time, max_items=MAX_ITERATIONS)
+PROCESS_TIMES_KEY = "per_process_max_times_us"
+"""Where a `*_per_iter` object holds its per-process rows (nccl-tests' analyzer names it so)."""
+
+
+def _json_per_iter(f: Fields, processes: _Processes) -> PerIter:
+    """A `*_per_iter` object: its times, the iterations its summary skipped, and one row of
+    times per process of the run, each as long as `times_us`."""
+    times = f.req("times_us", _json_times)
+    skip = f.opt("skipped_iterations", integer_in(0, max(0, len(times) - 1))) or 0
+    rows = f.items(PROCESS_TIMES_KEY, required=False, max_items=MAX_RANK_LINES)
+    if rows and len(rows) != processes.count:
+        raise UserError(
+            f"{f.at(PROCESS_TIMES_KEY)}: {len(rows)} processes, but the run has "
+            f"{processes.count} (config.devices lists one device per process)"
+        )
+    per_process = []
+    for row in rows:
+        own = row.scalar(_json_times)
+        if len(own) != len(times):
+            raise UserError(f"{row.path}: {len(own)} iterations, but times_us holds {len(times)}")
+        per_process.append(own)
+    return PerIter(times_us=times, skipped=skip, per_process=per_process)
 
 
 def _json_figures(body: Fields, dtype: str) -> Figures:

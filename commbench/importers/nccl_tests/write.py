@@ -15,6 +15,7 @@ from commbench.importers.nccl_tests.model import Parsed
 from commbench.importers.nccl_tests.parse import parse_file
 from commbench.results.lifecycle import now, start_run
 from commbench.results.record import RunContext, RunKind, RunStatus
+from commbench.results.schema import ResultRow
 
 
 def context_of(parsed: Parsed) -> dict[str, Any]:
@@ -40,6 +41,30 @@ def context_of(parsed: Parsed) -> dict[str, Any]:
         "topology": None,
         "nccl_tests_version": parsed.tests_version,
     }
+
+
+def _time_notes(rows: list[ResultRow]) -> list[str]:
+    """What the rows' time_us is: nccl-tests' mean, or (with its per-iteration times, `-I 1`)
+    the median of those, as commbench's own; and what a per-process time is."""
+    sampled = sum(1 for r in rows if r.samples_us)
+    notes = []
+    if sampled < len(rows):
+        notes.append(
+            "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
+            "ranks by default), not commbench's median of per-iteration maxima"
+            + (f" ({len(rows) - sampled} of {len(rows)} rows)" if sampled else "")
+        )
+    if sampled:
+        notes.append(
+            "time_us is the median of nccl-tests' per-iteration times (-I 1: each iteration's "
+            "maximum over the processes), the iterations its summary skipped (-K) left out"
+        )
+    if any(r.processes is not None for r in rows):
+        notes.append(
+            "processes: nccl-tests' per-process times (per MPI process, each iteration's "
+            "maximum over its GPUs), each process named by its first rank"
+        )
+    return notes
 
 
 def import_log(
@@ -81,11 +106,7 @@ def import_log(
         ],
         points_total=len(rows),
         points_done=len(rows),
-        notes=[
-            "time_us is nccl-tests' time: the mean over its timed iterations (averaged across "
-            "ranks by default), not commbench's median of per-iteration maxima",
-            *([skipped] if skipped else []),
-        ],
+        notes=[*_time_notes(rows), *([skipped] if skipped else [])],
     )
     with life.guarded():
         life.dir.write_rows(rows)
