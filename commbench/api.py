@@ -840,7 +840,8 @@ class ExportRequest:
             "--format",
             "-f",
             type=ExportFormat,
-            help="openmetrics (text format 1.0.0) or prometheus (text format 0.0.4).",
+            help="openmetrics (text format 1.0.0), prometheus (text format 0.0.4) or "
+            "nccl-tests-json (nccl-tests' -J file, version 3).",
         ),
     )
     out: PathLike | None = field(
@@ -865,6 +866,14 @@ class ExportRequest:
         metadata=cli(
             help="With --baseline: compare runs whose GPU model, world size, backend or "
             "topology differ."
+        ),
+    )
+    op: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            help="With --format nccl-tests-json: the op to write, when the run measured "
+            "several (nccl-tests' file holds one op's results).",
         ),
     )
 
@@ -907,7 +916,10 @@ def export_run(request: ExportRequest) -> str:
     if base_path is not None:
         base = load_one(base_path)
         gate = compare_runs(base_path, run_path, allow_mismatch=request.allow_mismatch)
-    text = export(ExportSource(run, diagnosis=diagnosis, gate=gate, baseline=base), fmt)
+    if request.op is not None and fmt is not ExportFormat.nccl_tests_json:
+        raise UserError("--op chooses the op of --format nccl-tests-json; the others hold every op")
+    source = ExportSource(run, diagnosis=diagnosis, gate=gate, baseline=base, op=request.op)
+    text = export(source, fmt)
     if out_path is not None:
         with writing(out_path):
             out_path.parent.mkdir(parents=True, exist_ok=True)

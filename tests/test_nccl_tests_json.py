@@ -346,3 +346,25 @@ def test_the_writer_refuses_what_nccl_tests_cannot_hold(tmp_path: Path) -> None:
     assert count == (1 << 20) // 4 // 4  # per rank, as nccl-tests prints all_gather's
     with pytest.raises(UserError, match="no broadcast results"):
         to_nccl_tests_json(run, op="broadcast")
+
+
+def test_commbench_export_writes_the_file_that_imports_back(tmp_path: Path) -> None:
+    """The done-when of issue 27's first part through the commands a user types: a v3 file
+    imports, `export --format nccl-tests-json` writes it again, and that imports back to the
+    same rows with the same slow process."""
+    runner = CliRunner()
+    first = runner.invoke(app, ["import", "nccl-tests", str(V3), "-o", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    path = first.stdout.strip()
+    out = tmp_path / "again" / "all_reduce_perf.json"
+    exported = runner.invoke(app, ["export", path, "--format", "nccl-tests-json", "-o", str(out)])
+    assert exported.exit_code == 0, exported.output
+    assert json.loads(out.read_text())["version"] == 3
+    assert exported.stdout == ""  # with --out, the file holds it
+    back = runner.invoke(app, ["import", "nccl-tests", str(out), "-o", str(tmp_path / "b")])
+    assert back.exit_code == 0, back.output
+    assert f"{SLOW} was the slowest at 8 of 8 points" in back.stderr
+    _same_rows(load_run(Path(path)).rows, load_run(Path(back.stdout.strip())).rows)
+    wrong = runner.invoke(app, ["export", path, "--format", "prometheus", "--op", "all_reduce"])
+    assert wrong.exit_code == 2 and "--op chooses the op of --format nccl-tests-json" in wrong.stderr
+    assert wrong.stdout == ""

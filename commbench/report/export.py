@@ -26,6 +26,9 @@ class ExportFormat(str, Enum):
     """The OpenMetrics text format 1.0.0 (ends with `# EOF`)."""
     prometheus = "prometheus"
     """Prometheus' text exposition format 0.0.4 (what node_exporter's textfile collector reads)."""
+    nccl_tests_json = "nccl-tests-json"
+    """nccl-tests' `-J` JSON file, version 3 (`importers.nccl_tests.to_nccl_tests_json`): what
+    its `tools/analyze_perf_json.py` reads, and `import nccl-tests` reads back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class ExportSource:
     gate: Gate | None = None
     """The regression gate against `baseline`."""
     baseline: Run | None = None
+    op: str | None = None
+    """The one op a single-op format writes (nccl-tests' file holds one program's results)."""
 
 
 Exporter = Callable[[ExportSource], str]
@@ -73,9 +78,16 @@ def _text_format(dialect: Dialect | str) -> Exporter:
     return exporter
 
 
+def _nccl_tests_json(source: ExportSource) -> str:
+    from commbench.importers.nccl_tests import to_nccl_tests_json
+
+    return to_nccl_tests_json(source.run, op=source.op)
+
+
 EXPORTERS: dict[ExportFormat, Exporter] = {
     ExportFormat.openmetrics: _text_format("openmetrics"),
     ExportFormat.prometheus: _text_format("prometheus"),
+    ExportFormat.nccl_tests_json: _nccl_tests_json,
 }
 
 

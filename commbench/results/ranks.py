@@ -28,6 +28,8 @@ class RankEntry:
     """`cuda:N` or `cpu`."""
     device_name: str | None = None
     pci_bus_id: str | None = None
+    pid: int | None = None
+    """The process (an nccl-tests import names each process by it)."""
 
     @classmethod
     def read(cls, item: Any) -> RankEntry:
@@ -48,4 +50,4 @@ class RankEntry:
         return cls(**values)
 
 
-_INTEGERS = ("rank", "local_rank", "node")
+_INTEGERS = ("rank", "local_rank", "node", "pid")

@@ -182,7 +182,7 @@ def devices(ranks: Sequence[Mapping[str, Any]]) -> list[Device]:
                 node=entry.node,
                 local_rank=local_rank,
                 pci_bus_id=bus,
-                pid=_int(info.get("pid")),
+                pid=entry.pid,
             )
         )
     return sorted(out, key=lambda d: d.rank)
