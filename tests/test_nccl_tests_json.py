@@ -366,5 +366,7 @@ def test_commbench_export_writes_the_file_that_imports_back(tmp_path: Path) -> N
     assert f"{SLOW} was the slowest at 8 of 8 points" in back.stderr
     _same_rows(load_run(Path(path)).rows, load_run(Path(back.stdout.strip())).rows)
     wrong = runner.invoke(app, ["export", path, "--format", "prometheus", "--op", "all_reduce"])
-    assert wrong.exit_code == 2 and "--op chooses the op of --format nccl-tests-json" in wrong.stderr
+    assert (
+        wrong.exit_code == 2 and "--op chooses the op of --format nccl-tests-json" in wrong.stderr
+    )
     assert wrong.stdout == ""
