@@ -176,14 +176,22 @@ def verb(record: Callable[P, O]) -> Callable[[Callable[[O], R]], Callable[P, R]]
     """
 
     def wrap(body: Callable[[O], R]) -> Callable[P, R]:
+        returns = inspect.signature(body).return_annotation
+        signature = inspect.signature(record).replace(return_annotation=returns)
+
         @functools.wraps(body)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:  # the verb's own words for a wrong call, not the record's __init__'s
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{body.__name__}(): {exc}") from None
             return body(record(*args, **kwargs))
 
-        returns = inspect.signature(body).return_annotation
-        call.__signature__ = inspect.signature(record).replace(  # type: ignore[attr-defined]
-            return_annotation=returns
-        )
+        call.__signature__ = signature  # type: ignore[attr-defined]
+        call.__annotations__ = {
+            **{p.name: p.annotation for p in signature.parameters.values()},
+            "return": returns,
+        }
         call.options = record  # type: ignore[attr-defined]
         return call
 

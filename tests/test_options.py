@@ -226,3 +226,28 @@ def test_a_command_parses_into_the_record() -> None:
     assert result.exit_code == 2
     help_text = CliRunner().invoke(toy_app, ["toy", "--help"]).output
     assert "How many." in help_text and "--name" in help_text and "--extra" in help_text
+
+
+def test_a_suite_stores_its_defaults_in_its_own_words() -> None:
+    """`in_place` left out is stored as the suite file spells it (false), not as the flag
+    does ("no"): suite.json's config must read back as a suite entry."""
+    from commbench.suites.config import parse_suite
+
+    stored = parse_suite({"collectives": True}).to_dict()["collectives"]
+    assert stored["in_place"] is False
+    again = parse_suite({"collectives": {"in_place": stored["in_place"]}})
+    assert again.collectives is not None and again.collectives.in_place is False
+
+
+def test_the_first_bad_timing_key_in_the_file_is_the_one_named() -> None:
+    from commbench.suites.config import parse_suite
+
+    with pytest.raises(commbench.errors.UserError, match=r"collectives\.warmup"):
+        parse_suite({"collectives": {"warmup": "x", "min_time": "y"}})
+
+
+def test_a_wrong_call_is_worded_for_the_verb() -> None:
+    with pytest.raises(TypeError, match=r"^plot_run\(\): too many positional arguments"):
+        commbench.plot_run("a", "b")  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"^compare_runs\(\): missing a required argument"):
+        commbench.compare_runs("a")  # type: ignore[call-arg]

@@ -24,6 +24,7 @@ import_app = typer.Typer(
 @command(ImportRequest)
 def nccl_tests(request: ImportRequest) -> None:
     """Read nccl-tests results (out-of-place and in-place) into commbench run directories.
+
     Each run directory is printed on stdout (a script captures it); what it holds (the
     devices, the peak and average bus bandwidth per series, the slowest process of a -I JSON
     file, the log's own "Avg bus bandwidth") on stderr."""

@@ -269,10 +269,13 @@ class Timing:
 
 
 def _timing(section: _Section) -> Timing:
+    # read in the file's documented order, so that the first bad key is the one named
+    warmup = section.option(CollectivesRequest, "warmup", _int(0))
+    iters = section.option(CollectivesRequest, "iters", _int(1))
     min_time = section.option(CollectivesRequest, "min_time", _float)
     timing = Timing(
-        warmup=section.option(CollectivesRequest, "warmup", _int(0)),
-        iters=section.option(CollectivesRequest, "iters", _int(1)),
+        warmup=warmup,
+        iters=iters,
         min_time=DEFAULT_MIN_TIME if min_time is None else min_time,
         min_iters=section.take("min_iters", _int(1), DEFAULT_MIN_ITERS),
         max_iters=section.take("max_iters", _int(1), DEFAULT_MAX_ITERS),
@@ -345,6 +348,14 @@ def _section_data(value: Any) -> Any:
     return {} if value is True else value
 
 
+def _suite_in_place(value: bool | str) -> bool | str:
+    """In the suite's own words (true, false or both; suite.json stores them so): the
+    command's `--in-place no|yes` default is false or true here."""
+    if value in ("no", "yes"):
+        return value == "yes"
+    return value
+
+
 def _section_sizes(section: _Section) -> Sizes:
     """`sizes`: one spec, or one per device; the bare command's per-device default when
     left out (`CollectivesRequest.sizes` None)."""
@@ -370,7 +381,7 @@ def _collectives(value: Any) -> CollectivesSection:
         sizes=_section_sizes(s),
         dtypes=s.take("dtypes", _dtypes, _default_dtypes()),
         reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
-        in_place=s.option(CollectivesRequest, "in_place", _in_place),
+        in_place=_suite_in_place(s.option(CollectivesRequest, "in_place", _in_place)),
         check=s.option(CollectivesRequest, "check", _bool),
         timing=_timing(s),
     )
