@@ -153,7 +153,7 @@ def _rows(run: Run, op: str | None) -> list[ResultRow]:
     ops = list(dict.fromkeys(r.op for r in plain))
     if op is None and len(ops) > 1:
         raise UserError(
-            f"{run.path}: holds {', '.join(ops)}; nccl-tests' JSON holds one op's results: name one"
+            f"{run.path}: holds {', '.join(ops)}; nccl-tests' JSON holds one op's results: name one (--op)"
         )
     chosen = [r for r in plain if r.op == (op or (ops[0] if ops else None))]
     if not chosen:
