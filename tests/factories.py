@@ -15,6 +15,7 @@ from commbench.results.store import RunDir, write_results
 from commbench.stats import Stats
 from commbench.topology.discover import discover
 from commbench.topology.model import TopologySnapshot
+from commbench.traces.trace import Call, Group, Manifest, TraceWriter
 
 SAMPLES_US = (10.0, 12.0, 11.0)
 
@@ -119,3 +120,60 @@ def fake_snapshot(
     from tests.fixtures.topology.fake_nvml import FakeNvml, load_machine
 
     return discover(nvml=FakeNvml(load_machine(machine)), environ=dict(environ or {}), **kw)
+
+
+def trace_call(
+    op: str = "all_reduce",
+    nbytes: int = 1 << 20,
+    *,
+    ranks: Sequence[int] = (0, 1),
+    group: str = "0",
+    dtype: str = "float32",
+    out_bytes: int | None = None,
+    **fields: Any,
+) -> Call:
+    """A traced call (rank, seq and group_seq are the writer's): an all_reduce of 1 MiB of
+    float32 in the default group of 2 ranks unless told otherwise."""
+    return Call(
+        rank=0,
+        seq=0,
+        op=op,
+        name=fields.pop("name", op),
+        in_bytes=nbytes,
+        out_bytes=nbytes if out_bytes is None else out_bytes,
+        dtype=dtype if nbytes else "",
+        count=nbytes // 4,
+        group=Group(name=group, ranks=tuple(ranks)),
+        **fields,
+    )
+
+
+def write_trace(
+    directory: Path, per_rank: Mapping[int, Sequence[Call]], *, complete: bool = True
+) -> Path:
+    """A trace directory of `per_rank` calls, written by `TraceWriter` (rank 0's holds the
+    manifest, of world size len(per_rank))."""
+    manifest = Manifest(
+        argv=("python", "train.py"),
+        world_size=len(per_rank),
+        hosts=("node0",),
+        torch_version="2.9.0",
+        backends=("gloo",),
+        started=1.7e9,
+    )
+    for rank, calls in per_rank.items():
+        writer = TraceWriter(directory, rank, manifest=manifest if rank == 0 else None)
+        for call in calls:
+            writer.write(call)
+        writer.close(complete=complete)
+    return directory
+
+
+def ddp_trace(directory: Path, *, world: int = 4, steps: int = 3) -> Path:
+    """A DDP-like job: a broadcast of the 4 MiB of parameters at start-up, then per step 4
+    all_reduce buckets of 1 MiB of float32 (the parameters' gradients)."""
+    ranks = tuple(range(world))
+    calls = [trace_call("broadcast", 4 << 20, ranks=ranks, peer=0)]
+    for step in range(steps):
+        calls += [trace_call("all_reduce", 1 << 20, ranks=ranks, step=step) for _ in range(4)]
+    return write_trace(directory, {r: calls for r in ranks})

@@ -25,7 +25,7 @@ FLOORS: list[set[str]] = [
     {"context"},
     {"results"},
     {"collectives"},
-    {"strategies"},
+    {"strategies", "traces"},
     {"launch"},
     {"p2p"},
     {"importers"},

@@ -1,0 +1,149 @@
+"""A Chakra execution trace in JSON form (mlcommons/chakra): what `chakra_jsonizer`
+(src/jsonizer/jsonizer.py) writes from a rank's `.et` file, the `GlobalMetadata` and then
+every `Node`, each as protobuf's JSON mapping (`MessageToJson`) of schema/protobuf/et_def.proto,
+one object after another:
+
+    {"attr": [{"name": "schema", "stringVal": "1.0.2-chakra.0.0.4"}, ...]}
+    {"id": "42", "name": "nccl:all_reduce", "type": "COMM_COLL_NODE", "durationMicros": "9",
+     "inputs": {"values": ..., "shapes": "[[262144]]", "types": "['Tensor(float)']"},
+     "attr": [{"name": "comm_type", "int64Val": "0"}, {"name": "comm_size",
+     "int64Val": "1048576"}, {"name": "pg_name", "stringVal": "0"}, ...]}
+
+(a JSON list of the same objects is read too). The communication nodes are
+COMM_COLL_NODE, with `comm_type` (the `CollectiveCommType` enum) and `comm_size` (the bytes of
+its input tensors, `PyTorchNode.comm_size`), and COMM_SEND_NODE / COMM_RECV_NODE; the converter
+(src/converter/pytorch_converter.py) adds `pg_name` when the op had one. Chakra keeps no group
+ranks, no issue times and no step markers, and its nodes are a dependency graph rather than an
+issue order: groups count as the whole world, and calls are not matched across ranks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.fields import Fields, Value, integer_in, kind, line
+from commbench.traces.names import ELEMENT_BYTES, canonical_dtype
+from commbench.traces.trace import MAX_BYTES, MAX_CALLS, Call, Group
+
+FORMAT = "chakra"
+TITLE = "Chakra execution trace as JSON (chakra_jsonizer's output)"
+NODE_TYPES = (
+    "INVALID_NODE",
+    "METADATA_NODE",
+    "MEM_LOAD_NODE",
+    "MEM_STORE_NODE",
+    "COMP_NODE",
+    "COMM_SEND_NODE",
+    "COMM_RECV_NODE",
+    "COMM_COLL_NODE",
+)
+COMM_TYPES = (
+    "all_reduce",  # ALL_REDUCE = 0
+    "reduce",  # REDUCE = 1
+    "all_gather",  # ALL_GATHER = 2
+    "gather",  # GATHER = 3
+    "scatter",  # SCATTER = 4
+    "broadcast",  # BROADCAST = 5
+    "all_to_all",  # ALL_TO_ALL = 6
+    "reduce_scatter",  # REDUCE_SCATTER = 7
+    "reduce_scatter",  # REDUCE_SCATTER_BLOCK = 8
+    "barrier",  # BARRIER = 9
+)
+"""commbench's op for each `CollectiveCommType` value, in the enum's order."""
+_TENSOR_TYPE = re.compile(r"Tensor\(([^)]{1,40})\)")
+_INT64 = integer_in(0, MAX_BYTES)
+
+
+def detect(docs: list[Any]) -> bool:
+    """A sequence of objects: a GlobalMetadata (`attr` naming `schema`) or Chakra nodes."""
+    if not docs or not all(isinstance(d, dict) for d in docs[:100]):
+        return False
+    first = docs[0]
+    if isinstance(first.get("attr"), list) and "id" not in first and "entries" not in first:
+        return True
+    return any(d.get("type") in NODE_TYPES for d in docs[:100])
+
+
+def _int64(value: Any, where: str) -> int:
+    """protobuf's JSON writes 64-bit integers as strings."""
+    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+        value = int(value)
+    return _INT64(value, where)
+
+
+def _attrs(f: Fields) -> dict[str, Fields]:
+    out = {}
+    for item in f.items("attr", required=False, max_items=4096):
+        attr = item.obj()
+        out[attr.req("name", line)] = attr
+    return out
+
+
+def read(docs: list[Any], rank: int, where: str, *, world_size: int = 0) -> list[Call]:
+    """Rank `rank`'s communication calls from the jsonizer's objects `docs`; `world_size`
+    (the number of ranks read) sizes the output of ops that gather or scatter."""
+    if len(docs) > MAX_CALLS:
+        raise UserError(f"{where}: more than {MAX_CALLS} nodes: too many to read")
+    calls: list[Call] = []
+    for i, doc in enumerate(docs):
+        f = Value(doc, f"{where}: object {i + 1}").obj()
+        node_type = f.opt("type", line)
+        if node_type not in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
+            continue
+        calls.append(_call(f, node_type, rank, len(calls), world_size))
+    return calls
+
+
+def _call(f: Fields, node_type: str, rank: int, seq: int, world: int) -> Call:
+    attrs = _attrs(f)
+    if node_type == "COMM_COLL_NODE":
+        comm = attrs.get("comm_type")
+        if comm is None:
+            raise UserError(f"{f.at('attr')}: a collective node without comm_type")
+        index = comm.req("int64Val", _int64) if "int64Val" in comm.data else 0
+        if index >= len(COMM_TYPES):
+            raise UserError(f"{comm.at('int64Val')}: {index} is not a CollectiveCommType")
+        op = COMM_TYPES[index]
+    else:
+        op = "send" if node_type == "COMM_SEND_NODE" else "recv"
+    size_attr = attrs.get("comm_size")
+    size = 0
+    if size_attr is not None and "int64Val" in size_attr.data:
+        size = size_attr.req("int64Val", _int64)
+    pg = attrs.get("pg_name")
+    group = pg.req("stringVal", line) if pg is not None else "0"
+    dtype = _dtype(f)
+    elem = ELEMENT_BYTES.get(dtype, 0)
+    n = max(world, 1)
+    out = {"all_gather": size * n, "gather": size * n, "reduce_scatter": size // n}
+    return Call(
+        rank=rank,
+        seq=seq,
+        op=op,
+        name=f.opt("name", line) or op,
+        in_bytes=size,
+        out_bytes=out.get(op, size),
+        dtype=dtype if size else "",
+        count=size // elem if elem else 0,
+        group=Group(name=group, ranks=()),
+        issued_ns=_int64(f.data["startTimeMicros"], f.at("startTimeMicros")) * 1000
+        if "startTimeMicros" in f.data
+        else 0,
+    )
+
+
+def _dtype(f: Fields) -> str:
+    """The dtype of the node's first input tensor (`inputs.types` is the Python text of a
+    list: `['Tensor(float)', 'Int']`); `unknown` without one."""
+    inputs = f.sub("inputs")
+    if inputs is None:
+        return "unknown"
+    types = inputs.data.get("types")
+    if not isinstance(types, str):
+        if types is not None:
+            raise UserError(f"{inputs.at('types')}: expected a string, got {kind(types)}")
+        return "unknown"
+    match = _TENSOR_TYPE.search(types[:4096])
+    return canonical_dtype(match.group(1)) if match else "unknown"

@@ -1,0 +1,139 @@
+"""The names a traced call carries: commbench's op names where the call maps to one, and
+dtype names with their element sizes, from the spellings of torch, PARAM and Chakra."""
+
+from __future__ import annotations
+
+import re
+
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+    "send",
+    "recv",
+    "other",
+)
+"""What a call's `op` may be: commbench's op names (`collectives.specs.OPS`, but a traced
+send and its recv are two calls), and `other` for a call that maps to none of them (its
+original name is kept beside it)."""
+
+P2P_OPS = ("send", "recv")
+SHARDED_IN = ("all_gather", "gather")
+"""Ops whose input is one rank's shard of the whole buffer S."""
+SHARDED_OUT = ("reduce_scatter", "scatter")
+"""Ops whose output is one rank's shard of the whole buffer S."""
+
+# Spellings of each op, lower case with everything but letters removed: c10d's op names
+# (`allgather_into_tensor_coalesced`), torch.distributed's functions, the profiling names of
+# the Flight Recorder (`nccl:all_reduce`), PARAM's names and their aliases
+# (`comms_utils.paramToCommName`), Chakra's collective types.
+_ALIASES = {
+    "all_reduce": (
+        "allreduce",
+        "allreducecoalesced",
+        "allreducesparse",
+    ),
+    "all_gather": (
+        "allgather",
+        "allgatherbase",
+        "allgatherintotensor",
+        "allgatherintotensorcoalesced",
+        "allgathercoalesced",
+        "allgatherv",
+    ),
+    "reduce_scatter": (
+        "reducescatter",
+        "reducescatterbase",
+        "reducescattertensor",
+        "reducescattertensorcoalesced",
+        "reducescatterv",
+        "reducescatterblock",
+    ),
+    "all_to_all": ("alltoall", "alltoallbase", "alltoallsingle", "alltoallv"),
+    "broadcast": ("broadcast",),
+    "reduce": ("reduce",),
+    "gather": ("gather",),
+    "scatter": ("scatter",),
+    "barrier": ("barrier", "allreducebarrier"),
+    "send": ("send", "isend"),
+    "recv": ("recv", "irecv", "recvanysource"),
+}
+_OP_OF = {alias: op for op, aliases in _ALIASES.items() for alias in aliases}
+_LETTERS = re.compile(r"[^a-z]")
+
+
+def canonical_op(name: str) -> str:
+    """commbench's op for an original name (`nccl:all_reduce`, `_allgather_base`,
+    `alltoallv`, `nccl:send 0->1`), `other` when it names none."""
+    text = name.strip().lower()
+    text = text.rpartition(":")[2]  # the backend prefix of a profiling name
+    text = text.split(" ", 1)[0]  # `send 0->1`: the peers
+    return _OP_OF.get(_LETTERS.sub("", text), "other")
+
+
+ELEMENT_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int32": 4,
+    "int64": 8,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+"""Every dtype a call may name (commbench's `--dtype` names and the others torch sends), and
+its element size; `""` is a call without data (a barrier), `unknown` one whose producer did
+not say."""
+
+_DTYPE_OF = {
+    # torch's ScalarType names (c10::toString), as the Flight Recorder writes them
+    "float": "float32",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "int": "int32",
+    "long": "int64",
+    "short": "int16",
+    "char": "int8",
+    "byte": "uint8",
+    "bool": "bool",
+    "complexfloat": "complex64",
+    "complexdouble": "complex128",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
+    # PARAM's dtype names (comms_utils `dtypeMap`) not above
+    "float32": "float32",
+    "float16": "float16",
+    "float64": "float64",
+    "int32": "int32",
+    "int64": "int64",
+    "int8": "int8",
+    "uint8": "uint8",
+    # C++ spellings in a Chakra node's input types (`Tensor(c10::Half)`, `Tensor(long int)`)
+    "c10::half": "float16",
+    "c10::bfloat16": "bfloat16",
+    "long int": "int64",
+    "unsigned char": "uint8",
+    "signed char": "int8",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """The dtype name for a producer's spelling (`Float`, `half`, `c10::BFloat16`),
+    `unknown` when it is none of them."""
+    text = name.strip().lower()
+    if text.startswith("torch."):
+        text = text[len("torch.") :]
+    return _DTYPE_OF.get(text, text if text in ELEMENT_BYTES else "unknown")

@@ -1,0 +1,271 @@
+"""The replay plan of a trace (issue 26): what `commbench replay TRACE` would run, per step,
+computed without launching anything (`--dry-run` prints `render_plan`).
+
+A row is one kind of call: op, S (the per-rank buffer in bytes, commbench's convention from
+`collectives.specs`: for all_gather / gather the whole gathered buffer, for reduce_scatter /
+scatter / all_to_all the whole buffer before the split), dtype, the group's size, how many
+group instances make it (`groups`) and how many calls they make in all (`calls`); its traffic
+is calls x S. Each collective is counted once per group instance (from the calls of the
+group's lowest rank), each send once (from its sender); a recv is the other half of a send.
+
+With steps (the trace's step markers), the plan has a section per step, after one for the
+calls outside every step (start-up: the broadcast of the parameters); `steps=K` keeps the
+first K steps. Without markers it has one section, the whole trace.
+
+`world=N` replays the trace on N ranks (docs/traces.md, "Rescaling"):
+
+- a group spanning every rank of the trace spans the N ranks; an op whose S is split over
+  the group (`OpSpec.split`: all_gather, reduce_scatter, all_to_all, gather, scatter) keeps
+  its per-rank chunk, so S scales with the group (S/n x N); the others (all_reduce,
+  broadcast, reduce, and send/recv) keep S;
+- a smaller group (tensor- or pipeline-parallel) keeps its size and its S, and is
+  replicated: its instances scale with the world (instances x N / W, at least one);
+- a world smaller than a subgroup, or that the subgroups do not tile, is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from commbench.collectives.specs import OPS as SPECS
+from commbench.errors import UserError, quoted
+from commbench.sizes import format_size
+from commbench.tables import text_table
+from commbench.traces.names import P2P_OPS
+from commbench.traces.trace import MAX_WORLD, Call, Trace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRow:
+    """One kind of call of a plan section."""
+
+    op: str
+    size_bytes: int
+    """S, per rank (see the module)."""
+    dtype: str
+    group_size: int
+    spans_world: bool
+    """The group is every rank (of the replay)."""
+    groups: int
+    """Group instances making these calls (sender->receiver pairs for a send)."""
+    calls: int
+    """Calls, over all those instances."""
+
+    @property
+    def traffic_bytes(self) -> int:
+        """calls x S."""
+        return self.calls * self.size_bytes
+
+    @property
+    def replayable(self) -> bool:
+        """commbench runs this op (`other` it cannot; a send is its sendrecv)."""
+        return self.op in SPECS or self.op in P2P_OPS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanStep:
+    """A section of the plan: one step's calls, or the calls outside every step (`step`
+    None; the whole trace when it has no step markers)."""
+
+    step: int | None
+    rows: tuple[PlanRow, ...]
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.rows)
+
+    @property
+    def traffic_bytes(self) -> int:
+        return sum(r.traffic_bytes for r in self.rows)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    world_size: int
+    """Ranks the replay runs on."""
+    traced_world: int
+    """Ranks the trace was recorded on."""
+    sections: tuple[PlanStep, ...]
+    total_steps: int
+    """Steps the trace holds (0 without step markers)."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def steps(self) -> tuple[PlanStep, ...]:
+        """The step sections (not the calls outside the steps)."""
+        return tuple(s for s in self.sections if s.step is not None)
+
+
+def size_bytes(call: Call, n: int) -> int:
+    """S of `call` in a group of `n` ranks (see the module)."""
+    if call.op in ("all_gather", "gather"):
+        return call.in_bytes * n
+    if call.op == "scatter":
+        return call.out_bytes * n
+    if call.op == "barrier":
+        return 0
+    if call.op == "recv":
+        return call.out_bytes
+    if call.op == "other":
+        return max(call.in_bytes, call.out_bytes)
+    return call.in_bytes
+
+
+def _rescaled(op: str, size: int, n: int, new_n: int) -> int:
+    spec = SPECS.get(op)
+    if spec is None or not spec.split or n == new_n:
+        return size
+    return size // n * new_n
+
+
+def _counted(trace: Trace) -> list[tuple[Call, str, int]]:
+    """(call, the instance it is counted for, its group's size) for every call counted:
+    each collective from its group's lowest rank, each send from its sender."""
+    world = trace.world_size
+    present = sorted(trace.calls)
+    out = []
+    for rank in present:
+        for call in trace.calls[rank]:
+            ranks = call.group.ranks
+            n = len(ranks) if ranks else world
+            if call.op == "recv":
+                continue
+            if call.op == "send":
+                out.append((call, f"{rank}->{call.peer}", 2))
+                continue
+            lowest = min(ranks) if ranks else present[0]
+            if rank == lowest:
+                out.append((call, call.group.name, n))
+    return out
+
+
+def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = None) -> Plan:
+    """The plan of `trace`, replayed on `world` ranks (the trace's when None), its first
+    `steps` steps (all when None)."""
+    traced = trace.world_size
+    new_world = traced if world is None else world
+    if not 1 <= new_world <= MAX_WORLD:
+        raise UserError(f"--world {new_world}: expected 1..{MAX_WORLD} ranks")
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps {steps}: expected at least 1 step")
+    counted = _counted(trace)
+    _check_world(counted, traced, new_world)
+    markers = sorted({c.step for c, _, _ in counted if c.step is not None})
+    if steps is not None and not markers:
+        raise UserError(
+            f"--steps {steps}: the trace has no step markers (its job never stepped an "
+            "optimizer commbench saw): replay it whole"
+        )
+    kept = markers if steps is None else markers[:steps]
+    sections: list[PlanStep] = []
+    for step in [None, *kept]:
+        rows = _rows([x for x in counted if x[0].step == step], traced, new_world)
+        if rows or (step is None and not markers):
+            sections.append(PlanStep(step=step, rows=rows))
+    notes = []
+    if steps is not None and steps > len(markers):
+        notes.append(f"--steps {steps}: the trace holds {len(markers)} steps, all replayed")
+    if any(not r.replayable for s in sections for r in s.rows):
+        notes.append("calls of op `other` (no commbench op) are listed but not replayed")
+    return Plan(
+        world_size=new_world,
+        traced_world=traced,
+        sections=tuple(sections),
+        total_steps=len(markers),
+        notes=tuple(notes),
+    )
+
+
+def _check_world(counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int) -> None:
+    if new_world == traced:
+        return
+    for call, name, n in counted:
+        if n >= traced or call.op in P2P_OPS:
+            continue
+        if new_world < n:
+            raise UserError(
+                f"--world {new_world} is too small: the trace's group {quoted(name)} has "
+                f"{n} ranks (give at least {n})"
+            )
+        if new_world % n:
+            raise UserError(
+                f"--world {new_world}: the trace's groups of {n} ranks (such as "
+                f"{quoted(name)}) do not tile it: give a multiple of {n}"
+            )
+    if new_world < 2 and any(c.op in P2P_OPS for c, _, _ in counted):
+        raise UserError(f"--world {new_world} is too small: the trace sends between ranks")
+
+
+def _rows(
+    counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int
+) -> tuple[PlanRow, ...]:
+    key_t = tuple[str, int, str, int, bool]
+    instances: dict[key_t, set[str]] = {}
+    calls: dict[key_t, int] = {}
+    for call, instance, n in counted:
+        spans = n >= traced and call.op not in P2P_OPS
+        new_n = new_world if spans else n
+        size = _rescaled(call.op, size_bytes(call, n), n, new_n)
+        key = (call.op, size, call.dtype, new_n, spans)
+        instances.setdefault(key, set()).add(instance)
+        calls[key] = calls.get(key, 0) + 1
+    rows = []
+    for key, names in instances.items():
+        op, size, dtype, n, spans = key
+        groups = len(names)
+        total = calls[key]
+        if not spans and new_world != traced:
+            scaled = max(1, groups * new_world // traced)
+            total = round(total * scaled / groups)
+            groups = scaled
+        rows.append(
+            PlanRow(
+                op=op,
+                size_bytes=size,
+                dtype=dtype,
+                group_size=n,
+                spans_world=spans,
+                groups=groups,
+                calls=total,
+            )
+        )
+    return tuple(rows)
+
+
+def render_plan(plan: Plan) -> str:
+    """The plan as text, for `commbench replay --dry-run`."""
+    world = f"{plan.world_size} ranks"
+    if plan.world_size != plan.traced_world:
+        world += f" (traced on {plan.traced_world})"
+    shown = len(plan.steps)
+    head = f"replay plan: {world}, "
+    head += f"{shown} of {plan.total_steps} steps" if plan.total_steps else "no step markers"
+    lines = [head]
+    for section in plan.sections:
+        if section.step is not None:
+            title = f"step {section.step}"
+        elif plan.total_steps:
+            title = "outside the steps (start-up)"
+        else:
+            title = "the whole trace"
+        lines.append("")
+        lines.append(
+            f"{title}: {section.calls} calls, {format_size(section.traffic_bytes)} per rank"
+        )
+        cells = [
+            [
+                r.op,
+                format_size(r.size_bytes),
+                r.dtype or "-",
+                f"all {r.group_size}" if r.spans_world else str(r.group_size),
+                str(r.groups),
+                str(r.calls),
+                format_size(r.traffic_bytes),
+            ]
+            for r in section.rows
+        ]
+        headers = ["op", "size", "dtype", "group", "groups", "calls", "traffic"]
+        lines += ["  " + row for row in text_table(headers, cells, left=(0, 2, 3))]
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,550 @@
+"""commbench's trace directory: what `commbench record` writes and `commbench replay` reads
+(issue 26); docs/traces.md describes the files.
+
+    TRACE/manifest.json      the job: the command, world size, hosts, torch, times, `complete`
+    TRACE/rank-<N>.jsonl     rank N's calls, one strict-JSON `Call` a line, in issue order
+
+`TraceWriter` streams one rank's calls (bounded memory: a line is written as it comes and
+flushed at least every `FLUSH_EVERY` lines), and the writer that holds the manifest marks the
+trace complete when it closes without an error. `read_trace` reads a directory back line by
+line, each line and the number of lines bounded, and refuses, in one line each: a malformed
+or truncated line (but the torn last line of an incomplete trace, which a killed job leaves,
+is skipped and counted), a newer schema_version, another tool's file, a pickle (never
+loaded), a missing rank, and groups whose ranks or call sequences disagree between ranks
+(`check_groups`, which the readers of other tools' traces run too).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from commbench.errors import UserError, quoted
+from commbench.fields import (
+    Fields,
+    boolean,
+    integer,
+    integer_in,
+    line,
+    list_of,
+    number_in,
+    one_of,
+)
+from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
+from commbench.traces.names import ELEMENT_BYTES, OPS, P2P_OPS
+
+SCHEMA_VERSION = 1
+"""The version of the trace directory's files this commbench writes and reads (and older)."""
+TOOL = "commbench"
+MANIFEST_FILE = "manifest.json"
+RANK_FILE = "rank-{rank}.jsonl"
+
+MAX_LINE_BYTES = 64 << 10
+"""Longest line of a rank file: a call is a few hundred bytes, its group's ranks at most a
+few kilobytes per thousand ranks."""
+MAX_CALLS = 20_000_000
+"""Most calls a trace (all its ranks together) may hold: hours of a large job at a few
+hundred calls per step; past it a replay plan would not fit in memory either."""
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_WORLD = 1 << 20
+MAX_ARGV = 4096
+MAX_HOSTS = 1 << 17
+MAX_BYTES = 1 << 50
+"""Largest buffer a call may name (a petabyte): past it a byte count is corrupt."""
+_MAX_NS = (1 << 63) - 1
+_MAX_TIME = 1e11  # seconds since the epoch, past year 5000
+FLUSH_EVERY = 256
+
+PICKLE_PROTOCOLS = range(2, 6)
+
+
+def is_pickle(head: bytes) -> bool:
+    """True for the start of a Python pickle of protocol 2 to 5 (0x80, then the protocol)."""
+    return len(head) >= 2 and head[0] == 0x80 and head[1] in PICKLE_PROTOCOLS
+
+
+def refuse_pickle(where: str, how: str = "") -> UserError:
+    """The one line for a pickle: commbench never unpickles (loading one runs code)."""
+    advice = how or "write the trace as JSON"
+    return UserError(
+        f"{where}: a Python pickle, which commbench never loads (it can run code): {advice}"
+    )
+
+
+# -- the records ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Group:
+    """The process group a call ran in."""
+
+    name: str
+    """Its name as torch gives it (`0` for the default group), or the producer's id for it."""
+    ranks: tuple[int, ...]
+    """Its members' global ranks, in group-rank order; empty when the producer did not say
+    (then it counts as the whole world)."""
+
+    def payload(self) -> dict[str, Any]:
+        return {"name": self.name, "ranks": list(self.ranks)}
+
+    @classmethod
+    def read(cls, f: Fields) -> Group:
+        return cls(
+            name=f.req("name", line),
+            ranks=tuple(f.req("ranks", list_of(integer_in(0, MAX_WORLD - 1), max_items=MAX_WORLD))),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One call a rank made: a line of its `rank-<N>.jsonl`."""
+
+    rank: int
+    """The global rank that made it."""
+    seq: int
+    """Its place among the rank's calls, from 0."""
+    op: str
+    """commbench's op (`names.OPS`), `other` where it maps to none."""
+    name: str
+    """The original name (`allgather_into_tensor_coalesced`, `nccl:all_reduce`)."""
+    in_bytes: int
+    """Bytes of this rank's input (all of its input tensors)."""
+    out_bytes: int
+    """Bytes of this rank's output (the input again for an in-place op)."""
+    dtype: str
+    """`names.ELEMENT_BYTES`' names, `""` without data, `unknown` when not said."""
+    count: int
+    """Elements of the input."""
+    group: Group
+    async_op: bool = False
+    """Issued with async_op=True (or a nonblocking isend/irecv)."""
+    issued_ns: int = 0
+    """When it was issued (ns, the producer's clock: time.time_ns() for commbench)."""
+    completed_ns: int | None = None
+    """When it was seen complete; None when it never was, or not known."""
+    host: str = ""
+    device: str = ""
+    """`cuda:0`, `cpu`."""
+    step: int | None = None
+    """The training step it belongs to (steps are counted by the optimizer); None before
+    the first step or without step markers."""
+    group_seq: int | None = None
+    """Its place among its group's collectives, from 0 (every member counts the same
+    calls); None for a send or recv, and when the producer did not say."""
+    peer: int | None = None
+    """The other rank of a send or recv (global), or the root of a rooted op; None
+    otherwise or when not said."""
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise UserError(f"call {self.seq} of rank {self.rank}: {quoted(self.op)} is not an op")
+        if min(self.rank, self.seq, self.in_bytes, self.out_bytes, self.count) < 0:
+            raise UserError(f"call {self.seq} of rank {self.rank}: a negative rank, size or count")
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "seq": self.seq,
+            "op": self.op,
+            "name": self.name,
+            "in_bytes": self.in_bytes,
+            "out_bytes": self.out_bytes,
+            "dtype": self.dtype,
+            "count": self.count,
+            "group": self.group.payload(),
+            "async": self.async_op,
+            "issued_ns": self.issued_ns,
+            "completed_ns": self.completed_ns,
+            "host": self.host,
+            "device": self.device,
+            "step": self.step,
+            "group_seq": self.group_seq,
+            "peer": self.peer,
+        }
+
+    def to_line(self) -> str:
+        """One line of strict JSON, with its newline."""
+        return dump_json(self.payload(), indent=None)
+
+    @classmethod
+    def read(cls, f: Fields) -> Call:
+        group = f.sub("group")
+        if group is None:
+            raise UserError(f"{f.at('group')}: missing")
+        return cls(
+            rank=f.req("rank", integer_in(0, MAX_WORLD - 1)),
+            seq=f.req("seq", integer_in(0, MAX_CALLS)),
+            op=f.req("op", one_of(OPS)),
+            name=f.req("name", line),
+            in_bytes=f.req("in_bytes", integer_in(0, MAX_BYTES)),
+            out_bytes=f.req("out_bytes", integer_in(0, MAX_BYTES)),
+            dtype=_dtype(f),
+            count=f.req("count", integer_in(0, MAX_BYTES)),
+            group=Group.read(group),
+            async_op=bool(f.opt("async", boolean)),
+            issued_ns=f.opt("issued_ns", integer_in(0, _MAX_NS)) or 0,
+            completed_ns=f.opt("completed_ns", integer_in(0, _MAX_NS)),
+            host=f.opt("host", line) or "",
+            device=f.opt("device", line) or "",
+            step=f.opt("step", integer_in(0, _MAX_NS)),
+            group_seq=f.opt("group_seq", integer_in(0, _MAX_NS)),
+            peer=f.opt("peer", integer_in(0, MAX_WORLD - 1)),
+        )
+
+
+def _dtype(f: Fields) -> str:
+    value = f.data.get("dtype")
+    if value == "" or value is None:
+        return ""
+    return f.req("dtype", one_of((*ELEMENT_BYTES, "unknown")))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    """The job a trace recorded: `manifest.json`."""
+
+    argv: tuple[str, ...]
+    """The command recorded."""
+    world_size: int
+    hosts: tuple[str, ...] = ()
+    torch_version: str | None = None
+    backends: tuple[str, ...] = ()
+    """The process groups' backends (`nccl`, `gloo`)."""
+    started: float = 0.0
+    """Seconds since the epoch."""
+    ended: float | None = None
+    complete: bool = False
+    """False while recording, and for a job that failed or was killed: its last calls may
+    be missing, and its files' last line torn."""
+    tool: str = TOOL
+    """Who wrote the trace: `commbench`, or the format a foreign trace was read from."""
+    schema_version: int = SCHEMA_VERSION
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "argv": list(self.argv),
+            "world_size": self.world_size,
+            "hosts": list(self.hosts),
+            "torch_version": self.torch_version,
+            "backends": list(self.backends),
+            "started": self.started,
+            "ended": self.ended,
+            "complete": self.complete,
+        }
+
+    @classmethod
+    def read(cls, doc: Any, where: str) -> Manifest:
+        f = Fields(doc, f"{where}:")
+        tool = f.opt("tool", line)
+        if tool != TOOL:
+            said = f"written by {quoted(tool)}" if tool else "without a tool named"
+            raise UserError(f"{where}: {said}, not a commbench trace manifest")
+        version = f.req("schema_version", integer)
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"{where}: schema_version {version} is from a newer commbench (this one reads "
+                f"up to {SCHEMA_VERSION}): upgrade commbench"
+            )
+        if version < 1:
+            raise UserError(f"{where}: schema_version {version} is not a trace's")
+        return cls(
+            schema_version=version,
+            tool=tool,
+            argv=tuple(f.req("argv", list_of(line, max_items=MAX_ARGV))),
+            world_size=f.req("world_size", integer_in(1, MAX_WORLD)),
+            hosts=tuple(f.opt("hosts", list_of(line, max_items=MAX_HOSTS)) or ()),
+            torch_version=f.opt("torch_version", line),
+            backends=tuple(f.opt("backends", list_of(line, max_items=16)) or ()),
+            started=f.opt("started", number_in(0, _MAX_TIME)) or 0.0,
+            ended=f.opt("ended", number_in(0, _MAX_TIME)),
+            complete=bool(f.opt("complete", boolean)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """A trace read back: its manifest and every rank's calls, in issue order."""
+
+    manifest: Manifest
+    calls: Mapping[int, tuple[Call, ...]]
+    """Rank -> its calls."""
+    torn: Mapping[int, int] = field(default_factory=dict)
+    """Rank -> torn last lines skipped (only an incomplete trace has any)."""
+    source: str = ""
+    """Where it was read from, for messages."""
+
+    @property
+    def world_size(self) -> int:
+        return self.manifest.world_size
+
+    def notes(self) -> list[str]:
+        """What a reader of the trace should be told: an incomplete trace, torn lines."""
+        out = []
+        if not self.manifest.complete:
+            out.append(
+                f"{self.source}: the trace is incomplete (recording was still running, or "
+                "the job failed or was killed): its last calls may be missing"
+            )
+        torn = sum(self.torn.values())
+        if torn:
+            ranks = ", ".join(str(r) for r, n in sorted(self.torn.items()) if n)
+            out.append(f"{self.source}: skipped {torn} torn last line(s) (rank {ranks})")
+        return out
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write `manifest.json` whole (a temporary file renamed over it), so that a reader never
+    sees half of one."""
+    path = directory / MANIFEST_FILE
+    tmp = directory / f".{MANIFEST_FILE}.tmp"
+    tmp.write_text(dump_json(manifest.payload()))
+    os.replace(tmp, path)
+
+
+class TraceWriter:
+    """Streams one rank's calls into `rank-<N>.jsonl`. The writer given the `manifest` (one
+    process of the job, rank 0's) writes it first with complete=false, and at `close` with
+    the end time and complete=true, unless the job failed (`close(complete=False)`, or the
+    `with` block raised)."""
+
+    def __init__(self, directory: Path, rank: int, *, manifest: Manifest | None = None) -> None:
+        self.directory = Path(directory)
+        self.rank = rank
+        self.manifest = manifest
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if manifest is not None:
+            write_manifest(self.directory, replace(manifest, complete=False, ended=None))
+        self._fh: IO[str] | None = open(  # noqa: SIM115 (closed by close())
+            self.directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8"
+        )
+        self._seq = 0
+        self._group_seq: dict[str, int] = {}
+        self._unflushed = 0
+
+    def write(self, call: Call) -> Call:
+        """Append `call` as this rank's next: its `rank`, `seq` and `group_seq` are the
+        writer's (a send or recv has no group_seq). Returns the call as written."""
+        if self._fh is None:
+            raise ValueError("the trace writer is closed")
+        group_seq = None
+        if call.op not in P2P_OPS:
+            group_seq = self._group_seq.get(call.group.name, 0)
+            self._group_seq[call.group.name] = group_seq + 1
+        written = replace(call, rank=self.rank, seq=self._seq, group_seq=group_seq)
+        self._fh.write(written.to_line())
+        self._seq += 1
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self.flush()
+        return written
+
+    def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+            self._unflushed = 0
+
+    def close(self, *, complete: bool = True) -> None:
+        if self._fh is None:
+            return
+        self._fh.close()
+        self._fh = None
+        if self.manifest is not None:
+            write_manifest(
+                self.directory, replace(self.manifest, complete=complete, ended=time.time())
+            )
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(complete=kind is None)
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _open_regular(path: Path, what: str) -> IO[bytes]:
+    """`path` opened for reading, when it is a regular file (a FIFO would block)."""
+    kind = path_kind(path, what)
+    if kind != "file":
+        raise UserError(f"{shown(path)}: {'no such' if kind == 'missing' else 'not a'} {what}")
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+    except OSError as exc:
+        raise os_error(path, exc, what) from None
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise UserError(f"{shown(path)}: not a regular file, expected a {what}")
+    return fh
+
+
+def read_lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of `path`, read one at a time, none longer than
+    MAX_LINE_BYTES (UserError naming the line); a pickle is refused at its first bytes."""
+    with _open_regular(path, what) as fh:
+        number = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if number == 1 and is_pickle(raw):
+                raise refuse_pickle(shown(path))
+            if len(raw) > MAX_LINE_BYTES:
+                raise UserError(
+                    f"{shown(path)}: line {number} is longer than {MAX_LINE_BYTES} bytes: "
+                    f"not a {what} commbench reads"
+                )
+            yield number, raw
+
+
+def read_manifest(directory: Path) -> Manifest:
+    path = directory / MANIFEST_FILE
+    data = read_bytes(path, "trace manifest", limit=MAX_MANIFEST_BYTES)
+    if is_pickle(data):
+        raise refuse_pickle(shown(path))
+    text = decode(data, shown(path), "trace manifest")
+    return Manifest.read(parse_json(text, shown(path)), shown(path))
+
+
+def read_rank(path: Path, rank: int, *, complete: bool, budget: int) -> tuple[list[Call], int]:
+    """Rank `rank`'s calls from `path`, and how many torn last lines were skipped. At most
+    `budget` calls (the trace's remaining share of MAX_CALLS)."""
+    where = shown(path)
+    calls: list[Call] = []
+    torn = 0
+    pending: tuple[int, bytes] | None = None  # the line read last, checked once we know
+    for number, raw in read_lines(path, "trace rank file"):
+        if pending is not None:
+            calls.append(_call(pending[1], f"{where}: line {pending[0]}", rank, len(calls)))
+        if not raw.strip():
+            pending = None
+            continue
+        if len(calls) >= budget:
+            raise UserError(
+                f"{where}: the trace holds more than {MAX_CALLS} calls: too many to read"
+            )
+        pending = (number, raw)
+    if pending is not None:
+        number, raw = pending
+        if raw.endswith(b"\n") or complete:
+            calls.append(_call(raw, f"{where}: line {number}", rank, len(calls)))
+        else:
+            try:
+                calls.append(_call(raw, f"{where}: line {number}", rank, len(calls)))
+            except UserError:
+                torn = 1  # a killed writer's half line: the journal's rule
+    return calls, torn
+
+
+def _call(raw: bytes, where: str, rank: int, seq: int) -> Call:
+    text = decode(raw, where, "trace line")
+    if not text.strip().startswith("{"):
+        raise UserError(f"{where}: not a call (a trace line is a JSON object)")
+    call = Call.read(Fields(parse_json(text, where), where))
+    if call.rank != rank:
+        raise UserError(f"{where}: a call of rank {call.rank} in rank {rank}'s file")
+    if call.seq != seq:
+        raise UserError(f"{where}: call seq {call.seq} where {seq} was expected (a line lost?)")
+    if call.group.ranks and rank not in call.group.ranks:
+        raise UserError(
+            f"{where}: rank {rank} is not in its call's group {quoted(call.group.name)}"
+        )
+    return call
+
+
+def read_trace(directory: Path | str) -> Trace:
+    """A trace directory, read and checked (see the module's docstring)."""
+    directory = Path(directory)
+    kind = path_kind(directory, "trace directory")
+    if kind != "dir":
+        what = "no such" if kind == "missing" else "not a"
+        raise UserError(f"{shown(directory)}: {what} trace directory")
+    manifest = read_manifest(directory)
+    calls: dict[int, tuple[Call, ...]] = {}
+    torn: dict[int, int] = {}
+    total = 0
+    for rank in range(manifest.world_size):
+        path = directory / RANK_FILE.format(rank=rank)
+        if path_kind(path, "trace rank file") == "missing":
+            raise UserError(
+                f"{shown(directory)}: rank {rank}'s calls are missing ({path.name}): a trace "
+                f"of world size {manifest.world_size} has a file for every rank"
+            )
+        rank_calls, rank_torn = read_rank(
+            path, rank, complete=manifest.complete, budget=MAX_CALLS - total
+        )
+        calls[rank] = tuple(rank_calls)
+        total += len(rank_calls)
+        if rank_torn:
+            torn[rank] = rank_torn
+    check_groups(calls, shown(directory))
+    return Trace(manifest=manifest, calls=calls, torn=torn, source=shown(directory))
+
+
+# -- the checks every trace passes ---------------------------------------------------------------
+
+_SYMMETRIC = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier")
+"""Ops whose every member passes the same input size: a size that differs between members
+is a trace that cannot be replayed. (all_to_all may be uneven, gather and scatter are not
+symmetric at their root.)"""
+
+
+def describe(call: Call) -> str:
+    """`all_gather of 4096 B float32` (for messages)."""
+    if call.op == "barrier":
+        return "barrier"
+    return f"{call.op} of {call.in_bytes} B {call.dtype or 'no data'}"
+
+
+def _signature(call: Call) -> tuple[str, str, int | None]:
+    return (call.op, call.dtype, call.in_bytes if call.op in _SYMMETRIC else None)
+
+
+def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
+    """Refuse a trace whose ranks disagree on a group: its ranks, or its sequence of
+    collectives (op, dtype, and the size where every member passes the same). Calls are
+    matched by `group_seq`, so ranks whose traces cover different windows (a ring buffer)
+    are compared where they overlap."""
+    members: dict[str, tuple[tuple[int, ...], int]] = {}
+    made: dict[tuple[str, int], tuple[int, Call]] = {}
+    for rank in sorted(calls):
+        for call in calls[rank]:
+            group = call.group
+            seen = members.setdefault(group.name, (group.ranks, rank))
+            if seen[0] != group.ranks:
+                raise UserError(
+                    f"{where}: group {quoted(group.name)} has ranks {_ranks(seen[0])} in rank "
+                    f"{seen[1]}'s calls but {_ranks(group.ranks)} in rank {rank}'s"
+                )
+            if call.group_seq is None or call.op in P2P_OPS:
+                continue
+            first = made.setdefault((group.name, call.group_seq), (rank, call))
+            if _signature(first[1]) != _signature(call):
+                raise UserError(
+                    f"{where}: group {quoted(group.name)}'s collective {call.group_seq} is "
+                    f"{describe(first[1])} on rank {first[0]} but {describe(call)} on rank {rank}"
+                )
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    if not ranks:
+        return "[] (not said)"
+    shown_ranks = ",".join(str(r) for r in ranks[:8])
+    return f"[{shown_ranks}{',...' if len(ranks) > 8 else ''}]"
