@@ -326,6 +326,53 @@ def import_times(runs: int) -> dict[str, float]:
     }
 
 
+def record_declared() -> dict[str, Any]:
+    """The options whose one declaration is a field of their command's request record
+    (`commbench.options`), read from the real Typer app; the others are listed (a command
+    without a record counts all of its parameters there). A parameter of the command's own
+    body (`--format`, a way of printing) is not an option of the verb and is listed apart.
+    Where the app has no records (a checkout before them), every option is outside."""
+    import dataclasses
+
+    import typer
+
+    from commbench.cli import app
+
+    def walk(group: Any, prefix: str) -> list[tuple[str, Any]]:
+        found = []
+        for name, command in sorted(group.commands.items()):
+            if hasattr(command, "commands"):
+                found += walk(command, f"{prefix}{name} ")
+            else:
+                found.append((f"{prefix}{name}", command))
+        return found
+
+    declared = outside = 0
+    printing: list[str] = []
+    missing: list[str] = []
+    for name, command in walk(typer.main.get_command(app), ""):
+        record = getattr(command.callback, "options", None)
+        fields = set()
+        if record is not None:
+            fields = {f.name for f in dataclasses.fields(record) if f.metadata}
+        for param in command.params:
+            if param.name in ("help", "ctx"):
+                continue
+            if param.name in fields:
+                declared += 1
+            elif record is not None:
+                printing.append(f"{name} --{param.name}")
+            else:
+                outside += 1
+                missing.append(f"{name} --{param.name}")
+    return {
+        "in_a_record": declared,
+        "not_in_a_record": outside,
+        "ways_of_printing": printing,
+        "examples_not_in_a_record": missing[:8],
+    }
+
+
 def measure(package_dir: Path, *, runs: int = 7, timings: bool = True) -> dict[str, Any]:
     mods = modules(package_dir)
     lines = sum(len(p.read_text().splitlines()) for p in mods.values())
@@ -350,6 +397,7 @@ def measure(package_dir: Path, *, runs: int = 7, timings: bool = True) -> dict[s
         "get_reads": sum(reads.values()),
         "get_reads_by_file": {k: v for k, v in sorted(reads.items(), key=lambda kv: -kv[1]) if v},
         "declarations_per_option": declarations(package_dir),
+        "options_declared_by_a_record": record_declared(),
     }
     if timings:
         out.update(import_times(runs))
