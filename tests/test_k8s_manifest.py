@@ -417,3 +417,42 @@ def test_the_pods_commands_make_one_two_node_run(tmp_path: Path, free_port: int)
     assert run.context.hosts == pods  # two machines, each a pod by its host name
     (other,) = (tmp_path / pods[1] / "results").iterdir()
     assert not (other / "results.csv").exists()  # one run: node 0 wrote the rows
+
+
+@pytest.mark.parametrize("command", ["k8s-manifest", "slurm-script"])
+@pytest.mark.parametrize(
+    ("wrapped", "said"),
+    [
+        # a line break would end the header comment and start YAML of the user's own
+        (
+            ["collectives", "--out", "results/x\n---\nkind: Pod\nmetadata: {name: evil}"],
+            "argument 2 holds a control character",
+        ),
+        (["collectives", "--sizes", "1K\r"], "argument 2 holds a control character"),
+        (["collectives", "--help"], "the wrapped command asks for its help"),
+        (["diagnose", "-h"], "the wrapped command asks for its help"),
+    ],
+)
+def test_a_wrapped_command_that_would_not_run_as_written_is_refused(
+    command: str, wrapped: list[str], said: str
+) -> None:
+    extra = ["--image", IMAGE] if command == "k8s-manifest" else []
+    result = CliRunner().invoke(app, [command, *extra, "--", *wrapped])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert said in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_a_dollar_of_the_user_reaches_the_pod_as_typed() -> None:
+    """Kubernetes expands $(VAR) in a container's args and turns $$ into $: the user's `$`
+    is written `$$`, and only the node rank is left for Kubernetes to fill in."""
+    out = "results/$(JOB_COMPLETION_INDEX)/$$(HOME)"
+    docs = manifest("--image", IMAGE, "--gpus-per-node", "0", "--", "collectives", "--out", out)
+    args = container(docs[1]["spec"]["template"]["spec"])["args"]
+    assert flag(args, "--out") == "results/$$(JOB_COMPLETION_INDEX)/$$$$(HOME)"
+    assert flag(args, "--node-rank") == "$(JOB_COMPLETION_INDEX)"
+    # what the kubelet gives the process: $$ -> $, and no $(VAR) of the user expanded
+    expanded = re.sub(
+        r"\$\$|\$\(([A-Z_]+)\)", lambda m: "$" if m.group(0) == "$$" else "0", flag(args, "--out")
+    )
+    assert expanded == out

@@ -49,6 +49,18 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
             f"{scheduler.command} runs {', '.join(WRAPPABLE[:-1])} or {WRAPPABLE[-1]} on every "
             f"node, not {name!r}: e.g. `{scheduler.example}`"
         )
+    for position, arg in enumerate(rest, 1):
+        if arg in ("--help", "-h"):  # click would print the help and exit 0: no job at all
+            raise UserError(
+                f"the wrapped command asks for its help: `commbench {name} --help` prints it; "
+                f"{scheduler.writes} needs a command to run"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+            raise UserError(
+                f"the wrapped command's argument {position} holds a control character (a line "
+                f"break?): no commbench option takes one, and it would change what "
+                f"{scheduler.writes} says"
+            )
     group: Any = typer.main.get_command(app)
     parent = click.Context(group, info_name="commbench")
     command = group.get_command(parent, name)

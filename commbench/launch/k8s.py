@@ -147,8 +147,11 @@ class KubernetesJob:
         on_gpus = self.job.gpus_per_node > 0 and given.get("device") in (None, "cuda")
         if on_gpus and given.get("nproc") is None:
             launch += ["--nproc", str(self.job.gpus_per_node)]
+        # Kubernetes expands $(VAR) in args: a user's `$` is written `$$`, so that the pod
+        # runs what was checked here; only the node rank is left for it to fill in
+        own = [arg.replace("$", "$$") for arg in rest]
         # right after the command's name: its own arguments may end in a positional one
-        return [name, *launch, *rest]
+        return [name, *launch, *own]
 
 
 def _check_out(out: Any) -> None:
