@@ -31,6 +31,11 @@ MAX_DEPTH = 64
 """Deepest nesting of a JSON or YAML document; commbench's own files nest under 10 levels."""
 MAX_INT_DIGITS = 100
 """Longest integer literal; a byte count or a rank fits in 20 digits."""
+MAX_CONTAINERS = 2_000_000
+"""Objects and arrays in one JSON document: far more than any file commbench reads holds
+(a run of thousands of points has some tens of thousands), and an empty `{}` costs three
+bytes of text but about 100 of memory, so 256 MiB of them would take tens of GB to parse."""
+
 _SHOWN_PATH = 200  # characters of a path an error message shows
 
 _FILE_KINDS = (
@@ -235,6 +240,11 @@ def parse_json(text: str, where: str) -> Any:
     """A JSON document, bounded: UserError naming `where` when it is not strict enough JSON,
     nests deeper than MAX_DEPTH or holds an integer longer than MAX_INT_DIGITS. Non-finite
     numbers (NaN, Infinity, 1e400) read as None."""
+    # counted in the text before parsing (an overcount: a brace inside a string counts too)
+    if text.count("{") + text.count("[") > MAX_CONTAINERS:
+        raise UserError(
+            f"{where}: more than {MAX_CONTAINERS:,} objects and arrays: not a file commbench reads"
+        )
     try:
         data = json.loads(
             text,

@@ -370,3 +370,33 @@ def test_commbench_export_writes_the_file_that_imports_back(tmp_path: Path) -> N
         wrong.exit_code == 2 and "--op chooses the op of --format nccl-tests-json" in wrong.stderr
     )
     assert wrong.stdout == ""
+
+
+def test_a_file_of_millions_of_empty_objects_is_refused_before_it_is_parsed(
+    tmp_path: Path,
+) -> None:
+    """`{}` is three bytes of text and about a hundred of memory: 220 MB of them took 11.6 GB
+    to parse. They are counted in the text first."""
+    import resource
+
+    from commbench.files import MAX_CONTAINERS
+
+    doc = json.loads(V3.read_text())
+    text = json.dumps(doc)[:-1] + ',"extra":[' + "{}," * MAX_CONTAINERS + "{}]}"
+    bad = tmp_path / "all_reduce_perf.json"
+    bad.write_text(text)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = CliRunner().invoke(app, ["import", "nccl-tests", str(bad), "-o", str(tmp_path)])
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert result.exit_code == 2, result.output
+    assert f"more than {MAX_CONTAINERS:,} objects and arrays" in result.stderr
+    assert grown_mib < 200  # the text and a count of it, not two million dicts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all_reduce_perf.json"]
+
+
+def test_a_byte_order_mark_before_the_json_is_read_past(tmp_path: Path) -> None:
+    marked = tmp_path / "all_reduce_perf.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + V3.read_bytes())
+    result = CliRunner().invoke(app, ["import", "nccl-tests", str(marked), "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"{SLOW} was the slowest" in result.stderr
