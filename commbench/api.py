@@ -908,7 +908,15 @@ def export_run(request: ExportRequest) -> str:
     if out_path is not None:
         check_output([out_path], [run_path] if base_path is None else [run_path, base_path])
         out_path = _regular_file(out_path)
-    run = load_one(run_path)
+    if request.op is not None and not request.op.strip():
+        raise UserError("--op is empty: name the op to write")
+    if base_path is not None and fmt is ExportFormat.nccl_tests_json:
+        raise UserError(
+            "--baseline adds the regression gate to the metrics; nccl-tests' JSON has no "
+            "place for it"
+        )
+    # a node that did not run global rank 0 holds no rows: it would publish an empty run
+    run = load_one(run_path).held_here()
     diagnosis = None
     if run.kind is RunKind.DIAGNOSE and (run.path / DIAGNOSIS_FILE).exists():
         diagnosis = load_diagnosis(run.path)

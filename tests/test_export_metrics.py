@@ -402,3 +402,48 @@ def test_promtool_accepts_both_formats_without_a_lint(tmp_path: Path, fmt: str) 
             [tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
         )
         assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), args
+
+
+def test_a_node_that_holds_no_rows_exports_nothing(tmp_path: Path) -> None:
+    """A node of a multi-node run that did not run global rank 0: in the textfile setup it
+    would publish an empty run, complete, from every such node. One line, exit 2, as report."""
+    import json
+
+    run = tmp_path / "node1"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a", run)
+    record = json.loads((run / "run.json").read_text())
+    record["holds_results"] = False
+    record["note"] = "the rows are on node0 in results/x"
+    (run / "run.json").write_text(json.dumps(record))
+    for name in ("results.json", "results.csv"):
+        (run / name).unlink(missing_ok=True)
+    out = tmp_path / "node1.prom"
+    result = CliRunner().invoke(app, ["export", str(run), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "holds no rows: the rows are on node0" in result.stderr
+    assert not out.exists() and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--format", "nccl-tests-json", "--op", ""], "--op is empty"),
+        (["--format", "nccl-tests-json", "--baseline", "BASE"], "nccl-tests' JSON has no place"),
+    ],
+)
+def test_export_refuses_what_it_would_ignore(tmp_path: Path, extra: list[str], said: str) -> None:
+    fixture = str(Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a")
+    args = [a.replace("BASE", fixture) for a in extra]
+    result = CliRunner().invoke(app, ["export", fixture, *args])
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and result.stdout == ""
+
+
+def test_a_long_file_name_is_written_through_a_temporary_name_that_fits(tmp_path: Path) -> None:
+    fixture = str(Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a")
+    out = tmp_path / ("m" * 250 + ".prom")  # 255 bytes: the longest a file name may be
+    result = CliRunner().invoke(app, ["export", fixture, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("# HELP") and [p.name for p in tmp_path.iterdir()] == [
+        out.name
+    ]

@@ -203,8 +203,20 @@ def silence_of(dirs: Iterable[Path], timeout_s: float) -> Silence | None:
 
 
 def temp_name(path: Path, pid: int | None = None) -> Path:
-    """The temporary file `atomic_write` writes `path` through, in the process `pid`."""
-    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+    """The temporary file `atomic_write` writes `path` through, in the process `pid`. A name
+    near the file system's 255-byte limit is cut for it (the file itself keeps its name)."""
+    stem = path.name if len(path.name.encode()) <= TEMP_STEM else _cut(path.name, TEMP_STEM)
+    return path.with_name(f".{stem}.{os.getpid() if pid is None else pid}.tmp")
+
+
+TEMP_STEM = 200
+"""Bytes of a file's name kept in its temporary name: with the dot, a pid and `.tmp`, it
+stays under the 255 bytes a file name may have."""
+
+
+def _cut(name: str, limit: int) -> str:
+    """`name` cut to at most `limit` bytes of UTF-8, whole characters only."""
+    return name.encode()[:limit].decode(errors="ignore")
 
 
 def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None:
