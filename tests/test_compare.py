@@ -385,3 +385,25 @@ def test_an_unfinished_baseline_is_a_note_not_a_failure(tmp_path: Path) -> None:
     result = compare(base, GOLDEN)
     assert result.exit_code == 0
     assert "the baseline failed (worker failure)" in result.notes
+
+
+def test_runs_of_different_kinds_are_not_comparable() -> None:
+    """A p2p run's copies are no points of a collectives run: every point was 'missing' and
+    the gate said regression (exit 1). It is incomparable (exit 2), whatever --allow-mismatch
+    says; an nccl-tests import times the same collectives and stays comparable."""
+    from typer.testing import CliRunner
+
+    from commbench.cli import app
+
+    runs = Path(__file__).parent / "fixtures" / "runs"
+    for extra in ([], ["--allow-mismatch"]):
+        result = CliRunner().invoke(
+            app, ["compare", str(runs / "p2p-v1"), str(runs / "cpu-gloo-a"), *extra]
+        )
+        assert result.exit_code == 2, result.output
+        assert "a p2p run and a collectives run measure different things" in result.stderr
+    from commbench.compare import _family
+    from commbench.results.record import RunKind
+
+    assert _family(RunKind.NCCL_TESTS) is _family(RunKind.COLLECTIVES)
+    assert _family(RunKind.P2P) is not _family(RunKind.COLLECTIVES)
