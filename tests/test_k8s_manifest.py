@@ -219,7 +219,7 @@ def test_the_verb_returns_what_the_command_prints() -> None:
         "[::1]:5000/commbench:x",
         "a__b/c.d-e---f",
         "commbench@sha256:" + "a" * 64,
-        "commbench:1.0@sha512:" + "F" * 128,
+        "commbench:1.0@sha512:" + "f" * 128,
         "commbench:" + "T" * 128,
     ],
 )
@@ -456,3 +456,17 @@ def test_a_dollar_of_the_user_reaches_the_pod_as_typed() -> None:
         r"\$\$|\$\(([A-Z_]+)\)", lambda m: "$" if m.group(0) == "$$" else "0", flag(args, "--out")
     )
     assert expanded == out
+
+
+@pytest.mark.parametrize(
+    ("image", "said"),
+    [
+        ("registry.local:0/bench:1", "a registry's port is 1-65535"),
+        ("registry.local:99999/bench:1", "a registry's port is 1-65535"),
+        ("bench@sha256:" + "AB" * 32, "a digest's hex digits are lowercase"),
+    ],
+)
+def test_an_image_the_runtime_would_not_pull_is_refused(image: str, said: str) -> None:
+    with pytest.raises(UserError, match=said):
+        check_image(image)
+    check_image("registry.local:5000/bench@sha256:" + "ab" * 32)  # the same, pullable

@@ -78,6 +78,11 @@ def check_image(image: str) -> None:
         if DIGEST_HEX.get(algorithm) != len(hex_digits):
             known = ", ".join(f"{a} ({n} hex digits)" for a, n in DIGEST_HEX.items())
             raise UserError(f"--image {quoted(image)}: a digest is one of {known}")
+        if hex_digits != hex_digits.lower():  # go-digest's encoding: [a-f0-9] only
+            raise UserError(f"--image {quoted(image)}: a digest's hex digits are lowercase")
+    port = re.match(rf"{_HOST}:([0-9]+)/", name)
+    if port is not None and not 1 <= int(port.group(1)) <= 65535:
+        raise UserError(f"--image {quoted(image)}: a registry's port is 1-65535")
 
 
 def check_port(port: int) -> None:
