@@ -236,6 +236,17 @@ def _parse_constant(name: str) -> None:
     return None
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: JSON leaves a key given twice to the reader
+    (Python keeps the last), so a file that says two things is refused, as YAML's are."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _Refused(f"the key {twice!r} given twice in one object")
+    return data
+
+
 def parse_json(text: str, where: str) -> Any:
     """A JSON document, bounded: UserError naming `where` when it is not strict enough JSON,
     nests deeper than MAX_DEPTH or holds an integer longer than MAX_INT_DIGITS. Non-finite
@@ -251,6 +262,7 @@ def parse_json(text: str, where: str) -> Any:
             parse_int=_parse_int,
             parse_float=_parse_float,
             parse_constant=_parse_constant,
+            object_pairs_hook=_object,
         )
     except json.JSONDecodeError as exc:
         raise UserError(

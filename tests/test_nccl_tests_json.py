@@ -400,3 +400,12 @@ def test_a_byte_order_mark_before_the_json_is_read_past(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["import", "nccl-tests", str(marked), "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert f"{SLOW} was the slowest" in result.stderr
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    """JSON leaves a duplicate key to the reader: a file with version 3 and version 2 says
+    two things, and is refused rather than read as whichever came last."""
+    text = V3.read_text().replace('{"version":3,', '{"version":3,"version":2,', 1)
+    assert text != V3.read_text()
+    said = _refused(tmp_path, text)
+    assert "the key 'version' given twice in one object" in said
