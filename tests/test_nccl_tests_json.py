@@ -409,3 +409,10 @@ def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     assert text != V3.read_text()
     said = _refused(tmp_path, text)
     assert "the key 'version' given twice in one object" in said
+
+
+def test_a_device_line_the_run_cannot_hold_is_refused_naming_the_file(tmp_path: Path) -> None:
+    doc = load(V3)
+    doc["config"]["devices"][0]["hostname"] = 'a"b\n# EOF'
+    said = _refused(tmp_path, json.dumps(doc))
+    assert said.startswith("commbench: error: ") and "all_reduce_perf.json: context.host" in said

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from commbench.errors import UserError
+from commbench.files import shown
 from commbench.importers.nccl_tests.model import Parsed
 from commbench.importers.nccl_tests.parse import parse_file
 from commbench.results.lifecycle import now, start_run
@@ -67,6 +69,15 @@ def _time_notes(rows: list[ResultRow]) -> list[str]:
     return notes
 
 
+def _context(parsed: Parsed, path: Path) -> RunContext:
+    """The run's context from what the file says of its devices, checked as a stored run's
+    is; what it refuses (a host name with a line break) is said with the file's name."""
+    try:
+        return RunContext.from_dict(context_of(parsed), "context")
+    except UserError as exc:
+        raise UserError(f"{shown(path)}: {exc}") from None
+
+
 def import_log(
     path: Path,
     out_parent: Path,
@@ -90,7 +101,7 @@ def import_log(
             "nccl_tests": first.header_dict(),
             "dtype": rows[0].dtype,
         },
-        context=RunContext.from_dict(context_of(parsed), "context"),
+        context=_context(parsed, path),
         source=str(Path(path).resolve()),
         format=parsed.fmt,
         imported_at=now(),
