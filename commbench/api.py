@@ -65,15 +65,22 @@ MAX_WORLDS = 256
 
 
 @dataclass(kw_only=True)
-class CollectivesRun(LaunchRequest, PlacementRequest, CollectivesRequest):
-    """Every option of `commbench collectives` and `run_collectives`, declared once: the
-    sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
-    launch (`LaunchRequest`) and what is done with the run."""
+class RunDirRequest:
+    """Where a command that measures writes its new run directory: declared once for
+    `collectives`, `p2p` and `diagnose`."""
 
     out: PathLike = field(
         default="results",
         metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
     )
+
+
+@dataclass(kw_only=True)
+class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest):
+    """Every option of `commbench collectives` and `run_collectives`, declared once: the
+    sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
+    launch (`LaunchRequest`) and what is done with the run."""
+
     no_plot: bool = field(
         default=False,
         metadata=cli(help="Do not write plots (RUN_DIR/plots) after the run."),
@@ -125,7 +132,7 @@ def run_collectives(request: CollectivesRun) -> Run:
 
 
 @dataclass(kw_only=True)
-class P2PRun(P2PRequest):
+class P2PRun(RunDirRequest, P2PRequest):
     """Every option of `commbench p2p` and `run_p2p`, declared once."""
 
     topology: PathLike | None = field(
@@ -138,10 +145,6 @@ class P2PRun(P2PRequest):
     )
     dry_run: bool = field(
         default=False, metadata=cli(help="Print what each copy should reach; touch no GPU.")
-    )
-    out: PathLike = field(
-        default="results",
-        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
     )
     on_step: Callable[[int, int, Step], None] | None = None
     """Called as copies are measured: `(done, total, step)` (API only)."""
@@ -454,13 +457,9 @@ def _path(target: PathLike | Run | Suite) -> Path:
 
 
 @dataclass(kw_only=True)
-class DiagnoseRun(LaunchRequest, DiagnoseRequest, PlacementRequest):
+class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest):
     """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
 
-    out: PathLike = field(
-        default="results",
-        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
-    )
     on_test: Callable[[dict[str, object]], None] | None = None
     """Called as each test ends, with its event (API only)."""
 
