@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -55,7 +55,6 @@ class Declared:
     """A positional argument (`compare BASELINE NEW`) rather than a flag."""
     suite: bool = False
     """A suite file's entries take it as a key of the same name."""
-    show_default: bool = True
     late: bool = False
     """Listed after the command's own options in `--help` (the shared launch flags)."""
 
@@ -66,12 +65,11 @@ def cli(
     metavar: str | None = None,
     type: Any = None,
     suite: bool = False,
-    show_default: bool = True,
     late: bool = False,
 ) -> Mapping[str, Declared]:
     """The metadata of a field that is a flag: `field(default=..., metadata=cli("--sizes",
     "-s", help=...))`. Without names, the flag is the field's name in kebab case."""
-    return {KEY: Declared(names, help, metavar, type, False, suite, show_default, late)}
+    return {KEY: Declared(names, help, metavar, type, False, suite, late)}
 
 
 def arg(
@@ -103,13 +101,6 @@ class Option:
         return ("--" + self.name.replace("_", "-"),)
 
     @property
-    def flag(self) -> str:
-        """The long flag (`--check` of `--check/--no-check`); the metavar of an argument."""
-        if self.declared.argument:
-            return self.declared.metavar or self.name.upper()
-        return self.flags[0].split("/")[0]
-
-    @property
     def cli_type(self) -> Any:
         if self.declared.type is not None:
             return self.declared.type
@@ -125,9 +116,7 @@ class Option:
         default = ... if self.default is dataclasses.MISSING else self.default
         if d.argument:
             return typer.Argument(default, metavar=d.metavar, help=d.help)
-        return typer.Option(
-            default, *self.flags, metavar=d.metavar, help=d.help, show_default=d.show_default
-        )
+        return typer.Option(default, *self.flags, metavar=d.metavar, help=d.help)
 
 
 def declared(record: type | object) -> list[Option]:
@@ -161,10 +150,16 @@ def default_of(record: type, name: str) -> Any:
     raise KeyError(name)
 
 
-def values(record: object, names: Iterator[str] | list[str] | None = None) -> dict[str, Any]:
-    """The fields of a record (all of them, or `names`) as keywords, unconverted."""
-    wanted = [f.name for f in dataclasses.fields(record)] if names is None else list(names)  # type: ignore[arg-type]
-    return {name: getattr(record, name) for name in wanted}
+def values(record: object) -> dict[str, Any]:
+    """The fields of a record as keywords, unconverted (what its verb takes)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+
+
+def from_params(record: Callable[..., O], params: Mapping[str, Any]) -> O:
+    """The record of the declared fields in a parsed command line's `params` (a click
+    context's), the others left at their defaults: how `slurm-script` and `k8s-manifest`
+    build what the command they wrap would build."""
+    return record(**{o.name: params[o.name] for o in declared(record)})
 
 
 def verb(record: Callable[P, O]) -> Callable[[Callable[[O], R]], Callable[P, R]]:

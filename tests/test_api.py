@@ -19,7 +19,7 @@ from commbench.collectives.settings import (
     CPU_DEFAULT_SIZES,
     DEFAULT_MIN_TIME,
     GPU_DEFAULT_SIZES,
-    CollectivesSettings,
+    CollectivesRequest,
 )
 from commbench.compare import Gate
 from commbench.errors import Interrupted, RunFailed, UserError
@@ -197,16 +197,16 @@ def test_the_api_and_the_cli_print_the_same_line(tmp_path: Path) -> None:
 
 
 def test_defaults_are_filled_in_once() -> None:
-    cpu = CollectivesSettings.from_options(Placement(device="cpu", nproc=2, backend="gloo"))
-    gpu = CollectivesSettings.from_options(Placement(device="cuda", nproc=8, backend="nccl"))
+    cpu = CollectivesRequest().settings(Placement(device="cpu", nproc=2, backend="gloo"))
+    gpu = CollectivesRequest().settings(Placement(device="cuda", nproc=8, backend="nccl"))
     assert cpu.sizes == parse_sizes(CPU_DEFAULT_SIZES) and cpu.sizes[-1] == 1 << 20
     assert gpu.sizes == parse_sizes(GPU_DEFAULT_SIZES) and gpu.sizes[-1] == 1 << 30
     assert cpu.min_time == DEFAULT_MIN_TIME == 0.2 and cpu.iters is None
     assert len(cpu.ops) > 5 and cpu.strategies == []
-    only = CollectivesSettings.from_options(cpu_place(), strategies="ring,direct")
+    only = CollectivesRequest(strategies="ring,direct").settings(cpu_place())
     assert only.ops == [] and only.strategies == ["ring", "direct"]
-    listed = CollectivesSettings.from_options(
-        cpu_place(), ops=["all_reduce"], sizes=["1K", 4096], ranks=[1, 0]
+    listed = CollectivesRequest(ops=["all_reduce"], sizes=["1K", 4096], ranks=[1, 0]).settings(
+        cpu_place()
     )
     assert listed.ops == ["all_reduce"] and listed.sizes == [1024, 4096]
 

@@ -87,29 +87,26 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
 
     from commbench.collectives.placement import placement_for
     from commbench.launch.launcher import LaunchOptions
+    from commbench.options import from_params
 
     placer = partial(placement_for, gpus_per_node)
     # the nodes build the rendezvous from the job; any endpoint stands for it here
     launch = LaunchOptions(nnodes=nodes, rdzv_endpoint="head-node:29400" if nodes > 1 else None)
     if name == "collectives":
-        from commbench.cli.collectives import settings_options
-        from commbench.collectives.settings import CollectivesSettings
+        from commbench.collectives.settings import CollectivesRequest
         from commbench.launch.preflight import validate_ranks
 
-        settings = CollectivesSettings.from_options(
-            placer(params["device"], params["nproc"], params["backend"]),
-            **settings_options(params),
+        settings = from_params(CollectivesRequest, params).settings(
+            placer(params["device"], params["nproc"], params["backend"])
         )
         _check_gpus(job, settings.device, settings.nproc)
         validate_ranks(settings, nodes * settings.nproc)
     elif name == "diagnose":
         from commbench.diagnose.settings import DiagnoseRequest, diagnose_settings
-        from commbench.options import declared
 
-        wanted = {o.name: params[o.name] for o in declared(DiagnoseRequest)}
         _, diagnosed = diagnose_settings(
             placer(params["device"], params["nproc"], params["backend"]),
-            DiagnoseRequest(**wanted),
+            from_params(DiagnoseRequest, params),
         )
         _check_gpus(job, diagnosed.device, diagnosed.nproc)
     elif name == "run":

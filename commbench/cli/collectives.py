@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from commbench.api import CollectivesRun
 from commbench.cli._common import reported_errors
-from commbench.collectives.settings import CollectivesRequest
-from commbench.options import command, declared, values
+from commbench.options import command, values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
     from commbench.results.runs import Run
 
-SETTINGS_OPTIONS = tuple(o.name for o in declared(CollectivesRequest))
-"""The flags that make a run's settings (`CollectivesRequest`'s fields); the others say
-where and how it is launched."""
-
-
 STRAGGLER_LINES = 5
 """At most this many lines about the ranks the others waited for; the report lists them all."""
-
-
-def settings_options(params: dict[str, Any]) -> dict[str, Any]:
-    """The settings flags of a parsed `collectives` command line: `slurm-script` checks the
-    command it wraps with them, on the submit host, as the command itself would."""
-    return {name: params[name] for name in SETTINGS_OPTIONS}
 
 
 def register(app: typer.Typer) -> None:

@@ -135,12 +135,6 @@ class CollectivesSettings:
             for rank in self.ranks:
                 check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
 
-    @classmethod
-    def from_options(cls, place: Placement, **options: Any) -> CollectivesSettings:
-        """`CollectivesRequest(**options).settings(place)`: the keywords of
-        `commbench collectives`, resolved for nodes placed as `place`."""
-        return CollectivesRequest(**options).settings(place)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

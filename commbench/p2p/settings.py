@@ -105,11 +105,6 @@ class P2PSettings:
         return data
 
     @classmethod
-    def from_flags(cls, **flags: Any) -> P2PSettings:
-        """`P2PRequest(**flags).settings()`: the keywords of `commbench p2p`."""
-        return P2PRequest(**flags).settings()
-
-    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> P2PSettings:
         """Settings from a plain mapping (a suite file's `p2p:` section, or `to_dict()`).
 
