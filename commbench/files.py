@@ -140,14 +140,17 @@ def _too_big(path: Path | str, what: str, limit: int) -> UserError:
 
 
 def decode(data: bytes, where: str, what: str = "file", *, lenient: bool = False) -> str:
-    """UTF-8 text of `data`; `lenient` replaces undecodable bytes instead of refusing (for
-    logs of other tools, whose stray bytes do not matter)."""
+    """UTF-8 text of `data`, without the byte-order mark an editor may put first (it is no
+    part of the text, and a reader that looks at the first character would take it for
+    one); `lenient` replaces undecodable bytes instead of refusing (for logs of other tools,
+    whose stray bytes do not matter)."""
     try:
-        return data.decode("utf-8", errors="replace" if lenient else "strict")
+        text = data.decode("utf-8", errors="replace" if lenient else "strict")
     except UnicodeDecodeError as exc:
         raise UserError(
             f"{where}: not a {what}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x})"
         ) from None
+    return text.removeprefix("\ufeff")
 
 
 def read_text(

@@ -667,7 +667,6 @@ def _json_figures(body: Fields, dtype: str) -> Figures:
 def parse_file(path: Path, op: str | None = None, world_size: int | None = None) -> Parsed:
     """A log or a `-J` file, told apart by their first character."""
     text = read_text(Path(path), "nccl-tests log", lenient=True)
-    text = text.removeprefix("\ufeff")  # a byte-order mark an editor on Windows saved
     if text.lstrip().startswith("{"):
         return parse_json(parse_json_text(text, shown(path)), shown(path), op)
     return parse_text(text, shown(path), op, world_size)
