@@ -28,6 +28,7 @@ from typing import IO, Any
 from commbench.errors import UserError, quoted
 from commbench.fields import (
     Fields,
+    anything,
     boolean,
     integer,
     integer_in,
@@ -206,6 +207,31 @@ def _dtype(f: Fields) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Parameter:
+    """One parameter the job's optimizer steps: what the DDP bucket advisor regroups."""
+
+    numel: int
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * ELEMENT_BYTES.get(self.dtype, 4)
+
+    def payload(self) -> dict[str, Any]:
+        return {"numel": self.numel, "dtype": self.dtype}
+
+    @classmethod
+    def read(cls, f: Fields) -> Parameter:
+        return cls(
+            numel=f.req("numel", integer_in(0, MAX_BYTES)),
+            dtype=f.req("dtype", one_of((*ELEMENT_BYTES, "unknown"))),
+        )
+
+
+MAX_PARAMETERS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Manifest:
     """The job a trace recorded: `manifest.json`."""
 
@@ -222,6 +248,9 @@ class Manifest:
     complete: bool = False
     """False while recording, and for a job that failed or was killed: its last calls may
     be missing, and its files' last line torn."""
+    parameters: tuple[Parameter, ...] = ()
+    """The parameters rank 0's optimizer stepped, in the order it holds them (the model's
+    `parameters()` order for a plain optimizer); empty when no optimizer step was seen."""
     tool: str = TOOL
     """Who wrote the trace: `commbench`, or the format a foreign trace was read from."""
     schema_version: int = SCHEMA_VERSION
@@ -238,6 +267,7 @@ class Manifest:
             "started": self.started,
             "ended": self.ended,
             "complete": self.complete,
+            "parameters": [p.payload() for p in self.parameters],
         }
 
     @classmethod
@@ -266,6 +296,12 @@ class Manifest:
             started=f.opt("started", number_in(0, _MAX_TIME)) or 0.0,
             ended=f.opt("ended", number_in(0, _MAX_TIME)),
             complete=bool(f.opt("complete", boolean)),
+            parameters=tuple(
+                Parameter.read(Fields(p, f"{where}: parameters[{i}]"))
+                for i, p in enumerate(
+                    f.opt("parameters", list_of(anything, max_items=MAX_PARAMETERS)) or ()
+                )
+            ),
         )
 
 
