@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from commbench.diagnose.run import Diagnosis
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
+    from commbench.record.run import Recorded
     from commbench.report.document import Rendered
     from commbench.results.runs import Run, Suite
     from commbench.results.schema import ResultRow
@@ -49,6 +50,7 @@ __all__ = [
     "load_topology",
     "model_strategies",
     "plot_run",
+    "record_job",
     "report_run",
     "run_collectives",
     "run_diagnose",
@@ -1013,3 +1015,33 @@ def import_nccl_tests(request: ImportRequest) -> list[Run]:
         if on_imported is not None:
             on_imported(runs[-1])
     return runs
+
+
+@dataclass(kw_only=True)
+class RecordRequest:
+    """Every option of `commbench record` and `record_job`, declared once."""
+
+    command: Sequence[str] = field(default=(), kw_only=False)
+    """The job's command as a list (`["torchrun", "--nproc-per-node", "2", "train.py"]`):
+    on the command line, everything after `--`."""
+    out: Path | None = field(
+        default=None,
+        metadata=cli(
+            "--out",
+            "-o",
+            type=Path,
+            metavar="DIR",
+            help="Trace directory to write (new or empty). Default: results/trace-<time>.",
+        ),
+    )
+
+
+@verb(RecordRequest)
+def record_job(request: RecordRequest) -> Recorded:
+    """Run the job `command` unchanged, with every collective and point-to-point call of its
+    Python processes captured into a trace directory (docs/traces.md); returns `Recorded`
+    (the directory, the job's exit status, the manifest). UserError for bad input."""
+    from commbench.record.run import default_directory, record
+
+    directory = request.out if request.out is not None else default_directory(Path("results"))
+    return record(request.command, directory)

@@ -34,6 +34,7 @@ _COMMANDS = (
     "p2p",
     "collectives",
     "diagnose",
+    "record",
     "model",
     "slurm",
     "k8s",

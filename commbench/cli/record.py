@@ -1,0 +1,38 @@
+"""`commbench record -- CMD ...`: run a job unchanged and capture its collectives."""
+
+from __future__ import annotations
+
+import typer
+
+from commbench.api import RecordRequest, record_job
+from commbench.cli._common import reported_errors
+from commbench.options import command, values
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "record",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    @command(RecordRequest)
+    def record_command(request: RecordRequest, ctx: typer.Context) -> None:
+        """Run a training job unchanged and record every collective it makes.
+
+        Everything after `--` is the job's command, run as the shell would: its output passes
+        through and its exit status is commbench's. Every Python process of the job that
+        imports torch records its calls (the DDP reducer's and FSDP's included) into the
+        trace directory, for `commbench replay`. E.g.
+        `commbench record -o trace -- torchrun --nproc-per-node 2 train.py`.
+        """
+        with reported_errors():
+            request.command = ctx.args
+            recorded = record_job(**values(request))
+        state = "complete" if recorded.manifest.complete else "incomplete"
+        typer.echo(
+            f"commbench record: {recorded.calls} calls from {len(recorded.ranks)} of "
+            f"{recorded.manifest.world_size} ranks in {recorded.directory} ({state})",
+            err=True,
+        )
+        for note in recorded.notes:
+            typer.echo(f"commbench record: {note}", err=True)
+        raise typer.Exit(recorded.exit_code)
