@@ -64,6 +64,7 @@ VERBS = {
     "model_strategies": "model",
     "plot_run": "plot",
     "report_run": "report",
+    "record_job": "record",
     "export_run": "export",
     "import_nccl_tests": "import",
     "slurm_script": "slurm-script",

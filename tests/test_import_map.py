@@ -27,7 +27,7 @@ FLOORS: list[set[str]] = [
     {"collectives"},
     {"strategies", "traces"},
     {"launch"},
-    {"p2p"},
+    {"p2p", "record"},
     {"importers"},
     {"compare"},
     {"diagnose"},

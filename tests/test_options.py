@@ -38,6 +38,7 @@ CLI_ONLY = {
     "import nccl-tests": set(),
     "slurm-script": set(),
     "k8s-manifest": set(),
+    "record": set(),
 }
 """The parameters a command has beyond its request record: each is a way of printing."""
 

@@ -18,11 +18,15 @@ GIL, while a gloo worker holding that mutex frees a tensor that our kernel gave 
 object, and waits for the GIL. Seen in 2 of 3 runs of a 300-step DDP job (4,791 calls)
 before this design, and in none of hundreds after (benchmarks/record_stress.py).
 
-A call is written when it completes (its Work's future; on the gloo worker thread, once it
-has the GIL, so a completion time is an upper bound), in issue order: a completed call waits
-in a small queue for the ones issued before it. An op whose Work has no future (gloo's
-reduce_scatter_tensor) is written at once without a completion time. The queue is bounded
-(`MAX_PENDING`): past it the oldest call is written as never seen complete. Steps: a step
+A call is written once it has completed, in issue order. Its completion is polled
+(`Work.is_completed`) at the points the process passes anyway: the next call it issues, the
+next module forward, the optimizer step's start (the backward is over) and end, and its
+exit. So `completed_ns` is when the call was first seen complete: an upper bound, late by at
+most the time to the next of those points. Polling, not a completion callback: a Python
+callback runs on the backend's thread and must take the GIL there, which stalled gloo's
+worker (the next collective waits behind it) and cost DDP steps 6 to 166% on 2 cores. The
+queue of calls not yet seen complete is bounded (`MAX_PENDING`): past it the oldest is
+written as never seen complete. Steps: a step
 opens at the first module forward after the previous step (a global forward pre-hook) and
 closes at the optimizer's step (a global post-hook) or at `commbench.record.step()`; the
 calls outside every step (DDP's start-up broadcast, a final barrier) have none.
@@ -167,9 +171,13 @@ class Capture:
 
     def install(self) -> None:
         from torch.nn.modules.module import register_module_forward_pre_hook
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
         register_module_forward_pre_hook(self._on_forward)
+        register_optimizer_step_pre_hook(self._before_optimizer_step)
         register_optimizer_step_post_hook(self._on_optimizer_step)
         atexit.register(self.close)
         _chain_sigterm(self.close)
@@ -187,6 +195,7 @@ class Capture:
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if self.failed is not None or keyset.has(meta):
                 return overload.redispatch(keyset.remove(below), *args, **kwargs)
+            self.poll()
             issued = time.time_ns()
             try:
                 entry = self._note(op, args, kwargs, issued)
@@ -271,7 +280,7 @@ class Capture:
             step=self.step,
             peer=peer,
         )
-        entry = [call, None, False]  # the call, its completion time, done
+        entry = [call, None, None, False]  # the call, its Work, its completion time, done
         with self.lock:
             self.calls += 1
             self.pending.append(entry)
@@ -280,25 +289,43 @@ class Capture:
         return entry
 
     def _watch(self, entry: list[Any], result: Any) -> None:
+        """Keep the call's Work, polled for completion at the next points the process
+        passes (`poll`); a call without one (barrier's on some backends) is done now."""
         work = result[-1] if isinstance(result, tuple) else result
-        future = None
+        handle = None
         if isinstance(work, torch.ScriptObject):
-            with contextlib.suppress(Exception):  # gloo's reduce_scatter_tensor has none
-                future = dist.Work.unbox(work).get_future()
-        if future is None:
-            self._done(entry, None)
-            return
-        future.add_done_callback(lambda _f: self._done(entry, time.time_ns()))
-
-    def _done(self, entry: list[Any], completed: int | None) -> None:
+            with contextlib.suppress(Exception):
+                handle = dist.Work.unbox(work)
         with self.lock:
-            entry[1], entry[2] = completed, True
-            while self.pending and self.pending[0][2]:
-                self._write(self.pending.popleft())
+            entry[1] = handle
+            if handle is None:
+                entry[3] = True
+            self._flush_done()
+
+    def poll(self) -> None:
+        """Mark each pending call whose Work has completed as complete now, and write the
+        ones whose predecessors are all written. Runs on the job's own threads, never on
+        a backend's: no Python ever runs on gloo's or NCCL's threads."""
+        if not self.pending:
+            return
+        now = time.time_ns()
+        with self.lock:
+            for entry in self.pending:
+                if not entry[3] and entry[1] is not None:
+                    try:
+                        if entry[1].is_completed():
+                            entry[2], entry[3] = now, True
+                    except Exception:  # a Work that failed: never complete
+                        entry[1], entry[3] = None, True
+            self._flush_done()
+
+    def _flush_done(self) -> None:
+        while self.pending and self.pending[0][3]:
+            self._write(self.pending.popleft())
 
     def _write(self, entry: list[Any]) -> None:
         """Write one call (under the lock)."""
-        call, completed, done = entry
+        call, _work, completed, done = entry
         if not done:
             self.unfinished += 1
         if self.writer is not None:
@@ -307,8 +334,13 @@ class Capture:
     # -- steps ---------------------------------------------------------------------------
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
+        if self.pending:
+            self.poll()
         if self.step is None:
             self.step = self.steps_done + 1
+
+    def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.poll()  # the backward is over: DDP's reducer has waited for its buckets
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.parameters is None:
@@ -326,6 +358,7 @@ class Capture:
     def end_step(self) -> None:
         """Close the open step: the next call belongs to the next one (or to none, until a
         module's forward opens it)."""
+        self.poll()
         self.steps_done += 1
         self.step = None
         with self.lock:
@@ -372,6 +405,8 @@ class Capture:
     def close(self) -> None:
         """Write every call still held (those not seen complete without a completion time)
         and close the rank's file. Idempotent: atexit and SIGTERM may both come."""
+        with contextlib.suppress(Exception):
+            self.poll()
         with self.lock:
             while self.pending:
                 self._write(self.pending.popleft())

@@ -5,6 +5,8 @@ about 4.2 MB trained for a few steps on gloo, launched by torchrun.
 """
 
 import argparse
+import json
+import time
 
 import torch
 import torch.distributed as dist
@@ -20,20 +22,30 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--bucket-cap-mb", type=float, default=1.0)
     parser.add_argument("--fail-at", type=int, default=0, help="raise at this step (tests)")
+    parser.add_argument("--width", type=int, default=WIDTH)
+    parser.add_argument("--layers", type=int, default=LAYERS)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--times", help="rank 0 writes each step's seconds here (JSON)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    model = nn.Sequential(*[nn.Linear(args.width, args.width) for _ in range(args.layers)])
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    times = []
     for step in range(1, args.steps + 1):
         if step == args.fail_at:
             raise RuntimeError(f"failing at step {step}, as asked")
+        start = time.perf_counter()
         opt.zero_grad()
-        loss = ddp(torch.randn(16, WIDTH)).square().mean()
+        loss = ddp(torch.randn(args.batch, args.width)).square().mean()
         loss.backward()
         opt.step()
+        times.append(time.perf_counter() - start)
     dist.barrier()
+    if args.times and dist.get_rank() == 0:
+        with open(args.times, "w") as fh:
+            json.dump(times, fh)
     if dist.get_rank() == 0:
         print(f"ddp_mlp: {args.steps} steps, loss {loss.item():.4f}")
     dist.destroy_process_group()

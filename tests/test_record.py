@@ -1,0 +1,308 @@
+"""`commbench record`: real jobs (DDP, FSDP2) launched by torchrun under the capture, the
+trace they leave, and the job's output, exit status and signals passing through.
+
+The jobs in tests/jobs/ are written as a user would, with nothing of commbench in them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.traces.trace import read_trace
+
+JOBS = Path(__file__).parent / "jobs"
+# tests/jobs/ddp_mlp.py and fsdp_mlp.py: 4 x Linear(512, 512) in float32
+PARAM_BYTES = 4 * (512 * 512 + 512) * 4
+TIMEOUT = 180
+
+
+def record(
+    tmp_path: Path, job: list[str], port: int, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port),
+    ]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "record",
+            "-o",
+            str(tmp_path / "trace"),
+            "--",
+            *torchrun,
+            *job,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def per_step(calls, op: str) -> dict[int | None, int]:
+    """Bytes of `op` per step (S: the output of an all_gather, the input otherwise)."""
+    out: Counter[int | None] = Counter()
+    for c in calls:
+        if c.op == op:
+            out[c.step] += c.out_bytes if op == "all_gather" else c.in_bytes
+    return dict(out)
+
+
+@pytest.mark.integration
+def test_ddp_job_recorded(tmp_path: Path, free_port: int) -> None:
+    done = record(tmp_path, [str(JOBS / "ddp_mlp.py"), "--steps", "3"], free_port)
+    assert done.returncode == 0, done.stderr
+    # the job's output passes through, and commbench adds nothing to stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("ddp_mlp: 3 steps")
+    assert "commbench record:" not in done.stdout
+    assert "(complete)" in done.stderr
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.complete and trace.world_size == 2
+    assert trace.manifest.backends == ("gloo",)
+    assert sum(p.nbytes for p in trace.manifest.parameters) == PARAM_BYTES
+    assert len(trace.manifest.parameters) == 8
+    for rank in (0, 1):
+        calls = trace.calls[rank]
+        # the start-up broadcast of the module's state (DDP's _sync_module_states, in C++)
+        startup = [c for c in calls if c.step is None and c.op == "broadcast"]
+        assert any(c.in_bytes == PARAM_BYTES and c.dtype == "float32" for c in startup)
+        # every step all-reduces the gradients: the parameters' bytes, issued by the reducer
+        assert per_step(calls, "all_reduce") == {1: PARAM_BYTES, 2: PARAM_BYTES, 3: PARAM_BYTES}
+        assert all(c.group.ranks == (0, 1) for c in calls)
+        assert all(c.completed_ns is None or c.completed_ns >= c.issued_ns for c in calls)
+        assert [c.seq for c in calls] == list(range(len(calls)))
+        assert calls[-1].op == "barrier" and calls[-1].step is None
+    # the bucket cap of 1 MB made four buckets after the first step
+    assert Counter(c.in_bytes for c in trace.calls[0] if c.step == 3) == {PARAM_BYTES // 4: 4}
+
+
+@pytest.mark.integration
+def test_fsdp2_job_recorded(tmp_path: Path, free_port: int) -> None:
+    done = record(tmp_path, [str(JOBS / "fsdp_mlp.py"), "--steps", "2"], free_port)
+    assert done.returncode == 0, done.stderr
+    trace = read_trace(tmp_path / "trace")
+    for rank in (0, 1):
+        calls = trace.calls[rank]
+        gathered = per_step(calls, "all_gather")
+        scattered = per_step(calls, "reduce_scatter")
+        assert set(scattered) == {1, 2} and set(gathered) == {1, 2}
+        for step in (1, 2):
+            # each reduce_scatter takes a layer's whole gradient: the parameters once a step
+            assert scattered[step] == PARAM_BYTES
+            # every layer is gathered for the forward and again for the backward
+            assert PARAM_BYTES <= gathered[step] <= 2 * PARAM_BYTES
+        shard = next(c for c in calls if c.op == "all_gather")
+        assert shard.out_bytes == 2 * shard.in_bytes  # one rank's shard of two
+
+
+@pytest.mark.integration
+def test_failing_job_leaves_an_incomplete_trace(tmp_path: Path, free_port: int) -> None:
+    done = record(tmp_path, [str(JOBS / "ddp_mlp.py"), "--steps", "3", "--fail-at", "2"], free_port)
+    assert done.returncode == 1
+    assert "the job exited with status 1: the trace is incomplete" in done.stderr
+    trace = read_trace(tmp_path / "trace")
+    assert not trace.manifest.complete
+    assert any("incomplete" in n for n in trace.notes())
+    assert {c.step for c in trace.calls[0]} >= {None, 1}
+
+
+@pytest.mark.integration
+def test_many_steps_do_not_deadlock(tmp_path: Path, free_port: int) -> None:
+    """The GIL deadlock of a Python kernel that calls gloo holding the GIL (2 hangs in 3 runs
+    of this job before the capture redispatched without it): thousands of calls, in time."""
+    done = record(
+        tmp_path,
+        [str(JOBS / "ddp_mlp.py"), "--steps", "300", "--bucket-cap-mb", "0.05"],
+        free_port,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    trace = read_trace(tmp_path / "trace")
+    assert len(trace.calls[0]) > 1000
+    assert max(c.step or 0 for c in trace.calls[0]) == 300
+
+
+def _stop_when_ready(
+    cmd: list[str], sig: int, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the job's own line, passed through
+        assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=60)
+        return code, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.integration
+def test_sigterm_reaches_a_plain_python_job(tmp_path: Path) -> None:
+    code, err = _stop_when_ready(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "record",
+            "-o",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            str(JOBS / "slow_job.py"),
+        ],
+        signal.SIGTERM,
+    )
+    assert code == 128 + signal.SIGTERM, err  # the job died of the signal, as a shell says
+    trace = read_trace(tmp_path / "t")
+    assert not trace.manifest.complete
+    assert len(trace.calls[0]) >= 5  # the capture wrote what it held before dying
+    meta = json.loads((tmp_path / "t" / "rank-0.meta.json").read_text())
+    assert meta["closed"] is True
+
+
+@pytest.mark.integration
+def test_sigterm_reaches_a_torchrun_job(tmp_path: Path, free_port: int) -> None:
+    code, err = _stop_when_ready(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "record",
+            "-o",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port),
+            str(JOBS / "slow_job.py"),
+        ],
+        signal.SIGTERM,
+    )
+    assert code != 0, err
+    trace = read_trace(tmp_path / "t")
+    assert not trace.manifest.complete and trace.world_size == 2
+    assert all(len(trace.calls[r]) >= 5 for r in (0, 1))
+    # no worker outlived the job: none still holds the trace directory in its environment
+    marker = f"COMMBENCH_RECORD_DIR={tmp_path / 't'}".encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    left.append(entry.name)
+            except OSError:
+                continue
+    assert not left
+
+
+@pytest.mark.integration
+def test_exit_status_and_output_pass_through(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "record",
+            "-o",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 7
+    assert done.stdout == "out\n"
+    assert done.stderr.startswith("err\n")
+    assert "made a torch.distributed call" in done.stderr  # nothing was recorded, and why
+
+
+@pytest.mark.integration
+def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    # only in the job (the recorder's own Python has this PYTHONPATH too)
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nif 'COMMBENCH_RECORD_DIR' in os.environ: sys.stdout.write('site ran\\n')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "commbench",
+            "record",
+            "-o",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            "-c",
+            "import torch; print('torch', 'torch' in __import__('sys').modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["site ran", "torch True"]
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["record"], "record needs the job's command after `--`"),
+        (["record", "--"], "record needs the job's command after `--`"),
+        (["record", "--", "no-such-command-xyz"], "'no-such-command-xyz': command not found"),
+        (["record", "--", "./no/such/file"], "no such executable file"),
+    ],
+)
+def test_bad_commands(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not Path("results").exists()  # nothing written
+
+
+def test_a_trace_directory_in_use_is_refused(tmp_path: Path) -> None:
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "rank-0.jsonl").write_text("")
+    result = runner.invoke(app, ["record", "-o", str(used), "--", sys.executable, "-c", "0"])
+    assert result.exit_code == 2
+    assert "not empty" in result.output
+    (tmp_path / "file").write_text("x")
+    result = runner.invoke(app, ["record", "-o", str(tmp_path / "file"), "--", "true"])
+    assert result.exit_code == 2 and "not a directory" in result.output
