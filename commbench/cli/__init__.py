@@ -34,6 +34,7 @@ _COMMANDS = (
     "p2p",
     "collectives",
     "diagnose",
+    "replay",
     "model",
     "slurm",
     "k8s",
