@@ -26,6 +26,7 @@ from commbench.diagnose.settings import DiagnoseRequest
 from commbench.launch.request import LaunchRequest
 from commbench.options import arg, cli, verb
 from commbench.p2p.settings import P2PRequest
+from commbench.replay.settings import ReplayRequest
 from commbench.report.export import ExportFormat
 from commbench.report.options import Images, ReportFormat
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
     from commbench.record.run import Recorded
+    from commbench.replay.program import Program
     from commbench.report.document import Rendered
     from commbench.results.runs import Run, Suite
     from commbench.results.schema import ResultRow
@@ -51,6 +53,7 @@ __all__ = [
     "model_strategies",
     "plot_run",
     "record_job",
+    "replay_trace",
     "report_run",
     "run_collectives",
     "run_diagnose",
@@ -484,6 +487,39 @@ def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     settings, collectives = diagnose_settings(request.placement(), request)
     on_test = request.on_test
     return run_diagnose(settings, collectives, out, launch, on_test=on_test)
+
+
+@dataclass(kw_only=True)
+class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest):
+    """Every option of `commbench replay` and `replay_trace`, declared once."""
+
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Called as rows are measured: `(done, total, row)` (API only)."""
+
+
+@verb(ReplayRun)
+def replay_trace(request: ReplayRun) -> Run | Program:
+    """Replay a trace's collectives on this cluster (`commbench replay`).
+
+    Reads the trace (commbench's, or PARAM's, the Flight Recorder's, Chakra's), then launches
+    torchrun workers that time each (op, size, dtype, group) of it and replay each rank's
+    calls step by step; returns the run directory as a `Run` whose `record.replay` holds the
+    recorded and replayed communication time per step (and the bucket advisor's caps, with
+    `rebucket`). With `dry_run=True`, the `Program` (its `plan` is what `--dry-run` prints),
+    launching nothing. Raises UserError for a trace it cannot read or replay."""
+    from commbench.replay.run import run_replay
+    from commbench.replay.settings import prepare
+    from commbench.results.store import check_parent
+
+    out = Path(request.out)
+    launch = request.launch()
+    trace, program, settings, collectives = prepare(request, request, launch)
+    if request.dry_run:
+        return program
+    check_parent(out)
+    return run_replay(
+        trace, program, settings, collectives, out, launch, on_progress=request.on_progress
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ VERBS = {
     "run_collectives": "collectives",
     "run_p2p": "p2p",
     "run_diagnose": "diagnose",
+    "replay_trace": "replay",
     "run_suite": "run",
     "compare_runs": "compare",
     "load_topology": "topo",

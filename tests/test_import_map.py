@@ -31,6 +31,7 @@ FLOORS: list[set[str]] = [
     {"importers"},
     {"compare"},
     {"diagnose"},
+    {"replay"},
     {"report"},
     {"suites"},
     {"api"},

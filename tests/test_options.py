@@ -28,6 +28,7 @@ CLI_ONLY = {
     "collectives": {"fmt"},
     "p2p": {"fmt"},
     "diagnose": {"fmt"},
+    "replay": set(),
     "run": {"fmt"},
     "model": {"fmt"},
     "compare": {"fmt", "out"},

@@ -35,6 +35,7 @@ _COMMANDS = (
     "collectives",
     "diagnose",
     "record",
+    "replay",
     "model",
     "slurm",
     "k8s",

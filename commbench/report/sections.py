@@ -261,6 +261,62 @@ def _strategy_tables(
     return blocks
 
 
+def replay_section(page: Page) -> list[Block]:
+    """For a replay: the recorded against the replayed communication time per step, the rows
+    that dominate the recorded traffic's time with the alpha-beta model beside each (and
+    whether it is latency- or bandwidth-bound), and the bucket advisor's caps."""
+    from commbench.replay.explain import (
+        advice_line,
+        explain,
+        fit_rows,
+        model_line,
+        rebucket_table,
+        rows_table,
+        step_table,
+    )
+
+    run, level = page.run, page.level
+    replay = run.record.replay
+    if replay is None:
+        return []
+    world = f"{replay.world} ranks"
+    if replay.world != replay.traced_world:
+        world += f" (traced on {replay.traced_world})"
+    blocks: list[Block] = [
+        Heading(level, "Replay"),
+        Para(
+            f"The trace {replay.trace}, replayed on {world}, {replay.steps} step(s)"
+            + ("" if replay.complete else " (the trace is incomplete)")
+            + ". A step's communication time: recorded, the time its calls covered on the "
+            "busiest rank; replayed, first issue to last completion on the slowest rank."
+        ),
+    ]
+    headers, cells = step_table(replay)
+    blocks.append(Table(headers, cells))
+    params, why = fit_rows(run.rows, str(run.context.backend or "nccl"))
+    explained = explain(run.rows, params)
+    if explained:
+        headers, cells = rows_table(explained)
+        blocks += [
+            Heading(level + 1, "What dominates"),
+            Para(
+                "Each row's share of the recorded traffic's time (its calls x its measured "
+                "time), and the model's time for one call beside the measurement."
+            ),
+            Table(headers, cells, words=(2, 8)),
+        ]
+    blocks.append(Para(model_line(params, why)))
+    if replay.rebucket:
+        headers, cells = rebucket_table(replay)
+        blocks += [Heading(level + 1, "DDP bucket advisor"), Table(headers, cells)]
+        advice = advice_line(replay, params)
+        if advice:
+            blocks.append(Para(advice))
+    if replay.notes:
+        blocks.append(Bullets(list(replay.notes)))
+    return blocks
+
+
 MAX_STRAGGLER_LINES = 20
 """A report lists the findings about waited-for ranks up to this many lines."""
 
@@ -350,6 +406,7 @@ SECTIONS: tuple[Section, ...] = (
     topology_section,
     results_section,
     strategies_section,
+    replay_section,
     stragglers_section,
     slow_processes_section,
     network_section,

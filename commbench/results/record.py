@@ -52,6 +52,7 @@ from commbench.results.names import (
     STRATEGY_NAMES,
 )
 from commbench.results.ranks import RankEntry
+from commbench.results.replay import ReplayRecord
 from commbench.results.schema import (
     IMPORTED_REDUCE_OPS,
     MAX_COUNT,
@@ -93,6 +94,7 @@ class RunKind(str, Enum):
     P2P = "p2p"
     NCCL_TESTS = "nccl-tests"
     DIAGNOSE = "diagnose"
+    REPLAY = "replay"
 
     def __str__(self) -> str:
         return self.value
@@ -224,6 +226,16 @@ _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
             "group": integer_in(1, MAX_NODES),
             "max_rounds": integer_in(1, MAX_NODES),
             "expected_gbps": mapping_of(number_in(0, MAX_GBPS)),
+        }
+    ),
+    # replay (`ReplaySettings`)
+    "replay": _known(
+        {
+            "trace": text,
+            "world": _world,
+            "steps": integer_in(1, MAX_COUNT),
+            "rebucket": list_of(_size, max_items=_LIST),
+            "repeats": integer_in(1, MAX_ITERATIONS),
         }
     ),
 }
@@ -454,7 +466,7 @@ _RUN_FIELDS: dict[str, Conv[Any]] = {
     "suspicious": _texts,
     "sections": list_of(_known(_SECTION_FIELDS), max_items=MAX_COUNT),
 }
-_RUN_KEYS = {*_RUN_FIELDS, "schema_version", "kind", "status", "context", "launcher"}
+_RUN_KEYS = {*_RUN_FIELDS, "schema_version", "kind", "status", "context", "launcher", "replay"}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -494,6 +506,9 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     suspicious: list[str] = field(default_factory=list)
     sections: list[dict[str, Any]] = field(default_factory=list)
+    replay: ReplayRecord | None = None
+    """A replay's recorded and replayed communication times and its bucket advisor; None
+    for every other kind."""
     recorded_status: RunStatus | None = None
     """Set by a reader only: the status the file says, where the reader took it otherwise
     (a "running" record whose launcher is gone). Never written."""
@@ -521,6 +536,9 @@ class RunRecord:
             launcher=_process(f.sub("launcher")),
             **{k: v for k, v in values.items() if v is not None},
         )
+        replay = f.sub("replay")
+        if replay is not None:
+            record.replay = ReplayRecord.read(replay)
         record.extra = {k: v for k, v in f.data.items() if k not in _RUN_KEYS}
         return record._checked(f)
 
@@ -561,6 +579,8 @@ class RunRecord:
             elif f.name == "launcher":
                 if self.status is not RunStatus.RUNNING or value is None:
                     continue
+                value = value.to_dict()
+            elif f.name == "replay" and value is not None:
                 value = value.to_dict()
             if f.name not in ("failure", "failed_ranks") and value in (None, []):
                 continue  # says nothing (failure is written as null: "no failure")

@@ -334,6 +334,10 @@ class ResultRow:
     that did not run, and rows stored before commbench kept them."""
     processes: ProcessTimes | None = None
     """nccl-tests' per-process times (an import of its `-I` JSON); None for every other row."""
+    calls: int | None = None
+    """A replay's row: the recorded calls of this (op, size, dtype, group) over the replayed
+    steps, so calls x size_bytes is the recorded traffic; None for every other row (and not
+    written then)."""
 
     @property
     def time_us(self) -> float:
@@ -379,6 +383,8 @@ class ResultRow:
             data["ranks"] = self.ranks.to_dict()
         if self.processes is not None and samples:
             data["processes"] = self.processes.to_dict()
+        if self.calls is not None:
+            data["calls"] = self.calls
         return data
 
     @classmethod
@@ -479,6 +485,7 @@ _FIELD_READERS: dict[str, Conv[Any]] = {
     "requested_bytes": integer_in(0, MAX_SIZE_BYTES),
     "note": line,
     "samples_us": list_of(_time, max_items=MAX_ITERATIONS),
+    "calls": _count,
 }
 _STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
@@ -600,11 +607,12 @@ _NULLABLE = {
     "expected_gbps",
     "efficiency",
     "peer_access",
+    "calls",
 }
 _TOP_NAMES = tuple(
     f.name
     for f in fields(ResultRow)
-    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes")
+    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls")
 )
 _P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
@@ -815,9 +823,16 @@ P2P_CSV_COLUMNS = [
 ]
 
 
+REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls"]
+"""A replay's results.csv: the collectives columns, then the recorded calls of each row."""
+
+
 def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
-    """The results.csv header of these rows: a p2p run's (also when it has no row yet)."""
-    return P2P_CSV_COLUMNS if p2p or any(r.p2p is not None for r in rows) else CSV_COLUMNS
+    """The results.csv header of these rows: a p2p run's (also when it has no row yet), a
+    replay's when any row counts recorded calls."""
+    if p2p or any(r.p2p is not None for r in rows):
+        return P2P_CSV_COLUMNS
+    return REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
 
 
 def csv_record(row: ResultRow) -> dict[str, Any]:
@@ -832,6 +847,7 @@ def csv_record(row: ResultRow) -> dict[str, Any]:
             "cv": s.cv,
             "n": s.n,
             "outliers": s.outliers,
+            "calls": row.calls,
         }
     copy = row.p2p.to_dict()
     copy["p2p"] = copy.pop("peer_access")

@@ -283,7 +283,35 @@ def fit(
         if t <= 0:
             raise UserError(f"--launch {launch_us} us exceeds the measured time {r.time_us:.2f} us")
         xs.append((c.steps / t, c.bytes_factor * r.size_bytes / t))
-    # Minimise sum((a*x1 + b*x2 - 1)^2): a = alpha (us), b = 1/beta (us per byte).
+    a, b = least_squares(xs, alpha_us, bw_gbps)
+    if b <= 0:
+        raise UserError(
+            "cannot fit a bandwidth: the direct all_reduce time does not grow with size in these results"
+        )
+    params = Params(alpha_us=a, bw_gbps=1 / (b * 1e3), launch_us=launch_us, backend=backend)
+    worst = max(
+        abs(predict_one("direct", r.world_size, r.size_bytes, params).time_us - r.time_us)
+        / r.time_us
+        for r in points
+    )
+    return Fit(
+        params=params,
+        points=len(points),
+        sizes=sizes,
+        world_sizes=sorted({r.world_size for r in points}),
+        worst_error=worst,
+        fixed=fixed,
+        dtypes=tuple(sorted({r.dtype for r in points})),
+    )
+
+
+def least_squares(
+    xs: Sequence[tuple[float, float]], alpha_us: float | None = None, bw_gbps: float | None = None
+) -> tuple[float, float]:
+    """alpha (us) and 1/beta (us per byte) minimising sum((a*x1 + b*x2 - 1)^2) over the
+    points (x1, x2) = (steps / t, bytes / t): the relative error of the model at each point.
+    A given parameter is held; a negative alpha is clamped to 0 and beta refitted alone.
+    Shared by `fit` (the direct all-reduce) and the replay's fit over every op."""
     s11 = math.fsum(x1 * x1 for x1, _ in xs)
     s12 = math.fsum(x1 * x2 for x1, x2 in xs)
     s22 = math.fsum(x2 * x2 for _, x2 in xs)
@@ -305,22 +333,4 @@ def fit(
             b = (s11 * y2 - s12 * y1) / det
         if a < 0:
             a, b = 0.0, y2 / s22
-    if b <= 0:
-        raise UserError(
-            "cannot fit a bandwidth: the direct all_reduce time does not grow with size in these results"
-        )
-    params = Params(alpha_us=a, bw_gbps=1 / (b * 1e3), launch_us=launch_us, backend=backend)
-    worst = max(
-        abs(predict_one("direct", r.world_size, r.size_bytes, params).time_us - r.time_us)
-        / r.time_us
-        for r in points
-    )
-    return Fit(
-        params=params,
-        points=len(points),
-        sizes=sizes,
-        world_sizes=sorted({r.world_size for r in points}),
-        worst_error=worst,
-        fixed=fixed,
-        dtypes=tuple(sorted({r.dtype for r in points})),
-    )
+    return a, b

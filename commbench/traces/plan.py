@@ -112,7 +112,8 @@ def size_bytes(call: Call, n: int) -> int:
     return call.in_bytes
 
 
-def _rescaled(op: str, size: int, n: int, new_n: int) -> int:
+def rescaled(op: str, size: int, n: int, new_n: int) -> int:
+    """S of an `op` of S bytes in a group of `n` ranks, on `new_n` ranks (see the module)."""
     spec = SPECS.get(op)
     if spec is None or not spec.split or n == new_n:
         return size
@@ -206,7 +207,7 @@ def _rows(
     for call, instance, n in counted:
         spans = n >= traced and call.op not in P2P_OPS
         new_n = new_world if spans else n
-        size = _rescaled(call.op, size_bytes(call, n), n, new_n)
+        size = rescaled(call.op, size_bytes(call, n), n, new_n)
         key = (call.op, size, call.dtype, new_n, spans)
         instances.setdefault(key, set()).add(instance)
         calls[key] = calls.get(key, 0) + 1

@@ -1,0 +1,101 @@
+"""`commbench replay`: replay a trace's collectives here, and explain them with the model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from commbench.api import ReplayRun
+from commbench.cli._common import reported_errors
+from commbench.options import command, values
+
+if TYPE_CHECKING:
+    from commbench.replay.program import Program
+    from commbench.results.runs import Run
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("replay")
+    @command(ReplayRun)
+    def replay(request: ReplayRun) -> None:
+        """Replay a trace's collectives, rank by rank, and compare with the recorded times."""
+        with reported_errors():
+            import commbench.api
+            from commbench.cli.live import LiveRows
+            from commbench.results.runs import Run
+
+            if request.dry_run:
+                done = commbench.api.replay_trace(**values(request))
+                assert not isinstance(done, Run)
+                dry_run(done)
+                return
+            with LiveRows() as on_progress:
+                request.on_progress = on_progress
+                run = commbench.api.replay_trace(**values(request))
+            assert isinstance(run, Run)
+            report(run)
+
+
+def dry_run(program: Program) -> None:
+    """The plan on stdout; what the trace leaves to say on stderr."""
+    from commbench.traces.plan import render_plan
+
+    typer.echo(render_plan(program.plan), nl=False)
+    for note in program.notes:
+        if note not in program.plan.notes:  # render_plan says its own
+            typer.echo(f"commbench: note: {note}", err=True)
+
+
+def report(run: Run) -> None:
+    """The rows, the step times recorded against replayed, the rows that dominate with the
+    model beside them and the advisor's caps on stdout; notes and the status on stderr; then
+    exit as the run's verdict says."""
+    from commbench.replay.explain import (
+        advice_line,
+        explain,
+        fit_rows,
+        model_line,
+        rebucket_table,
+        rows_table,
+        step_table,
+    )
+    from commbench.results.exporters import Format, export
+    from commbench.tables import text_table
+
+    rows, record = run.rows, run.record
+    if rows:
+        typer.echo(export(rows, Format.table), nl=False)
+    replay = record.replay
+    if replay is not None:
+        typer.echo("\nCommunication time per step:")
+        headers, cells = step_table(replay)
+        for line in text_table(headers, cells):
+            typer.echo(f"  {line}")
+        params, why = fit_rows(rows, str(record.settings.get("backend") or "nccl"))
+        explained = explain(rows, params)
+        if explained:
+            typer.echo("\nWhat dominates (calls x time):")
+            headers, cells = rows_table(explained)
+            for line in text_table(headers, cells, left=(0, 2, 8)):
+                typer.echo(f"  {line}")
+        typer.echo(model_line(params, why))
+        if replay.rebucket:
+            typer.echo("\nDDP bucket advisor:")
+            headers, cells = rebucket_table(replay)
+            for line in text_table(headers, cells):
+                typer.echo(f"  {line}")
+            advice = advice_line(replay, params)
+            if advice:
+                typer.echo(advice)
+        for note in replay.notes:
+            typer.echo(f"commbench: note: {note}", err=True)
+    for said in record.warnings:
+        typer.echo(f"commbench: warning: {said}", err=True)
+    typer.echo(
+        f"commbench: {record.status}: {len(rows)} rows in {run.path}",
+        err=True,
+    )
+    error = run.verdict.error()
+    if error is not None:
+        raise error

@@ -1,0 +1,59 @@
+"""What a replay's rank 0 journals beside its rows (`events.jsonl`): the sequence's step
+times and each bucket cap's, typed both ways (the worker writes them, the launcher's side
+reads them back); a line of another type is not one of these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.fields import Fields, integer_in, list_of, number_in
+
+SEQUENCE = "replay-sequence"
+REBUCKET = "replay-rebucket"
+_MAX = 1 << 20
+_seconds = list_of(number_in(0, 1e9), max_items=_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceTimes:
+    """Per replayed step, first issue to last completion, the maximum over ranks."""
+
+    step_s: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": SEQUENCE, "step_s": list(self.step_s)}
+
+    @classmethod
+    def read(cls, event: dict[str, Any], where: str) -> SequenceTimes | None:
+        if event.get("type") != SEQUENCE:
+            return None
+        return cls(step_s=tuple(Fields(event, where).req("step_s", _seconds)))
+
+
+@dataclass(frozen=True, slots=True)
+class CapTimes:
+    """One bucket cap: its buckets' all-reduces per repeat, the maximum over ranks."""
+
+    cap_bytes: int
+    buckets: int
+    samples_s: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": REBUCKET,
+            "cap_bytes": self.cap_bytes,
+            "buckets": self.buckets,
+            "samples_s": list(self.samples_s),
+        }
+
+    @classmethod
+    def read(cls, event: dict[str, Any], where: str) -> CapTimes | None:
+        if event.get("type") != REBUCKET:
+            return None
+        f = Fields(event, where)
+        return cls(
+            cap_bytes=f.req("cap_bytes", integer_in(1, 1 << 50)),
+            buckets=f.req("buckets", integer_in(0, _MAX)),
+            samples_s=tuple(f.req("samples_s", _seconds)),
+        )

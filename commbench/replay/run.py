@@ -1,0 +1,127 @@
+"""Run a replay and conclude it: launch the workers on the program, then write what the trace
+recorded beside what the replay measured into run.json (`replay`), with the bucket advisor's
+caps and the model's predictions. Nothing here prints: the command renders what comes back."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from commbench.collectives.settings import CollectivesSettings, Point
+from commbench.launch.launcher import LaunchOptions, run_collectives
+from commbench.launch.protocol import EVENTS_FILE
+from commbench.replay.buckets import assign_buckets, cap_mb
+from commbench.replay.events import CapTimes, SequenceTimes
+from commbench.replay.explain import fit_rows, predict_buckets_s
+from commbench.replay.program import Program
+from commbench.replay.settings import ReplaySettings
+from commbench.results.record import RunKind
+from commbench.results.replay import RebucketCap, ReplayRecord
+from commbench.results.runs import Run
+from commbench.results.schema import ResultRow
+from commbench.results.store import RunDir
+from commbench.traces.trace import Trace
+
+WORKER = "commbench.replay.worker"
+
+
+def points_of(program: Program, settings: ReplaySettings) -> list[Point]:
+    """What the watchdog names a hang by: each row, the sequence, each cap."""
+    points = [
+        Point(op=r.op, strategy="", requested_bytes=r.size_bytes, dtype=r.dtype)
+        for r in program.rows
+    ]
+    points.append(Point(op="all_reduce", strategy="replay sequence", requested_bytes=0))
+    points += [
+        Point(op="all_reduce", strategy=f"bucket cap {cap_mb(c):g} MB", requested_bytes=c)
+        for c in settings.rebucket
+    ]
+    return points
+
+
+def run_replay(
+    trace: Trace,
+    program: Program,
+    settings: ReplaySettings,
+    collectives: CollectivesSettings,
+    out_parent: Path,
+    launch: LaunchOptions | None = None,
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
+) -> Run:
+    """Launch the replay, then add its `replay` record to run.json."""
+    events: list[dict[str, Any]] = []
+    outcome = run_collectives(
+        collectives,
+        out_parent,
+        launch,
+        on_progress,
+        kind=RunKind.REPLAY,
+        worker=WORKER,
+        extra_settings={"replay": settings.to_dict()},
+        points=points_of(program, settings),
+        on_event=events.append,
+    )
+    sequence: SequenceTimes | None = None
+    caps: dict[int, CapTimes] = {}
+    for i, event in enumerate(events):
+        where = f"{EVENTS_FILE}: event {i + 1}:"
+        sequence = SequenceTimes.read(event, where) or sequence
+        cap = CapTimes.read(event, where)
+        if cap is not None:
+            caps[cap.cap_bytes] = cap
+    record = outcome.record
+    record.replay = conclude(trace, program, settings, outcome.rows, sequence, caps, collectives)
+    if record.holds_results is not False:
+        RunDir.of(outcome.run_dir).write_record(record)
+    return Run(
+        path=outcome.run_dir, record=record, rows=outcome.rows, stopped=outcome.stop_requested
+    )
+
+
+def conclude(
+    trace: Trace,
+    program: Program,
+    settings: ReplaySettings,
+    rows: list[ResultRow],
+    sequence: SequenceTimes | None,
+    caps: dict[int, CapTimes],
+    collectives: CollectivesSettings,
+) -> ReplayRecord:
+    """run.json's `replay` from what the workers journalled (what is missing, a run that
+    died, stays null)."""
+    params, _ = fit_rows(rows, collectives.backend)
+    rebucket = []
+    for cap in settings.rebucket:
+        buckets = assign_buckets(trace.manifest.parameters, cap)
+        got = caps.get(cap)
+        measured = statistics.median(got.samples_s) if got and got.samples_s else None
+        predicted = (
+            predict_buckets_s([b.nbytes for b in buckets], program.world, params)
+            if params is not None
+            else None
+        )
+        rebucket.append(
+            RebucketCap(
+                cap_bytes=cap,
+                buckets=len(buckets),
+                measured_s_per_step=measured,
+                predicted_s_per_step=predicted,
+            )
+        )
+    timed = [c for c in rebucket if c.measured_s_per_step is not None]
+    best = min(timed, key=lambda c: c.measured_s_per_step or 0.0) if timed else None
+    replayed: list[float | None] = list(sequence.step_s) if sequence is not None else []
+    return ReplayRecord(
+        trace=settings.trace,
+        traced_world=program.traced_world,
+        world=program.world,
+        steps=len(program.steps),
+        complete=trace.manifest.complete,
+        recorded_comm_s_per_step=list(program.recorded_step_s),
+        replayed_comm_s_per_step=replayed,
+        notes=list(program.notes),
+        rebucket=rebucket,
+        best_cap_mb=cap_mb(best.cap_bytes) if best is not None else None,
+    )

@@ -1,0 +1,160 @@
+"""What `commbench replay` is asked to do, beside the launch it shares with `collectives`:
+the request (the flags, declared once) and the settings its workers read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from commbench.errors import UserError
+from commbench.options import arg, cli
+
+if TYPE_CHECKING:
+    from commbench.collectives.placement import PlacementRequest
+    from commbench.collectives.settings import CollectivesSettings
+    from commbench.launch.launcher import LaunchOptions
+    from commbench.replay.program import Program
+    from commbench.traces.trace import Trace
+
+DEFAULT_REPEATS = 5
+"""Times each bucket cap's all-reduces are replayed (one step each): the median is kept."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ReplaySettings:
+    """settings.json's `replay`: every worker rebuilds the same program from the trace."""
+
+    trace: str
+    """The trace, as an absolute path (every node reads it: a shared file system across nodes)."""
+    world: int | None = None
+    steps: int | None = None
+    rebucket: list[int] = field(default_factory=list)
+    """Bucket caps in bytes for the DDP bucket advisor; empty: no advice asked."""
+    repeats: int = DEFAULT_REPEATS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace": self.trace,
+            "world": self.world,
+            "steps": self.steps,
+            "rebucket": list(self.rebucket),
+            "repeats": self.repeats,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplaySettings:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(kw_only=True)
+class ReplayRequest:
+    """What a user asks of `commbench replay`, beside where its ranks go and the launch."""
+
+    trace: str | Path = field(
+        metadata=arg(
+            metavar="TRACE",
+            type=Path,
+            help="A commbench trace directory, or another tool's trace (PARAM, Flight "
+            "Recorder JSON, Chakra JSON).",
+        ),
+    )
+    dry_run: bool = field(
+        default=False, metadata=cli(help="Print the replay plan; launch nothing.")
+    )
+    world: int | None = field(
+        default=None,
+        metadata=cli(
+            type=int,
+            metavar="N",
+            help="Replay on N ranks, each op's sizes scaled as its collective dictates. "
+            "Default: the trace's world size.",
+        ),
+    )
+    steps: int | None = field(
+        default=None,
+        metadata=cli(
+            type=int,
+            metavar="K",
+            help="Replay the first K steps. Default: all, at most 20.",
+        ),
+    )
+    rebucket: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            metavar="SIZES",
+            help="DDP bucket advisor: measure the trace's gradients bucketed at each cap "
+            "(1M-256M:x2) and name the best bucket_cap_mb.",
+        ),
+    )
+    iters: int | None = field(
+        default=None,
+        metadata=cli(type=int, help="Timed iterations per row. Default: enough for 0.2 s."),
+    )
+    warmup: int | None = field(
+        default=None,
+        metadata=cli(type=int, help="Warm-up iterations per row. Default: adapts to the size."),
+    )
+
+
+def prepare(
+    request: ReplayRequest, where: PlacementRequest, launch: LaunchOptions
+) -> tuple[Trace, Program, ReplaySettings, CollectivesSettings]:
+    """The trace read, its program, the workers' settings and the launch's: every bad input
+    refused here, in one line, before anything starts. The API, the CLI and tests build them
+    here."""
+    from commbench.collectives.placement import resolve_placement
+    from commbench.collectives.settings import CollectivesSettings
+    from commbench.replay.program import build_program
+    from commbench.sizes import parse_sizes
+    from commbench.traces.formats import load_any
+
+    trace = load_any(Path(request.trace))
+    program = build_program(trace, world=request.world, steps=request.steps)
+    caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
+    if request.rebucket is not None and not trace.manifest.parameters:
+        raise UserError(
+            "--rebucket: the trace has no parameter list: record it with commbench record, "
+            "whose job must step an optimizer"
+        )
+    nproc = nproc_for(where.nproc, program.world, launch.nnodes)
+    place = resolve_placement(where.device, nproc, where.backend)
+    ops = sorted({r.op for r in program.rows} | ({"all_reduce"} if caps else set()))
+    sizes = sorted({r.size_bytes for r in program.rows if r.size_bytes > 0}) or [1]
+    collectives = CollectivesSettings(
+        ops=ops or ["barrier"],
+        sizes=sizes,
+        nproc=place.nproc,
+        backend=place.backend,
+        device=place.device,
+        warmup=request.warmup,
+        iters=request.iters,
+    )
+    settings = ReplaySettings(
+        trace=str(Path(request.trace).resolve()),
+        world=program.world,
+        steps=request.steps,
+        rebucket=caps,
+        repeats=request.iters or DEFAULT_REPEATS,
+    )
+    return trace, program, settings, collectives
+
+
+def nproc_for(nproc: int | None, world: int, nnodes: int) -> int:
+    """Ranks per node: the replay's world on one node, else the world over the nodes,
+    exactly (a replay plays every traced rank)."""
+    if nproc is None:
+        if world % nnodes:
+            raise UserError(
+                f"the replay runs on {world} ranks, which {nnodes} nodes cannot share evenly: "
+                "give --world a multiple of --nnodes"
+            )
+        return world // nnodes
+    if nproc * nnodes != world:
+        raise UserError(
+            f"--nproc {nproc} x {nnodes} node(s) is {nproc * nnodes} ranks, but the replay runs "
+            f"on {world}: leave --nproc out, or give --world {nproc * nnodes}"
+        )
+    return nproc

@@ -1,0 +1,295 @@
+"""The worker torchrun starts for `replay`: `python -m commbench.replay.worker RUN_DIR`.
+
+It is the collectives worker (process group, heartbeats, context, the point's warm-up,
+iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
+`_rank_times`) running a trace's program (`replay.program`) instead of a sweep:
+
+1. every rank makes the program's subgroups, in the same order;
+2. rows: each (op, S, dtype, group) timed as a collectives point, on all its (disjoint)
+   instances at once; rank 0 journals a row each, with its recorded `calls`;
+3. sequence: each rank issues its recorded calls step by step, a world barrier before each
+   step; a step's time is first issue to last completion, the maximum over ranks. The async
+   rule: a call recorded async is issued async and waited at the end of its step (the trace
+   does not say which later call needs its result); a call recorded sync is waited at once;
+4. the bucket advisor, when asked: per cap, DDP's buckets as all-reduces issued async and
+   waited at the end (DDP overlaps them with the backward), `repeats` times.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from commbench.collectives.ops import (
+    TORCH_DTYPES,
+    Buffers,
+    Group,
+    all_gather_tensor,
+    reduce_scatter_tensor,
+)
+from commbench.collectives.registry import collective
+from commbench.collectives.settings import CollectivesSettings
+from commbench.collectives.specs import DTYPES, plan_size
+from commbench.launch.protocol import Done
+from commbench.launch.worker import Worker
+from commbench.replay.buckets import assign_buckets
+from commbench.replay.events import CapTimes, SequenceTimes
+from commbench.replay.program import (
+    WORLD,
+    Issue,
+    Program,
+    RowSpec,
+    build_program,
+    rank_sequence,
+    run_dtype,
+)
+from commbench.replay.settings import ReplaySettings
+from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
+from commbench.results.store import RunDir
+from commbench.traces.formats import load_any
+from commbench.traces.trace import Trace
+
+Issuer = Callable[[Buffers, Group, int | None], Any]
+"""Issues one traced call asynchronously on its buffers and group: its Work."""
+
+
+def _pieces(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
+    return list(buf.chunk(n))
+
+
+_ISSUE: dict[str, Issuer] = {
+    "all_reduce": lambda b, g, p: dist.all_reduce(b.inp, group=g.handle, async_op=True),
+    "all_gather": lambda b, g, p: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
+    "reduce_scatter": lambda b, g, p: reduce_scatter_tensor(
+        b.out, b.inp, group=g.handle, async_op=True
+    ),
+    "all_to_all": lambda b, g, p: dist.all_to_all_single(
+        b.out, b.inp, group=g.handle, async_op=True
+    ),
+    "broadcast": lambda b, g, p: dist.broadcast(b.inp, src=g.root, group=g.handle, async_op=True),
+    "reduce": lambda b, g, p: dist.reduce(b.inp, dst=g.root, group=g.handle, async_op=True),
+    "gather": lambda b, g, p: dist.gather(
+        b.inp,
+        _pieces(b.out, g.size) if g.rank == 0 else None,
+        dst=g.root,
+        group=g.handle,
+        async_op=True,
+    ),
+    "scatter": lambda b, g, p: dist.scatter(
+        b.out,
+        _pieces(b.inp, g.size) if g.rank == 0 else None,
+        src=g.root,
+        group=g.handle,
+        async_op=True,
+    ),
+    "barrier": lambda b, g, p: dist.barrier(group=g.handle, async_op=True),
+    "send": lambda b, g, p: dist.isend(b.inp, dst=p),
+    "recv": lambda b, g, p: dist.irecv(b.out, src=p),
+}
+"""How the sequence issues each traced op: asynchronously, so that the async rule (the
+module's) decides when it is waited. The rows phase times the registry's own calls."""
+
+
+class ReplayWorker(Worker):
+    def __init__(self, run_dir: Path, settings: CollectivesSettings, r: ReplaySettings) -> None:
+        super().__init__(run_dir, settings)
+        self.r = r
+        self.handles: list[Any] = []
+        self.program: Program | None = None
+
+    # -- groups ----------------------------------------------------------------------------
+
+    def _group(self, index: int) -> Group | None:
+        """This rank's view of a program group; None when it is not a member."""
+        if index == WORLD:
+            return Group(handle=None, ranks=list(range(self.world)), rank=self.rank)
+        assert self.program is not None
+        ranks = list(self.program.groups[index])
+        if self.rank not in ranks:
+            return None
+        return Group(handle=self.handles[index], ranks=ranks, rank=ranks.index(self.rank))
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def _row(self, index: int, row: RowSpec) -> None:
+        self.hb.point, self.hb.iteration = index, 0
+        entry = collective(row.op)
+        spec = entry.spec
+        plan = plan_size(row.op, row.size_bytes, row.dtype, row.group_size)
+        mine = next((g for i in row.instances if (g := self._group(i)) is not None), None)
+        samples: list[float] = []
+        warmup, ok, note = 0, True, ""
+        in_place = spec.in_place == "always"
+        if mine is not None:
+            self.group = mine
+            samples, warmup, ok, note = self._measure(entry, plan.count, row.dtype, in_place)
+        own = samples
+        samples, failed = self._exchange(own, ok)
+        ranks = self._rank_times(own, samples)
+        if self.rank != 0:
+            return
+        if spec.latency_only:
+            check = CHECK_NA
+        elif not self.s.check:
+            check = CHECK_SKIPPED
+        else:
+            check = CHECK_FAILED if failed else CHECK_OK
+        where = "" if row.spans_world else f"{row.groups} group(s) of {row.group_size}"
+        if not row.spans_world and len(row.instances) < row.groups:
+            where += f", {len(row.instances)} timed at once"
+        extra = f"traced as {row.traced_dtype}" if row.traced_dtype not in ("", row.dtype) else ""
+        notes = "; ".join(x for x in (where, plan.note, note, extra) if x)
+        if failed:
+            notes += f"; wrong result on rank(s) {failed}"
+        result = ResultRow.measured(
+            op=spec.op,
+            strategy="",
+            dtype=row.dtype,
+            reduce_op=self.s.reduce_op if spec.reduces else "",
+            world_size=row.group_size,
+            size_bytes=plan.size_bytes,
+            count=plan.count,
+            in_place=in_place,
+            requested_bytes=row.size_bytes,
+            samples_us=samples,
+            busbw_factor=spec.busbw_factor(row.group_size),
+            check=check,
+            warmup=warmup,
+            note=notes,
+            ranks=ranks if ranks is not None and len(ranks.ranks) <= row.group_size else None,
+            calls=row.calls,
+        )
+        self._emit(index, result, failed)
+
+    # -- the sequence ----------------------------------------------------------------------
+
+    def _buffers(self, issue: Issue, grp: Group, cache: dict[Any, Buffers]) -> Buffers:
+        key = (issue.op, issue.size_bytes, issue.dtype, issue.group)
+        if key not in cache:
+            dtype = TORCH_DTYPES[issue.dtype]
+            count = max(1, issue.size_bytes // DTYPES[issue.dtype])
+            if issue.op in ("send", "recv", "barrier"):
+                buf = torch.zeros(count, dtype=dtype, device=self.device)
+                cache[key] = Buffers(inp=buf, out=buf)
+            else:
+                count = max(grp.size, count // grp.size * grp.size)  # split ops: n chunks
+                in_place = collective(issue.op).spec.in_place == "always"
+                cache[key] = collective(issue.op).buffers(count, dtype, self.device, grp, in_place)
+        return cache[key]
+
+    def _sequence(self, trace: Trace, point: int) -> None:
+        assert self.program is not None
+        self.hb.point, self.hb.iteration = point, 0
+        self.hb.phase = "sequence"
+        steps = rank_sequence(trace, self.program, self.rank)
+        cache: dict[Any, Buffers] = {}
+        own: list[float] = []
+        for i, issues in enumerate(steps):
+            self.hb.iteration = i
+            dist.barrier()
+            self._sync()
+            start = time.perf_counter()
+            pending = []
+            for issue in issues:
+                grp = self._group(issue.group)
+                assert grp is not None  # the program maps this rank's calls to its groups
+                work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
+                if issue.async_op:
+                    pending.append(work)
+                elif work is not None:
+                    work.wait()
+            for work in pending:
+                if work is not None:
+                    work.wait()
+            self._sync()
+            own.append(time.perf_counter() - start if issues else 0.0)
+        worst = self._agree_max(own, None) if own else []
+        if self.journal is not None:
+            self.journal.write(SequenceTimes(step_s=tuple(worst)).to_dict())
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- the bucket advisor ----------------------------------------------------------------
+
+    def _rebucket(self, trace: Trace, point: int) -> None:
+        parameters = trace.manifest.parameters
+        for k, cap in enumerate(self.r.rebucket):
+            self.hb.point, self.hb.iteration = point + k, 0
+            self.hb.phase = "rebucket"
+            buckets = assign_buckets(parameters, cap)
+            bufs = []
+            for b in buckets:
+                dtype = run_dtype(b.dtype)
+                count = max(1, b.nbytes // DTYPES[dtype])
+                bufs.append(torch.zeros(count, dtype=TORCH_DTYPES[dtype], device=self.device))
+            own = []
+            for i in range(self.r.repeats + 1):  # the first is a warm-up
+                self.hb.iteration = i
+                dist.barrier()
+                self._sync()
+                start = time.perf_counter()
+                works = [dist.all_reduce(buf, async_op=True) for buf in bufs]
+                for work in works:
+                    if work is not None:
+                        work.wait()
+                self._sync()
+                own.append(time.perf_counter() - start)
+            worst = self._agree_max(own[1:], None)
+            if self.journal is not None:
+                event = CapTimes(cap_bytes=cap, buckets=len(buckets), samples_s=tuple(worst))
+                self.journal.write(event.to_dict())
+            del bufs
+
+    def run(self) -> None:
+        trace = load_any(self.r.trace)
+        self.program = build_program(trace, world=self.r.world, steps=self.r.steps)
+        if self.program.world != self.world:
+            raise RuntimeError(
+                f"the replay's program is for {self.program.world} ranks, torchrun started "
+                f"{self.world}"
+            )
+        self.hb.phase = "groups"
+        # every rank makes every group, in the same order (new_group is a world call)
+        self.handles = [dist.new_group(list(g)) for g in self.program.groups]
+        for index, row in enumerate(self.program.rows):
+            self._row(index, row)
+        point = len(self.program.rows)
+        self._sequence(trace, point)
+        if self.r.rebucket:
+            self._rebucket(trace, point + 1)
+        self.hb.phase = "finishing"
+        self.journal_health("after", self.gather_health())
+        dist.barrier()
+        if self.journal is not None:
+            self.journal.write(Done())
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    data = json.loads(RunDir(run_dir).settings_file.read_text())
+    worker = ReplayWorker(
+        run_dir, CollectivesSettings.from_dict(data), ReplaySettings.from_dict(data["replay"])
+    )
+    try:
+        worker.init()
+        worker.run()
+    except BaseException as exc:
+        worker.failed(exc)
+        raise
+    worker.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""A replay's own part of run.json (`"replay"`): what the trace recorded and what the replay
+measured, per step, and the bucket advisor's caps. A sub-record of `RunRecord`, converted
+when written, checked when read; a record without it (every other kind) reads as None.
+Optional, like the other kinds' additions, so it needs no new schema version."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from commbench.fields import Fields, boolean, integer_in, list_of, number_in, text
+from commbench.results.schema import MAX_COUNT, MAX_SIZE_BYTES, MAX_WORLD_SIZE
+
+_seconds = number_in(0, 1e9)
+_MAX_STEPS = 1 << 20
+
+
+def _nullable_seconds(value: Any, path: str) -> float | None:
+    return None if value is None else _seconds(value, path)
+
+
+def median_of(values: Sequence[float | None]) -> float | None:
+    """The median of the known values; None when none is known."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+@dataclass(kw_only=True, slots=True)
+class RebucketCap:
+    """One cap the bucket advisor measured."""
+
+    cap_bytes: int
+    buckets: int
+    """All-reduces per step at this cap (DDP's buckets)."""
+    measured_s_per_step: float | None
+    predicted_s_per_step: float | None
+    """The alpha-beta model's, fitted to the run's rows; None without a fit."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cap_bytes": self.cap_bytes,
+            "buckets": self.buckets,
+            "measured_s_per_step": self.measured_s_per_step,
+            "predicted_s_per_step": self.predicted_s_per_step,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> RebucketCap:
+        return cls(
+            cap_bytes=f.req("cap_bytes", integer_in(1, MAX_SIZE_BYTES)),
+            buckets=f.req("buckets", integer_in(0, MAX_COUNT)),
+            measured_s_per_step=f.opt("measured_s_per_step", _seconds),
+            predicted_s_per_step=f.opt("predicted_s_per_step", _seconds),
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class ReplayRecord:
+    """run.json's `replay`."""
+
+    trace: str
+    """The trace replayed, as given."""
+    traced_world: int
+    world: int
+    steps: int
+    """Steps replayed."""
+    complete: bool
+    """Whether the trace was complete (an incomplete one is replayed, and its notes say so)."""
+    recorded_comm_s_per_step: list[float | None] = field(default_factory=list)
+    """Per replayed step, the job's communication time (`replay.program.recorded_step_times`);
+    null where the trace has no times."""
+    replayed_comm_s_per_step: list[float | None] = field(default_factory=list)
+    """Per replayed step, the replay's: first issue to last completion, max over ranks."""
+    notes: list[str] = field(default_factory=list)
+    rebucket: list[RebucketCap] = field(default_factory=list)
+    best_cap_mb: float | None = None
+    """The advisor's `bucket_cap_mb`: the cap with the least measured time per step."""
+
+    @property
+    def recorded_comm_s(self) -> float | None:
+        """The median over the steps."""
+        return median_of(self.recorded_comm_s_per_step)
+
+    @property
+    def replayed_comm_s(self) -> float | None:
+        return median_of(self.replayed_comm_s_per_step)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "trace": self.trace,
+            "traced_world": self.traced_world,
+            "world": self.world,
+            "steps": self.steps,
+            "complete": self.complete,
+            "recorded_comm_s_per_step": list(self.recorded_comm_s_per_step),
+            "replayed_comm_s_per_step": list(self.replayed_comm_s_per_step),
+            "recorded_comm_s": self.recorded_comm_s,
+            "replayed_comm_s": self.replayed_comm_s,
+            "notes": list(self.notes),
+        }
+        if self.rebucket:
+            data["rebucket"] = [c.to_dict() for c in self.rebucket]
+            data["best_cap_mb"] = self.best_cap_mb
+        return data
+
+    @classmethod
+    def read(cls, f: Fields) -> ReplayRecord:
+        per_step = list_of(_nullable_seconds, max_items=_MAX_STEPS)
+        return cls(
+            trace=f.req("trace", text),
+            traced_world=f.req("traced_world", integer_in(1, MAX_WORLD_SIZE)),
+            world=f.req("world", integer_in(1, MAX_WORLD_SIZE)),
+            steps=f.req("steps", integer_in(0, _MAX_STEPS)),
+            complete=f.req("complete", boolean),
+            recorded_comm_s_per_step=f.opt("recorded_comm_s_per_step", per_step) or [],
+            replayed_comm_s_per_step=f.opt("replayed_comm_s_per_step", per_step) or [],
+            notes=f.opt("notes", list_of(text, max_items=MAX_COUNT)) or [],
+            rebucket=[
+                RebucketCap.read(item.obj())
+                for item in f.items("rebucket", required=False, max_items=MAX_COUNT)
+            ],
+            best_cap_mb=f.opt("best_cap_mb", number_in(0, 1e12)),
+        )

@@ -1,0 +1,298 @@
+"""`commbench replay` without launching anything (issue 26): DDP's bucket assignment against
+hand-worked examples, the program a trace becomes (rows, their instances, each rank's
+sequence, --world), the recorded step time from hand-set issue and completion times, the
+`calls` column and run.json's `replay` record, and every bad input refused in one line."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.errors import UserError
+from commbench.replay.buckets import FIRST_BUCKET_BYTES, assign_buckets
+from commbench.replay.explain import explain, fit_rows, op_cost, predict_buckets_s
+from commbench.replay.program import WORLD, build_program, rank_sequence, recorded_step_times
+from commbench.results.record import RunKind, RunRecord, RunStatus
+from commbench.results.replay import RebucketCap, ReplayRecord
+from commbench.results.schema import ResultRow, csv_columns, csv_record
+from commbench.traces.formats import load_any
+from commbench.traces.trace import MANIFEST_FILE, Parameter
+from tests.factories import ddp_trace, make_row, trace_call, write_trace
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def f32(nbytes: int) -> Parameter:
+    return Parameter(numel=nbytes // 4, dtype="float32")
+
+
+# -- DDP's buckets -----------------------------------------------------------------------------
+
+
+def test_first_bucket_is_capped_at_1_mib_then_the_cap_applies() -> None:
+    # reversed: 512K, 512K (1 MiB reached: the first bucket closes), 2M, 2M, 1M
+    params = [f32(MiB), f32(2 * MiB), f32(2 * MiB), f32(512 * KiB), f32(512 * KiB)]
+    buckets = assign_buckets(params, 4 * MiB)
+    assert [b.params for b in buckets] == [(4, 3), (2, 1), (0,)]
+    assert [b.nbytes for b in buckets] == [MiB, 4 * MiB, MiB]
+    assert [b.limit for b in buckets] == [FIRST_BUCKET_BYTES, 4 * MiB, 4 * MiB]
+
+
+def test_a_parameter_larger_than_the_cap_gets_its_own_bucket() -> None:
+    params = [f32(64 * KiB), f32(10 * MiB), f32(2 * MiB)]
+    buckets = assign_buckets(params, MiB)
+    # 2M alone fills the first bucket; 10M alone past the cap; 64K is left over
+    assert [b.params for b in buckets] == [(2,), (1,), (0,)]
+    assert [b.nbytes for b in buckets] == [2 * MiB, 10 * MiB, 64 * KiB]
+
+
+def test_dtypes_never_share_a_bucket() -> None:
+    params = [
+        Parameter(numel=MiB // 2, dtype="bfloat16"),  # 1 MiB
+        f32(256 * KiB),
+        Parameter(numel=128 * KiB, dtype="bfloat16"),  # 256 KiB
+        f32(256 * KiB),
+    ]
+    buckets = assign_buckets(params, 25 * MiB)
+    # reversed: f32 256K, bf16 256K, f32 256K, bf16 1M (bf16 reaches 1.25M: closed)
+    assert [(b.dtype, b.params) for b in buckets] == [
+        ("bfloat16", (2, 0)),
+        ("float32", (3, 1)),
+    ]
+    assert [b.nbytes for b in buckets] == [MiB + 256 * KiB, 512 * KiB]
+
+
+def test_a_cap_below_one_byte_is_refused() -> None:
+    with pytest.raises(UserError, match="at least 1 byte"):
+        assign_buckets([f32(4)], 0)
+
+
+# -- the program -------------------------------------------------------------------------------
+
+
+def tp_trace(directory: Path) -> Path:
+    """4 ranks: a world all_reduce per step, and a tensor-parallel all_gather in {0,1},{2,3}."""
+    per_rank = {}
+    for rank in range(4):
+        pair = (0, 1) if rank < 2 else (2, 3)
+        calls = []
+        for step in range(2):
+            calls.append(trace_call("all_reduce", 64 * KiB, ranks=(0, 1, 2, 3), step=step))
+            calls.append(
+                trace_call(
+                    "all_gather",
+                    8 * KiB,
+                    out_bytes=16 * KiB,
+                    ranks=pair,
+                    group=f"tp{pair[0]}",
+                    step=step,
+                    async_op=True,
+                )
+            )
+        per_rank[rank] = calls
+    return write_trace(directory, per_rank)
+
+
+def test_rows_are_the_plans_with_their_instances(tmp_path: Path) -> None:
+    program = build_program(load_any(tp_trace(tmp_path)))
+    assert program.groups == ((0, 1), (2, 3))
+    rows = {r.op: r for r in program.rows}
+    assert rows["all_reduce"].instances == (WORLD,) and rows["all_reduce"].calls == 2
+    gather = rows["all_gather"]
+    assert (gather.size_bytes, gather.group_size, gather.groups) == (16 * KiB, 2, 2)
+    assert gather.instances == (0, 1)  # disjoint: both timed at once
+    assert gather.calls == 4  # 2 steps x 2 instances, as the plan counts them
+
+
+def test_each_rank_replays_its_own_calls_with_the_async_flag(tmp_path: Path) -> None:
+    trace = load_any(tp_trace(tmp_path))
+    program = build_program(trace)
+    steps = rank_sequence(trace, program, 3)
+    assert len(steps) == 2
+    assert [(i.op, i.group, i.async_op) for i in steps[0]] == [
+        ("all_reduce", WORLD, False),
+        ("all_gather", 1, True),
+    ]
+
+
+def test_world_8_replicates_the_subgroups_and_scales_nothing_else(tmp_path: Path) -> None:
+    trace = load_any(tp_trace(tmp_path))
+    program = build_program(trace, world=8)
+    assert sorted(program.groups) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    rows = {r.op: r for r in program.rows}
+    assert rows["all_reduce"].group_size == 8 and rows["all_reduce"].size_bytes == 64 * KiB
+    assert rows["all_gather"].groups == 4
+    steps = rank_sequence(trace, program, 6)  # plays traced rank 2 in the second copy
+    assert program.groups[steps[0][1].group] == (6, 7)
+
+
+def test_world_scales_a_world_all_gather(tmp_path: Path) -> None:
+    calls = [trace_call("all_gather", 4 * KiB, out_bytes=8 * KiB, step=0)]
+    trace = load_any(write_trace(tmp_path, {0: calls, 1: calls}))
+    program = build_program(trace, world=4)
+    (row,) = program.rows
+    assert (row.size_bytes, row.group_size) == (16 * KiB, 4)  # the shard kept: S/2 x 4
+    assert rank_sequence(trace, program, 3)[0][0].size_bytes == 16 * KiB
+
+
+def test_sends_replay_as_sendrecv_rows_and_peers_map(tmp_path: Path) -> None:
+    send = trace_call("send", KiB, peer=1, step=0)
+    recv = trace_call("recv", KiB, peer=0, step=0)
+    trace = load_any(write_trace(tmp_path, {0: [send], 1: [recv]}))
+    program = build_program(trace, world=4)
+    (row,) = program.rows
+    assert (row.op, row.group_size, row.groups) == ("sendrecv", 2, 2)
+    assert rank_sequence(trace, program, 3)[0][0].peer == 2
+
+
+def test_a_group_cut_by_the_world_is_refused(tmp_path: Path) -> None:
+    per_rank = {}
+    for rank in range(4):  # groups {0,2} and {1,3}: data-parallel across a 4-rank world
+        pair = (rank % 2, rank % 2 + 2)
+        per_rank[rank] = [trace_call("all_reduce", KiB, ranks=pair, group=f"dp{pair[0]}", step=0)]
+    trace = load_any(write_trace(tmp_path, per_rank))
+    with pytest.raises(UserError, match="past the 2 replayed"):
+        build_program(trace, world=2)
+
+
+def test_long_traces_replay_the_first_20_steps(tmp_path: Path) -> None:
+    trace = load_any(ddp_trace(tmp_path, world=2, steps=25))
+    program = build_program(trace)
+    assert program.steps == tuple(range(20)) and program.total_steps == 25
+    assert any("first 20" in n for n in program.notes)
+    assert len(build_program(trace, steps=25).steps) == 25
+
+
+# -- the recorded step time --------------------------------------------------------------------
+
+
+def test_recorded_time_is_the_union_of_each_ranks_calls_then_the_max(tmp_path: Path) -> None:
+    us = 1000
+    rank0 = [  # [0, 10] and [5, 20] overlap (20 us), [30, 40]: 30 us in all
+        trace_call("all_reduce", KiB, step=0, issued_ns=0 * us, completed_ns=10 * us),
+        trace_call("all_reduce", KiB, step=0, issued_ns=5 * us, completed_ns=20 * us),
+        trace_call("all_reduce", KiB, step=0, issued_ns=30 * us, completed_ns=40 * us),
+    ]
+    rank1 = [  # 45 us, and a call never seen complete (zero-length)
+        trace_call("all_reduce", KiB, step=0, issued_ns=0, completed_ns=45 * us),
+        trace_call("all_reduce", KiB, step=0, issued_ns=50 * us, completed_ns=None),
+        trace_call("all_reduce", KiB, step=0, issued_ns=60 * us, completed_ns=61 * us),
+    ]
+    trace = load_any(write_trace(tmp_path, {0: rank0, 1: rank1}))
+    times, notes = recorded_step_times(trace, [0])
+    assert times == [pytest.approx(46e-6)]
+    assert notes and "1 recorded call(s) were never seen complete" in notes[0]
+
+
+def test_a_trace_without_times_has_no_recorded_time(tmp_path: Path) -> None:
+    trace = load_any(ddp_trace(tmp_path, world=2, steps=2))
+    assert recorded_step_times(trace, [0, 1]) == ([None, None], [])
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+def test_the_model_fits_the_rows_and_names_their_regime() -> None:
+    alpha, bw = 10.0, 1.0  # us per step, GB/s
+    rows = []
+    for op, size, calls in (("all_reduce", 4 * KiB, 100), ("broadcast", 4 * MiB, 1)):
+        c = op_cost(op, 2)
+        t = c.steps * alpha + c.bytes_factor * size / (bw * 1e3)
+        rows.append(make_row(size, [t] * 5, op=op, calls=calls))
+    params, why = fit_rows(rows, "gloo")
+    assert params is not None, why
+    assert params.alpha_us == pytest.approx(alpha) and params.bw_gbps == pytest.approx(bw)
+    explained = explain(rows, params)
+    assert [e.row.op for e in explained] == ["broadcast", "all_reduce"]
+    assert [e.regime for e in explained] == ["bandwidth-bound", "latency-bound"]
+    # two buckets of 1 MiB on 2 ranks: 2 x (2 alpha + 1 MiB / beta)
+    assert predict_buckets_s([MiB, MiB], 2, params) == pytest.approx(2 * (20 + MiB / 1e3) / 1e6)
+
+
+# -- the records -------------------------------------------------------------------------------
+
+
+def test_calls_round_trip_and_add_a_csv_column() -> None:
+    row = make_row(calls=7)
+    again = ResultRow.from_dict(json.loads(json.dumps(row.to_dict())))
+    assert again.calls == 7
+    assert csv_columns([row])[-1] == "calls" and csv_record(row)["calls"] == 7
+    plain = make_row()
+    assert "calls" not in plain.to_dict() and "calls" not in csv_columns([plain])
+
+
+def test_run_json_keeps_the_replay_record() -> None:
+    replay = ReplayRecord(
+        trace="/t",
+        traced_world=2,
+        world=4,
+        steps=2,
+        complete=False,
+        recorded_comm_s_per_step=[0.5, None],
+        replayed_comm_s_per_step=[0.25, 0.75],
+        notes=["incomplete"],
+        rebucket=[
+            RebucketCap(
+                cap_bytes=MiB, buckets=3, measured_s_per_step=0.1, predicted_s_per_step=None
+            )
+        ],
+        best_cap_mb=1.0,
+    )
+    record = RunRecord(kind=RunKind.REPLAY, status=RunStatus.COMPLETE, replay=replay)
+    data = json.loads(json.dumps(record.to_dict()))
+    assert data["replay"]["recorded_comm_s"] == 0.5 and data["replay"]["replayed_comm_s"] == 0.5
+    assert RunRecord.from_dict(data, "run.json").replay == replay
+    assert "replay" not in RunRecord(kind=RunKind.COLLECTIVES, status=RunStatus.COMPLETE).to_dict()
+
+
+# -- the command, launching nothing ------------------------------------------------------------
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["replay", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_dry_run_prints_the_plan_and_launches_nothing(tmp_path: Path) -> None:
+    trace = write_trace(
+        tmp_path / "t", {0: [trace_call(step=0)], 1: [trace_call(step=0)]}, complete=False
+    )
+    code, out, err = run_cli(
+        str(trace), "--dry-run", "--device", "cpu", "--out", str(tmp_path / "o")
+    )
+    assert code == 0, err
+    assert out.startswith("replay plan: 2 ranks, 1 of 1 steps") and "all_reduce" in out
+    assert "incomplete" in err
+    assert not (tmp_path / "o").exists()
+
+
+def bad(directory: Path, *args: str, words: str) -> None:
+    code, out, err = run_cli(str(directory), "--device", "cpu", *args)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert words in err, err
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    calls = [trace_call(step=0)]
+    good = write_trace(tmp_path / "good", {0: calls, 1: calls})
+    bad(good, "--steps", "0", words="--steps 0")
+    bad(good, "--rebucket", "1M-4M", words="the trace has no parameter list")
+    bad(good, "--nproc", "3", words="--nproc 3")
+    missing = write_trace(tmp_path / "missing", {0: calls, 1: calls})
+    (missing / "rank-1.jsonl").unlink()
+    bad(missing, words="rank 1's calls are missing")
+    newer = write_trace(tmp_path / "newer", {0: calls, 1: calls})
+    doc = json.loads((newer / MANIFEST_FILE).read_text())
+    doc["schema_version"] = 99
+    (newer / MANIFEST_FILE).write_text(json.dumps(doc))
+    bad(newer, words="newer commbench")
+    pickled = tmp_path / "dump_0"
+    pickled.write_bytes(pickle.dumps({"entries": []}))
+    bad(pickled, words="pickle")
+    bad(tp_trace(tmp_path / "tp"), "--world", "1", words="--world 1 is too small")

@@ -1,0 +1,159 @@
+"""`commbench replay` on real torchrun workers (issue 26): small synthetic traces written by
+`TraceWriter` (tests/factories.py), replayed on gloo CPU ranks. Each run is a few seconds:
+KiB sizes, --iters 3. Timings are never asserted; what the run writes is."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.traces.trace import Manifest, Parameter, TraceWriter
+from tests.factories import trace_call
+
+pytestmark = pytest.mark.integration
+
+KiB = 1 << 10
+
+
+def small_trace(directory: Path, *, world: int = 2, tp: bool = False) -> Path:
+    """A start-up broadcast, then per step an async all_reduce, an all_gather and a
+    reduce_scatter over every rank (and, with `tp`, an all_reduce in pairs {0,1}, {2,3}),
+    with issue and completion times; the manifest lists three parameters."""
+    manifest = Manifest(
+        argv=("python", "train.py"),
+        world_size=world,
+        parameters=(
+            Parameter(numel=64 * KiB, dtype="float32"),
+            Parameter(numel=KiB, dtype="float32"),
+            Parameter(numel=128 * KiB, dtype="float32"),
+        ),
+    )
+    ranks = tuple(range(world))
+    for rank in ranks:
+        t = 1_000_000
+        calls = [
+            trace_call(
+                "broadcast", 64 * KiB, ranks=ranks, peer=0, issued_ns=t, completed_ns=t + 9000
+            )
+        ]
+        for step in range(2):
+            t += 1_000_000
+            calls += [
+                trace_call(
+                    "all_reduce",
+                    16 * KiB,
+                    ranks=ranks,
+                    step=step,
+                    async_op=True,
+                    issued_ns=t,
+                    completed_ns=t + 5000,
+                ),
+                trace_call(
+                    "all_gather",
+                    4 * KiB,
+                    out_bytes=4 * KiB * world,
+                    ranks=ranks,
+                    step=step,
+                    issued_ns=t + 6000,
+                    completed_ns=t + 9000,
+                ),
+                trace_call(
+                    "reduce_scatter",
+                    4 * KiB * world,
+                    out_bytes=4 * KiB,
+                    ranks=ranks,
+                    step=step,
+                    issued_ns=t + 9000,
+                    completed_ns=t + 12000,
+                ),
+            ]
+            if tp:
+                pair = (0, 1) if rank < 2 else (2, 3)
+                calls.append(
+                    trace_call(
+                        "all_reduce",
+                        8 * KiB,
+                        ranks=pair,
+                        group=f"tp{pair[0]}",
+                        step=step,
+                        issued_ns=t + 13000,
+                        completed_ns=t + 14000,
+                    )
+                )
+        writer = TraceWriter(directory, rank, manifest=manifest if rank == 0 else None)
+        for call in calls:
+            writer.write(call)
+        writer.close()
+    return directory
+
+
+def replay(trace: Path, out: Path, *args: str) -> Path:
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--device",
+            "cpu",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            *args,
+        ],
+    )
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def test_a_replay_writes_rows_with_calls_and_the_replay_record(tmp_path: Path) -> None:
+    run_dir = replay(small_trace(tmp_path / "trace"), tmp_path / "out", "--rebucket", "256K-1M:x2")
+    with open(run_dir / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert "calls" in rows[0]
+    keys = [(r["op"], r["size_bytes"], r["dtype"], r["world_size"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 4
+    calls = {r["op"]: int(r["calls"]) for r in rows}
+    assert calls == {"broadcast": 1, "all_reduce": 2, "all_gather": 2, "reduce_scatter": 2}
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["kind"] == "replay" and record["status"] == "complete"
+    rep = record["replay"]
+    assert rep["traced_world"] == rep["world"] == 2 and rep["steps"] == 2
+    assert len(rep["recorded_comm_s_per_step"]) == len(rep["replayed_comm_s_per_step"]) == 2
+    assert rep["recorded_comm_s"] == pytest.approx(11e-6)  # [0,5] + [6,12] us
+    assert rep["replayed_comm_s"] > 0
+    assert [c["cap_bytes"] for c in rep["rebucket"]] == [256 * KiB, 512 * KiB, 1 << 20]
+    assert all(c["measured_s_per_step"] > 0 for c in rep["rebucket"])
+    assert rep["best_cap_mb"] in (0.25, 0.5, 1.0)
+    report = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert report.exit_code == 0, report.stderr
+    assert "## Replay" in report.stdout and "DDP bucket advisor" in report.stdout
+
+
+def test_a_replay_at_world_4_of_a_2_rank_trace(tmp_path: Path) -> None:
+    run_dir = replay(
+        small_trace(tmp_path / "trace"), tmp_path / "out", "--world", "4", "--steps", "1"
+    )
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["replay"]["world"] == 4 and record["replay"]["steps"] == 1
+    with open(run_dir / "results.csv") as fh:
+        rows = {r["op"]: r for r in csv.DictReader(fh)}
+    assert rows["all_gather"]["world_size"] == "4"
+    assert rows["all_gather"]["size_bytes"] == str(16 * KiB)  # the 4 KiB shard kept
+
+
+def test_a_subgroup_of_2_in_a_4_rank_world(tmp_path: Path) -> None:
+    run_dir = replay(small_trace(tmp_path / "trace", world=4, tp=True), tmp_path / "out")
+    with open(run_dir / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    pairs = [r for r in rows if r["world_size"] == "2"]
+    assert len(pairs) == 1 and pairs[0]["op"] == "all_reduce" and pairs[0]["calls"] == "4"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
