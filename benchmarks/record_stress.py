@@ -54,11 +54,12 @@ def main() -> None:
                 failed += 1
                 print(f"run {i + 1}: exit {done.returncode}", flush=True)
                 continue
-            manifest = json.loads(Path(tmp, "trace", "manifest.json").read_text())
-            ranks = range(manifest["world_size"])
-            calls += sum(
-                len(Path(tmp, "trace", f"rank-{r}.jsonl").read_text().splitlines()) for r in ranks
-            )
+            files = sorted(Path(tmp, "trace").glob("rank-*.jsonl"))
+            if len(files) != 2:
+                failed += 1
+                print(f"run {i + 1}: {len(files)} rank files, not 2", flush=True)
+                continue
+            calls += sum(len(f.read_text().splitlines()) for f in files)
     summary = {
         "runs": args.runs,
         "hung": hung,

@@ -17,18 +17,26 @@ _seconds = list_of(number_in(0, 1e9), max_items=_MAX)
 
 @dataclass(frozen=True, slots=True)
 class SequenceTimes:
-    """Per replayed step, first issue to last completion, the maximum over ranks."""
+    """Per replayed step, first issue to last completion, the maximum over ranks: its median
+    over the timed passes (`step_s`), and every pass (`passes_s`, a list of steps each)."""
 
     step_s: tuple[float, ...]
+    passes_s: tuple[tuple[float, ...], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": SEQUENCE, "step_s": list(self.step_s)}
+        return {
+            "type": SEQUENCE,
+            "step_s": list(self.step_s),
+            "passes_s": [list(p) for p in self.passes_s],
+        }
 
     @classmethod
     def read(cls, event: dict[str, Any], where: str) -> SequenceTimes | None:
         if event.get("type") != SEQUENCE:
             return None
-        return cls(step_s=tuple(Fields(event, where).req("step_s", _seconds)))
+        f = Fields(event, where)
+        passes = f.opt("passes_s", list_of(_seconds, max_items=1024)) or []
+        return cls(step_s=tuple(f.req("step_s", _seconds)), passes_s=tuple(map(tuple, passes)))
 
 
 @dataclass(frozen=True, slots=True)

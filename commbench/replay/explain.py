@@ -132,7 +132,10 @@ def step_table(replay: ReplayRecord) -> tuple[list[str], list[list[str]]]:
     for i in range(max(len(recorded), len(replayed))):
         rec = recorded[i] if i < len(recorded) else None
         rep = replayed[i] if i < len(replayed) else None
-        cells.append([str(i), _time(rec), _time(rep), _ratio(rep, rec)])
+        number = replay.step_numbers[i] if i < len(replay.step_numbers) else i
+        cells.append(
+            [str(number if number is not None else "all"), _time(rec), _time(rep), _ratio(rep, rec)]
+        )
     med_rec, med_rep = replay.recorded_comm_s, replay.replayed_comm_s
     cells.append(["median", _time(med_rec), _time(med_rep), _ratio(med_rep, med_rec)])
     return headers, cells

@@ -121,6 +121,8 @@ def conclude(
         complete=trace.manifest.complete,
         recorded_comm_s_per_step=list(program.recorded_step_s),
         replayed_comm_s_per_step=replayed,
+        step_numbers=list(program.steps),
+        replayed_passes_s=[list(p) for p in sequence.passes_s] if sequence is not None else [],
         notes=list(program.notes),
         rebucket=rebucket,
         best_cap_mb=cap_mb(best.cap_bytes) if best is not None else None,

@@ -8,7 +8,8 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
 2. rows: each (op, S, dtype, group) timed as a collectives point, on all its (disjoint)
    instances at once; rank 0 journals a row each, with its recorded `calls`;
 3. sequence: each rank issues its recorded calls step by step, a world barrier before each
-   step; a step's time is first issue to last completion, the maximum over ranks. The async
+   step, the whole sequence `repeats + 1` times (the first a warm-up); a step's time is
+   first issue to last completion, the maximum over ranks, its median over the passes. The async
    rule: a call recorded async is issued async and waited at the end of its step (the trace
    does not say which later call needs its result); a call recorded sync is waited at once;
 4. the bucket advisor, when asked: per cap, DDP's buckets as all-reduces issued async and
@@ -18,9 +19,10 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,34 +188,47 @@ class ReplayWorker(Worker):
         return cache[key]
 
     def _sequence(self, trace: Trace, point: int) -> None:
+        """Replay the steps `repeats + 1` times over, the first pass a warm-up (connections,
+        buffers), and journal each step's median over the other passes, with the passes."""
         assert self.program is not None
         self.hb.point, self.hb.iteration = point, 0
         self.hb.phase = "sequence"
         steps = rank_sequence(trace, self.program, self.rank)
         cache: dict[Any, Buffers] = {}
-        own: list[float] = []
-        for i, issues in enumerate(steps):
-            self.hb.iteration = i
-            dist.barrier()
-            self._sync()
-            start = time.perf_counter()
-            pending = []
-            for issue in issues:
-                grp = self._group(issue.group)
-                assert grp is not None  # the program maps this rank's calls to its groups
-                work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
-                if issue.async_op:
-                    pending.append(work)
-                elif work is not None:
-                    work.wait()
-            for work in pending:
-                if work is not None:
-                    work.wait()
-            self._sync()
-            own.append(time.perf_counter() - start if issues else 0.0)
-        worst = self._agree_max(own, None) if own else []
+        passes: list[list[float]] = []
+        for p in range(self.r.repeats + 1):
+            own = []
+            for i, issues in enumerate(steps):
+                self.hb.iteration = p * len(steps) + i
+                own.append(self._step(issues, cache))
+            passes.append(self._agree_max(own, None) if own else [])
+        timed = passes[1:] or passes
+        medians = tuple(statistics.median(s[i] for s in timed) for i in range(len(steps)))
         if self.journal is not None:
-            self.journal.write(SequenceTimes(step_s=tuple(worst)).to_dict())
+            event = SequenceTimes(step_s=medians, passes_s=tuple(tuple(s) for s in timed))
+            self.journal.write(event.to_dict())
+
+    def _step(self, issues: Sequence[Issue], cache: dict[Any, Buffers]) -> float:
+        """One step of this rank's calls: first issue to last completion, in seconds."""
+        dist.barrier()
+        self._sync()
+        if not issues:
+            return 0.0
+        start = time.perf_counter()
+        pending = []
+        for issue in issues:
+            grp = self._group(issue.group)
+            assert grp is not None  # the program maps this rank's calls to its groups
+            work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
+            if issue.async_op:
+                pending.append(work)
+            elif work is not None:
+                work.wait()
+        for work in pending:
+            if work is not None:
+                work.wait()
+        self._sync()
+        return time.perf_counter() - start
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

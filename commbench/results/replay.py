@@ -17,8 +17,15 @@ _seconds = number_in(0, 1e9)
 _MAX_STEPS = 1 << 20
 
 
+_MAX_PASSES = 1 << 16
+
+
 def _nullable_seconds(value: Any, path: str) -> float | None:
     return None if value is None else _seconds(value, path)
+
+
+def _nullable_step(value: Any, path: str) -> int | None:
+    return None if value is None else integer_in(0, 1 << 62)(value, path)
 
 
 def median_of(values: Sequence[float | None]) -> float | None:
@@ -72,7 +79,12 @@ class ReplayRecord:
     """Per replayed step, the job's communication time (`replay.program.recorded_step_times`);
     null where the trace has no times."""
     replayed_comm_s_per_step: list[float | None] = field(default_factory=list)
-    """Per replayed step, the replay's: first issue to last completion, max over ranks."""
+    """Per replayed step, the replay's: first issue to last completion, max over ranks, the
+    median over the timed passes."""
+    step_numbers: list[int | None] = field(default_factory=list)
+    """The trace's number of each replayed step (null for a trace without step markers)."""
+    replayed_passes_s: list[list[float]] = field(default_factory=list)
+    """Every timed pass over the steps (the samples behind each median)."""
     notes: list[str] = field(default_factory=list)
     rebucket: list[RebucketCap] = field(default_factory=list)
     best_cap_mb: float | None = None
@@ -96,6 +108,8 @@ class ReplayRecord:
             "complete": self.complete,
             "recorded_comm_s_per_step": list(self.recorded_comm_s_per_step),
             "replayed_comm_s_per_step": list(self.replayed_comm_s_per_step),
+            "step_numbers": list(self.step_numbers),
+            "replayed_passes_s": [list(p) for p in self.replayed_passes_s],
             "recorded_comm_s": self.recorded_comm_s,
             "replayed_comm_s": self.replayed_comm_s,
             "notes": list(self.notes),
@@ -116,6 +130,12 @@ class ReplayRecord:
             complete=f.req("complete", boolean),
             recorded_comm_s_per_step=f.opt("recorded_comm_s_per_step", per_step) or [],
             replayed_comm_s_per_step=f.opt("replayed_comm_s_per_step", per_step) or [],
+            step_numbers=f.opt("step_numbers", list_of(_nullable_step, max_items=_MAX_STEPS)) or [],
+            replayed_passes_s=f.opt(
+                "replayed_passes_s",
+                list_of(list_of(_seconds, max_items=_MAX_STEPS), max_items=_MAX_PASSES),
+            )
+            or [],
             notes=f.opt("notes", list_of(text, max_items=MAX_COUNT)) or [],
             rebucket=[
                 RebucketCap.read(item.obj())
