@@ -306,3 +306,15 @@ def test_a_trace_directory_in_use_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     result = runner.invoke(app, ["record", "-o", str(tmp_path / "file"), "--", "true"])
     assert result.exit_code == 2 and "not a directory" in result.output
+
+
+@pytest.mark.integration
+def test_a_call_left_in_flight_is_recorded_async(tmp_path: Path, free_port: int) -> None:
+    """c10d's own async_op argument says nothing (torch passes its default whatever the
+    caller asked): a call is async when the rank issued its next call while it was in
+    flight, the way DDP's reducer issues its buckets."""
+    done = record(tmp_path, [str(JOBS / "async_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    calls = read_trace(tmp_path / "trace").calls[0]
+    assert [c.async_op for c in calls] == [True, False, False, False]
+    assert calls[0].completed_ns is not None and calls[0].completed_ns > calls[1].issued_ns

@@ -189,6 +189,44 @@ def test_recorded_time_is_the_union_of_each_ranks_calls_then_the_max(tmp_path: P
     assert notes and "1 recorded call(s) were never seen complete" in notes[0]
 
 
+def test_the_aligned_time_leaves_out_the_wait_for_a_late_peer(tmp_path: Path) -> None:
+    us = 1000
+    # rank 1 reaches both collectives 30 us after rank 0: rank 0 waits for it each time
+    rank0 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=0, completed_ns=40 * us),
+        trace_call("all_reduce", KiB, step=0, issued_ns=50 * us, completed_ns=90 * us),
+    ]
+    rank1 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=30 * us, completed_ns=40 * us),
+        trace_call("all_reduce", KiB, step=0, issued_ns=80 * us, completed_ns=90 * us),
+    ]
+    trace = load_any(write_trace(tmp_path, {0: rank0, 1: rank1}))
+    total, _ = recorded_step_times(trace, [0])
+    aligned, _ = recorded_step_times(trace, [0], aligned=True)
+    assert total == [pytest.approx(80e-6)]  # rank 0: [0, 40] and [50, 90]
+    assert aligned == [pytest.approx(20e-6)]  # every rank: [30, 40] and [80, 90]
+
+
+def test_each_issue_knows_its_offset_from_the_steps_first_call(tmp_path: Path) -> None:
+    us = 1000
+    rank0 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=1000 * us, completed_ns=1010 * us),
+        trace_call("all_reduce", KiB, step=1, issued_ns=2000 * us, completed_ns=2010 * us),
+    ]
+    rank1 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=1004 * us, completed_ns=1010 * us),
+        trace_call("all_reduce", KiB, step=1, issued_ns=1990 * us, completed_ns=2010 * us),
+    ]
+    trace = load_any(write_trace(tmp_path, {0: rank0, 1: rank1}))
+    program = build_program(trace)
+    offsets = {
+        r: [[i.offset_s for i in s] for s in rank_sequence(trace, program, r)] for r in (0, 1)
+    }
+    # each step's origin is its first issue on any rank: rank 0 in step 0, rank 1 in step 1
+    assert offsets[0] == [[0.0], [pytest.approx(10e-6)]]
+    assert offsets[1] == [[pytest.approx(4e-6)], [0.0]]
+
+
 def test_a_trace_without_times_has_no_recorded_time(tmp_path: Path) -> None:
     trace = load_any(ddp_trace(tmp_path, world=2, steps=2))
     assert recorded_step_times(trace, [0, 1]) == ([None, None], [])

@@ -157,3 +157,26 @@ def test_a_subgroup_of_2_in_a_4_rank_world(tmp_path: Path) -> None:
     pairs = [r for r in rows if r["world_size"] == "2"]
     assert len(pairs) == 1 and pairs[0]["op"] == "all_reduce" and pairs[0]["calls"] == "4"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+
+
+def test_a_paced_replay_waits_for_each_calls_recorded_offset(tmp_path: Path) -> None:
+    """Each step's calls span 12 us in the trace; spread them 50 ms apart, and a paced
+    replay's steps cannot span less than the recorded gaps."""
+    trace = small_trace(tmp_path / "trace")
+    for rank in (0, 1):  # stretch the second and third call of each step by 50 ms
+        path = trace / f"rank-{rank}.jsonl"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for call in lines:
+            if call["op"] in ("all_gather", "reduce_scatter"):
+                late = 50_000_000 * (1 if call["op"] == "all_gather" else 2)
+                call["issued_ns"] += late
+                call["completed_ns"] += late
+        path.write_text("".join(json.dumps(c) + "\n" for c in lines))
+    paced = replay(trace, tmp_path / "paced", "--pace")
+    rep = json.loads((paced / "run.json").read_text())["replay"]
+    assert json.loads((paced / "settings.json").read_text())["replay"]["pace"] is True
+    # each step's last call waits 100 ms after its first: the span holds the gaps
+    assert all(s >= 0.1 for s in rep["replayed_span_s_per_step"])
+    assert all(s > 0 for s in rep["replayed_comm_s_per_step"])
+    assert len(rep["replayed_passes_s"]) >= 1
+    assert rep["step_numbers"] == [0, 1]

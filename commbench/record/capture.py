@@ -280,8 +280,12 @@ class Capture:
             step=self.step,
             peer=peer,
         )
-        entry = [call, None, None, False]  # the call, its Work, its completion time, done
+        # the call, its Work, its completion time, done, overlapped by a later call
+        entry = [call, None, None, False, False]
         with self.lock:
+            for earlier in self.pending:
+                if not earlier[3]:
+                    earlier[4] = True  # still in flight when this one was issued
             self.calls += 1
             self.pending.append(entry)
             while len(self.pending) > MAX_PENDING:
@@ -325,11 +329,12 @@ class Capture:
 
     def _write(self, entry: list[Any]) -> None:
         """Write one call (under the lock)."""
-        call, _work, completed, done = entry
+        call, _work, completed, done, overlapped = entry
         if not done:
             self.unfinished += 1
         if self.writer is not None:
-            self.writer.write(replace(call, completed_ns=completed))
+            async_op = call.async_op or overlapped
+            self.writer.write(replace(call, completed_ns=completed, async_op=async_op))
 
     # -- steps ---------------------------------------------------------------------------
 

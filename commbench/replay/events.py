@@ -22,12 +22,15 @@ class SequenceTimes:
 
     step_s: tuple[float, ...]
     passes_s: tuple[tuple[float, ...], ...] = ()
+    span_s: tuple[float, ...] = ()
+    """Per step, its start to its last completion (gaps included), the median over passes."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": SEQUENCE,
             "step_s": list(self.step_s),
             "passes_s": [list(p) for p in self.passes_s],
+            "span_s": list(self.span_s),
         }
 
     @classmethod
@@ -36,7 +39,11 @@ class SequenceTimes:
             return None
         f = Fields(event, where)
         passes = f.opt("passes_s", list_of(_seconds, max_items=1024)) or []
-        return cls(step_s=tuple(f.req("step_s", _seconds)), passes_s=tuple(map(tuple, passes)))
+        return cls(
+            step_s=tuple(f.req("step_s", _seconds)),
+            passes_s=tuple(map(tuple, passes)),
+            span_s=tuple(f.opt("span_s", _seconds) or ()),
+        )
 
 
 @dataclass(frozen=True, slots=True)

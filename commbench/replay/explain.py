@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commbench.results.replay import ReplayRecord
+from commbench.results.replay import ReplayRecord, median_of
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.sizes import format_size
 from commbench.strategies.model import Cost, Params, least_squares
@@ -125,20 +125,50 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def step_table(replay: ReplayRecord) -> tuple[list[str], list[list[str]]]:
-    """Recorded against replayed communication time, per step, then their medians."""
-    headers = ["step", "recorded", "replayed", "replayed / recorded"]
+    """Recorded against replayed communication time, per step, then their medians. The
+    recorded time's wait for peers (rank skew) is shown apart: a replay has none, so the
+    last column compares like with like."""
+    headers = ["step", "recorded", "waiting for peers", "replayed", "replayed / recorded"]
+    headers.append("replayed / (recorded - waiting)")
     recorded, replayed = replay.recorded_comm_s_per_step, replay.replayed_comm_s_per_step
+    waits = replay.recorded_wait_s_per_step
     cells = []
     for i in range(max(len(recorded), len(replayed))):
         rec = recorded[i] if i < len(recorded) else None
         rep = replayed[i] if i < len(replayed) else None
+        wait = waits[i] if i < len(waits) else None
         number = replay.step_numbers[i] if i < len(replay.step_numbers) else i
         cells.append(
-            [str(number if number is not None else "all"), _time(rec), _time(rep), _ratio(rep, rec)]
+            [
+                str(number if number is not None else "all"),
+                _time(rec),
+                _time(wait),
+                _time(rep),
+                _ratio(rep, rec),
+                _ratio(rep, _less(rec, wait)),
+            ]
         )
-    med_rec, med_rep = replay.recorded_comm_s, replay.replayed_comm_s
-    cells.append(["median", _time(med_rec), _time(med_rep), _ratio(med_rep, med_rec)])
+    med_rec, med_rep, med_wait = (
+        replay.recorded_comm_s,
+        replay.replayed_comm_s,
+        replay.recorded_wait_s,
+    )
+    less = median_of([_less(r, w) for r, w in zip(recorded, waits, strict=False)])
+    cells.append(
+        [
+            "median",
+            _time(med_rec),
+            _time(med_wait),
+            _time(med_rep),
+            _ratio(med_rep, med_rec),
+            _ratio(med_rep, less),
+        ]
+    )
     return headers, cells
+
+
+def _less(total: float | None, part: float | None) -> float | None:
+    return None if total is None or part is None else total - part
 
 
 def rows_table(explained: Sequence[Explained]) -> tuple[list[str], list[list[str]]]:

@@ -20,7 +20,7 @@ refused (in one line); one wholly past N belongs to a copy that does not exist.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
@@ -79,6 +79,9 @@ class Issue:
     async_op: bool
     peer: int | None = None
     """The replay rank at the other end of a send or recv."""
+    offset_s: float | None = None
+    """When it was issued, in seconds after its step's first call on any rank (`--pace`);
+    None without recorded times."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +97,8 @@ class Program:
     total_steps: int
     recorded_step_s: tuple[float | None, ...]
     """Per replayed step, the recorded communication time (`recorded_step_times`)."""
+    recorded_aligned_step_s: tuple[float | None, ...] = ()
+    """The same, each collective counted from its last member's issue (`aligned`)."""
     notes: tuple[str, ...]
     plan: Plan
 
@@ -178,6 +183,7 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
             for call in _step_calls(trace.calls[rank % traced], step, bool(markers)):
                 mapper.issue(call, rank // traced)
     recorded, said = recorded_step_times(trace, kept)
+    aligned, _ = recorded_step_times(trace, kept, aligned=True)
     return Program(
         world=new_world,
         traced_world=traced,
@@ -186,6 +192,7 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
         steps=kept,
         total_steps=len(markers),
         recorded_step_s=tuple(recorded),
+        recorded_aligned_step_s=tuple(aligned),
         notes=(*notes, *plan.notes, *said),
         plan=plan,
     )
@@ -310,23 +317,48 @@ def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]
     markers = program.steps != (None,)
     out = []
     for step in program.steps:
-        issues = [
-            mapper.issue(call, rank // traced)
-            for call in _step_calls(trace.calls[rank % traced], step, markers)
-        ]
-        out.append([i for i in issues if i is not None])
+        origin = min(
+            (
+                c.issued_ns
+                for calls in trace.calls.values()
+                for c in _step_calls(calls, step, markers)
+                if c.issued_ns
+            ),
+            default=None,
+        )
+        issues = []
+        for call in _step_calls(trace.calls[rank % traced], step, markers):
+            issue = mapper.issue(call, rank // traced)
+            if issue is None:
+                continue
+            if origin is not None and call.issued_ns:
+                issue = replace(issue, offset_s=(call.issued_ns - origin) / 1e9)
+            issues.append(issue)
+        out.append(issues)
     if len(mapper.groups) != len(program.groups):  # every group was made in build_program
         raise AssertionError("the sequence met a group the program did not make")
     return out
 
 
 def recorded_step_times(
-    trace: Trace, steps: Sequence[int | None]
+    trace: Trace, steps: Sequence[int | None], *, aligned: bool = False
 ) -> tuple[list[float | None], list[str]]:
     """Per step, the recorded communication time in seconds: per rank, the time covered by
     the union of its calls' [issued_ns, completed_ns] intervals, then the maximum over ranks;
     None for a step whose calls carry no times (another tool's trace). A call never seen
-    complete counts as zero-length, and a note says how many did. Step None: every call."""
+    complete counts as zero-length, and a note says how many did. Step None: every call.
+
+    `aligned`: each collective's interval starts when the last member of its group issued
+    it (matched by group and `group_seq`), not when this rank did: the time a rank spent
+    waiting for a later peer is left out, which a replay (whose ranks start each step
+    together) does not have. The ranks' clocks must agree: one host, or hosts in NTP sync."""
+    last_issue: dict[tuple[str, int], int] = {}
+    if aligned:
+        for calls in trace.calls.values():
+            for c in calls:
+                if c.group_seq is not None and c.issued_ns:
+                    key = (c.group.name, c.group_seq)
+                    last_issue[key] = max(last_issue.get(key, 0), c.issued_ns)
     out: list[float | None] = []
     open_calls = 0
     for step in steps:
@@ -337,14 +369,17 @@ def recorded_step_times(
                 continue
             spans = []
             for c in mine:
+                start = c.issued_ns
+                if c.group_seq is not None:
+                    start = max(start, last_issue.get((c.group.name, c.group_seq), 0))
                 end = c.completed_ns if c.completed_ns is not None else c.issued_ns
                 open_calls += c.completed_ns is None
-                spans.append((c.issued_ns, max(end, c.issued_ns)))
+                spans.append((start, max(end, start)))
             covered = _union(spans) / 1e9
             worst = covered if worst is None else max(worst, covered)
         out.append(worst)
     notes = []
-    if open_calls:
+    if open_calls and not aligned:
         notes.append(
             f"{open_calls} recorded call(s) were never seen complete: counted as zero-length "
             "in the recorded communication time"

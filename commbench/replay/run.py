@@ -120,7 +120,14 @@ def conclude(
         steps=len(program.steps),
         complete=trace.manifest.complete,
         recorded_comm_s_per_step=list(program.recorded_step_s),
+        recorded_wait_s_per_step=[
+            max(0.0, total - aligned) if total is not None and aligned is not None else None
+            for total, aligned in zip(
+                program.recorded_step_s, program.recorded_aligned_step_s, strict=False
+            )
+        ],
         replayed_comm_s_per_step=replayed,
+        replayed_span_s_per_step=list(sequence.span_s) if sequence is not None else [],
         step_numbers=list(program.steps),
         replayed_passes_s=[list(p) for p in sequence.passes_s] if sequence is not None else [],
         notes=list(program.notes),

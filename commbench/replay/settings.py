@@ -32,9 +32,12 @@ class ReplaySettings:
     rebucket: list[int] = field(default_factory=list)
     """Bucket caps in bytes for the DDP bucket advisor; empty: no advice asked."""
     repeats: int = DEFAULT_REPEATS
+    pace: bool = False
+    """Issue each call at its recorded time after the step's start (see `ReplayRequest`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "pace": self.pace,
             "trace": self.trace,
             "world": self.world,
             "steps": self.steps,
@@ -89,6 +92,15 @@ class ReplayRequest:
             "(1M-256M:x2) and name the best bucket_cap_mb.",
         ),
     )
+    pace: bool = field(
+        default=False,
+        metadata=cli(
+            help="Issue each call at its recorded time after the step's start: the job's "
+            "compute between calls and its ranks' skew replayed as idle time (a link that "
+            "idles between bursts behaves otherwise than one kept busy). Default: each call "
+            "as soon as the one before allows."
+        ),
+    )
     iters: int | None = field(
         default=None,
         metadata=cli(type=int, help="Timed iterations per row. Default: enough for 0.2 s."),
@@ -138,6 +150,7 @@ def prepare(
         steps=request.steps,
         rebucket=caps,
         repeats=request.iters or DEFAULT_REPEATS,
+        pace=request.pace,
     )
     return trace, program, settings, collectives
 

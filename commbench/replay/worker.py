@@ -9,7 +9,9 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
    instances at once; rank 0 journals a row each, with its recorded `calls`;
 3. sequence: each rank issues its recorded calls step by step, a world barrier before each
    step, the whole sequence `repeats + 1` times (the first a warm-up); a step's time is
-   first issue to last completion, the maximum over ranks, its median over the passes. The async
+   measured as the recording's was (the union of each call's [issued, seen complete], polled),
+   the maximum over ranks, its median over the passes; with `pace`, each call is issued at its
+   recorded offset from the step's start. The async
    rule: a call recorded async is issued async and waited at the end of its step (the trace
    does not say which later call needs its result); a call recorded sync is waited at once;
 4. the bucket advisor, when asked: per cap, DDP's buckets as all-reduces issued async and
@@ -58,6 +60,9 @@ from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKI
 from commbench.results.store import RunDir
 from commbench.traces.formats import load_any
 from commbench.traces.trace import Trace
+
+POLL_S = 50e-6
+"""How often a step polls the works in flight while it has nothing to issue."""
 
 Issuer = Callable[[Buffers, Group, int | None], Any]
 """Issues one traced call asynchronously on its buffers and group: its Work."""
@@ -196,39 +201,79 @@ class ReplayWorker(Worker):
         steps = rank_sequence(trace, self.program, self.rank)
         cache: dict[Any, Buffers] = {}
         passes: list[list[float]] = []
+        spans: list[list[float]] = []
+        n = len(steps)
         for p in range(self.r.repeats + 1):
             own = []
             for i, issues in enumerate(steps):
-                self.hb.iteration = p * len(steps) + i
-                own.append(self._step(issues, cache))
-            passes.append(self._agree_max(own, None) if own else [])
-        timed = passes[1:] or passes
-        medians = tuple(statistics.median(s[i] for s in timed) for i in range(len(steps)))
+                self.hb.iteration = p * n + i
+                own += self._step(issues, cache)
+            both = self._agree_max(own, None) if own else []
+            passes.append(both[0::2])
+            spans.append(both[1::2])
+        timed, spanned = (passes[1:], spans[1:]) if len(passes) > 1 else (passes, spans)
+        medians = tuple(statistics.median(s[i] for s in timed) for i in range(n))
+        span_medians = tuple(statistics.median(s[i] for s in spanned) for i in range(n))
         if self.journal is not None:
-            event = SequenceTimes(step_s=medians, passes_s=tuple(tuple(s) for s in timed))
+            event = SequenceTimes(
+                step_s=medians,
+                passes_s=tuple(tuple(s) for s in timed),
+                span_s=span_medians,
+            )
             self.journal.write(event.to_dict())
 
-    def _step(self, issues: Sequence[Issue], cache: dict[Any, Buffers]) -> float:
-        """One step of this rank's calls: first issue to last completion, in seconds."""
+    def _step(self, issues: Sequence[Issue], cache: dict[Any, Buffers]) -> list[float]:
+        """One step of this rank's calls: [the time covered by the union of each call's
+        [issued, seen complete] (timed as the recording was: completion polled with
+        `Work.is_completed` while later calls are issued and until the last is done), the
+        span from the step's start to its last completion]. With `pace`, each call waits for
+        its recorded offset from the step's start, so the span holds the recorded gaps."""
         dist.barrier()
         self._sync()
         if not issues:
-            return 0.0
-        start = time.perf_counter()
-        pending = []
+            return [0.0, 0.0]
+        origin = time.perf_counter()
+        spans: list[list[float]] = []
+        pending: list[tuple[Any, int]] = []
         for issue in issues:
+            if self.r.pace and issue.offset_s is not None:
+                while (late := origin + issue.offset_s - time.perf_counter()) > 0:
+                    pending = self._poll(pending, spans)
+                    time.sleep(min(late, POLL_S))
+            pending = self._poll(pending, spans)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
+            start = time.perf_counter()
             work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
-            if issue.async_op:
-                pending.append(work)
-            elif work is not None:
-                work.wait()
-        for work in pending:
-            if work is not None:
-                work.wait()
+            spans.append([start, start])
+            if issue.async_op and work is not None:
+                pending.append((work, len(spans) - 1))
+            else:
+                if work is not None:
+                    work.wait()
+                self._sync()
+                spans[-1][1] = time.perf_counter()
+        while pending:
+            pending = self._poll(pending, spans)
+            if pending:
+                time.sleep(POLL_S)
         self._sync()
-        return time.perf_counter() - start
+        return [_covered(spans), max(end for _, end in spans) - origin]
+
+    def _poll(
+        self, pending: list[tuple[Any, int]], spans: list[list[float]]
+    ) -> list[tuple[Any, int]]:
+        """The works still in flight; each one done is marked complete now."""
+        if not pending:
+            return pending
+        now = time.perf_counter()
+        left = []
+        for work, index in pending:
+            if work.is_completed():
+                spans[index][1] = now
+            else:
+                left.append((work, index))
+        return left
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -287,6 +332,19 @@ class ReplayWorker(Worker):
         dist.barrier()
         if self.journal is not None:
             self.journal.write(Done())
+
+
+def _covered(spans: Sequence[Sequence[float]]) -> float:
+    """Seconds covered by the union of the [start, end] intervals."""
+    total, end, start = 0.0, None, 0.0
+    for a, b in sorted((s[0], s[1]) for s in spans):
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    return total + (end - start if end is not None else 0.0)
 
 
 @record

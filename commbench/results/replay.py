@@ -78,9 +78,16 @@ class ReplayRecord:
     recorded_comm_s_per_step: list[float | None] = field(default_factory=list)
     """Per replayed step, the job's communication time (`replay.program.recorded_step_times`);
     null where the trace has no times."""
+    recorded_wait_s_per_step: list[float | None] = field(default_factory=list)
+    """Per replayed step, the part of the recorded time the slowest rank spent waiting for a
+    peer to issue the same collective (recorded minus the aligned time: rank skew, a slow
+    rank's compute); a replay, whose ranks start each step together, has none."""
     replayed_comm_s_per_step: list[float | None] = field(default_factory=list)
     """Per replayed step, the replay's: first issue to last completion, max over ranks, the
     median over the timed passes."""
+    replayed_span_s_per_step: list[float | None] = field(default_factory=list)
+    """Per replayed step, its start to its last completion, gaps included (with `--pace`,
+    the recorded gaps between calls)."""
     step_numbers: list[int | None] = field(default_factory=list)
     """The trace's number of each replayed step (null for a trace without step markers)."""
     replayed_passes_s: list[list[float]] = field(default_factory=list)
@@ -96,6 +103,10 @@ class ReplayRecord:
         return median_of(self.recorded_comm_s_per_step)
 
     @property
+    def recorded_wait_s(self) -> float | None:
+        return median_of(self.recorded_wait_s_per_step)
+
+    @property
     def replayed_comm_s(self) -> float | None:
         return median_of(self.replayed_comm_s_per_step)
 
@@ -107,11 +118,14 @@ class ReplayRecord:
             "steps": self.steps,
             "complete": self.complete,
             "recorded_comm_s_per_step": list(self.recorded_comm_s_per_step),
+            "recorded_wait_s_per_step": list(self.recorded_wait_s_per_step),
             "replayed_comm_s_per_step": list(self.replayed_comm_s_per_step),
+            "replayed_span_s_per_step": list(self.replayed_span_s_per_step),
             "step_numbers": list(self.step_numbers),
             "replayed_passes_s": [list(p) for p in self.replayed_passes_s],
             "recorded_comm_s": self.recorded_comm_s,
             "replayed_comm_s": self.replayed_comm_s,
+            "recorded_wait_s": self.recorded_wait_s,
             "notes": list(self.notes),
         }
         if self.rebucket:
@@ -129,7 +143,9 @@ class ReplayRecord:
             steps=f.req("steps", integer_in(0, _MAX_STEPS)),
             complete=f.req("complete", boolean),
             recorded_comm_s_per_step=f.opt("recorded_comm_s_per_step", per_step) or [],
+            recorded_wait_s_per_step=f.opt("recorded_wait_s_per_step", per_step) or [],
             replayed_comm_s_per_step=f.opt("replayed_comm_s_per_step", per_step) or [],
+            replayed_span_s_per_step=f.opt("replayed_span_s_per_step", per_step) or [],
             step_numbers=f.opt("step_numbers", list_of(_nullable_step, max_items=_MAX_STEPS)) or [],
             replayed_passes_s=f.opt(
                 "replayed_passes_s",
