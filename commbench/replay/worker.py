@@ -61,6 +61,8 @@ from commbench.results.store import RunDir
 from commbench.traces.formats import load_any
 from commbench.traces.trace import Trace
 
+ADVISOR_ROUNDS = 15
+"""Rounds of the bucket advisor (each bucket list once a round) unless --iters asks more."""
 POLL_S = 50e-6
 """How often a step polls the works in flight while it has nothing to issue."""
 
@@ -282,19 +284,31 @@ class ReplayWorker(Worker):
     # -- the bucket advisor ----------------------------------------------------------------
 
     def _rebucket(self, trace: Trace, point: int) -> None:
+        """Time each distinct bucket list once per round, the lists interleaved round by
+        round (drift hits all alike), the first round a warm-up; caps that make the same
+        buckets share their samples (DDP behaves the same at each)."""
         parameters = trace.manifest.parameters
-        for k, cap in enumerate(self.r.rebucket):
-            self.hb.point, self.hb.iteration = point + k, 0
-            self.hb.phase = "rebucket"
-            buckets = assign_buckets(parameters, cap)
-            bufs = []
-            for b in buckets:
-                dtype = run_dtype(b.dtype)
-                count = max(1, b.nbytes // DTYPES[dtype])
-                bufs.append(torch.zeros(count, dtype=TORCH_DTYPES[dtype], device=self.device))
-            own = []
-            for i in range(self.r.repeats + 1):  # the first is a warm-up
-                self.hb.iteration = i
+        self.hb.point, self.hb.iteration = point, 0
+        self.hb.phase = "rebucket"
+        lists: dict[tuple[tuple[str, int], ...], list[int]] = {}
+        for cap in self.r.rebucket:
+            key = tuple((b.dtype, b.nbytes) for b in assign_buckets(parameters, cap))
+            lists.setdefault(key, []).append(cap)
+        buffers = {
+            key: [
+                torch.zeros(
+                    max(1, nbytes // DTYPES[run_dtype(dtype)]),
+                    dtype=TORCH_DTYPES[run_dtype(dtype)],
+                    device=self.device,
+                )
+                for dtype, nbytes in key
+            ]
+            for key in lists
+        }
+        own: dict[tuple[tuple[str, int], ...], list[float]] = {key: [] for key in lists}
+        for i in range(max(self.r.repeats, ADVISOR_ROUNDS) + 1):  # the first is a warm-up
+            self.hb.iteration = i
+            for key, bufs in buffers.items():
                 dist.barrier()
                 self._sync()
                 start = time.perf_counter()
@@ -303,12 +317,15 @@ class ReplayWorker(Worker):
                     if work is not None:
                         work.wait()
                 self._sync()
-                own.append(time.perf_counter() - start)
-            worst = self._agree_max(own[1:], None)
-            if self.journal is not None:
-                event = CapTimes(cap_bytes=cap, buckets=len(buckets), samples_s=tuple(worst))
-                self.journal.write(event.to_dict())
-            del bufs
+                if i:
+                    own[key].append(time.perf_counter() - start)
+        for key, caps in lists.items():
+            worst = self._agree_max(own[key], None)
+            for cap in caps:
+                if self.journal is not None:
+                    event = CapTimes(cap_bytes=cap, buckets=len(key), samples_s=tuple(worst))
+                    self.journal.write(event.to_dict())
+        del buffers
 
     def run(self) -> None:
         trace = load_any(self.r.trace)

@@ -124,7 +124,8 @@ class Call:
     """Elements of the input."""
     group: Group
     async_op: bool = False
-    """Issued with async_op=True (or a nonblocking isend/irecv)."""
+    """Still in flight when its rank issued the next call (commbench's capture: DDP's
+    buckets, an async_op=True call not yet waited), or issued async as another tool says."""
     issued_ns: int = 0
     """When it was issued (ns, the producer's clock: time.time_ns() for commbench)."""
     completed_ns: int | None = None
