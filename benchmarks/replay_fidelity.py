@@ -108,6 +108,7 @@ def main() -> None:
         "job": f"DDP MLP 4 x Linear(512), bucket_cap_mb {args.bucket_cap_mb}, 1 rank per node",
         "steps": numbers,
         "recorded_s": recorded,
+        "recorded_wait_s": replay_record["recorded_wait_s_per_step"],
         "replayed_s": replayed,
         "median_ratio": statistics.median(ratios) if ratios else None,
         "ratio_min": min(ratios, default=None),
