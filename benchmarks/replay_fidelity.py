@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from netns_cluster import Cluster  # noqa: E402
 
 JOB = ROOT / "tests" / "jobs" / "ddp_mlp.py"
-PORTS = (29701, 29702)
+PORTS = (29701, 29702, 29703)
 
 
 def node_command(cluster: Cluster, node: int, argv: list[str]) -> str:
@@ -68,11 +68,19 @@ def main() -> None:
         for node in (0, 1):
             cluster.shape(node, rate_mbit=args.rate_mbit)
         trace = Path(tmp) / "trace"
-        job = [str(JOB), "--steps", str(args.steps), "--bucket-cap-mb", str(args.bucket_cap_mb)]
-        lines = [node_command(cluster, n, torchrun(cluster, n, PORTS[0], job)) for n in (0, 1)]
-        script = f"{lines[0]} & a=$!; {lines[1]} & b=$!; wait $a && wait $b"
-        record = [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--"]
-        subprocess.run([*record, "sh", "-c", script], check=True, timeout=600)
+        step_times = {}
+        for mode, port in (("plain", PORTS[2]), ("recorded", PORTS[0])):
+            times = Path(tmp) / f"{mode}-times.json"
+            job = [str(JOB), "--steps", str(args.steps), "--bucket-cap-mb", str(args.bucket_cap_mb)]
+            job += ["--times", str(times)]
+            lines = [node_command(cluster, n, torchrun(cluster, n, port, job)) for n in (0, 1)]
+            script = f"{lines[0]} & a=$!; {lines[1]} & b=$!; wait $a && wait $b"
+            record = [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--"]
+            argv = ["sh", "-c", script]
+            subprocess.run(
+                [*record, *argv] if mode == "recorded" else argv, check=True, timeout=600
+            )
+            step_times[mode] = json.loads(times.read_text())
         procs = []
         for n in (0, 1):
             replay = [
@@ -109,6 +117,8 @@ def main() -> None:
         "steps": numbers,
         "recorded_s": recorded,
         "recorded_wait_s": replay_record["recorded_wait_s_per_step"],
+        "job_step_s_plain": step_times["plain"],
+        "job_step_s_recorded": step_times["recorded"],
         "replayed_s": replayed,
         "median_ratio": statistics.median(ratios) if ratios else None,
         "ratio_min": min(ratios, default=None),
