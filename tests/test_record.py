@@ -318,3 +318,27 @@ def test_a_call_left_in_flight_is_recorded_async(tmp_path: Path, free_port: int)
     calls = read_trace(tmp_path / "trace").calls[0]
     assert [c.async_op for c in calls] == [True, False, False, False]
     assert calls[0].completed_ns is not None and calls[0].completed_ns > calls[1].issued_ns
+
+
+@pytest.mark.integration
+def test_the_readmes_record_and_replay_example_runs(tmp_path: Path) -> None:
+    """The README's commands, as written, from a directory holding the tests' jobs."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    commands = [
+        line[2:].split()
+        for line in readme.splitlines()
+        if line.startswith(("$ commbench record ", "$ commbench replay "))
+    ]
+    assert [c[1] for c in commands] == ["record", "replay"]
+    (tmp_path / "tests").symlink_to(Path(__file__).parent)
+    for argv in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "commbench", *argv[1:]],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, (argv, done.stderr[-3000:])
+    assert read_trace(tmp_path / "trace").manifest.complete
+    (run,) = (tmp_path / "results").iterdir()
+    replay = json.loads((run / "run.json").read_text())["replay"]
+    assert replay["best_cap_mb"] in (1, 2, 4, 8, 16)
+    assert "Best bucket_cap_mb=" in done.stdout
