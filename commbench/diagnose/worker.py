@@ -29,7 +29,7 @@ from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseS
 from commbench.diagnose.stages import Layout, Stage, plan_stages
 from commbench.launch.control import Keys, RollCall, StoreDown, StoreLink, tcp_store_factory
 from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Done, Journal, RollCallView
-from commbench.launch.worker import Worker
+from commbench.launch.worker import Worker, serve
 from commbench.results.schema import CHECK_NA, ResultRow
 from commbench.results.store import RunDir
 
@@ -221,13 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     worker = DiagnoseWorker(
         run_dir, CollectivesSettings.from_dict(data), DiagnoseSettings.from_dict(data["diagnose"])
     )
-    try:
-        worker.init()
-        worker.run()
-    except BaseException as exc:
-        worker.failed(exc)
-        raise
-    worker.close()
+    serve(worker)
 
 
 if __name__ == "__main__":

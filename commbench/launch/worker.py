@@ -486,12 +486,9 @@ def _own_nics() -> list[dict[str, Any]] | None:
         return None
 
 
-@record
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    run_dir = Path(args[0])
-    settings = CollectivesSettings.from_dict(json.loads(RunDir(run_dir).settings_file.read_text()))
-    worker = Worker(run_dir, settings)
+def serve(worker: Worker) -> None:
+    """Run a worker of any run kind to its end: a rank that fails says why (heartbeat,
+    journal) before the error reaches torchrun, whose `record` writes the error file."""
     try:
         worker.init()
         worker.run()
@@ -499,6 +496,15 @@ def main(argv: list[str] | None = None) -> None:
         worker.failed(exc)
         raise
     worker.close()
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    settings = CollectivesSettings.from_dict(json.loads(RunDir(run_dir).settings_file.read_text()))
+    worker = Worker(run_dir, settings)
+    serve(worker)
 
 
 if __name__ == "__main__":

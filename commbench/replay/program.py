@@ -375,8 +375,8 @@ def recorded_step_times(
                 end = c.completed_ns if c.completed_ns is not None else c.issued_ns
                 open_calls += c.completed_ns is None
                 spans.append((start, max(end, start)))
-            covered = _union(spans) / 1e9
-            worst = covered if worst is None else max(worst, covered)
+            seconds = covered(spans) / 1e9
+            worst = seconds if worst is None else max(worst, seconds)
         out.append(worst)
     notes = []
     if open_calls and not aligned:
@@ -387,18 +387,15 @@ def recorded_step_times(
     return out, notes
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    """Nanoseconds covered by the intervals."""
-    total = 0
-    end = None
-    start = 0
-    for a, b in sorted(spans):
+def covered(spans: Iterable[Sequence[float]]) -> float:
+    """What the union of the [start, end] intervals covers (the recording's nanoseconds and
+    the replay's seconds alike)."""
+    total, end, start = 0.0, None, 0.0
+    for a, b in sorted((s[0], s[1]) for s in spans):
         if end is None or a > end:
             if end is not None:
                 total += end - start
             start, end = a, b
         else:
             end = max(end, b)
-    if end is not None:
-        total += end - start
-    return total
+    return total + (end - start if end is not None else 0.0)

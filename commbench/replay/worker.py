@@ -43,7 +43,7 @@ from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, plan_size
 from commbench.launch.protocol import Done
-from commbench.launch.worker import Worker
+from commbench.launch.worker import Worker, serve
 from commbench.replay.buckets import assign_buckets
 from commbench.replay.events import CapTimes, SequenceTimes
 from commbench.replay.program import (
@@ -52,6 +52,7 @@ from commbench.replay.program import (
     Program,
     RowSpec,
     build_program,
+    covered,
     rank_sequence,
     run_dtype,
 )
@@ -260,7 +261,7 @@ class ReplayWorker(Worker):
             if pending:
                 time.sleep(POLL_S)
         self._sync()
-        return [_covered(spans), max(end for _, end in spans) - origin]
+        return [covered(spans), max(end for _, end in spans) - origin]
 
     def _poll(
         self, pending: list[tuple[Any, int]], spans: list[list[float]]
@@ -351,19 +352,6 @@ class ReplayWorker(Worker):
             self.journal.write(Done())
 
 
-def _covered(spans: Sequence[Sequence[float]]) -> float:
-    """Seconds covered by the union of the [start, end] intervals."""
-    total, end, start = 0.0, None, 0.0
-    for a, b in sorted((s[0], s[1]) for s in spans):
-        if end is None or a > end:
-            if end is not None:
-                total += end - start
-            start, end = a, b
-        else:
-            end = max(end, b)
-    return total + (end - start if end is not None else 0.0)
-
-
 @record
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
@@ -372,13 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     worker = ReplayWorker(
         run_dir, CollectivesSettings.from_dict(data), ReplaySettings.from_dict(data["replay"])
     )
-    try:
-        worker.init()
-        worker.run()
-    except BaseException as exc:
-        worker.failed(exc)
-        raise
-    worker.close()
+    serve(worker)
 
 
 if __name__ == "__main__":
