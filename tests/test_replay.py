@@ -334,3 +334,20 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     pickled.write_bytes(pickle.dumps({"entries": []}))
     bad(pickled, words="pickle")
     bad(tp_trace(tmp_path / "tp"), "--world", "1", words="--world 1 is too small")
+
+
+def test_a_rooted_op_is_replayed_from_its_recorded_root(tmp_path: Path) -> None:
+    us = 1000
+    calls = {
+        r: [
+            trace_call("broadcast", KiB, step=0, peer=1, issued_ns=us, completed_ns=2 * us),
+            trace_call("all_reduce", KiB, step=0, issued_ns=3 * us, completed_ns=4 * us),
+        ]
+        for r in (0, 1)
+    }
+    trace = load_any(write_trace(tmp_path, calls))
+    issues = rank_sequence(trace, build_program(trace), 0)[0]
+    assert [(i.op, i.peer) for i in issues] == [("broadcast", 1), ("all_reduce", None)]
+    # on 4 ranks, the world's root is still rank 1
+    wide = build_program(trace, world=4)
+    assert [i.peer for i in rank_sequence(trace, wide, 3)[0]] == [1, None]

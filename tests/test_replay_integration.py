@@ -180,3 +180,25 @@ def test_a_paced_replay_waits_for_each_calls_recorded_offset(tmp_path: Path) -> 
     assert all(s > 0 for s in rep["replayed_comm_s_per_step"])
     assert len(rep["replayed_passes_s"]) >= 1
     assert rep["step_numbers"] == [0, 1]
+
+
+def test_rooted_ops_replay_from_their_recorded_root(tmp_path: Path) -> None:
+    """A broadcast and a gather whose root was rank 1, replayed from rank 1: the gather's
+    list must then be given on rank 1 (torch refuses a gather without it at its root)."""
+    manifest = Manifest(argv=("python", "train.py"), world_size=2)
+    for rank in (0, 1):
+        with TraceWriter(tmp_path / "trace", rank, manifest=manifest if rank == 0 else None) as w:
+            t = 1_000_000
+            w.write(
+                trace_call("broadcast", 8 * KiB, peer=1, step=0, issued_ns=t, completed_ns=t + 9)
+            )
+            w.write(
+                trace_call(
+                    "gather", 4 * KiB, out_bytes=8 * KiB if rank == 1 else 0, peer=1, step=0,
+                    issued_ns=t + 10, completed_ns=t + 20,
+                )
+            )  # fmt: skip
+    run_dir = replay(tmp_path / "trace", tmp_path / "out")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete"
+    assert len(record["replay"]["replayed_comm_s_per_step"]) == 1

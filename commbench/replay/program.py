@@ -66,6 +66,10 @@ class RowSpec:
         return f"{self.op} {self.size_bytes} B {self.dtype} ({where})"
 
 
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+"""Ops with a root: replayed from the recorded one."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Issue:
     """One call of a rank's replayed sequence."""
@@ -78,7 +82,8 @@ class Issue:
     """Index into `Program.groups`, or WORLD."""
     async_op: bool
     peer: int | None = None
-    """The replay rank at the other end of a send or recv."""
+    """The replay rank at the other end of a send or recv, or the root of a rooted op
+    (None: the group's first rank)."""
     offset_s: float | None = None
     """When it was issued, in seconds after its step's first call on any rank (`--pace`);
     None without recorded times."""
@@ -280,10 +285,14 @@ class _Mapper:
         elif n >= self.traced:
             group = WORLD
             size = rescaled(call.op, size_bytes(call, n), n, self.world)
+            if call.op in ROOTED and call.peer is not None:
+                peer = call.peer  # a world group's root is the same rank of the replay
         else:
             mapped = self._mapped(ranks, block, f"group {quoted(call.group.name)}")
             assert mapped is not None
             group, size = self._add(mapped), size_bytes(call, n)
+            if call.op in ROOTED and call.peer is not None and call.peer in ranks:
+                peer = call.peer + block * self.traced  # the root of this rank's instance
         return Issue(
             op=call.op,
             size_bytes=size,

@@ -75,6 +75,11 @@ def _pieces(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
     return list(buf.chunk(n))
 
 
+def _root(group: Group, recorded: int | None) -> int:
+    """The global rank a rooted op is issued from: the recorded root, else the group's first."""
+    return group.root if recorded is None else recorded
+
+
 _ISSUE: dict[str, Issuer] = {
     "all_reduce": lambda b, g, p: dist.all_reduce(b.inp, group=g.handle, async_op=True),
     "all_gather": lambda b, g, p: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
@@ -84,19 +89,21 @@ _ISSUE: dict[str, Issuer] = {
     "all_to_all": lambda b, g, p: dist.all_to_all_single(
         b.out, b.inp, group=g.handle, async_op=True
     ),
-    "broadcast": lambda b, g, p: dist.broadcast(b.inp, src=g.root, group=g.handle, async_op=True),
-    "reduce": lambda b, g, p: dist.reduce(b.inp, dst=g.root, group=g.handle, async_op=True),
+    "broadcast": lambda b, g, p: dist.broadcast(
+        b.inp, src=_root(g, p), group=g.handle, async_op=True
+    ),
+    "reduce": lambda b, g, p: dist.reduce(b.inp, dst=_root(g, p), group=g.handle, async_op=True),
     "gather": lambda b, g, p: dist.gather(
         b.inp,
-        _pieces(b.out, g.size) if g.rank == 0 else None,
-        dst=g.root,
+        _pieces(b.out, g.size) if dist.get_rank() == _root(g, p) else None,
+        dst=_root(g, p),
         group=g.handle,
         async_op=True,
     ),
     "scatter": lambda b, g, p: dist.scatter(
         b.out,
-        _pieces(b.inp, g.size) if g.rank == 0 else None,
-        src=g.root,
+        _pieces(b.inp, g.size) if dist.get_rank() == _root(g, p) else None,
+        src=_root(g, p),
         group=g.handle,
         async_op=True,
     ),
