@@ -5,8 +5,10 @@ The jobs in tests/jobs/ are written as a user would, with nothing of commbench i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -139,22 +141,56 @@ def test_many_steps_do_not_deadlock(tmp_path: Path, free_port: int) -> None:
     assert max(c.step or 0 for c in trace.calls[0]) == 300
 
 
-def _stop_when_ready(
-    cmd: list[str], sig: int, env: dict[str, str] | None = None
-) -> tuple[int, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def _leftovers(trace: Path) -> list[int]:
+    """Processes still carrying the trace directory in their environment (the job's)."""
+    marker = f"COMMBENCH_RECORD_DIR={trace}".encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    left.append(int(entry.name))
+            except OSError:
+                continue
+    return left
+
+
+def _stop_when_ready(cmd: list[str], sig: int, trace: Path) -> tuple[int, str]:
+    """Start `commbench record` (cmd), wait for its job's `ready` line on stdout (passed
+    through), send `sig` to record alone, and return its exit status and stderr. Whatever
+    happens, nothing it started outlives the test, and no read blocks on a live process."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    seen: list[str] = []
+    stopped = False
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the job's own line, passed through
-        assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "ready" not in (s.strip() for s in seen):
+            if select.select([proc.stdout], [], [], 1.0)[0]:
+                line = proc.stdout.readline()
+                if not line:
+                    break  # the job ended without being ready
+                seen.append(line)
+        assert "ready" in (s.strip() for s in seen), (seen, proc.poll())
         time.sleep(0.3)
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
-        return code, proc.stderr.read() if proc.stderr else ""
+        stopped = True
+        return code, proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if not stopped:  # a failure: stop everything (else the caller checks what is left)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            _kill(_leftovers(trace))
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.integration
@@ -172,6 +208,7 @@ def test_sigterm_reaches_a_plain_python_job(tmp_path: Path) -> None:
             str(JOBS / "slow_job.py"),
         ],
         signal.SIGTERM,
+        tmp_path / "t",
     )
     assert code == 128 + signal.SIGTERM, err  # the job died of the signal, as a shell says
     trace = read_trace(tmp_path / "t")
@@ -202,21 +239,15 @@ def test_sigterm_reaches_a_torchrun_job(tmp_path: Path, free_port: int) -> None:
             str(JOBS / "slow_job.py"),
         ],
         signal.SIGTERM,
+        tmp_path / "t",
     )
     assert code != 0, err
     trace = read_trace(tmp_path / "t")
     assert not trace.manifest.complete and trace.world_size == 2
     assert all(len(trace.calls[r]) >= 5 for r in (0, 1))
     # no worker outlived the job: none still holds the trace directory in its environment
-    marker = f"COMMBENCH_RECORD_DIR={tmp_path / 't'}".encode()
-    left = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    left.append(entry.name)
-            except OSError:
-                continue
+    left = _leftovers(tmp_path / "t")
+    _kill(left)
     assert not left
 
 
