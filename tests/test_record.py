@@ -318,3 +318,18 @@ def test_a_call_left_in_flight_is_recorded_async(tmp_path: Path, free_port: int)
     calls = read_trace(tmp_path / "trace").calls[0]
     assert [c.async_op for c in calls] == [True, False, False, False]
     assert calls[0].completed_ns is not None and calls[0].completed_ns > calls[1].issued_ns
+
+
+@pytest.mark.integration
+def test_send_and_recv_are_recorded(tmp_path: Path, free_port: int) -> None:
+    """c10d's send and recv have no async_op argument: reading it stopped the capture at
+    the first send, and every later call went unrecorded."""
+    done = record(tmp_path, [str(JOBS / "p2p_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    assert "capture stopped early" not in done.stderr
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.complete
+    assert [c.op for c in trace.calls[0]] == ["send", "all_reduce"] * 2
+    assert [c.op for c in trace.calls[1]] == ["recv", "all_reduce"] * 2
+    assert {c.peer for c in trace.calls[0] if c.op == "send"} == {1}
+    assert {c.peer for c in trace.calls[1] if c.op == "recv"} == {0}
