@@ -296,6 +296,26 @@ def test_bad_commands(args: list[str], message: str) -> None:
     assert not Path("results").exists()  # nothing written
 
 
+def test_the_jobs_options_stay_the_jobs_without_a_double_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`commbench record python train.py -o out --help`: the -o and --help after the job's
+    command are the job's (they were commbench's: the job lost them, silently)."""
+    import commbench.cli.record as cli_record
+
+    seen: dict[str, object] = {}
+
+    def fake(**kw: object) -> object:
+        seen.update(kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli_record, "record_job", fake)
+    args = ["record", "-o", str(tmp_path / "t"), "python", "train.py", "-o", "out", "--help"]
+    runner.invoke(app, args)
+    assert list(seen["command"]) == ["python", "train.py", "-o", "out", "--help"]  # type: ignore[call-overload]
+    assert seen["out"] == tmp_path / "t"
+
+
 def test_a_trace_directory_in_use_is_refused(tmp_path: Path) -> None:
     used = tmp_path / "used"
     used.mkdir()
