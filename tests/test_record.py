@@ -327,6 +327,26 @@ def test_bad_commands(args: list[str], message: str) -> None:
     assert not Path("results").exists()  # nothing written
 
 
+def test_the_jobs_options_stay_the_jobs_without_a_double_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`commbench record python train.py -o out --help`: the -o and --help after the job's
+    command are the job's (they were commbench's: the job lost them, silently)."""
+    import commbench.cli.record as cli_record
+
+    seen: dict[str, object] = {}
+
+    def fake(**kw: object) -> object:
+        seen.update(kw)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli_record, "record_job", fake)
+    args = ["record", "-o", str(tmp_path / "t"), "python", "train.py", "-o", "out", "--help"]
+    runner.invoke(app, args)
+    assert list(seen["command"]) == ["python", "train.py", "-o", "out", "--help"]  # type: ignore[call-overload]
+    assert seen["out"] == tmp_path / "t"
+
+
 def test_a_trace_directory_in_use_is_refused(tmp_path: Path) -> None:
     used = tmp_path / "used"
     used.mkdir()
@@ -373,3 +393,17 @@ def test_the_readmes_record_and_replay_example_runs(tmp_path: Path) -> None:
     replay = json.loads((run / "run.json").read_text())["replay"]
     assert replay["best_cap_mb"] in (1, 2, 4, 8, 16)
     assert "Best bucket_cap_mb=" in done.stdout
+
+
+def test_send_and_recv_are_recorded(tmp_path: Path, free_port: int) -> None:
+    """c10d's send and recv have no async_op argument: reading it stopped the capture at
+    the first send, and every later call went unrecorded."""
+    done = record(tmp_path, [str(JOBS / "p2p_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    assert "capture stopped early" not in done.stderr
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.complete
+    assert [c.op for c in trace.calls[0]] == ["send", "all_reduce"] * 2
+    assert [c.op for c in trace.calls[1]] == ["recv", "all_reduce"] * 2
+    assert {c.peer for c in trace.calls[0] if c.op == "send"} == {1}
+    assert {c.peer for c in trace.calls[1] if c.op == "recv"} == {0}

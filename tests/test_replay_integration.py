@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.traces.trace import Manifest, Parameter, TraceWriter
-from tests.factories import trace_call
+from tests.factories import trace_call, write_trace
 
 pytestmark = pytest.mark.integration
 
@@ -202,3 +203,19 @@ def test_rooted_ops_replay_from_their_recorded_root(tmp_path: Path) -> None:
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "complete"
     assert len(record["replay"]["replayed_comm_s_per_step"]) == 1
+
+
+def test_a_trace_with_send_and_recv_is_replayed(tmp_path: Path) -> None:
+    """gloo's send and recv works never say they completed until waited: the sequence,
+    which polled them, spun until the watchdog stopped the run."""
+    per_rank = {
+        0: [trace_call("send", 4 * KiB, peer=1, async_op=True, step=0), trace_call(step=0)],
+        1: [trace_call("recv", 0, out_bytes=4 * KiB, peer=0, async_op=True, step=0)],
+    }
+    per_rank[1][0] = replace(per_rank[1][0], dtype="float32", count=KiB)
+    per_rank[1].append(trace_call(step=0))
+    run_dir = replay(write_trace(tmp_path / "trace", per_rank), tmp_path / "out")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete"
+    assert len(record["replay"]["replayed_comm_s_per_step"]) == 1
+    assert record["replay"]["replayed_comm_s_per_step"][0] > 0

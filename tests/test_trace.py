@@ -59,7 +59,8 @@ def test_round_trip(tmp_path: Path) -> None:
         trace_call("all_reduce", MiB, step=0, issued_ns=10, completed_ns=None),
     ]
     write_trace(
-        tmp_path, {0: calls, 1: [replace(c, op="recv") if c.op == "send" else c for c in calls]}
+        tmp_path,
+        {0: calls, 1: [replace(c, op="recv", peer=0) if c.op == "send" else c for c in calls]},
     )
     trace = read_trace(tmp_path)
     assert trace.manifest.complete and trace.manifest.ended is not None
@@ -183,6 +184,22 @@ def test_groups_whose_call_sequences_disagree_are_refused(tmp_path: Path) -> Non
     refused(tmp_path, "all_reduce", "broadcast")
     write_trace(tmp_path, {0: [same], 1: [trace_call("all_reduce", MiB, dtype="bfloat16")]})
     refused(tmp_path, "float32", "bfloat16")
+
+
+def test_ranks_the_trace_has_not_are_refused(tmp_path: Path) -> None:
+    """A group member or a peer past the world size, a rank listed twice in a group, a send
+    to itself: a replay of them would fail in new_group or hang on a send nobody receives."""
+    write_trace(tmp_path, {0: [trace_call(ranks=(0, 1, 5))], 1: [trace_call(ranks=(0, 1, 5))]})
+    refused(tmp_path, "group '0' names rank 5", "2 rank(s)")
+    write_trace(tmp_path, {0: [trace_call(ranks=(0, 0))], 1: [trace_call(ranks=(0, 1), group="x")]})
+    refused(tmp_path, "lists a rank twice")
+    send = trace_call("send", MiB, peer=7)
+    write_trace(tmp_path, {0: [send], 1: [trace_call("recv", MiB, peer=0)]})
+    refused(tmp_path, "names rank 7")
+    write_trace(
+        tmp_path, {0: [trace_call("send", MiB, peer=0)], 1: [trace_call("recv", MiB, peer=1)]}
+    )
+    refused(tmp_path, "send to itself")
 
 
 def test_a_long_line_is_refused_without_reading_the_file(tmp_path: Path) -> None:

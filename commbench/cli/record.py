@@ -12,7 +12,11 @@ from commbench.options import command, values
 def register(app: typer.Typer) -> None:
     @app.command(
         "record",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        context_settings={
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "allow_interspersed_args": False,  # the job's own -o after its command is its own
+        },
     )
     @command(RecordRequest)
     def record_command(request: RecordRequest, ctx: typer.Context) -> None:

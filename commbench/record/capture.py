@@ -141,7 +141,9 @@ class _Op:
             return None
         if name in kwargs:
             return kwargs[name]
-        i = self.index[name]
+        i = self.index.get(name)
+        if i is None:  # not one of this op's: send, recv, monitored_barrier have no async_op
+            return None
         return args[i] if i < len(args) else None
 
 

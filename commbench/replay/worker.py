@@ -60,6 +60,7 @@ from commbench.replay.settings import ReplaySettings
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.results.store import RunDir
 from commbench.traces.formats import load_any
+from commbench.traces.names import P2P_OPS
 from commbench.traces.trace import Trace
 
 ADVISOR_ROUNDS = 15
@@ -265,7 +266,12 @@ class ReplayWorker(Worker):
                 spans[-1][1] = time.perf_counter()
         while pending:
             pending = self._poll(pending, spans)
-            if pending:
+            if pending and all(issues[i].op in P2P_OPS for _, i in pending):
+                # gloo's send and recv works say completed only once waited: wait the first
+                work, index = pending.pop(0)
+                work.wait()
+                spans[index][1] = time.perf_counter()
+            elif pending:
                 time.sleep(POLL_S)
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]

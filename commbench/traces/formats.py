@@ -28,6 +28,7 @@ from commbench.traces.trace import (
     Manifest,
     Trace,
     check_groups,
+    check_ranks,
     is_pickle,
     read_trace,
     refuse_pickle,
@@ -197,6 +198,7 @@ def load_files(paths: Sequence[Path]) -> Trace:
             f"of {world}: rank {missing[0]}'s file is missing"
         )
     where = shown(paths[0].parent) if len(paths) > 1 else shown(paths[0])
+    check_ranks(calls, world, where)
     check_groups(calls, where)
     manifest = Manifest(argv=(), world_size=world, complete=True, tool=fmt)
     return Trace(manifest=manifest, calls=calls, source=where)

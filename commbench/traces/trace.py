@@ -531,6 +531,7 @@ def read_trace(directory: Path | str) -> Trace:
         total += len(rank_calls)
         if rank_torn:
             torn[rank] = rank_torn
+    check_ranks(calls, manifest.world_size, shown(directory))
     check_groups(calls, shown(directory))
     return Trace(manifest=manifest, calls=calls, torn=torn, source=shown(directory))
 
@@ -552,6 +553,35 @@ def describe(call: Call) -> str:
 
 def _signature(call: Call) -> tuple[str, str, int | None]:
     return (call.op, call.dtype, call.in_bytes if call.op in _SYMMETRIC else None)
+
+
+def check_ranks(calls: Mapping[int, Sequence[Call]], world: int, where: str) -> None:
+    """Refuse a call naming a rank the trace has not: a group member or a peer past its
+    world size, a group listing a rank twice, a send or recv to the rank itself."""
+    checked: set[tuple[str, tuple[int, ...]]] = set()
+    for rank in sorted(calls):
+        for call in calls[rank]:
+            group = call.group
+            if (group.name, group.ranks) not in checked:
+                checked.add((group.name, group.ranks))
+                past = [r for r in group.ranks if r >= world]
+                if past:
+                    raise UserError(
+                        f"{where}: group {quoted(group.name)} names rank {past[0]}, past the "
+                        f"trace's {world} rank(s)"
+                    )
+                if len(set(group.ranks)) != len(group.ranks):
+                    raise UserError(
+                        f"{where}: group {quoted(group.name)} lists a rank twice: "
+                        f"{_ranks(group.ranks)}"
+                    )
+            if call.peer is not None and call.peer >= world:
+                raise UserError(
+                    f"{where}: rank {rank}'s call {call.seq} ({call.op}) names rank "
+                    f"{call.peer}, past the trace's {world} rank(s)"
+                )
+            if call.op in P2P_OPS and call.peer == rank:
+                raise UserError(f"{where}: rank {rank}'s call {call.seq} is a {call.op} to itself")
 
 
 def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
