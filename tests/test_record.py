@@ -167,13 +167,14 @@ def _stop_when_ready(cmd: list[str], sig: int, trace: Path) -> tuple[int, str]:
     stopped = False
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "ready" not in (s.strip() for s in seen):
+        # several ranks print it: their lines may interleave (`readyready`)
+        while time.monotonic() < deadline and not any("ready" in s for s in seen):
             if select.select([proc.stdout], [], [], 1.0)[0]:
                 line = proc.stdout.readline()
                 if not line:
                     break  # the job ended without being ready
                 seen.append(line)
-        assert "ready" in (s.strip() for s in seen), (seen, proc.poll())
+        assert any("ready" in s for s in seen), (seen, proc.poll())
         time.sleep(0.3)
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
@@ -395,6 +396,7 @@ def test_the_readmes_record_and_replay_example_runs(tmp_path: Path) -> None:
     assert "Best bucket_cap_mb=" in done.stdout
 
 
+@pytest.mark.integration
 def test_send_and_recv_are_recorded(tmp_path: Path, free_port: int) -> None:
     """c10d's send and recv have no async_op argument: reading it stopped the capture at
     the first send, and every later call went unrecorded."""
@@ -407,3 +409,29 @@ def test_send_and_recv_are_recorded(tmp_path: Path, free_port: int) -> None:
     assert [c.op for c in trace.calls[1]] == ["recv", "all_reduce"] * 2
     assert {c.peer for c in trace.calls[0] if c.op == "send"} == {1}
     assert {c.peer for c in trace.calls[1] if c.op == "recv"} == {0}
+
+
+@pytest.mark.integration
+def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
+    """The capture loads commbench by location: the job's sys.path gains only the capture's
+    own directory, never commbench's package root (installed, a whole site-packages)."""
+    from commbench.launch.pythonpath import PACKAGE_ROOT
+
+    job = (
+        "import sys, tempfile, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', init_method='file://' + tempfile.mkdtemp() + '/s',"
+        " rank=0, world_size=1)\n"
+        "dist.all_reduce(torch.ones(3))\n"
+        "print('\\n'.join(sys.path))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "commbench", "record", "-o", str(tmp_path / "t"), "--",
+         sys.executable, "-c", job],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": "/nonexistent"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    path = done.stdout.splitlines()
+    assert str(PACKAGE_ROOT) not in path
+    inject = str(PACKAGE_ROOT / "commbench" / "record" / "inject")
+    assert path.index("/nonexistent") == path.index(inject) + 1
+    assert len(read_trace(tmp_path / "t").calls[0]) == 1

@@ -275,7 +275,7 @@ class Capture:
             dtype=canonical_dtype(str(first.dtype)) if data and first is not None else "",
             count=sum(t.numel() for t in ins) if data else 0,
             group=group,
-            async_op=bool(is_async) if op.op not in ("send", "recv") else True,
+            async_op=bool(is_async),
             issued_ns=issued,
             host=self.host,
             device=str(first.device) if first is not None else "",

@@ -3,9 +3,9 @@ directory completed when it ends.
 
 The job is started as it would be from the shell: same standard streams (its output passes
 through untouched; commbench's own lines go to stderr), same process group (a Ctrl-C at the
-terminal reaches it directly, as it would without commbench), same environment plus two
-variables: COMMBENCH_RECORD_DIR, and a PYTHONPATH that starts with the directory holding the
-capture's `sitecustomize.py` and commbench's package root. A SIGTERM, SIGHUP or SIGQUIT sent
+terminal reaches it directly, as it would without commbench), same environment plus
+COMMBENCH_RECORD_DIR, COMMBENCH_PACKAGE_ROOT and a PYTHONPATH that starts with the directory
+holding the capture's `sitecustomize.py` (`job_environment`). A SIGTERM, SIGHUP or SIGQUIT sent
 to commbench is passed to the job, and so is a SIGINT that the terminal did not already
 deliver to it; commbench then waits for the job, whose exit status becomes its own (a job
 killed by signal N gives 128 + N, as a shell says).
@@ -32,11 +32,13 @@ from types import FrameType
 
 from commbench.errors import UserError, quoted
 from commbench.files import path_kind, shown
-from commbench.launch.pythonpath import with_package_path
+from commbench.launch.pythonpath import PACKAGE_ROOT
 from commbench.record.meta import RankMeta, read_metas
 from commbench.traces.trace import MANIFEST_FILE, RANK_FILE, Manifest, read_manifest, write_manifest
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"  # the capture's, without importing torch to read it
+ROOT_ENV = "COMMBENCH_PACKAGE_ROOT"
+"""The directory holding the recorder's `commbench` package, which the capture loads."""
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 """The directory of the capture's `sitecustomize.py`."""
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -94,9 +96,16 @@ def prepare_directory(directory: Path) -> Path:
 
 
 def job_environment(directory: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
-    env = with_package_path(dict(os.environ) if environ is None else environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), env["PYTHONPATH"]])
+    """The job's environment: its own, plus the capture's directory first on PYTHONPATH
+    (it holds nothing but `sitecustomize.py`, so it shadows nothing) and where the capture
+    writes and where this commbench lives. commbench's own package root is not put on the
+    path (installed, it is site-packages, whose every package would then come before the
+    job's own PYTHONPATH): the capture loads commbench from it by location."""
+    env = dict(os.environ) if environ is None else dict(environ)
+    rest = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), rest]) if rest else str(INJECT_DIR)
     env[DIR_ENV] = str(directory)
+    env[ROOT_ENV] = str(PACKAGE_ROOT)
     return env
 
 

@@ -36,6 +36,7 @@ from commbench.fields import (
     list_of,
     number_in,
     one_of,
+    string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
 from commbench.traces.names import ELEMENT_BYTES, OPS, P2P_OPS
@@ -207,6 +208,15 @@ def _dtype(f: Fields) -> str:
     return f.req("dtype", one_of((*ELEMENT_BYTES, "unknown")))
 
 
+def _argument(value: Any, path: str) -> str:
+    """One word of the recorded command: any string (a `python -c` script holds lines and
+    tabs), bounded."""
+    word = string(value, path)
+    if len(word) > MAX_MANIFEST_BYTES:
+        raise UserError(f"{path}: {len(word)} characters, more than {MAX_MANIFEST_BYTES}")
+    return word
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Parameter:
     """One parameter the job's optimizer steps: what the DDP bucket advisor regroups."""
@@ -289,7 +299,7 @@ class Manifest:
         return cls(
             schema_version=version,
             tool=tool,
-            argv=tuple(f.req("argv", list_of(line, max_items=MAX_ARGV))),
+            argv=tuple(f.req("argv", list_of(_argument, max_items=MAX_ARGV))),
             world_size=f.req("world_size", integer_in(1, MAX_WORLD)),
             hosts=tuple(f.opt("hosts", list_of(line, max_items=MAX_HOSTS)) or ()),
             torch_version=f.opt("torch_version", line),

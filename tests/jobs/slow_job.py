@@ -20,7 +20,8 @@ def main() -> None:
     t = torch.ones(1024)
     for _ in range(5):
         dist.all_reduce(t)
-    print("ready", flush=True)
+    sys.stdout.write("ready\n")  # one write: the ranks' lines may still interleave
+    sys.stdout.flush()
     while True:
         dist.all_reduce(t)
         time.sleep(0.05)

@@ -30,6 +30,30 @@ def _run_next_sitecustomize() -> None:
             return
 
 
+def _load_commbench() -> None:
+    """Import the recorder's own `commbench` from COMMBENCH_PACKAGE_ROOT by its location,
+    without putting that directory on sys.path (installed, it is a site-packages, which
+    would shadow the job's own PYTHONPATH): its submodules then resolve inside it."""
+    import importlib.util
+
+    root = os.environ.get("COMMBENCH_PACKAGE_ROOT")
+    if not root or "commbench" in sys.modules:
+        return
+    init = os.path.join(root, "commbench", "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "commbench", init, submodule_search_locations=[os.path.dirname(init)]
+    )
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["commbench"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["commbench"]
+        raise
+
+
 def _hook_torch() -> None:
     import importlib.abc
     import importlib.machinery
@@ -48,6 +72,7 @@ def _hook_torch() -> None:
             def exec_then_capture(module):  # type: ignore[no-untyped-def]
                 exec_module(module)
                 try:
+                    _load_commbench()
                     from commbench.record.capture import install
 
                     install()
