@@ -435,3 +435,16 @@ def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
     inject = str(PACKAGE_ROOT / "commbench" / "record" / "inject")
     assert path.index("/nonexistent") == path.index(inject) + 1
     assert len(read_trace(tmp_path / "t").calls[0]) == 1
+
+
+@pytest.mark.integration
+def test_a_job_marks_its_own_steps(tmp_path: Path, free_port: int) -> None:
+    """No module forward, no optimizer: `commbench.record.step()` alone makes the steps,
+    the calls before the first marker included; what follows the last is a step too."""
+    done = record(tmp_path, [str(JOBS / "marked_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    for calls in read_trace(tmp_path / "trace").calls.values():
+        assert [(c.op, c.step) for c in calls] == [
+            ("all_reduce", 1), ("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 2),
+            ("all_reduce", 3), ("all_reduce", 3), ("barrier", 4),
+        ]  # fmt: skip

@@ -161,6 +161,11 @@ class Capture:
         self.backends: set[str] = set()
         self.host = socket.gethostname()
         self.steps_done = 0
+        self.forward_seen = False
+        """A module's forward ran: steps open there. Until then (and for good in a job that
+        runs none, marking its steps with `commbench.record.step()`), the next call after a
+        marker opens the next step, and the calls before the first marker are step 1 if no
+        forward has run by then (held back until it is known)."""
         self.step: int | None = None
         self.failed: str | None = None
         self.calls = 0
@@ -259,6 +264,8 @@ class Capture:
             peer = group.ranks[peer]  # c10d passes a group rank: the trace names global ranks
         elif not isinstance(peer, int) or peer < 0:
             peer = None
+        if self.step is None and not self.forward_seen and self.steps_done:
+            self.step = self.steps_done + 1  # a job without forwards: a call opens the step
         first = ins[0] if ins else (outs[0] if outs else None)
         data = op.op not in ("barrier",) and first is not None
         in_bytes = _nbytes(ins) if data else 0
@@ -327,7 +334,19 @@ class Capture:
 
     def _flush_done(self) -> None:
         while self.pending and self.pending[0][3]:
+            if self._held(self.pending[0]):
+                return
             self._write(self.pending.popleft())
+
+    def _held(self, entry: list[Any]) -> bool:
+        """A call before any step whose step is not known yet: start-up if a forward runs
+        before the first marker, step 1 otherwise (bounded by MAX_PENDING)."""
+        return (
+            entry[0].step is None
+            and self.steps_done == 0
+            and not self.forward_seen
+            and len(self.pending) < MAX_PENDING
+        )
 
     def _write(self, entry: list[Any]) -> None:
         """Write one call (under the lock)."""
@@ -341,6 +360,7 @@ class Capture:
     # -- steps ---------------------------------------------------------------------------
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
+        self.forward_seen = True
         if self.pending:
             self.poll()
         if self.step is None:
@@ -366,9 +386,14 @@ class Capture:
         """Close the open step: the next call belongs to the next one (or to none, until a
         module's forward opens it)."""
         self.poll()
-        self.steps_done += 1
-        self.step = None
         with self.lock:
+            if self.steps_done == 0 and not self.forward_seen:
+                for entry in self.pending:  # no forward ran: the calls so far were step 1
+                    if entry[0].step is None:
+                        entry[0] = replace(entry[0], step=1)
+            self.steps_done += 1
+            self.step = None
+            self._flush_done()
             if self.writer is not None:
                 self.writer.flush()  # a killed job loses at most the step in flight
         if self.meta is not None:
