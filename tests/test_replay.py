@@ -351,3 +351,16 @@ def test_a_rooted_op_is_replayed_from_its_recorded_root(tmp_path: Path) -> None:
     # on 4 ranks, the world's root is still rank 1
     wide = build_program(trace, world=4)
     assert [i.peer for i in rank_sequence(trace, wide, 3)[0]] == [1, None]
+
+
+def test_a_send_without_its_recv_is_refused(tmp_path: Path) -> None:
+    """A replay would wait for ever on the send left over (a trace cut mid-step)."""
+    calls = {
+        0: [trace_call("send", KiB, peer=1, step=0), trace_call("send", KiB, peer=1, step=0)],
+        1: [trace_call("recv", KiB, peer=0, step=0)],
+    }
+    trace = load_any(write_trace(tmp_path, calls))
+    with pytest.raises(
+        UserError, match="step 0: rank 0 sends 2 time.s. to rank 1, which receives 1"
+    ):
+        build_program(trace)

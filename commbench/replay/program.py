@@ -184,6 +184,7 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
             "(commbench runs " + ", ".join(DTYPES) + ")"
         )
     for step in kept:  # the sequence maps every replayed call: refuse now, not in a worker
+        _check_pairs(trace, step, bool(markers))
         for rank in range(min(new_world, traced * mapper.blocks)):
             for call in _step_calls(trace.calls[rank % traced], step, bool(markers)):
                 mapper.issue(call, rank // traced)
@@ -218,6 +219,29 @@ def _counted(trace: Trace, replayed: set[int | None]) -> Iterable[tuple[Call, in
             ranks = call.group.ranks
             if rank == (min(ranks) if ranks else present[0]):
                 yield call, len(ranks) if ranks else world
+
+
+def _check_pairs(trace: Trace, step: int | None, markers: bool) -> None:
+    """Refuse a step whose sends and receives do not pair up between each two ranks: its
+    replay would wait for ever on the one left over (a trace cut in that step, a window of a
+    ring buffer)."""
+    sent: dict[tuple[int, int], int] = {}
+    received: dict[tuple[int, int], int] = {}
+    for rank, calls in trace.calls.items():
+        for c in _step_calls(calls, step, markers):
+            if c.op == "send" and c.peer is not None:
+                sent[(rank, c.peer)] = sent.get((rank, c.peer), 0) + 1
+            elif c.op == "recv" and c.peer is not None:
+                received[(c.peer, rank)] = received.get((c.peer, rank), 0) + 1
+    for pair in sorted(set(sent) | set(received)):
+        a, b = sent.get(pair, 0), received.get(pair, 0)
+        if a != b:
+            where = "the trace" if step is None else f"step {step}"
+            raise UserError(
+                f"{where}: rank {pair[0]} sends {a} time(s) to rank {pair[1]}, which receives "
+                f"{b}: a replay would wait for ever on the one left over (a trace cut in that "
+                "step? --steps K replays the steps before it)"
+            )
 
 
 def _step_calls(calls: Sequence[Call], step: int | None, markers: bool) -> list[Call]:

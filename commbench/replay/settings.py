@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.options import arg, cli
+from commbench.results.names import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import PlacementRequest
@@ -101,6 +102,13 @@ class ReplayRequest:
             "as soon as the one before allows."
         ),
     )
+    timeout: float = field(
+        default=DEFAULT_TIMEOUT,
+        metadata=cli(
+            help="Seconds without progress before the replay is declared hung "
+            "(start-up, until the first row, gets at least 120 s).",
+        ),
+    )
     iters: int | None = field(
         default=None,
         metadata=cli(type=int, help="Timed iterations per row. Default: enough for 0.2 s."),
@@ -143,6 +151,7 @@ def prepare(
         device=place.device,
         warmup=request.warmup,
         iters=request.iters,
+        timeout=request.timeout,
     )
     settings = ReplaySettings(
         trace=str(Path(request.trace).resolve()),
