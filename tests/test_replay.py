@@ -361,6 +361,6 @@ def test_a_send_without_its_recv_is_refused(tmp_path: Path) -> None:
     }
     trace = load_any(write_trace(tmp_path, calls))
     with pytest.raises(
-        UserError, match="step 0: rank 0 sends 2 time.s. to rank 1, which receives 1"
+        UserError, match=r"step 0: rank 0 sends 2 time\(s\) to rank 1, which receives 1"
     ):
         build_program(trace)
