@@ -427,7 +427,9 @@ def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "commbench", "record", "-o", str(tmp_path / "t"), "--",
          sys.executable, "-c", job],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": "/nonexistent"},
+        capture_output=True, text=True, timeout=120,
+        # this checkout's commbench, found from the working directory, not from PYTHONPATH
+        cwd=PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": "/nonexistent"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     path = done.stdout.splitlines()
