@@ -134,6 +134,18 @@ def test_a_replay_writes_rows_with_calls_and_the_replay_record(tmp_path: Path) -
     assert [c["cap_bytes"] for c in rep["rebucket"]] == [256 * KiB, 512 * KiB, 1 << 20]
     assert all(c["measured_s_per_step"] > 0 for c in rep["rebucket"])
     assert rep["best_cap_mb"] in (0.25, 0.5, 1.0)
+    # the program the workers ran, each rank its own calls, kept; nothing left beside the run
+    program = run_dir / "program"
+    assert sorted(f.name for f in program.iterdir()) == [
+        "program.json",
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+    ]
+    steps = [json.loads(line) for line in (program / "rank-1.jsonl").read_text().splitlines()]
+    assert [[issue[0] for issue in step] for step in steps] == [
+        ["all_reduce", "all_gather", "reduce_scatter"]
+    ] * 2
+    assert [p.name for p in run_dir.parent.iterdir()] == [run_dir.name]
     report = CliRunner().invoke(app, ["report", str(run_dir)])
     assert report.exit_code == 0, report.stderr
     assert "## Replay" in report.stdout and "DDP bucket advisor" in report.stdout

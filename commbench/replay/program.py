@@ -341,16 +341,12 @@ def _disjoint(found: Sequence[int], groups: Sequence[tuple[int, ...]]) -> tuple[
     return tuple(out)
 
 
-def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:
-    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, mapped."""
-    traced = program.traced_world
-    mapper = _Mapper(traced, program.world)
-    for group in program.groups:  # the same indices as the program's
-        mapper._add(group)
+def step_origins(trace: Trace, program: Program) -> list[int | None]:
+    """Per replayed step, its first issue on any rank (ns), for `--pace`'s offsets; None
+    for a step without recorded times."""
     markers = program.steps != (None,)
-    out = []
-    for step in program.steps:
-        origin = min(
+    return [
+        min(
             (
                 c.issued_ns
                 for calls in trace.calls.values()
@@ -359,6 +355,24 @@ def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]
             ),
             default=None,
         )
+        for step in program.steps
+    ]
+
+
+def rank_sequence(
+    trace: Trace, program: Program, rank: int, origins: Sequence[int | None] | None = None
+) -> list[list[Issue]]:
+    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, mapped.
+    `origins`: `step_origins`, computed once for every rank when given."""
+    traced = program.traced_world
+    mapper = _Mapper(traced, program.world)
+    for group in program.groups:  # the same indices as the program's
+        mapper._add(group)
+    markers = program.steps != (None,)
+    if origins is None:
+        origins = step_origins(trace, program)
+    out = []
+    for step, origin in zip(program.steps, origins, strict=True):
         issues = []
         for call in _step_calls(trace.calls[rank % traced], step, markers):
             issue = mapper.issue(call, rank // traced)

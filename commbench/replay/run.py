@@ -4,14 +4,18 @@ caps and the model's predictions. Nothing here prints: the command renders what 
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point
 from commbench.launch.launcher import LaunchOptions, run_collectives
 from commbench.launch.protocol import EVENTS_FILE
+from commbench.replay import compiled
 from commbench.replay.buckets import assign_buckets, cap_mb
 from commbench.replay.events import CapTimes, SequenceTimes
 from commbench.replay.explain import fit_rows, predict_buckets_s
@@ -25,6 +29,7 @@ from commbench.results.store import RunDir
 from commbench.traces.trace import Trace
 
 WORKER = "commbench.replay.worker"
+PROGRAM_DIR = "program"
 
 
 def points_of(program: Program, settings: ReplaySettings) -> list[Point]:
@@ -50,19 +55,29 @@ def run_replay(
     launch: LaunchOptions | None = None,
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
 ) -> Run:
-    """Launch the replay, then add its `replay` record to run.json."""
+    """Launch the replay, then add its `replay` record to run.json. The program is compiled
+    for the workers (`compiled`) beside the run directories before they start, and kept in
+    the run directory (`program/`) after."""
     events: list[dict[str, Any]] = []
-    outcome = run_collectives(
-        collectives,
-        out_parent,
-        launch,
-        on_progress,
-        kind=RunKind.REPLAY,
-        worker=WORKER,
-        extra_settings={"replay": settings.to_dict()},
-        points=points_of(program, settings),
-        on_event=events.append,
-    )
+    out_parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".replay-program-", dir=out_parent))
+    try:
+        compiled.write(trace, program, staging)
+        outcome = run_collectives(
+            collectives,
+            out_parent,
+            launch,
+            on_progress,
+            kind=RunKind.REPLAY,
+            worker=WORKER,
+            extra_settings={"replay": replace(settings, program=str(staging)).to_dict()},
+            points=points_of(program, settings),
+            on_event=events.append,
+        )
+        if outcome.run_dir.is_dir() and not (outcome.run_dir / PROGRAM_DIR).exists():
+            shutil.move(str(staging), outcome.run_dir / PROGRAM_DIR)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     sequence: SequenceTimes | None = None
     caps: dict[int, CapTimes] = {}
     for i, event in enumerate(events):

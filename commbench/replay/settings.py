@@ -35,10 +35,13 @@ class ReplaySettings:
     repeats: int = DEFAULT_REPEATS
     pace: bool = False
     """Issue each call at its recorded time after the step's start (see `ReplayRequest`)."""
+    program: str = ""
+    """The directory of the compiled program (`replay.compiled`) the workers read."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pace": self.pace,
+            "program": self.program,
             "trace": self.trace,
             "world": self.world,
             "steps": self.steps,

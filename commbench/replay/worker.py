@@ -44,24 +44,21 @@ from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, plan_size
 from commbench.launch.protocol import Done
 from commbench.launch.worker import Worker, serve
+from commbench.replay import compiled
 from commbench.replay.buckets import assign_buckets
 from commbench.replay.events import CapTimes, SequenceTimes
 from commbench.replay.program import (
     WORLD,
     Issue,
-    Program,
     RowSpec,
-    build_program,
     covered,
-    rank_sequence,
     run_dtype,
 )
 from commbench.replay.settings import ReplaySettings
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.results.store import RunDir
-from commbench.traces.formats import load_any
 from commbench.traces.names import P2P_OPS
-from commbench.traces.trace import Trace
+from commbench.traces.trace import Parameter
 
 ADVISOR_ROUNDS = 15
 """Rounds of the bucket advisor (each bucket list once a round) unless --iters asks more."""
@@ -121,7 +118,7 @@ class ReplayWorker(Worker):
         super().__init__(run_dir, settings)
         self.r = r
         self.handles: list[Any] = []
-        self.program: Program | None = None
+        self.program: compiled.Compiled | None = None
 
     # -- groups ----------------------------------------------------------------------------
 
@@ -203,13 +200,12 @@ class ReplayWorker(Worker):
                 cache[key] = collective(issue.op).buffers(count, dtype, self.device, grp, in_place)
         return cache[key]
 
-    def _sequence(self, trace: Trace, point: int) -> None:
-        """Replay the steps `repeats + 1` times over, the first pass a warm-up (connections,
-        buffers), and journal each step's median over the other passes, with the passes."""
-        assert self.program is not None
+    def _sequence(self, steps: list[list[Issue]], point: int) -> None:
+        """Replay this rank's steps `repeats + 1` times over, the first pass a warm-up
+        (connections, buffers), and journal each step's median over the other passes, with
+        the passes."""
         self.hb.point, self.hb.iteration = point, 0
         self.hb.phase = "sequence"
-        steps = rank_sequence(trace, self.program, self.rank)
         cache: dict[Any, Buffers] = {}
         passes: list[list[float]] = []
         spans: list[list[float]] = []
@@ -297,11 +293,10 @@ class ReplayWorker(Worker):
 
     # -- the bucket advisor ----------------------------------------------------------------
 
-    def _rebucket(self, trace: Trace, point: int) -> None:
+    def _rebucket(self, parameters: Sequence[Parameter], point: int) -> None:
         """Time each distinct bucket list once per round, the lists interleaved round by
         round (drift hits all alike), the first round a warm-up; caps that make the same
         buckets share their samples (DDP behaves the same at each)."""
-        parameters = trace.manifest.parameters
         self.hb.point, self.hb.iteration = point, 0
         self.hb.phase = "rebucket"
         lists: dict[tuple[tuple[str, int], ...], list[int]] = {}
@@ -342,8 +337,7 @@ class ReplayWorker(Worker):
         del buffers
 
     def run(self) -> None:
-        trace = load_any(self.r.trace)
-        self.program = build_program(trace, world=self.r.world, steps=self.r.steps)
+        self.program = compiled.read(Path(self.r.program))
         if self.program.world != self.world:
             raise RuntimeError(
                 f"the replay's program is for {self.program.world} ranks, torchrun started "
@@ -355,9 +349,9 @@ class ReplayWorker(Worker):
         for index, row in enumerate(self.program.rows):
             self._row(index, row)
         point = len(self.program.rows)
-        self._sequence(trace, point)
+        self._sequence(self.program.sequence(self.rank), point)
         if self.r.rebucket:
-            self._rebucket(trace, point + 1)
+            self._rebucket(self.program.parameters, point + 1)
         self.hb.phase = "finishing"
         self.journal_health("after", self.gather_health())
         dist.barrier()

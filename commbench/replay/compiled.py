@@ -1,0 +1,86 @@
+"""The program a replay's workers run, written once by the launcher and read by each worker
+in its part: `program.json` (the world, the subgroups, the rows, the parameters) and one
+`rank-<N>.jsonl` per replay rank (its calls, a line per step).
+
+Why not let every worker read the trace: a trace holds every rank's calls, up to 20 million;
+read by each of a node's workers, its memory would be paid once per GPU. The launcher reads
+and checks it once; a worker then holds its own calls only. The files are commbench's own,
+written just before the workers start and kept in the run directory (`program/`) as the
+record of what was replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from commbench.files import dump_json
+from commbench.replay.program import Issue, Program, RowSpec, rank_sequence, step_origins
+from commbench.traces.trace import Parameter, Trace
+
+PROGRAM_FILE = "program.json"
+RANK_FILE = "rank-{rank}.jsonl"
+_ISSUE_FIELDS = ("op", "size_bytes", "dtype", "group", "async_op", "peer", "offset_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compiled:
+    """What a worker needs of the program besides its own calls."""
+
+    world: int
+    groups: tuple[tuple[int, ...], ...]
+    rows: tuple[RowSpec, ...]
+    steps: int
+    """Steps each rank's file holds."""
+    parameters: tuple[Parameter, ...]
+    directory: Path
+
+    def sequence(self, rank: int) -> list[list[Issue]]:
+        """Rank `rank`'s calls, per step, read a line at a time."""
+        return list(_read_steps(self.directory / RANK_FILE.format(rank=rank)))
+
+
+def write(trace: Trace, program: Program, directory: Path) -> None:
+    """Write the program of `trace` into `directory` (made here)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    head = {
+        "world": program.world,
+        "groups": [list(g) for g in program.groups],
+        "rows": [asdict(r) for r in program.rows],
+        "steps": len(program.steps),
+        "parameters": [p.payload() for p in trace.manifest.parameters],
+    }
+    (directory / PROGRAM_FILE).write_text(dump_json(head))
+    origins = step_origins(trace, program)
+    for rank in range(program.world):
+        with open(directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8") as fh:
+            for issues in rank_sequence(trace, program, rank, origins):
+                line = [[getattr(i, name) for name in _ISSUE_FIELDS] for i in issues]
+                fh.write(dump_json(line, indent=None))
+
+
+def read(directory: Path) -> Compiled:
+    head: dict[str, Any] = json.loads((directory / PROGRAM_FILE).read_text())
+    rows = []
+    for r in head["rows"]:
+        r["instances"] = tuple(r["instances"])
+        rows.append(RowSpec(**r))
+    return Compiled(
+        world=head["world"],
+        groups=tuple(tuple(g) for g in head["groups"]),
+        rows=tuple(rows),
+        steps=head["steps"],
+        parameters=tuple(Parameter(**p) for p in head["parameters"]),
+        directory=directory,
+    )
+
+
+def _read_steps(path: Path) -> Iterator[list[Issue]]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            yield [
+                Issue(**dict(zip(_ISSUE_FIELDS, item, strict=True))) for item in json.loads(line)
+            ]
