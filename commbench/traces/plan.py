@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from commbench.collectives.specs import OPS as SPECS
 from commbench.errors import UserError, quoted
-from commbench.sizes import format_size
+from commbench.sizes import format_amount, format_size
 from commbench.tables import text_table
 from commbench.traces.names import P2P_OPS
 from commbench.traces.trace import MAX_WORLD, Call, Trace
@@ -234,6 +234,13 @@ def _rows(
     return tuple(rows)
 
 
+def _amount(nbytes: int) -> str:
+    """A total: exact where a short exact form exists (`4M`), else rounded (`4.0M`), never
+    a long count of bytes (`4202704B`)."""
+    exact = format_size(nbytes)
+    return format_amount(nbytes) if exact.endswith("B") and nbytes >= 1024 else exact
+
+
 def render_plan(plan: Plan) -> str:
     """The plan as text, for `commbench replay --dry-run`."""
     world = f"{plan.world_size} ranks"
@@ -251,9 +258,7 @@ def render_plan(plan: Plan) -> str:
         else:
             title = "the whole trace"
         lines.append("")
-        lines.append(
-            f"{title}: {section.calls} calls, {format_size(section.traffic_bytes)} per rank"
-        )
+        lines.append(f"{title}: {section.calls} calls, {_amount(section.traffic_bytes)} per rank")
         cells = [
             [
                 r.op,
