@@ -279,3 +279,23 @@ def test_rows_left_out_are_counted_and_said(tmp_path: Path) -> None:
     run = load_run(next((tmp_path / "o").iterdir()))
     assert any(n.startswith("3 rows skipped: line") for n in run.record.notes)
     assert -8 not in {r.size_bytes for r in run.rows}
+
+
+def test_a_point_measured_in_several_cycles_is_one_row(tmp_path: Path) -> None:
+    """nccl-tests -N prints its table once per cycle (and two logs may be joined): each
+    point becomes one row whose samples are every cycle's time, not two rows with one key
+    that `compare` could not tell apart."""
+    text = GB10.read_text()
+    second = text.replace("   453650   37.87   18.94", "   400000   42.95   21.47")
+    log = tmp_path / "cycles.log"
+    log.write_text(text + second + text)
+    run = load_run(import_log(log, tmp_path / "out"))
+    assert len(run.rows) == 2 and len({r.key for r in run.rows}) == 2
+    out_of_place = next(r for r in run.rows if not r.in_place)
+    assert sorted(out_of_place.samples_us) == [400000.0, 453650.0, 453650.0]
+    assert out_of_place.time_us == 453650.0  # the median of the three cycles
+    assert out_of_place.busbw_gbps == pytest.approx(18.94, abs=0.01)
+    assert "measured 3 times" in out_of_place.note
+    assert any("measured up to 3 times" in n for n in run.record.notes)
+    in_place = next(r for r in run.rows if r.in_place)
+    assert in_place.samples_us == [410049.0] * 3

@@ -17,7 +17,7 @@ from commbench.importers.nccl_tests.model import Parsed
 from commbench.importers.nccl_tests.parse import parse_file
 from commbench.results.lifecycle import now, start_run
 from commbench.results.record import RunContext, RunKind, RunStatus
-from commbench.results.schema import ResultRow
+from commbench.results.schema import CHECK_FAILED, ResultRow
 
 
 def context_of(parsed: Parsed) -> dict[str, Any]:
@@ -69,6 +69,56 @@ def _time_notes(rows: list[ResultRow]) -> list[str]:
     return notes
 
 
+def merge_repeats(rows: list[ResultRow]) -> tuple[list[ResultRow], list[str]]:
+    """One row per point: a point the log measured more than once (nccl-tests `-N` prints
+    every cycle's table; two logs joined) becomes one row whose samples are all of its
+    measurements, so that `compare` joins one row per point. With what to say of it."""
+    groups: dict[Any, list[ResultRow]] = {}
+    for row in rows:
+        groups.setdefault(row.key, []).append(row)
+    if all(len(g) == 1 for g in groups.values()):
+        return rows, []
+    merged = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        first = group[0]
+        factor = (
+            first.busbw_gbps / first.algbw_gbps
+            if first.busbw_gbps is not None and first.algbw_gbps
+            else None
+        )
+        samples = [t for r in group for t in (r.samples_us or [r.time_us])]
+        wrong = [r for r in group if r.check == CHECK_FAILED]
+        note = f"measured {len(group)} times in the log: its samples are all of them"
+        merged.append(
+            ResultRow.measured(
+                samples_us=samples,
+                size_bytes=first.size_bytes,
+                busbw_factor=factor,
+                op=first.op,
+                strategy=first.strategy,
+                dtype=first.dtype,
+                reduce_op=first.reduce_op,
+                world_size=first.world_size,
+                count=first.count,
+                check=(wrong[0] if wrong else first).check,
+                warmup=first.warmup,
+                in_place=first.in_place,
+                requested_bytes=first.requested_bytes,
+                note="; ".join(x for x in (first.note, note) if x),
+            )
+        )
+    times = max(len(g) for g in groups.values())
+    said = (
+        f"{sum(len(g) > 1 for g in groups.values())} point(s) were measured up to {times} "
+        "times in the log (nccl-tests -N, or logs joined): each is one row whose samples "
+        "are every measurement"
+    )
+    return merged, [said]
+
+
 def _context(parsed: Parsed, path: Path) -> RunContext:
     """The run's context from what the file says of its devices, checked as a stored run's
     is; what it refuses (a host name with a line break) is said with the file's name."""
@@ -88,7 +138,7 @@ def import_log(
     """Parse an nccl-tests log (or JSON file) and store it as a commbench run directory; the
     rows it left out are said in the record's notes, and to `on_skipped`."""
     parsed = parse_file(path, op, world_size)
-    rows = parsed.rows
+    rows, repeated = merge_repeats(parsed.rows)
     first = parsed.sections[0]
     skipped = parsed.skipped_text()
     if skipped and on_skipped is not None:
@@ -117,7 +167,7 @@ def import_log(
         ],
         points_total=len(rows),
         points_done=len(rows),
-        notes=[*_time_notes(rows), *([skipped] if skipped else [])],
+        notes=[*_time_notes(parsed.rows), *repeated, *([skipped] if skipped else [])],
     )
     with life.guarded():
         life.dir.write_rows(rows)
