@@ -16,5 +16,8 @@ def step() -> None:
     if capture_module is None:
         return
     capture = capture_module.active()
-    if capture is not None:
-        capture.end_step()
+    if capture is not None and capture.failed is None:
+        try:
+            capture.end_step()
+        except Exception as exc:  # the job's step must not fail for the recording
+            capture.fail(exc)

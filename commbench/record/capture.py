@@ -183,9 +183,9 @@ class Capture:
             register_optimizer_step_pre_hook,
         )
 
-        register_module_forward_pre_hook(self._on_forward)
-        register_optimizer_step_pre_hook(self._before_optimizer_step)
-        register_optimizer_step_post_hook(self._on_optimizer_step)
+        register_module_forward_pre_hook(self._guarded(self._on_forward))
+        register_optimizer_step_pre_hook(self._guarded(self._before_optimizer_step))
+        register_optimizer_step_post_hook(self._guarded(self._on_optimizer_step))
         atexit.register(self.close)
         _chain_sigterm(self.close)
         # last: a kernel registered is a call noted, so everything it needs is in place
@@ -193,6 +193,19 @@ class Capture:
         for op in self.ops.values():
             library.impl(op.name, self._kernel(op), "BackendSelect", with_keyset=True)
         self._library = library  # kept for the process's life: dropping it unregisters
+
+    def _guarded(self, hook: Any) -> Any:
+        """`hook`, which never raises into the job: an error stops the capture instead."""
+
+        def guarded(*args: Any) -> None:
+            if self.failed is not None:
+                return
+            try:
+                hook(*args)
+            except Exception as exc:
+                self.fail(exc)
+
+        return guarded
 
     def _kernel(self, op: _Op) -> Any:
         overload = op.overload
@@ -202,19 +215,19 @@ class Capture:
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if self.failed is not None or keyset.has(meta):
                 return overload.redispatch(keyset.remove(below), *args, **kwargs)
-            self.poll()
             issued = time.time_ns()
             try:
+                self.poll()
                 entry = self._note(op, args, kwargs, issued)
             except Exception as exc:  # never the job's problem
-                self._fail(exc)
+                self.fail(exc)
                 entry = None
             result = overload.redispatch(keyset.remove(below), *args, **kwargs)
             if entry is not None:
                 try:
                     self._watch(entry, result)
                 except Exception as exc:
-                    self._fail(exc)
+                    self.fail(exc)
             return result
 
         return kernel
@@ -412,7 +425,7 @@ class Capture:
 
     # -- ending --------------------------------------------------------------------------
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
         self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         with contextlib.suppress(Exception):
             self._write_meta()
