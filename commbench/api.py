@@ -15,6 +15,7 @@ cannot drift apart. Nothing here prints; nothing heavy is imported before a func
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -514,6 +515,13 @@ def replay_trace(request: ReplayRun) -> Run | Program:
     out = Path(request.out)
     launch = request.launch()
     trace, program, settings, collectives = prepare(request, request, launch)
+    if request.bw is not None and request.latency is not None:
+        from commbench.replay.explain import predict_elsewhere
+
+        elsewhere = predict_elsewhere(
+            trace.manifest.parameters, settings.rebucket, program.world, request.bw, request.latency
+        )
+        program = dataclasses.replace(program, elsewhere=elsewhere)
     if request.dry_run:
         return program
     check_parent(out)

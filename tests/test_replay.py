@@ -364,3 +364,56 @@ def test_a_send_without_its_recv_is_refused(tmp_path: Path) -> None:
         UserError, match=r"step 0: rank 0 sends 2 time\(s\) to rank 1, which receives 1"
     ):
         build_program(trace)
+
+
+def _with_parameters(trace: Path, parameters: list[Parameter]) -> Path:
+    from dataclasses import replace as replaced
+
+    from commbench.traces.trace import read_manifest, write_manifest
+
+    write_manifest(trace, replaced(read_manifest(trace), parameters=tuple(parameters)))
+    return trace
+
+
+def test_the_caps_are_predicted_on_another_fabric_without_launching(tmp_path: Path) -> None:
+    from commbench.replay.explain import predict_elsewhere
+
+    params = [f32(MiB)] * 4 + [f32(4 * KiB)] * 4  # four 1 MiB weights, four small biases
+    trace = _with_parameters(ddp_trace(tmp_path / "t", world=2), params)
+    e = predict_elsewhere(params, [MiB, 4 * MiB], 64, 100.0, 5.0)
+    one = op_cost("all_reduce", 64)
+    # each all_reduce: 2 x 63 latency steps of 5 us, plus its bytes at 100 GB/s per link
+    expected = [
+        sum(one.steps * 5.0 + one.bytes_factor * b / 1e5 for b in buckets) / 1e6
+        for buckets in ([b.nbytes for b in assign_buckets(params, cap)] for cap in (MiB, 4 * MiB))
+    ]
+    assert [t for _, _, t in e.caps] == [pytest.approx(x) for x in expected]
+    assert e.best_cap_mb == 4  # fewer buckets, fewer latency steps: latency-bound at 64 ranks
+    code, out, err = run_cli(
+        str(trace), "--dry-run", "--rebucket", "1M-4M:x4", "--bw", "100", "--latency", "5",
+        "--world", "64",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "Predicted on 64 ranks, 100 GB/s per link, 5 us per step" in out
+    assert "There, bucket_cap_mb=4." in out
+    code, _, err = run_cli(str(trace), "--dry-run", "--rebucket", "1M", "--bw", "100")
+    assert code == 2 and "give both" in err
+    code, _, err = run_cli(str(trace), "--dry-run", "--bw", "100", "--latency", "5")
+    assert code == 2 and "give --rebucket too" in err
+    code, _, err = run_cli(
+        str(trace), "--dry-run", "--rebucket", "1M", "--bw", "0", "--latency", "5"
+    )
+    assert code == 2 and "Traceback" not in err
+
+
+def test_the_other_fabric_round_trips_through_run_json() -> None:
+    from commbench.results.replay import Elsewhere
+
+    e = Elsewhere(
+        bw_gbps=100.0, latency_us=5.0, world=64, caps=((MiB, 4, 0.0026), (4 * MiB, 2, 0.0013))
+    )
+    replay = ReplayRecord(trace="t", traced_world=2, world=64, steps=1, complete=True, elsewhere=e)
+    record = RunRecord(kind=RunKind.REPLAY, status=RunStatus.COMPLETE, replay=replay)
+    data = json.loads(json.dumps(record.to_dict()))
+    assert data["replay"]["elsewhere"]["best_cap_mb"] == 4
+    assert RunRecord.from_dict(data, "run.json").replay == replay

@@ -42,6 +42,12 @@ def dry_run(program: Program) -> None:
     from commbench.traces.plan import render_plan
 
     typer.echo(render_plan(program.plan), nl=False)
+    if program.elsewhere is not None:
+        from commbench.replay.explain import elsewhere_lines
+
+        typer.echo("")
+        for line in elsewhere_lines(program.elsewhere):
+            typer.echo(line)
     for note in program.notes:
         if note not in program.plan.notes:  # render_plan says its own
             typer.echo(f"commbench: note: {note}", err=True)
@@ -88,6 +94,12 @@ def report(run: Run) -> None:
             advice = advice_line(replay, params)
             if advice:
                 typer.echo(advice)
+        if replay.elsewhere is not None:
+            from commbench.replay.explain import elsewhere_lines
+
+            typer.echo("")
+            for line in elsewhere_lines(replay.elsewhere):
+                typer.echo(line)
         for note in replay.notes:
             typer.echo(f"commbench: note: {note}", err=True)
     for said in record.warnings:

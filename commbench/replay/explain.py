@@ -18,10 +18,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commbench.results.replay import ReplayRecord, median_of
+from commbench.replay.buckets import assign_buckets
+from commbench.results.replay import Elsewhere, ReplayRecord, median_of
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.sizes import format_size
 from commbench.strategies.model import Cost, Params, least_squares
+from commbench.tables import text_table
+from commbench.traces.trace import Parameter
 
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
 TOP_ROWS = 10
@@ -105,6 +108,23 @@ def predict_buckets_s(bucket_bytes: Sequence[int], world: int, params: Params) -
     """A step of DDP's all-reduces, one per bucket: they share the links, so their times
     add (the overlap DDP gets is with the backward's compute, which a replay has none of)."""
     return math.fsum(sum(predict_us("all_reduce", world, b, params)) for b in bucket_bytes) / 1e6
+
+
+def predict_elsewhere(
+    parameters: Sequence[Parameter],
+    caps: Sequence[int],
+    world: int,
+    bw_gbps: float,
+    latency_us: float,
+) -> Elsewhere:
+    """Each cap's DDP buckets predicted on a fabric of `bw_gbps` per link and `latency_us`
+    per step, at `world` ranks: the advisor's answer for a cluster this one is not."""
+    params = Params(alpha_us=latency_us, bw_gbps=bw_gbps)
+    rows = []
+    for cap in caps:
+        buckets = [b.nbytes for b in assign_buckets(parameters, cap)]
+        rows.append((cap, len(buckets), predict_buckets_s(buckets, world, params)))
+    return Elsewhere(bw_gbps=bw_gbps, latency_us=latency_us, world=world, caps=tuple(rows))
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -235,3 +255,17 @@ def advice_line(replay: ReplayRecord, params: Params | None) -> str | None:
             "fewer, larger all-reduces win while a step's latency outweighs its bytes"
         )
     return line + "."
+
+
+def elsewhere_lines(e: Elsewhere) -> list[str]:
+    """The caps predicted on the other fabric, and the cap the model names there."""
+    lines = [
+        f"Predicted on {e.world} ranks, {e.bw_gbps:g} GB/s per link, {e.latency_us:g} us per step "
+        "(the model alone):"
+    ]
+    headers = ["bucket_cap_mb", "buckets", "predicted / step"]
+    cells = [[f"{c / (1 << 20):g}", str(b), _time(t)] for c, b, t in e.caps]
+    lines += ["  " + line for line in text_table(headers, cells)]
+    if e.best_cap_mb is not None:
+        lines.append(f"There, bucket_cap_mb={e.best_cap_mb:g}.")
+    return lines

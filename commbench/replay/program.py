@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.results.replay import Elsewhere
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
 from commbench.traces.plan import Plan, build_plan, rescaled, size_bytes
 from commbench.traces.trace import Call, Trace
@@ -106,6 +107,8 @@ class Program:
     """The same, each collective counted from its last member's issue (`aligned`)."""
     notes: tuple[str, ...]
     plan: Plan
+    elsewhere: Elsewhere | None = None
+    """The bucket advisor's caps predicted on another fabric (`--bw`, `--latency`)."""
 
 
 def run_dtype(dtype: str) -> str:

@@ -148,4 +148,5 @@ def conclude(
         notes=list(program.notes),
         rebucket=rebucket,
         best_cap_mb=cap_mb(best.cap_bytes) if best is not None else None,
+        elsewhere=program.elsewhere,
     )

@@ -112,6 +112,24 @@ class ReplayRequest:
             "(start-up, until the first row, gets at least 120 s).",
         ),
     )
+    bw: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            metavar="GBPS",
+            help="With --latency and --rebucket: also predict each cap on another fabric, "
+            "this link bandwidth in GB/s, at the replay's world size (with --dry-run, "
+            "launching nothing).",
+        ),
+    )
+    latency: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            metavar="US",
+            help="With --bw: that fabric's latency per step in us.",
+        ),
+    )
     iters: int | None = field(
         default=None,
         metadata=cli(type=int, help="Timed iterations per row. Default: enough for 0.2 s."),
@@ -137,6 +155,13 @@ def prepare(
     trace = load_any(Path(request.trace))
     program = build_program(trace, world=request.world, steps=request.steps)
     caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
+    if (request.bw is None) != (request.latency is None):
+        raise UserError("--bw and --latency describe another fabric together: give both")
+    if request.bw is not None and request.rebucket is None:
+        raise UserError(
+            "--bw and --latency predict the bucket advisor's caps on another fabric: "
+            "give --rebucket too"
+        )
     if request.rebucket is not None and not trace.manifest.parameters:
         raise UserError(
             "--rebucket: the trace has no parameter list: record it with commbench record, "

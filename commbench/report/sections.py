@@ -312,6 +312,21 @@ def replay_section(page: Page) -> list[Block]:
         advice = advice_line(replay, params)
         if advice:
             blocks.append(Para(advice))
+    if replay.elsewhere is not None:
+        e = replay.elsewhere
+        blocks += [
+            Heading(level + 1, "The caps on another fabric"),
+            Para(
+                f"Predicted by the model alone on {e.world} ranks, {e.bw_gbps:g} GB/s per link "
+                f"and {e.latency_us:g} us per step (`--bw`, `--latency`)."
+            ),
+            Table(
+                ["bucket_cap_mb", "buckets", "predicted / step"],
+                [[f"{c / (1 << 20):g}", str(b), f"{t * 1e3:.3g} ms"] for c, b, t in e.caps],
+            ),
+        ]
+        if e.best_cap_mb is not None:
+            blocks.append(Para(f"There, bucket_cap_mb={e.best_cap_mb:g}."))
     if replay.notes:
         blocks.append(Bullets(list(replay.notes)))
     return blocks

@@ -63,6 +63,52 @@ class RebucketCap:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Elsewhere:
+    """The bucket advisor's caps predicted on another fabric (`--bw`, `--latency`), at the
+    replay's world size: no measurement, the model alone."""
+
+    bw_gbps: float
+    latency_us: float
+    world: int
+    caps: tuple[tuple[int, int, float], ...]
+    """(cap_bytes, buckets, predicted seconds per step) per cap."""
+
+    @property
+    def best_cap_mb(self) -> float | None:
+        if not self.caps:
+            return None
+        cap = min(self.caps, key=lambda c: (c[2], c[0]))[0]
+        return cap / (1 << 20)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bw_gbps": self.bw_gbps,
+            "latency_us": self.latency_us,
+            "world": self.world,
+            "caps": [
+                {"cap_bytes": c, "buckets": b, "predicted_s_per_step": t} for c, b, t in self.caps
+            ],
+            "best_cap_mb": self.best_cap_mb,
+        }
+
+    @classmethod
+    def read(cls, f: Fields) -> Elsewhere:
+        return cls(
+            bw_gbps=f.req("bw_gbps", number_in(0, 1e9)),
+            latency_us=f.req("latency_us", number_in(0, 1e12)),
+            world=f.req("world", integer_in(1, MAX_WORLD_SIZE)),
+            caps=tuple(
+                (
+                    item.req("cap_bytes", integer_in(1, MAX_SIZE_BYTES)),
+                    item.req("buckets", integer_in(0, MAX_COUNT)),
+                    item.req("predicted_s_per_step", _seconds),
+                )
+                for item in (x.obj() for x in f.items("caps", required=False, max_items=MAX_COUNT))
+            ),
+        )
+
+
 @dataclass(kw_only=True, slots=True)
 class ReplayRecord:
     """run.json's `replay`."""
@@ -96,6 +142,8 @@ class ReplayRecord:
     rebucket: list[RebucketCap] = field(default_factory=list)
     best_cap_mb: float | None = None
     """The advisor's `bucket_cap_mb`: the cap with the least measured time per step."""
+    elsewhere: Elsewhere | None = None
+    """The caps predicted on the fabric `--bw` and `--latency` describe."""
 
     @property
     def recorded_comm_s(self) -> float | None:
@@ -131,6 +179,8 @@ class ReplayRecord:
         if self.rebucket:
             data["rebucket"] = [c.to_dict() for c in self.rebucket]
             data["best_cap_mb"] = self.best_cap_mb
+        if self.elsewhere is not None:
+            data["elsewhere"] = self.elsewhere.to_dict()
         return data
 
     @classmethod
@@ -158,4 +208,5 @@ class ReplayRecord:
                 for item in f.items("rebucket", required=False, max_items=MAX_COUNT)
             ],
             best_cap_mb=f.opt("best_cap_mb", number_in(0, 1e12)),
+            elsewhere=Elsewhere.read(sub) if (sub := f.sub("elsewhere")) is not None else None,
         )
