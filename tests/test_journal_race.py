@@ -151,6 +151,21 @@ def test_the_first_reader_settles_a_run_whose_launcher_was_killed(tmp_path: Path
 
 
 @pytest.mark.integration
+def test_a_launcher_killed_between_its_json_and_its_csv_is_settled(tmp_path: Path) -> None:
+    """The launcher writes results.json, then results.csv: killed between the two, the JSON
+    holds every journaled row and the CSV one fewer. The reader settles the CSV too (seen
+    once in test_kill_anywhere's 20 random kills)."""
+    run_dir = _abandoned_run(tmp_path, _dead_launcher(), journaled=3, written=3)
+    rows = RunDir.of(run_dir).read_rows()
+    from commbench.results.exporters import rows_to_csv
+
+    (run_dir / RESULTS_CSV).write_text(rows_to_csv(rows[:2]))
+    run = load_run(run_dir)
+    assert len(run.rows) == 3 and run.record.status == RunStatus.INTERRUPTED
+    assert len((run_dir / RESULTS_CSV).read_text().splitlines()) == 1 + 3
+
+
+@pytest.mark.integration
 def test_a_run_whose_launcher_runs_or_whose_workers_still_run_is_left_alone(
     tmp_path: Path,
 ) -> None:

@@ -16,6 +16,7 @@ writer (`RunRecord.recognised`), and the first reader on its host ends the run f
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -144,6 +145,16 @@ def start_suite(parent: Path, record: SuiteRecord) -> Life[SuiteDir, SuiteRecord
     return life
 
 
+def _csv_rows(directory: RunDir) -> int:
+    """Data rows of results.csv (0 when it cannot be read): a reader that trusts the JSON
+    needs only to know whether the CSV lags behind it."""
+    try:
+        with open(directory.results_csv, newline="", encoding="utf-8", errors="replace") as fh:
+            return max(0, sum(1 for row in csv.reader(fh) if row) - 1)
+    except (OSError, csv.Error):
+        return 0
+
+
 def settle(directory: RunDir) -> RunRecord | None:
     """End, for it, a run whose launcher died outright (SIGKILL, the OOM killer): its record
     still says "running", and the rows rank 0 journaled after the launcher's last rewrite of
@@ -178,8 +189,11 @@ def settle(directory: RunDir) -> RunRecord | None:
         f"reader (pid {ProcessId.of().pid}) ended it on {now()}"
         + (f", with {recovered} point(s) taken from {EVENTS_FILE}" if recovered > 0 else ""),
     ]
+    # the launcher writes results.json, then results.csv: killed between the two, the CSV
+    # lags a row behind the JSON and the journal
+    csv_behind = _csv_rows(directory) < len(journaled)
     try:
-        if recovered > 0:  # the rows first: a run.json that says the run ended vouches for them
+        if recovered > 0 or csv_behind:  # the rows first: an ended run.json vouches for them
             directory.write_rows(journaled)
         directory.write_record(settled)
     except UserError:
