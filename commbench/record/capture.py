@@ -46,7 +46,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +133,6 @@ class _Op:
         self.peer = next((n for n in _PEER_ARGS if n in self.index), None)
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
-        if name == "monitored_barrier_":
-            self.op = "barrier"
 
     def arg(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name is None:
@@ -147,6 +145,21 @@ class _Op:
         return args[i] if i < len(args) else None
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A call noted and not yet written: it waits for its completion and for the calls
+    issued before it."""
+
+    call: Call
+    work: Any = None
+    """Its `dist.Work`, polled; None without one."""
+    completed_ns: int | None = None
+    done: bool = False
+    """Seen complete, or never to be (no Work, a failed one)."""
+    overlapped: bool = False
+    """Still in flight when its rank issued the next call: async."""
+
+
 class Capture:
     """The capture of one process: installed once, writing once the process makes its
     first call (a launcher that imports torch but never communicates writes nothing)."""
@@ -156,7 +169,7 @@ class Capture:
         self.lock = threading.Lock()
         self.writer: TraceWriter | None = None
         self.meta: RankMeta | None = None
-        self.pending: collections.deque[list[Any]] = collections.deque()
+        self.pending: collections.deque[_Pending] = collections.deque()
         self.groups: dict[str, Group] = {}
         self.backends: set[str] = set()
         self.host = socket.gethostname()
@@ -266,7 +279,7 @@ class Capture:
 
     def _note(
         self, op: _Op, args: tuple[Any, ...], kwargs: dict[str, Any], issued: int
-    ) -> list[Any]:
+    ) -> _Pending:
         if self.writer is None:
             self._open()
         ins = _tensors(op.arg(op.input, args, kwargs), [])
@@ -280,7 +293,7 @@ class Capture:
         if self.step is None and not self.forward_seen and self.steps_done:
             self.step = self.steps_done + 1  # a job without forwards: a call opens the step
         first = ins[0] if ins else (outs[0] if outs else None)
-        data = op.op not in ("barrier",) and first is not None
+        data = op.op != "barrier" and first is not None
         in_bytes = _nbytes(ins) if data else 0
         if op.op == "recv":
             in_bytes = 0
@@ -302,19 +315,18 @@ class Capture:
             step=self.step,
             peer=peer,
         )
-        # the call, its Work, its completion time, done, overlapped by a later call
-        entry = [call, None, None, False, False]
+        entry = _Pending(call)
         with self.lock:
             for earlier in self.pending:
-                if not earlier[3]:
-                    earlier[4] = True  # still in flight when this one was issued
+                if not earlier.done:
+                    earlier.overlapped = True  # still in flight when this one was issued
             self.calls += 1
             self.pending.append(entry)
             while len(self.pending) > MAX_PENDING:
                 self._write(self.pending.popleft())
         return entry
 
-    def _watch(self, entry: list[Any], result: Any) -> None:
+    def _watch(self, entry: _Pending, result: Any) -> None:
         """Keep the call's Work, polled for completion at the next points the process
         passes (`poll`); a call without one (barrier's on some backends) is done now."""
         work = result[-1] if isinstance(result, tuple) else result
@@ -323,9 +335,8 @@ class Capture:
             with contextlib.suppress(Exception):
                 handle = dist.Work.unbox(work)
         with self.lock:
-            entry[1] = handle
-            if handle is None:
-                entry[3] = True
+            entry.work = handle
+            entry.done = handle is None
             self._flush_done()
 
     def poll(self) -> None:
@@ -337,38 +348,39 @@ class Capture:
         now = time.time_ns()
         with self.lock:
             for entry in self.pending:
-                if not entry[3] and entry[1] is not None:
+                if not entry.done and entry.work is not None:
                     try:
-                        if entry[1].is_completed():
-                            entry[2], entry[3] = now, True
+                        if entry.work.is_completed():
+                            entry.completed_ns, entry.done = now, True
                     except Exception:  # a Work that failed: never complete
-                        entry[1], entry[3] = None, True
+                        entry.work, entry.done = None, True
             self._flush_done()
 
     def _flush_done(self) -> None:
-        while self.pending and self.pending[0][3]:
+        while self.pending and self.pending[0].done:
             if self._held(self.pending[0]):
                 return
             self._write(self.pending.popleft())
 
-    def _held(self, entry: list[Any]) -> bool:
+    def _held(self, entry: _Pending) -> bool:
         """A call before any step whose step is not known yet: start-up if a forward runs
         before the first marker, step 1 otherwise (bounded by MAX_PENDING)."""
         return (
-            entry[0].step is None
+            entry.call.step is None
             and self.steps_done == 0
             and not self.forward_seen
             and len(self.pending) < MAX_PENDING
         )
 
-    def _write(self, entry: list[Any]) -> None:
+    def _write(self, entry: _Pending) -> None:
         """Write one call (under the lock)."""
-        call, _work, completed, done, overlapped = entry
-        if not done:
+        if not entry.done:
             self.unfinished += 1
         if self.writer is not None:
-            async_op = call.async_op or overlapped
-            self.writer.write(replace(call, completed_ns=completed, async_op=async_op))
+            async_op = entry.call.async_op or entry.overlapped
+            self.writer.write(
+                replace(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
+            )
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -402,8 +414,8 @@ class Capture:
         with self.lock:
             if self.steps_done == 0 and not self.forward_seen:
                 for entry in self.pending:  # no forward ran: the calls so far were step 1
-                    if entry[0].step is None:
-                        entry[0] = replace(entry[0], step=1)
+                    if entry.call.step is None:
+                        entry.call = replace(entry.call, step=1)
             self.steps_done += 1
             self.step = None
             self._flush_done()

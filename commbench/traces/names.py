@@ -60,7 +60,7 @@ _ALIASES = {
     "reduce": ("reduce",),
     "gather": ("gather",),
     "scatter": ("scatter",),
-    "barrier": ("barrier", "allreducebarrier"),
+    "barrier": ("barrier", "allreducebarrier", "monitoredbarrier"),
     "send": ("send", "isend"),
     "recv": ("recv", "irecv", "recvanysource"),
 }
