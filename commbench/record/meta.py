@@ -15,7 +15,7 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.fields import Fields, anything, boolean, integer_in, line, list_of
 from commbench.files import decode, parse_json, read_bytes, shown
-from commbench.traces.trace import MAX_ARGV, MAX_PARAMETERS, MAX_WORLD, Parameter
+from commbench.traces.trace import MAX_ARGV, MAX_WORLD, Parameter
 
 META_FILE = "rank-{rank}.meta.json"
 MAX_META_BYTES = 64 << 20
@@ -80,12 +80,7 @@ class RankMeta:
             steps=f.opt("steps", count) or 0,
             calls=f.opt("calls", count) or 0,
             unfinished=f.opt("unfinished", count) or 0,
-            parameters=tuple(
-                Parameter.read(Fields(p, f"{where}: parameters[{i}]"))
-                for i, p in enumerate(
-                    f.opt("parameters", list_of(anything, max_items=MAX_PARAMETERS)) or ()
-                )
-            ),
+            parameters=Parameter.read_list(f, where),
             error=f.opt("error", line),
             closed=bool(f.opt("closed", boolean)),
         )

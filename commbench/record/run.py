@@ -34,7 +34,7 @@ from commbench.errors import UserError, quoted
 from commbench.files import path_kind, shown
 from commbench.launch.pythonpath import PACKAGE_ROOT
 from commbench.record.meta import RankMeta, read_metas
-from commbench.traces.trace import MANIFEST_FILE, RANK_FILE, Manifest, read_manifest, write_manifest
+from commbench.traces.trace import RANK_FILE, Manifest, write_manifest
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"  # the capture's, without importing torch to read it
 ROOT_ENV = "COMMBENCH_PACKAGE_ROOT"
@@ -181,14 +181,13 @@ def finish(directory: Path, argv: Sequence[str], started: float, exit_code: int)
         if m.error:
             notes.append(f"rank {m.rank}: the capture stopped early: {m.error}")
     first: RankMeta | None = by_rank.get(0) or (metas[0] if metas else None)
-    previous = _previous_manifest(directory)
     manifest = Manifest(
         argv=tuple(argv),
         world_size=world,
         hosts=tuple(sorted({m.host for m in metas})),
         torch_version=first.torch_version if first else None,
         backends=tuple(sorted({b for m in metas for b in m.backends})),
-        started=previous.started if previous else started,
+        started=started,
         ended=time.time(),
         complete=complete,
         parameters=first.parameters if first else (),
@@ -202,15 +201,6 @@ def finish(directory: Path, argv: Sequence[str], started: float, exit_code: int)
         ranks=ranks,
         notes=tuple(notes),
     )
-
-
-def _previous_manifest(directory: Path) -> Manifest | None:
-    if not (directory / MANIFEST_FILE).exists():
-        return None
-    try:
-        return read_manifest(directory)
-    except UserError:
-        return None
 
 
 def _listed(ranks: Sequence[int]) -> str:

@@ -3,7 +3,7 @@ the request (the flags, declared once) and the settings its workers read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,15 +39,7 @@ class ReplaySettings:
     """The directory of the compiled program (`replay.compiled`) the workers read."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "pace": self.pace,
-            "program": self.program,
-            "trace": self.trace,
-            "world": self.world,
-            "steps": self.steps,
-            "rebucket": list(self.rebucket),
-            "repeats": self.repeats,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReplaySettings:

@@ -232,6 +232,12 @@ class Parameter:
         return {"numel": self.numel, "dtype": self.dtype}
 
     @classmethod
+    def read_list(cls, f: Fields, where: str) -> tuple[Parameter, ...]:
+        """The `parameters` list of a manifest or a rank's meta file (empty when absent)."""
+        items = f.opt("parameters", list_of(anything, max_items=MAX_PARAMETERS)) or ()
+        return tuple(cls.read(Fields(p, f"{where}: parameters[{i}]")) for i, p in enumerate(items))
+
+    @classmethod
     def read(cls, f: Fields) -> Parameter:
         return cls(
             numel=f.req("numel", integer_in(0, MAX_BYTES)),
@@ -307,12 +313,7 @@ class Manifest:
             started=f.opt("started", number_in(0, _MAX_TIME)) or 0.0,
             ended=f.opt("ended", number_in(0, _MAX_TIME)),
             complete=bool(f.opt("complete", boolean)),
-            parameters=tuple(
-                Parameter.read(Fields(p, f"{where}: parameters[{i}]"))
-                for i, p in enumerate(
-                    f.opt("parameters", list_of(anything, max_items=MAX_PARAMETERS)) or ()
-                )
-            ),
+            parameters=Parameter.read_list(f, where),
         )
 
 
