@@ -28,35 +28,30 @@ PARAM_BYTES = 4 * (512 * 512 + 512) * 4
 TIMEOUT = 180
 
 
+def record_argv(trace: Path, job: list[str]) -> list[str]:
+    """`commbench record -o TRACE -- JOB...` as a command line."""
+    return [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--", *job]
+
+
+def run_record(
+    trace: Path, job: list[str], timeout: float = TIMEOUT, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # type: ignore[call-overload]
+        record_argv(trace, job), capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def torchrun(port: int) -> list[str]:
+    """torchrun on 2 ranks, at the rendezvous port `port`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--master-port", str(port)]  # fmt: skip
+
+
 def record(
     tmp_path: Path, job: list[str], port: int, **kw: object
 ) -> subprocess.CompletedProcess[str]:
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(port),
-    ]
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "commbench",
-            "record",
-            "-o",
-            str(tmp_path / "trace"),
-            "--",
-            *torchrun,
-            *job,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        **kw,  # type: ignore[call-overload]
-    )
+    """A torchrun job on 2 ranks recorded into tmp_path/trace."""
+    return run_record(tmp_path / "trace", [*torchrun(port), *job], **kw)
 
 
 def per_step(calls, op: str) -> dict[int | None, int]:
@@ -197,17 +192,7 @@ def _kill(pids: list[int]) -> None:
 @pytest.mark.integration
 def test_sigterm_reaches_a_plain_python_job(tmp_path: Path) -> None:
     code, err = _stop_when_ready(
-        [
-            sys.executable,
-            "-m",
-            "commbench",
-            "record",
-            "-o",
-            str(tmp_path / "t"),
-            "--",
-            sys.executable,
-            str(JOBS / "slow_job.py"),
-        ],
+        record_argv(tmp_path / "t", [sys.executable, str(JOBS / "slow_job.py")]),
         signal.SIGTERM,
         tmp_path / "t",
     )
@@ -222,23 +207,7 @@ def test_sigterm_reaches_a_plain_python_job(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_sigterm_reaches_a_torchrun_job(tmp_path: Path, free_port: int) -> None:
     code, err = _stop_when_ready(
-        [
-            sys.executable,
-            "-m",
-            "commbench",
-            "record",
-            "-o",
-            str(tmp_path / "t"),
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            str(free_port),
-            str(JOBS / "slow_job.py"),
-        ],
+        record_argv(tmp_path / "t", [*torchrun(free_port), str(JOBS / "slow_job.py")]),
         signal.SIGTERM,
         tmp_path / "t",
     )
@@ -254,23 +223,8 @@ def test_sigterm_reaches_a_torchrun_job(tmp_path: Path, free_port: int) -> None:
 
 @pytest.mark.integration
 def test_exit_status_and_output_pass_through(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "commbench",
-            "record",
-            "-o",
-            str(tmp_path / "t"),
-            "--",
-            sys.executable,
-            "-c",
-            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    job = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)"
+    done = run_record(tmp_path / "t", [sys.executable, "-c", job], timeout=60)
     assert done.returncode == 7
     assert done.stdout == "out\n"
     assert done.stderr.startswith("err\n")
@@ -286,24 +240,8 @@ def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
         "import os, sys\nif 'COMMBENCH_RECORD_DIR' in os.environ: sys.stdout.write('site ran\\n')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "commbench",
-            "record",
-            "-o",
-            str(tmp_path / "t"),
-            "--",
-            sys.executable,
-            "-c",
-            "import torch; print('torch', 'torch' in __import__('sys').modules)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    job = "import torch; print('torch', 'torch' in __import__('sys').modules)"
+    done = run_record(tmp_path / "t", [sys.executable, "-c", job], timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["site ran", "torch True"]
 
@@ -424,13 +362,14 @@ def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
         "dist.all_reduce(torch.ones(3))\n"
         "print('\\n'.join(sys.path))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "commbench", "record", "-o", str(tmp_path / "t"), "--",
-         sys.executable, "-c", job],
-        capture_output=True, text=True, timeout=120,
+    done = run_record(
+        tmp_path / "t",
+        [sys.executable, "-c", job],
+        timeout=120,
         # this checkout's commbench, found from the working directory, not from PYTHONPATH
-        cwd=PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": "/nonexistent"},
-    )  # fmt: skip
+        cwd=PACKAGE_ROOT,
+        env={**os.environ, "PYTHONPATH": "/nonexistent"},
+    )
     assert done.returncode == 0, done.stderr
     path = done.stdout.splitlines()
     assert str(PACKAGE_ROOT) not in path
