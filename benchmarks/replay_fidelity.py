@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -33,15 +32,6 @@ from netns_cluster import Cluster  # noqa: E402
 
 JOB = ROOT / "tests" / "jobs" / "ddp_mlp.py"
 PORTS = (29701, 29702, 29703)
-
-
-def node_command(cluster: Cluster, node: int, argv: list[str]) -> str:
-    """The shell line that runs argv on `node` as `Cluster.popen` would (its namespace, host
-    name and interface), for one `commbench record` around both nodes' launchers."""
-    inner = f'hostname {shlex.quote(cluster.hosts[node])} && exec "$@"'
-    parts = ["ip", "netns", "exec", cluster.namespaces[node], "unshare", "--uts", "sh", "-c"]
-    parts += [inner, "sh", "env", f"GLOO_SOCKET_IFNAME={cluster.interfaces[node]}", *argv]
-    return shlex.join(parts)
 
 
 def torchrun(cluster: Cluster, node: int, port: int, rest: list[str]) -> list[str]:
@@ -73,7 +63,7 @@ def main() -> None:
             times = Path(tmp) / f"{mode}-times.json"
             job = [str(JOB), "--steps", str(args.steps), "--bucket-cap-mb", str(args.bucket_cap_mb)]
             job += ["--times", str(times)]
-            lines = [node_command(cluster, n, torchrun(cluster, n, port, job)) for n in (0, 1)]
+            lines = [cluster.shell_line(n, torchrun(cluster, n, port, job)) for n in (0, 1)]
             script = f"{lines[0]} & a=$!; {lines[1]} & b=$!; wait $a && wait $b"
             record = [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--"]
             argv = ["sh", "-c", script]

@@ -277,9 +277,8 @@ class Cluster:
         interface, `env` over os.environ, in a session of its own (so `kill_node` stops it
         and its children). With `slow_cpu`, it joins the node's cgroup (`cpu_quota`) before
         it execs argv, so every process it starts is throttled too."""
-        script = f'hostname {shlex.quote(self.hosts[node])} && exec "$@"'
         # each shell `exec`s, `unshare` and `ip netns exec` too: the Popen's pid is argv's
-        wrapped = [*self._in_ns(node), "unshare", "--uts", "sh", "-c", script, "sh", *argv]
+        wrapped = self._wrapped(node, argv)
         if slow_cpu:
             if node not in self._cgroups:
                 raise ValueError(f"slow_cpu: call cpu_quota({node}, fraction) first")
@@ -291,6 +290,18 @@ class Cluster:
         proc = subprocess.Popen(wrapped, env=merged, cwd=cwd, **popen_kwargs)
         self._procs[node].append(proc)
         return proc
+
+    def _wrapped(self, node: int, argv: list[str]) -> list[str]:
+        """argv in node i's namespace, under its own host name."""
+        script = f'hostname {shlex.quote(self.hosts[node])} && exec "$@"'
+        return [*self._in_ns(node), "unshare", "--uts", "sh", "-c", script, "sh", *argv]
+
+    def shell_line(self, node: int, argv: list[str]) -> str:
+        """argv as `popen` runs it on node i (its namespace, host name and interface), as
+        one shell line: for a command that starts every node's processes itself (one
+        `commbench record` around both nodes' launchers)."""
+        interface = f"GLOO_SOCKET_IFNAME={self.interfaces[node]}"
+        return shlex.join(self._wrapped(node, ["env", interface, *argv]))
 
     def kill_node(self, node: int) -> None:
         """SIGKILL every process group started on node i, and every process left in its

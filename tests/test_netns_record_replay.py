@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -29,14 +28,6 @@ JOB = Path(__file__).parent / "jobs" / "ddp_mlp.py"
 PARAM_BYTES = 4 * (512 * 512 + 512) * 4
 
 
-def on_node(cluster: Cluster, node: int, argv: list[str]) -> str:
-    """argv as `Cluster.popen` runs it on `node`, as one shell line."""
-    inner = f'hostname {shlex.quote(cluster.hosts[node])} && exec "$@"'
-    parts = ["ip", "netns", "exec", cluster.namespaces[node], "unshare", "--uts", "sh", "-c"]
-    parts += [inner, "sh", "env", f"GLOO_SOCKET_IFNAME={cluster.interfaces[node]}", *argv]
-    return shlex.join(parts)
-
-
 def test_a_two_node_job_recorded_and_replayed_across_the_nodes(
     tmp_path: Path, free_port: int
 ) -> None:
@@ -44,8 +35,7 @@ def test_a_two_node_job_recorded_and_replayed_across_the_nodes(
         cluster.shape(1, rate_mbit=200)
         endpoint = f"{cluster.addresses[0]}:{free_port}"
         lines = [
-            on_node(
-                cluster,
+            cluster.shell_line(
                 n,
                 [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
                  str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
