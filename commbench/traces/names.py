@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from commbench.results.names import DTYPES
+
 OPS = (
     "all_reduce",
     "all_gather",
@@ -78,15 +80,8 @@ def canonical_op(name: str) -> str:
 
 
 ELEMENT_BYTES: dict[str, int] = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float64": 8,
-    "int32": 4,
-    "int64": 8,
+    **DTYPES,
     "int16": 2,
-    "int8": 1,
-    "uint8": 1,
     "bool": 1,
     "complex64": 8,
     "complex128": 16,
