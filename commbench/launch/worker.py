@@ -56,19 +56,30 @@ from commbench.results.store import RunDir, atomic_write
 from commbench.stats import quantile
 from commbench.timing import time_cpu, time_cuda, time_cuda_graph
 
-# Adaptive warm-up: about this much time, within [2, 20] iterations, the first of which also
-# pays for connection setup (NCCL/gloo connect lazily on first use).
+# Adaptive warm-up: about this much time, within [2, 20] iterations. The first iteration pays
+# for connection setup (NCCL/gloo connect lazily on first use), so the count is planned from the
+# second one's time, which is the device's pace.
 WARMUP_TIME_US = 50_000.0
 WARMUP_MIN, WARMUP_MAX = 2, 20
+# The run's first point also brings the device out of idle: clocks ramp and lazy state fills
+# only under sustained load. Timed after a few calls only, a 1 KiB all_reduce on an idle H100
+# read 86 us where the same run's later points read 25 us (results/reference/nvidia-h100-80gb-hbm3,
+# 2026-11-26). So it warms for about this long, up to FIRST_WARMUP_MAX iterations.
+FIRST_WARMUP_TIME_US = 250_000.0
+FIRST_WARMUP_MAX = 20_000
 PROFILE_ITERS = 3
 PROFILE_DIR = "profile"
 
 
-def plan_warmup(first_us: float) -> int:
-    """Total warm-up iterations given the first one's time (max over ranks)."""
-    if first_us <= 0:
-        return WARMUP_MAX
-    return max(WARMUP_MIN, min(WARMUP_MAX, math.ceil(WARMUP_TIME_US / first_us)))
+def plan_warmup(pace_us: float, *, first_point: bool = False) -> int:
+    """Total warm-up iterations given one warm iteration's time (max over ranks): about
+    WARMUP_TIME_US of them, or FIRST_WARMUP_TIME_US on the run's first point."""
+    budget, most = (
+        (FIRST_WARMUP_TIME_US, FIRST_WARMUP_MAX) if first_point else (WARMUP_TIME_US, WARMUP_MAX)
+    )
+    if pace_us <= 0:
+        return most
+    return max(WARMUP_MIN, min(most, math.ceil(budget / pace_us)))
 
 
 def plan_iterations(settings: CollectivesSettings, estimate_us: float) -> int:
@@ -128,6 +139,8 @@ class Worker:
         self.journal: Journal | None = None
         pattern.progress = self.hb.tick
         self.profile_parts: list[Path] = []
+        self.warmed = False
+        """Whether a point of this run has had the device's first, longer warm-up."""
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -282,10 +295,11 @@ class Worker:
         note = ""
         self.hb.phase = "warmup"
         if s.warmup is None:
-            first = self._timer(call, 1)
-            (t1,) = self._agree_max(first, grp.handle)
-            warmup = plan_warmup(t1)
-            rest = self._timer(call, warmup - 1)
+            first = self._timer(call, WARMUP_MIN)
+            (pace,) = self._agree_max(first[-1:], grp.handle)
+            warmup = plan_warmup(pace, first_point=not self.warmed)
+            rest = self._timer(call, warmup - WARMUP_MIN) or first[-1:]
+            self.warmed = True
         else:
             warmup = s.warmup
             rest = self._timer(call, warmup)
