@@ -55,7 +55,9 @@ def _interval_requests(store: object, nnodes: int, intervals: int = 3) -> tuple[
     keys = Keys(f"steady{nnodes}")
     links = [StoreLink(lambda: store) for _ in range(nnodes)]
     agents = [NodeAgent(links[n], keys, n, f"n{n}") for n in range(nnodes)]
-    aggregator = Aggregator(links[0], keys, nnodes, plan_interval(nnodes))
+    now = [0.0]
+    interval = plan_interval(nnodes)
+    aggregator = Aggregator(links[0], keys, nnodes, interval, clock=lambda: now[0])
     followers = [Follower(links[n], keys) for n in range(1, nnodes)]
     counts = []
     for step in range(intervals):
@@ -65,6 +67,10 @@ def _interval_requests(store: object, nnodes: int, intervals: int = 3) -> tuple[
         summary = aggregator.step()
         counts.append(sum(link.total_requests for link in links) - before)
         assert summary.reporting == nnodes and not summary.problems
+        # a wake-up within the interval (a stalled node asking) reads no digest again
+        before = links[0].total_requests
+        assert aggregator.step() is summary and links[0].total_requests == before
+        now[0] += interval
     # a follower reads only when asked: one request
     before = links[1].total_requests
     assert followers[0].read() is not None
@@ -190,3 +196,30 @@ def test_a_stopped_rank_among_1024_nodes_is_named_within_10_s(store: object) -> 
     (named,) = summary.problems
     assert (named.rank, named.host, named.phase) == (613 * RANKS_PER_NODE + 2, "n613", "timed")
     assert 3 * plan_interval(nnodes) <= 10
+
+
+def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
+    tmp_path: object,
+) -> None:
+    """The launcher polls every 0.1 s and, while its ranks stall, asks for the summary on each
+    poll: the control thread still steps at most twice per interval (its own step and one
+    wake-up), not ten times (the real thread and its real wait, on a one-node job, where a
+    step makes no request)."""
+    import threading
+    import time
+
+    from commbench.launch.control import MIN_INTERVAL, ControlPlane
+
+    plane = ControlPlane(tmp_path)  # type: ignore[arg-type]
+    plane.start()
+    try:
+        began = time.monotonic()
+        while time.monotonic() - began < 4 * MIN_INTERVAL:
+            plane.want_summary()
+            time.sleep(0.01)
+        elapsed = time.monotonic() - began
+    finally:
+        plane.stop()
+    assert not any(t.name == "commbench-control" for t in threading.enumerate())
+    intervals = elapsed / MIN_INTERVAL
+    assert 1 <= plane.steps <= 2 * (intervals + 1), (plane.steps, elapsed)

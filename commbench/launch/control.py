@@ -349,9 +349,15 @@ class Aggregator:
     _started: float | None = None
     _seq: int = 0
     _progress: int = 0
+    _last: tuple[float, FleetSummary] | None = None
+    """When the digests were last read, and the summary made of them."""
 
     def step(self) -> FleetSummary:
+        """Read every digest and publish the summary; at most once per interval (a stalled
+        node's wake-up between two steps gets the summary of the last one, for no request)."""
         now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
         if self._started is None:
             self._started = now
         keys = [self.keys.digest(n) for n in range(self.nnodes)]
@@ -385,6 +391,7 @@ class Aggregator:
             self._progress += 1
         summary = self.summarise(now)
         self.link.call("set", self.keys.fleet, summary.to_json())
+        self._last = (now, summary)
         return summary
 
     def summarise(self, now: float) -> FleetSummary:
@@ -524,6 +531,11 @@ class ControlPlane:
         self.interval = MIN_INTERVAL
         self._pids: frozenset[int] = frozenset()
         self._want = threading.Event()
+        self._woken_at = -float("inf")
+        """When a want last woke the thread (monotonic): at most once per interval."""
+        self.steps = 0
+        self.watched: tuple[float, float] | None = None
+        """The first and the last step's time (monotonic): the span the requests were for."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.agent: NodeAgent | None = None
@@ -541,6 +553,8 @@ class ControlPlane:
             self.hosts = hosts
 
     def want_summary(self) -> None:
+        """The launcher's ranks stalled: a summary, soon. Wakes the thread at most once per
+        interval (`_wait_next`); otherwise the next regular step serves it."""
         self._want.set()
 
     def start(self) -> None:
@@ -590,7 +604,10 @@ class ControlPlane:
             "nnodes": self.view.nnodes,
             "aggregator": self.view.writer,
             "interval_s": self.interval,
+            "steps": self.steps,
+            "watched_s": round(self.watched[1] - self.watched[0], 3) if self.watched else 0.0,
             "requests": self.link.total_requests,
+            "requests_by_op": dict(self.link.requests),
             "bytes": self.link.bytes,
             "store_s": round(self.link.seconds, 3),
             "degraded": self.degraded,
@@ -603,9 +620,27 @@ class ControlPlane:
             with contextlib.suppress(Exception):
                 _store_class()
         while not self._stop.is_set():
+            began = time.monotonic()
             with contextlib.suppress(StoreDown):
                 self.step()
-            self._want.wait(self.interval)
+            self.steps += 1
+            self.watched = ((self.watched or (began, 0.0))[0], began)
+            self._wait_next(began + self.interval)
+
+    def _wait_next(self, due: float) -> None:
+        """Sleep until `due`, or until a want, where no want woke the thread in the last
+        interval. One step per interval is the model (docs/scale.md); a stalled launcher that
+        asks on every 0.1 s poll must not turn that into ten."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= due:
+                return
+            wake_allowed_at = self._woken_at + self.interval
+            if now < wake_allowed_at:
+                self._stop.wait(min(due, wake_allowed_at) - now)
+            elif self._want.wait(due - now):
+                self._woken_at = time.monotonic()
+                return
 
     def step(self) -> None:
         """One interval's work; raises StoreDown when the store failed (already recorded)."""

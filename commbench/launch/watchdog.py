@@ -43,6 +43,9 @@ from commbench.sizes import format_size
 # A heartbeat older than this means the process is not running (stopped or gone); the
 # heartbeat thread writes every HEARTBEAT_INTERVAL, so this leaves room for a loaded machine.
 STALE_AFTER = max(5.0, 10 * HEARTBEAT_INTERVAL)
+STALL_AFTER = 2 * HEARTBEAT_INTERVAL
+"""Seconds without progress of this node's ranks after which the launcher asks the cross-node
+watch who stalled: two heartbeats, so an unchanged file between two of them is no stall."""
 
 
 def _silent_after(timeout: float) -> float:
@@ -160,6 +163,8 @@ class Watch:
         self.last_signature: Any = None
         self.last_progress = time.monotonic()
         self.heartbeats: dict[int, Seen] = {}
+        self._local_signature: Any = None
+        self._local_changed = time.monotonic()
         """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
         the fleet summary names: stopped, silent, gone or behind."""
         self.control: ControlPlane | None = None
@@ -191,7 +196,7 @@ class Watch:
         fleet = None
         if self.control is not None:
             self.control.offer((b.pid for b in local.values() if b.pid), self._hosts_by_node())
-            if local_signature == (self.last_signature or (None, None))[1]:
+            if self._stalled(local_signature):
                 self.control.want_summary()  # our ranks wait: who on the other nodes stalled?
             fleet = self.control.fleet
         self.heartbeats = {**remote_beats(fleet, self.roll), **local}
@@ -200,6 +205,15 @@ class Watch:
             self.last_signature = signature
             self.last_progress = time.monotonic()
         self._note_stopped()
+
+    def _stalled(self, local_signature: Any) -> bool:
+        """Whether this node's ranks made no progress for STALL_AFTER: a real stall, not the
+        unchanged file that most 0.1 s polls see between two heartbeats."""
+        now = time.monotonic()
+        if local_signature != self._local_signature:
+            self._local_signature, self._local_changed = local_signature, now
+            return False
+        return now - self._local_changed > STALL_AFTER
 
     def read_journal(self, on_row: Callable[[ResultRow], None], *, final: bool = False) -> None:
         """Take in what rank 0 journaled since the last read, rewriting the result files
