@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from commbench.results import openmetrics as om
 from commbench.results.record import RunRecord
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, write_results
@@ -78,6 +79,20 @@ def hostile_texts(count: int = 400, seed: int = 33) -> list[str]:
     alphabet = _AWKWARD + "abc"
     made = ["".join(rng.choices(alphabet, k=rng.randrange(1, 24))) for _ in range(count)]
     return fixed + made
+
+
+def hostile_families(values: list[str], helps: list[str] | None = None) -> list[om.Family]:
+    """Metric families holding hostile strings: `commbench_hostile`, one sample per value
+    (labels `case`, its index, and `value`), and a family `commbench_hostile_help_<i>` per
+    text of `helps` (default: `values`, i its index there) with the text as its HELP."""
+    labels = om.Family("commbench_hostile", "gauge", "hostile label values")
+    for i, text in enumerate(values):
+        labels.add({"case": str(i), "value": text}, i)
+    families = [labels]
+    for i, text in enumerate(values if helps is None else helps):
+        families.append(om.Family(f"commbench_hostile_help_{i}", "gauge", text))
+        families[-1].add({}, i)
+    return families
 
 
 def make_row(

@@ -28,7 +28,14 @@ from commbench.results import openmetrics as om
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.store import RunDir
-from tests.factories import UNWRITABLE, hostile_texts, make_row, rescaled, write_run
+from tests.factories import (
+    UNWRITABLE,
+    hostile_families,
+    hostile_texts,
+    make_row,
+    rescaled,
+    write_run,
+)
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 FORMATS = ["openmetrics", "prometheus"]
@@ -257,20 +264,6 @@ def unescape_help(text: str, fmt: str) -> str:
     backslash is itself), OpenMetrics the double quote too."""
     escapes = {"n": "\n", "\\": "\\"} | ({'"': '"'} if fmt == "openmetrics" else {})
     return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(0)), text)
-
-
-def hostile_families(values: list[str], helps: list[str] | None = None) -> list[om.Family]:
-    """`commbench_hostile`, one sample per value (labels `case`, its index, and `value`), and
-    a family `commbench_hostile_help_<case>` per text of `helps` (default: `values`) with the
-    text as its HELP."""
-    labels = om.Family("commbench_hostile", "gauge", "hostile label values")
-    for i, text in enumerate(values):
-        labels.add({"case": str(i), "value": text}, i)
-    families = [labels]
-    for i, text in enumerate(values if helps is None else helps):
-        families.append(om.Family(f"commbench_hostile_help_{i}", "gauge", text))
-        families[-1].add({}, i)
-    return families
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -30,7 +30,7 @@ from commbench.cli import app
 from commbench.results import openmetrics as om
 from commbench.results.runs import load_run
 from commbench.results.store import atomic_write
-from tests.factories import hostile_texts
+from tests.factories import hostile_families, hostile_texts
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +95,9 @@ class Prometheus:
             time.sleep(0.1)
 
     def log_tails(self) -> str:
-        return "\n".join(f"{log.name}:\n{log.read_text()[-2000:]}" for log in self.logs)
+        return "\n".join(
+            f"{log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs
+        )
 
     def export(self, run: Path, name: str = "commbench.prom") -> Path:
         out = self.textfile / name
@@ -251,13 +253,8 @@ def test_hostile_strings_come_back_from_prometheus_as_they_were(prometheus: Prom
     them), and a blank one is not tried: the collector puts its own text in its place."""
     prom = prometheus
     texts = hostile_texts()
-    helps = {i: text for i, text in enumerate(texts) if text.lstrip(" ")}
-    families = [om.Family("commbench_hostile", "gauge", "hostile label values")]
-    for i, text in enumerate(texts):
-        families[0].add({"case": str(i), "value": text}, i)
-    for i, text in helps.items():
-        families.append(om.Family(f"commbench_hostile_help_{i}", "gauge", text))
-        families[-1].add({}, i)
+    helps = [text for text in texts if text.lstrip(" ")]
+    families = hostile_families(texts, helps)
     atomic_write(prom.textfile / "hostile.prom", om.render(families, om.Dialect.prometheus))
     result = prom.wait("commbench_hostile", lambda r: len(r) == len(texts))
     assert one(prom.query("node_textfile_scrape_error"))[1] == 0
@@ -268,4 +265,4 @@ def test_hostile_strings_come_back_from_prometheus_as_they_were(prometheus: Prom
     read_helps = {
         int(k.rsplit("_", 1)[1]): v[0]["help"] for k, v in metadata.items() if "_help_" in k
     }
-    assert read_helps == {i: text.lstrip(" ") for i, text in helps.items()}
+    assert read_helps == {i: text.lstrip(" ") for i, text in enumerate(helps)}
