@@ -65,17 +65,21 @@ browser-deps:
 		|| echo "browser-deps: chromium did not install; the browser test will be skipped"; \
 	else echo "browser-deps: not root or no apt-get; the browser test will be skipped"; fi
 
-# Debian's promtool (package prometheus) for the lint of `commbench export`'s metrics. Without
-# it that test is skipped, except under CI=true where it fails. The package's server is not
-# wanted: a start the install made is undone.
+# Debian's Prometheus (promtool, and the server) and node_exporter (package
+# prometheus-node-exporter) for the lint of `commbench export`'s metrics and the test that
+# scrapes them through the textfile collector. Without them those tests are skipped, except
+# under CI=true where they fail. The tests start their own daemons: the services the install
+# starts are stopped and disabled.
 metrics-deps:
-	@if command -v promtool >/dev/null; then exit 0; fi; \
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null && \
+		command -v prometheus-node-exporter >/dev/null; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends prometheus >/dev/null; \
-		if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; \
-			then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; \
-	else echo "metrics-deps: not root or no apt-get; the promtool test will be skipped"; fi
+			--no-install-recommends prometheus prometheus-node-exporter >/dev/null; \
+		if command -v systemctl >/dev/null; then for s in prometheus prometheus-node-exporter; do \
+			if systemctl is-active --quiet $$s 2>/dev/null || systemctl is-enabled --quiet $$s 2>/dev/null; \
+			then systemctl disable --now $$s >/dev/null 2>&1 || true; fi; done; fi; \
+	else echo "metrics-deps: not root or no apt-get; the Prometheus tests will be skipped"; fi
 
 # The HTML report in Debian's headless Chromium (apt-get install chromium): no outside
 # reference, every image decodes, a screenshot in /tmp/commbench-browser/screenshot.png.

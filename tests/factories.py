@@ -5,10 +5,12 @@ plausible default (an all_reduce of float32 sums on 2 ranks, measured and checke
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from commbench.results import openmetrics as om
 from commbench.results.record import RunRecord
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, write_results
@@ -33,6 +35,64 @@ _KEPT = (
     "requested_bytes",
     "note",
 )
+
+
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""Every line break of `str.splitlines` but the line feed: a reader of lines may end a line at
+any of them (Python's text mode at a carriage return, YAML at NEL, U+2028 and U+2029)."""
+UNWRITABLE = LINE_BREAKS + "\x00\t\x1b\x1f\x7f\x80\x9f\ud800\udbff\udc00\udfff"
+"""Characters a line-based text format cannot hold as they are, which its writer escapes or
+refuses: the line breaks above, other control characters (C0 but the line feed, DEL, C1), and
+lone surrogates (which UTF-8 cannot encode)."""
+_AWKWARD = (
+    '\\"\n{}=,# nN01.-_eE+'
+    "\u00a0\u00e9\u00ff\u0100\u200b\u200e\u202e\u2027\u202a\u2030"
+    "\u3000\u65e5\ufeff\ufffd\ufffe\uffff\U0001f600\U0010ffff"
+)
+"""Characters a text format must escape, or that sit next to ones it must refuse: backslash,
+quote, line feed, a format's own syntax, spaces, bidirectional and zero-width marks, and the
+code points around U+2028 and U+2029, on both sides of the byte-length boundaries of UTF-8."""
+
+
+def hostile_texts(count: int = 400, seed: int = 33) -> list[str]:
+    """Strings a writer must keep exactly: fixed cases (empty, an escape sequence spelt out,
+    a sample line, a whole injected sample) and `count` random ones over `_AWKWARD`, none
+    holding a character of `UNWRITABLE`."""
+    fixed = [
+        "",
+        " ",
+        "\\",
+        '"',
+        "\n",
+        "\\n",
+        '\\"',
+        "\\\\",
+        "\n\n",
+        '"} 1\ncommbench_injected{a="b"} 2\n',
+        "# HELP commbench_x injected",
+        "# EOF",
+        'a=b,c="d"',
+        "{}",
+        _AWKWARD,
+    ]
+    rng = random.Random(seed)
+    alphabet = _AWKWARD + "abc"
+    made = ["".join(rng.choices(alphabet, k=rng.randrange(1, 24))) for _ in range(count)]
+    return fixed + made
+
+
+def hostile_families(values: list[str], helps: list[str] | None = None) -> list[om.Family]:
+    """Metric families holding hostile strings: `commbench_hostile`, one sample per value
+    (labels `case`, its index, and `value`), and a family `commbench_hostile_help_<i>` per
+    text of `helps` (default: `values`, i its index there) with the text as its HELP."""
+    labels = om.Family("commbench_hostile", "gauge", "hostile label values")
+    for i, text in enumerate(values):
+        labels.add({"case": str(i), "value": text}, i)
+    families = [labels]
+    for i, text in enumerate(values if helps is None else helps):
+        families.append(om.Family(f"commbench_hostile_help_{i}", "gauge", text))
+        families[-1].add({}, i)
+    return families
 
 
 def make_row(

@@ -7,6 +7,7 @@ both formats in the integration lane."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -19,13 +20,22 @@ from typer.testing import CliRunner
 import commbench
 from commbench.cli import app
 from commbench.diagnose.verdict import DEGRADED, Diagnosis, NodeVerdict
+from commbench.errors import UserError
 from commbench.files import dump_json
 from commbench.health.record import GpuHealth, HealthSnapshot, RdmaPortHealth, RunHealth
 from commbench.report.export import EXPORTERS, ExportFormat
+from commbench.results import openmetrics as om
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.store import RunDir
-from tests.factories import make_row, rescaled, write_run
+from tests.factories import (
+    UNWRITABLE,
+    hostile_families,
+    hostile_texts,
+    make_row,
+    rescaled,
+    write_run,
+)
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 FORMATS = ["openmetrics", "prometheus"]
@@ -192,10 +202,10 @@ def test_one_sample_per_point_and_metric_in_base_units(fixture: str, fmt: str) -
     assert len(got.get("commbench_busbw_bytes_per_second")) == sum(
         r.busbw_gbps is not None for r in measured
     )
-    run_id = run.record.run_id or run.path.name
+    run_labels = {"kind": run.kind.value, "backend": run.context.backend or ""}
     for row in measured:
         point = {
-            "run_id": run_id,
+            **run_labels,
             "op": row.op,
             "strategy": row.strategy,
             "dtype": row.dtype,
@@ -242,11 +252,112 @@ def test_label_values_are_escaped(tmp_path: Path, fmt: str) -> None:
     got = parse(text, fmt)  # every line is one whole line: no raw line break got through
     run_id = 'run "x" \\ 1'
     hosts = 'n"0\\,n1'
-    assert got.get("commbench_busbw_bytes_per_second", run_id=run_id, hosts=hosts)
+    assert got.one("commbench_run_info", run_id=run_id, hosts=hosts) == 1
     before = {"device": "GPU0", "counter": "pcie_replay", "snapshot": "before"}
     assert got.one("commbench_health_errors", host=HOSTILE, **before) == 3
     for name, _, _ in got.samples:
         assert name.startswith("commbench_")
+
+
+def unescape_help(text: str, fmt: str) -> str:
+    """HELP text as read back: Prometheus 0.0.4 escapes backslash and line feed (any other
+    backslash is itself), OpenMetrics the double quote too."""
+    escapes = {"n": "\n", "\\": "\\"} | ({'"': '"'} if fmt == "openmetrics" else {})
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(0)), text)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_string_that_is_written_reads_back_as_it_was(fmt: str) -> None:
+    texts = hostile_texts()
+    got = parse(om.render(hostile_families(texts), om.Dialect(fmt)), fmt)
+    read = {int(tags["case"]): tags["value"] for _, tags, _ in got.samples if "case" in tags}
+    assert read == dict(enumerate(texts))
+    for i, text in enumerate(texts):
+        assert unescape_help(got.helps[f"commbench_hostile_help_{i}"], fmt) == text
+
+
+@pytest.mark.parametrize("where", ["label", "help"])
+@pytest.mark.parametrize("char", UNWRITABLE)
+def test_a_character_the_formats_cannot_hold_is_refused(where: str, char: str) -> None:
+    text = f"gpu{char}0"
+    family = om.Family("commbench_x", "gauge", text if where == "help" else "help")
+    family.add({"host": text if where == "label" else "n0"}, 1)
+    for dialect in om.Dialect:
+        with pytest.raises(UserError) as refused:
+            om.render([family], dialect)
+        said = str(refused.value)
+        assert f"U+{ord(char):04X}" in said and "\n" not in said
+        assert ("label host of commbench_x" if where == "label" else "HELP of commbench_x") in said
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("host", "n0\u2028n1"), ("host", "n0\rn1"), ("run_id", "\ud800")]
+)
+def test_a_run_holding_such_a_character_is_one_line_and_no_file(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    """The health snapshot's host and run.json's run id are read as any string: the export is
+    the writer that refuses them."""
+    run_dir = hostile_run(tmp_path)
+    record = json.loads((run_dir / "run.json").read_text())
+    if field == "host":
+        record["context"]["health"]["after"]["host"] = value
+    else:
+        record["run_id"] = value
+    (run_dir / "run.json").write_text(json.dumps(record))  # ASCII: a surrogate as \ud800
+    out = tmp_path / "m.prom"
+    line = bad([str(run_dir), "--out", str(out)])
+    assert f"U+{ord(value[2] if field == 'host' else value):04X}" in line
+    assert not out.exists()
+
+
+BOUNDED = {
+    *("kind", "backend", "op", "strategy", "dtype", "reduce_op", "in_place", "world_size"),
+    *("size_bytes", "step", "quantile", "status", "finding", "verdict"),
+    *("host", "node", "device", "link", "counter", "snapshot"),
+}
+"""Every label name of a measure: each takes a bounded set of values (an op, a size, a GPU, a
+node of the cluster), so the next run's export gives the same series new values."""
+
+
+def test_only_the_info_series_tell_one_run_from_another(tmp_path: Path) -> None:
+    base, new = slower_pair(tmp_path)
+    exports = [[RUNS / name] for name in ("h100x8-golden", "p2p-v1", "two-node-gloo-pcie8")]
+    exports += [[hostile_run(tmp_path)], [diagnose_run(tmp_path)], [new, "--baseline", base]]
+    for args in exports:
+        run = load_run(args[0])
+        got = parse(export(*args, "-f", "prometheus"), "prometheus")
+        identity = om.run_identity(run)
+        assert got.one("commbench_run_info", **identity) == 1
+        for name, labels, _ in got.samples:
+            assert labels["kind"] == run.kind.value, (name, labels)  # none overwrote it
+            if name.endswith("_info"):
+                continue
+            assert set(labels) <= BOUNDED, (name, set(labels) - BOUNDED)
+    assert "baseline_run_id" not in BOUNDED and "run_id" not in BOUNDED
+    assert got.one("commbench_compare_baseline_info", baseline_run_id="base-1") == 1
+
+
+def test_the_next_run_gives_the_same_series_new_values() -> None:
+    """Two runs of one sweep, as two hourly exports: every series but the run's info is the
+    same one, with new values."""
+    a, b = (
+        parse(export(RUNS / n, "-f", "prometheus"), "prometheus")
+        for n in ("cpu-gloo-a", "cpu-gloo-b")
+    )
+
+    def series(got: Parsed) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (name, tuple(sorted(labels.items()))): value
+            for name, labels, value in got.samples
+            if name != "commbench_run_info"
+        }
+
+    assert series(a).keys() == series(b).keys()
+    busbw = [k for k in series(a) if k[0] == "commbench_busbw_bytes_per_second"]
+    assert len(busbw) == 27 and all(series(a)[k] != series(b)[k] for k in busbw)
+    assert [s[1]["run_id"] for s in a.samples if s[0] == "commbench_run_info"] == ["cpu-gloo-a"]
+    assert [s[1]["run_id"] for s in b.samples if s[0] == "commbench_run_info"] == ["cpu-gloo-b"]
 
 
 def test_link_health_counters_and_their_increase(tmp_path: Path) -> None:
@@ -257,8 +368,8 @@ def test_link_health_counters_and_their_increase(tmp_path: Path) -> None:
     assert got.one(counter + "_increase", device="GPU0", link="2", counter="nvlink_crc_flit") == 0
     assert got.one(counter + "_increase", device="mlx5_0/1", counter="symbol_error") == 4
     assert not got.get(counter, counter="port_xmit_data")  # a data counter, not an error one
-    assert got.one("commbench_health_findings", kind="counter_moved") >= 1
-    assert got.one("commbench_health_findings", kind="downtrained") == 0
+    assert got.one("commbench_health_findings", finding="counter_moved") >= 1
+    assert got.one("commbench_health_findings", finding="downtrained") == 0
 
 
 def test_a_run_without_health_has_no_health_metrics() -> None:
@@ -283,19 +394,22 @@ def test_diagnose_run_exports_each_nodes_verdict(tmp_path: Path) -> None:
     assert got.one(node, host="n1", node="1", verdict="degraded") == 1
     assert got.one(node, host="n1", node="1", verdict="healthy") == 0
     assert got.one(node, host="n0", node="0", verdict="healthy") == 1
-    assert got.one("commbench_diagnose_verdict", run_id="diag-1", verdict="degraded") == 1
+    assert got.one("commbench_diagnose_verdict", kind="diagnose", verdict="degraded") == 1
     assert got.one("commbench_run_status", kind="diagnose", status="complete") == 1
+    assert got.one("commbench_run_info", kind="diagnose", run_id="diag-1", hosts="n0,n1") == 1
 
 
 def test_baseline_adds_the_gates_verdict_and_ratio(tmp_path: Path) -> None:
     base, new = slower_pair(tmp_path)
     gate = commbench.compare_runs(base, new)
     got = parse(export(new, "--baseline", base), "openmetrics")
-    assert got.one("commbench_compare_passed", run_id="new-1", baseline_run_id="base-1") == 0
+    assert got.one("commbench_compare_passed", kind="collectives") == 0
+    assert got.one("commbench_compare_baseline_info", baseline_run_id="base-1") == 1
+    assert got.one("commbench_run_info", run_id="new-1") == 1
     verdict, ratio = "commbench_compare_point_verdict", "commbench_compare_speed_ratio"
     ((_, comparison),) = gate
     for point in comparison.points:
-        where = {"size_bytes": str(point.size_bytes), "baseline_run_id": "base-1"}
+        where = {"size_bytes": str(point.size_bytes)}
         assert got.one(verdict, **where, verdict=point.mark.value) == 1
         assert sum(got.get(verdict, **where)) == 1
         assert got.one(ratio, **where) == point.ratio
@@ -396,8 +510,15 @@ def test_promtool_accepts_both_formats_without_a_lint(tmp_path: Path, fmt: str) 
         [RUNS / name] for name in ("h100x8-golden", "cpu-gloo-a", "p2p-v1", "two-node-gloo-pcie8")
     ]
     exports += [[hostile_run(tmp_path)], [diagnose_run(tmp_path)], [new, "--baseline", base]]
-    for args in exports:
-        text = export(*map(str, args), "--format", fmt)
+    texts = [export(*map(str, args), "--format", fmt) for args in exports]
+    # every hostile string, but a blank one (the lint wants HELP text; it reads none there)
+    # and in OpenMetrics one with a quote: promtool reads Prometheus' format, where a quote in
+    # HELP is not escaped and OpenMetrics' escape of it (\\") is an invalid escape sequence
+    helps = [t for t in hostile_texts() if t.lstrip(" ")]
+    if fmt == "openmetrics":
+        helps = [t for t in helps if '"' not in t]
+    texts.append(om.render(hostile_families(hostile_texts(), helps), om.Dialect(fmt)))
+    for args, text in zip([*exports, ["hostile strings"]], texts):
         done = subprocess.run(
             [tool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
         )
@@ -407,8 +528,6 @@ def test_promtool_accepts_both_formats_without_a_lint(tmp_path: Path, fmt: str) 
 def test_a_node_that_holds_no_rows_exports_nothing(tmp_path: Path) -> None:
     """A node of a multi-node run that did not run global rank 0: in the textfile setup it
     would publish an empty run, complete, from every such node. One line, exit 2, as report."""
-    import json
-
     run = tmp_path / "node1"
     shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a", run)
     record = json.loads((run / "run.json").read_text())

@@ -62,10 +62,9 @@ def metric_families(source: ExportSource) -> list[Family]:
     if source.gate is not None and source.baseline is not None:
         from commbench.compare import Mark
 
-        baseline_id = om.run_labels(source.baseline)["run_id"]
         points = [p for _, comparison in source.gate for p in comparison.points]
         marks = [m.value for m in Mark]
-        families += om.compare_families(run, baseline_id, points, source.gate.passed, marks)
+        families += om.compare_families(run, source.baseline, points, source.gate.passed, marks)
     return families
 
 

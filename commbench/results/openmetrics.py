@@ -2,46 +2,61 @@
 exposition format (0.0.4), for a node_exporter textfile collector, a Pushgateway or any
 scraper.
 
-What is exported, every sample labelled with the run (`run_id`, `hosts`):
+What is exported:
 
+- the run's identity: `commbench_run_info` (1, labelled with its `run_id`, host and hosts,
+  start time, commit and versions), `commbench_run_status` (one series per status, 1 for the
+  run's) and `commbench_run_timestamp_seconds` (when it started);
 - per measured point (labels `op`, `strategy`, `dtype`, `reduce_op`, `in_place`,
   `world_size`, `size_bytes`; a p2p copy adds its `step`): `commbench_algbw_bytes_per_second`,
   `commbench_busbw_bytes_per_second` (gauges) and `commbench_time_seconds` (a summary: the
   quantiles 0, 0.25, 0.5, 0.75, 0.95 and 1 of the iteration times, their `_sum` and `_count`);
-- the run: `commbench_run_status` (one series per status, 1 for the run's),
-  `commbench_run_timestamp_seconds` (when it started);
 - link health (`context.health`): each error counter in each snapshot
   (`commbench_health_errors`, `snapshot="before"|"after"`), how much it rose during the run
   (`commbench_health_errors_increase`) and the findings by kind (`commbench_health_findings`);
 - a diagnose run's verdicts (`commbench_diagnose_verdict`, `commbench_diagnose_node_verdict`)
   and the regression gate's against a baseline (`commbench_compare_point_verdict`,
-  `commbench_compare_speed_ratio`, `commbench_compare_passed`), given by the caller through
-  the protocols below: this package sits below `diagnose` and `compare`.
+  `commbench_compare_speed_ratio`, `commbench_compare_passed`, and the baseline's identity in
+  `commbench_compare_baseline_info`), given by the caller through the protocols below: this
+  package sits below `diagnose` and `compare`.
+
+Why no run id on the measures: every label value makes a series of its own, and Prometheus
+keeps each series it ever saw. A run id on every sample made each run a new set of series
+(an unbounded label, which Prometheus' naming guide warns against), so that a node exporting
+hourly added its whole sweep to the database every hour. Every sample carries the run's
+`kind` and `backend` instead, and the other labels name things with a bounded set of values
+(an op, a size, a dtype, a GPU); the next run's export gives the same series new values. What
+tells one run from another is in the one info series (the convention of `node_uname_info`),
+which a query joins in: `... * on() group_left(run_id) commbench_run_info`
+(docs/metrics.md).
 
 Why every metric is a gauge or a summary: those two types read the same in both formats.
 A counter is named `x` in an OpenMetrics TYPE line and `x_total` in a Prometheus one, and
 OpenMetrics' stateset and info types do not exist in Prometheus 0.0.4, so a file in one
 format would not parse as the other (promtool and node_exporter's textfile collector read
 the Prometheus format). A state is a gauge per state, 1 for the one that holds (the
-convention before statesets). The hardware counters are gauges of what a snapshot read;
-their increase during the run is the figure to alert on. promtool lints a name holding a
-type's name (`counter`), hence `_errors`.
+convention before statesets); the info series is a gauge of 1. The hardware counters are
+gauges of what a snapshot read; their increase during the run is the figure to alert on.
+promtool lints a name holding a type's name (`counter`), hence `_errors`.
 
-Units are Prometheus' base units (seconds, bytes per second), named in the metric. Label
-values are escaped as both formats say (backslash, double quote, line feed); no two
-samples of a family share a label set (the first of two rows with one key wins, as the gate
-joins them). No timestamps: the textfile collector refuses them.
+Units are Prometheus' base units (seconds, bytes per second), named in the metric. Every
+string written into the text goes through `escape`, which escapes what the formats can
+escape and refuses what they cannot hold; no two samples of a family share a label set (the
+first of two rows with one key wins, as the gate joins them). No timestamps: the textfile
+collector refuses them, and the scraper stamps each sample with its scrape.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
+from commbench.errors import UserError, quoted
 from commbench.health.findings import RDMA_ERROR_COUNTERS, FindingKind
 from commbench.results.record import RunStatus
 
@@ -111,16 +126,40 @@ class Family:
 # -- the text ----------------------------------------------------------------------------------
 
 
-def escape_label(value: str) -> str:
-    """A label value as both formats write it between double quotes."""
-    value = value.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate is not UTF-8
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+_REFUSED = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""What `escape` refuses: a control character but the line feed it escapes (C0, DEL, C1), a
+line or paragraph separator, a lone surrogate."""
+_LINE_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+"""The line breaks of Python's `str.splitlines` besides the line feed."""
 
 
-def escape_help(text: str, dialect: Dialect) -> str:
-    """HELP text: Prometheus escapes backslash and line feed, OpenMetrics double quotes too."""
+def escape(text: str, where: str, *, quotes: bool) -> str:
+    """`text` as the text formats write a label value (`quotes`) or HELP text (`quotes` in
+    OpenMetrics only): the one place a string enters the file.
+
+    The formats escape three characters: backslash, line feed, and (in a label value, or in
+    OpenMetrics' HELP text) the double quote. They have no escape for any other character, so
+    a character that some reader of the file takes for a line break (a carriage return, NEL,
+    U+2028, U+2029: Prometheus and the textfile collector do not, Python's text mode and
+    `splitlines` do), any other control character (a terminal that shows the file obeys it),
+    or a lone surrogate (not UTF-8, and one bad label value makes the textfile collector drop
+    the whole file) is refused with a `UserError` naming `where`, never written, dropped or
+    replaced: a value that is written reads back as it is."""
+    bad = _REFUSED.search(text)
+    if bad is not None:
+        char = bad.group()
+        if char in _LINE_BREAKS:
+            what = "a line break to some readers"
+        elif "\ud800" <= char <= "\udfff":
+            what = "a lone surrogate, which UTF-8 cannot encode"
+        else:
+            what = "a control character"
+        raise UserError(
+            f"{where}: {quoted(text)} holds U+{ord(char):04X}, {what}, which the metrics "
+            "text formats cannot escape"
+        )
     text = text.replace("\\", "\\\\").replace("\n", "\\n")
-    return text.replace('"', '\\"') if dialect is Dialect.openmetrics else text
+    return text.replace('"', '\\"') if quotes else text
 
 
 def format_value(value: float) -> str:
@@ -137,20 +176,25 @@ def format_value(value: float) -> str:
 
 def render(families: Iterable[Family], dialect: Dialect) -> str:
     """The exposition: each family with samples, its HELP, TYPE (and in OpenMetrics UNIT)
-    lines first; OpenMetrics ends with `# EOF`."""
+    lines first; OpenMetrics ends with `# EOF`. A string the formats cannot hold raises
+    `UserError` (`escape`)."""
     dialect = Dialect(dialect)
+    om = dialect is Dialect.openmetrics
     out: list[str] = []
     for family in families:
         if not family.samples:
             continue
-        out.append(f"# HELP {family.name} {escape_help(family.help, dialect)}")
-        out.append(f"# TYPE {family.name} {family.type}")
-        if family.unit and dialect is Dialect.openmetrics:
-            out.append(f"# UNIT {family.name} {family.unit}")
+        name = family.name
+        out.append(f"# HELP {name} {escape(family.help, f'HELP of {name}', quotes=om)}")
+        out.append(f"# TYPE {name} {family.type}")
+        if family.unit and om:
+            out.append(f"# UNIT {name} {family.unit}")
         for s in family.samples:
-            labels = ",".join(f'{k}="{escape_label(v)}"' for k, v in s.labels)
-            out.append(f"{family.name}{s.suffix}{{{labels}}} {format_value(s.value)}")
-    if dialect is Dialect.openmetrics:
+            labels = ",".join(
+                f'{k}="{escape(v, f"label {k} of {name}", quotes=True)}"' for k, v in s.labels
+            )
+            out.append(f"{name}{s.suffix}{{{labels}}} {format_value(s.value)}")
+    if om:
         out.append("# EOF")
     return "".join(line + "\n" for line in out)
 
@@ -159,11 +203,31 @@ def render(families: Iterable[Family], dialect: Dialect) -> str:
 
 
 def run_labels(run: Run) -> dict[str, str]:
-    """The labels of every sample of `run`: its id (the directory's name when run.json has
-    none) and its hosts."""
+    """The labels of every sample of `run`: its kind and backend. Both take a few values
+    only, and they tell apart runs exported side by side (a collectives run's and a replay's
+    all_reduce, gloo's and nccl's), which would otherwise be one series twice."""
+    return {"kind": run.kind.value, "backend": run.context.backend or ""}
+
+
+def run_identity(run: Run) -> dict[str, str]:
+    """What tells `run` from every other run (`commbench_run_info`'s labels besides
+    `run_labels`): its id (the directory's name when run.json has none), host and hosts,
+    start time, the commit it ran at and the versions it ran with; '' for what the record does
+    not hold (Prometheus reads an empty label as no label)."""
     ctx = run.context
     hosts = ctx.hosts or ([ctx.host] if ctx.host else [])
-    return {"run_id": run.record.run_id or run.path.name, "hosts": ",".join(hosts)}
+    return {
+        "run_id": run.record.run_id or run.path.name,
+        "host": ctx.host or "",
+        "hosts": ",".join(hosts),
+        "started_at": ctx.started_at or "",
+        "commit": ctx.cwd_git_commit or "",
+        "commbench_version": ctx.commbench or "",
+        "torch_version": ctx.torch or "",
+        "cuda_version": ctx.cuda or "",
+        "nccl_version": ctx.nccl or "",
+        "driver_version": ctx.driver or "",
+    }
 
 
 class PointKey(Protocol):
@@ -207,6 +271,14 @@ def _row_labels(run: Mapping[str, str], row: ResultRow) -> dict[str, str]:
 
 def run_families(run: Run) -> list[Family]:
     labels = run_labels(run)
+    info = Family(
+        "commbench_run_info",
+        "gauge",
+        "1, labelled with what identifies the run the other series come from (run_id, "
+        "hosts, start time, commit, versions): join it in with "
+        "`* on() group_left(run_id) commbench_run_info`.",
+    )
+    info.add({**labels, **run_identity(run)}, 1)
     status = Family(
         "commbench_run_status",
         "gauge",
@@ -216,7 +288,7 @@ def run_families(run: Run) -> list[Family]:
     for state in RunStatus:
         if state in (RunStatus.PENDING, RunStatus.SKIPPED) and state is not run.status:
             continue  # a suite entry's states, not a run's
-        status.add({**labels, "kind": run.kind.value, "status": state.value}, run.status is state)
+        status.add({**labels, "status": state.value}, run.status is state)
     started = Family(
         "commbench_run_timestamp_seconds",
         "gauge",
@@ -226,7 +298,7 @@ def run_families(run: Run) -> list[Family]:
     when = _timestamp(run.context.started_at)
     if when is not None:
         started.add(labels, when)
-    return [status, started]
+    return [info, status, started]
 
 
 def _timestamp(text: str | None) -> float | None:
@@ -372,7 +444,7 @@ def health_families(run: Run) -> list[Family]:
     if run.context.health is not None:
         found = [f.kind for f in run.health_findings()]
         for kind in FindingKind:
-            findings.add({**labels, "kind": kind.value}, found.count(kind))
+            findings.add({**labels, "finding": kind.value}, found.count(kind))
     return [value, increase, findings]
 
 
@@ -423,14 +495,21 @@ class JudgedPoint(PointKey, Protocol):
 
 def compare_families(
     run: Run,
-    baseline_id: str,
+    baseline: Run,
     points: Iterable[JudgedPoint],
     passed: bool,
     marks: Sequence[str],
 ) -> list[Family]:
-    """The regression gate against a baseline: each point's mark and speed ratio, and
-    whether the gate passed."""
-    labels = {**run_labels(run), "baseline_run_id": baseline_id}
+    """The regression gate against a baseline: each point's mark and speed ratio, whether
+    the gate passed, and which run the baseline was (an info series, as the run's own)."""
+    labels = run_labels(run)
+    which = Family(
+        "commbench_compare_baseline_info",
+        "gauge",
+        "1, labelled with what identifies the baseline the regression gate compared the run "
+        "with (baseline_run_id, ...).",
+    )
+    which.add({**labels, **{f"baseline_{k}": v for k, v in run_identity(baseline).items()}}, 1)
     verdict = Family(
         "commbench_compare_point_verdict",
         "gauge",
@@ -455,7 +534,7 @@ def compare_families(
         "1 when the regression gate passed against the baseline, 0 when it failed.",
     )
     gate.add(labels, passed)
-    return [gate, verdict, ratio]
+    return [which, gate, verdict, ratio]
 
 
 __all__ = [
@@ -467,10 +546,12 @@ __all__ = [
     "Sample",
     "compare_families",
     "diagnose_families",
-    "escape_label",
+    "escape",
     "health_counters",
     "health_families",
     "point_families",
     "render",
     "run_families",
+    "run_identity",
+    "run_labels",
 ]
