@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import socket
 import sys
 import threading
@@ -122,11 +123,59 @@ class StoreDown(Exception):
     """A store request failed or was too slow; the caller degrades, never the run."""
 
 
+class _Overdue(Exception):
+    """A request got no answer by its deadline (`_Courier.run`)."""
+
+
+class _Courier:
+    """Makes one link's store requests on a daemon thread of its own, so that its caller
+    waits at most a deadline. c10d's TCPStore client honours its timeout only where it waits
+    for a key: against a stopped store (SIGSTOP, a frozen host) a `compare_set` or a fresh
+    connect blocked for as long as the store was stopped (50 s and 25 s measured, and over
+    290 s here), with the caller's thread inside it. Overdue, the courier is abandoned with
+    its connection, and its thread ends whenever the store answers or the process exits."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="commbench-store", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def run(self, fn: Callable[[], Any], deadline: float) -> Any:
+        done = threading.Event()
+        box: list[tuple[bool, Any]] = []
+
+        def job() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # handed to the caller
+                box.append((False, exc))
+            finally:
+                done.set()
+
+        self._jobs.put(job)
+        if not done.wait(deadline):
+            raise _Overdue
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
 class StoreLink:
     """Timed store requests, counted. Connects lazily (`factory`) and after a failure waits
     RECONNECT_AFTER seconds before the next try, so a store that is gone costs nothing.
     Counts requests and bytes per operation: the benchmark's and the tests' measure, and the
-    run's own record of what the watch cost."""
+    run's own record of what the watch cost.
+
+    With `slow_after` set, no request (the connect included) holds its caller longer than
+    that: it runs on the link's courier thread, and one that is overdue fails the link
+    (`StoreDown`) and is abandoned with its connection."""
 
     def __init__(
         self,
@@ -138,6 +187,7 @@ class StoreLink:
         self.slow_after = slow_after
         """None where a request may block by design (a `wait`)."""
         self._store: Any = None
+        self._courier: _Courier | None = None
         self._clock = clock
         self._retry_at = 0.0
         self.requests: dict[str, int] = {}
@@ -159,7 +209,18 @@ class StoreLink:
             self.episodes.append(Episode(since=self._clock(), reason=reason[:200]))
             del self.episodes[:-20]
         self._store = None
+        if self._courier is not None:  # its thread may be inside the failed request
+            self._courier.close()
+            self._courier = None
         self._retry_at = time.monotonic() + RECONNECT_AFTER
+
+    def _bounded(self, fn: Callable[[], Any]) -> Any:
+        """`fn()`, on the courier within `slow_after`, or here where no deadline is set."""
+        if self.slow_after is None:
+            return fn()
+        if self._courier is None:
+            self._courier = _Courier()
+        return self._courier.run(fn, self.slow_after)
 
     def _up(self) -> None:
         if (episode := self.degraded) is not None:
@@ -170,14 +231,21 @@ class StoreLink:
             if time.monotonic() < self._retry_at:
                 raise StoreDown("waiting to reconnect")
             try:
-                self._store = self._factory()
+                self._store = self._bounded(self._factory)
+            except _Overdue:
+                self._down(f"cannot connect: no answer in {self.slow_after:g} s")
+                raise StoreDown("connect: no answer") from None
             except Exception as exc:
                 self._down(f"cannot connect: {_one_line(exc)}")
                 raise StoreDown(str(exc)) from None
         started = time.monotonic()
         self.busy_since = self._clock()
+        store = self._store
         try:
-            result = getattr(self._store, op)(*args)
+            result = self._bounded(lambda: getattr(store, op)(*args))
+        except _Overdue:
+            self._down(f"{op} got no answer in {self.slow_after:g} s")
+            raise StoreDown(f"{op}: no answer in {self.slow_after:g} s") from None
         except Exception as exc:
             self._down(f"{op} failed: {_one_line(exc)}")
             raise StoreDown(str(exc)) from None
@@ -231,10 +299,11 @@ def _store_class() -> Any:
 
 def tcp_store_factory(host: str, port: int) -> Callable[[], Any]:
     """A client of the job's store with SLOW_CALL as its timeout (torch imported here, in the
-    caller's thread, and only on multi-node runs)."""
+    caller's thread, never on a courier's, and only on multi-node runs)."""
+    store_class = _store_class()
 
     def connect() -> Any:
-        return _store_class()(
+        return store_class(
             host,
             port,
             is_master=False,
@@ -709,11 +778,29 @@ class RollCall:
         self.nnodes = nnodes
         self.skips = skips or Skips()
 
-    def answer(self, node: int, host: str, rank: int) -> int:
-        """Sign this node in; returns how many had answered, this one included."""
+    def answer(self, node: int, host: str, rank: int, wait: float = 0.0) -> int:
+        """Sign this node in; returns how many had answered, this one included. A request
+        that fails is retried for `wait` seconds: one slow answer is no lost store. (A retried
+        `add` whose first try did land counts this node twice: the count may then end a
+        moment early, and `counted` reads the answers themselves, never the count.)"""
         line = RollCallAnswer(node=node, host=host, rank=rank).to_json() + b"\n"
-        self.link.call("append", self.keys.rollcall("answers"), line)
-        return int(self.link.call("add", self.keys.rollcall("count"), 1))
+        deadline = time.monotonic() + wait
+        self._retried(
+            lambda: self.link.call("append", self.keys.rollcall("answers"), line), deadline
+        )
+        return int(
+            self._retried(lambda: self.link.call("add", self.keys.rollcall("count"), 1), deadline)
+        )
+
+    def _retried(self, request: Callable[[], Any], deadline: float) -> Any:
+        while True:
+            try:
+                return request()
+            except StoreDown:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(left, rollcall_poll(self.nnodes)))
 
     def answered(self) -> list[int]:
         raw = peek(self.link, self.keys.rollcall("answers")) or b""
@@ -736,11 +823,15 @@ class RollCall:
         """The counter's part: poll the count until every node answered or `wait` is over."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
-                break
+            with contextlib.suppress(StoreDown):  # a slow poll: the next one may answer
+                if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
+                    break
             sleep(rollcall_poll(self.nnodes))
-        result = self.counted(node)
-        self.link.call("set", self.keys.rollcall("result"), result.to_json())
+        late = time.monotonic() + SLOW_CALL + RECONNECT_AFTER
+        result = self._retried(lambda: self.counted(node), late)
+        self._retried(
+            lambda: self.link.call("set", self.keys.rollcall("result"), result.to_json()), late
+        )
         return result
 
     def poll(self) -> RollCallResult | None:
@@ -760,7 +851,7 @@ class RollCall:
     def run(self, node: int, host: str, rank: int, wait: float) -> RollCallResult:
         """Answer, then count (first to answer) or wait for the count; falls back to reading
         the answers when the counter never publishes."""
-        position = self.answer(node, host, rank)
+        position = self.answer(node, host, rank, wait)
         if position == 1:
             return self.count(node, wait)
         result = self.result(wait + 2 * rollcall_poll(self.nnodes) + SLOW_CALL)

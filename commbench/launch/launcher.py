@@ -517,6 +517,19 @@ def _judge_exit(
             f"torchrun (pid {proc.pid}) did not exit {AGENT_LINGER:.0f} s after its workers "
             "finished and was stopped; every point was measured"
         )
+    elif (
+        ending.status == RunStatus.COMPLETE
+        and proc.returncode != 0
+        and watch.local_ranks_done()
+        and (watch.done or not writer)
+    ):
+        # the agent failed after its workers: in a multi-node job, torchrun's exit barrier
+        # needs the job's store, which goes with its host's agent when that one ends first
+        # (or is stopped and then ended by its own launcher)
+        record.note = (
+            f"torchrun (pid {proc.pid}) exited {proc.returncode} after every rank of this "
+            "node had finished (its agent lost the job's store); every point was measured"
+        )
     elif ending.status == RunStatus.COMPLETE and (
         proc.returncode != 0 or (writer and not watch.done)
     ):
@@ -631,7 +644,8 @@ def _say_where_results_are(record: RunRecord, run_dir: Path) -> None:
         where = f"{at.run_dir} on host {at.host} (node {at.node})"
         if record.launch is not None:
             record.launch["results_at"] = {"node": at.node, "host": at.host, "run_dir": at.run_dir}
-    record.note = f"this node did not run global rank 0: the rows are in {where}"
+    notes = [f"this node did not run global rank 0: the rows are in {where}", record.note]
+    record.note = "; ".join(n for n in notes if n)
 
 
 def _add_watch(record: RunRecord, control: ControlPlane) -> None:

@@ -309,6 +309,12 @@ class Watch:
                 out.setdefault(rank, pid)
         return out
 
+    def local_ranks_done(self) -> bool:
+        """Whether every one of this node's ranks said it finished cleanly (its heartbeat's
+        last phase is "done", written only by a rank that ended without an error)."""
+        local = [b for b in self.heartbeats.values() if not b.remote]
+        return bool(local) and all(b.phase == "done" for b in local)
+
     def local_workers_alive(self) -> bool:
         """Whether any of this node's workers is still running (not a zombie)."""
         return any(procs.alive(b.pid or -1) for b in self.heartbeats.values() if not b.remote)
