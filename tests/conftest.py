@@ -29,14 +29,10 @@ class StartedAProcess(AssertionError):
     pass
 
 
-@pytest.fixture(autouse=True)
-def _no_process_unless_marked(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Starting a process from a test without a launch mark fails it (see the docstring)."""
-    if any(request.node.get_closest_marker(mark) for mark in LAUNCH_MARKS):
-        return
-    name = request.node.nodeid
+def _refuse_processes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every way of starting a process fail, naming the test and the mark to add:
+    subprocess, fork, posix_spawn, system and multiprocessing (whose spawn and forkserver
+    start methods start their process without subprocess)."""
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise StartedAProcess(
@@ -44,12 +40,31 @@ def _no_process_unless_marked(
             "gpu) so that it runs in `make test` and stays out of `make test-fast`"
         )
 
+    import multiprocessing.process
     import subprocess
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
     monkeypatch.setattr(os, "fork", refuse)
     monkeypatch.setattr(os, "posix_spawn", refuse)
     monkeypatch.setattr(os, "system", refuse)
+
+
+def _unmarked(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(mark) for mark in LAUNCH_MARKS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Starting a process from a test without a launch mark fails it (see the docstring):
+    over the test's whole setup, call and teardown, so that a module- or session-scoped
+    fixture that starts torchrun for unmarked tests fails the first of them too (such a
+    fixture is set up before any function-scoped one could guard it)."""
+    if not _unmarked(item):
+        return (yield)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _refuse_processes(item.nodeid, monkeypatch)
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

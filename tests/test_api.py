@@ -122,6 +122,7 @@ def api_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, list[tuple[i
     return run, progress
 
 
+@pytest.mark.integration  # the module's fixture `api_run` starts processes
 def test_collectives_returns_the_run(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, progress = api_run
     assert run.status == "complete" and run.status is RunStatus.COMPLETE
@@ -135,6 +136,7 @@ def test_collectives_returns_the_run(api_run: tuple[Run, list[tuple[int, int]]])
     assert run.record.settings["iters"] == 3 and run.record.points_total == 6
 
 
+@pytest.mark.integration  # the module's fixture `api_run` starts processes
 def test_the_frame_has_the_csv_columns(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, _ = api_run
     with (run.path / "results.csv").open() as f:
@@ -144,6 +146,7 @@ def test_the_frame_has_the_csv_columns(api_run: tuple[Run, list[tuple[int, int]]
     assert (frame["world_size"] == 2).all() and (frame["check"] == "ok").all()
 
 
+@pytest.mark.integration  # the module's fixture `api_run` starts processes
 def test_load_and_compare_a_run_with_itself(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, _ = api_run
     same = commbench.load_run(run.path)
@@ -157,6 +160,7 @@ def test_load_and_compare_a_run_with_itself(api_run: tuple[Run, list[tuple[int, 
     assert set(frame["mark"]) <= {"same", "noisy"}  # identical samples: never worse
 
 
+@pytest.mark.integration  # the module's fixture `api_run` starts processes
 def test_a_bad_tolerance_is_the_cli_line(api_run: tuple[Run, list[tuple[int, int]]]) -> None:
     run, _ = api_run
     with pytest.raises(UserError, match="--tolerance"):

@@ -161,6 +161,7 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, list[bool
     return [json.loads((where / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.integration  # the module's fixture `world2` starts processes
 @pytest.mark.parametrize("key", ENTRIES, ids="/".join)
 def test_every_entry_passes_its_check_and_catches_corruption(
     world2: list[dict[str, list[bool]]], key: tuple[str, str]

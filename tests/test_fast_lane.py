@@ -1,0 +1,74 @@
+"""The fast lane's guard (tests/conftest.py) catches a process started for an unmarked test
+by any route: in the test, in a module-scoped fixture (set up before the autouse guard),
+and through multiprocessing. Run on a generated test module, in-process (`pytester`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
+
+INNER = ("-p", "no:cacheprovider", "-p", "no:benchmark")
+"""The inner session's options: pytest-benchmark, where installed, runs git at start-up."""
+
+CASES = {
+    "in_the_test": """
+import subprocess, sys
+def test_it():
+    subprocess.run([sys.executable, "-c", "pass"])
+""",
+    "module_fixture": """
+import subprocess, sys, pytest
+@pytest.fixture(scope="module")
+def started():
+    subprocess.run([sys.executable, "-c", "pass"])
+def test_it(started):
+    pass
+""",
+    "multiprocessing_spawn": """
+import multiprocessing, pytest
+@pytest.fixture(scope="session")
+def started():
+    p = multiprocessing.get_context("spawn").Process(target=print)
+    p.start(); p.join()
+def test_it(started):
+    pass
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_unmarked_test_that_starts_a_process_fails(pytester: pytest.Pytester, case: str) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(**{f"test_{case}": CASES[case]})
+    result = pytester.runpytest_inprocess(*INNER)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) == 0, result.stdout.str()
+    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == 1, outcomes
+    result.stdout.fnmatch_lines(["*starts a process: mark it @pytest.mark.integration*"])
+
+
+@pytest.mark.integration  # its inner test starts a process, as it may
+def test_a_marked_module_fixture_is_left_alone(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini(
+        "[pytest]\nmarkers =\n    integration: x\n    netns: x\n    slurm: x\n    gpu: x\n"
+    )
+    pytester.makepyfile(
+        test_marked="""
+import pytest
+import subprocess, sys
+@pytest.fixture(scope="module")
+def started():
+    return subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True).returncode + 1
+@pytest.mark.integration
+def test_it(started):
+    assert started == 1
+"""
+    )
+    result = pytester.runpytest_inprocess(*INNER)
+    result.assert_outcomes(passed=1)
