@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from commbench.version import VERSION as __version__
 
 _VERBS = {
     "compare_runs": "commbench.api",

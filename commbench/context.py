@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench import __version__
+from commbench.version import VERSION
 
 if TYPE_CHECKING:
     from commbench.topology import TopologySnapshot
@@ -76,7 +76,7 @@ def host_context() -> dict[str, Any]:
         "host": platform.node(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "commbench": __version__,
+        "commbench": VERSION,
         "command": " ".join(["commbench", *sys.argv[1:]]),
         "cwd_git_commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
-from commbench import __version__
 from commbench.cli._common import ParseError, error_line, is_usage_error
 from commbench.errors import EXIT_INTERRUPTED, CommbenchError
+from commbench.version import VERSION
 
 app = typer.Typer(
     name="commbench",
@@ -50,7 +50,7 @@ _COMMANDS = (
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"commbench {__version__}")
+        typer.echo(f"commbench {VERSION}")
         raise typer.Exit()
 
 
