@@ -5,7 +5,12 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from commbench.diagnose.verdict import HEALTHY, Diagnosis
+from commbench.escape import markdown_text
 from commbench.files import dump_json
+
+
+def md(text: str) -> str:
+    return markdown_text(text, cell=True)
 
 
 def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
@@ -17,7 +22,10 @@ def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
     width = max([len(h) for h, _, _ in rows] + [4])
     if fmt == "md":
         out = ["| node | verdict | evidence |", "|---|---|---|"]
-        out += [f"| {h} | {v} | {'<br>'.join(e) or '-'} |" for h, v, e in rows]
+        out += [
+            f"| {md(h)} | {md(v)} | {'<br>'.join(md(line) for line in e) or '-'} |"
+            for h, v, e in rows
+        ]
     else:
         out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
         for host, verdict, evidence in rows:
