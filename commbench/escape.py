@@ -15,10 +15,10 @@ but `\\v`, `\\f`, `\\x1c`-`\\x1e` (`str.splitlines`), NEL (U+0085, a line break 
 and the Unicode line and paragraph separators (U+2028, U+2029: line breaks to YAML and to
 JavaScript). Every control character (Unicode's Cc: C0, DEL and C1) is refused or escaped
 with them, and so are the bidirectional controls (text that displays in another order than
-it reads) and lone surrogates (undecodable bytes of a command line, which no UTF-8 file can
-hold). The HTML report escapes with `html.escape`; the Prometheus exposition
-(`results.openmetrics`) has its own escaping, as its format defines.
-"""
+it reads), lone surrogates (undecodable bytes of a command line, which no UTF-8 file can
+hold) and the noncharacters U+FFFE and U+FFFF. The HTML report escapes with `html.escape`;
+the Prometheus exposition (`results.openmetrics`) has its own escaping, as its format
+defines."""
 
 from __future__ import annotations
 
@@ -34,10 +34,12 @@ from commbench.errors import UserError, quoted
 LINE_BREAKS = "\n\x0b\x0c\r\x1c\x1d\x1e\x85\u2028\u2029"
 """Every character that `str.splitlines`, YAML or a Unicode-aware reader breaks a line at."""
 
-# Unicode's Cc (C0, DEL, C1: a stable set), Zl (U+2028) and Zp (U+2029), the surrogates, and
-# the bidirectional formatting characters (ALM, LRM, RLM, LRE..RLO, LRI..PDI)
+# Unicode's Cc (C0, DEL, C1: a stable set), Zl (U+2028) and Zp (U+2029), the surrogates, the
+# bidirectional formatting characters (ALM, LRM, RLM, LRE..RLO, LRI..PDI), and U+FFFE, U+FFFF
+# (noncharacters, which YAML, for one, refuses to read)
 _UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+    "\ufffe\uffff]"
 )
 _LINE_BREAK = re.compile(f"[{re.escape(LINE_BREAKS)}]")
 
@@ -63,6 +65,8 @@ def describe(char: str) -> str:
         what = "a lone surrogate (bytes that are not UTF-8)"
     elif unicodedata.category(char) == "Cf":
         what = "a bidirectional control"
+    elif unicodedata.category(char) == "Cn":
+        what = "a noncharacter"
     else:
         what = "a control character"
     return f"U+{ord(char):04X}{' ' + name if name else ''}, {what}"
