@@ -209,6 +209,25 @@ def markdown_fence(text: str) -> str:
     return "\n".join([fence, *lines, fence])
 
 
+# -- XML (JUnit) --------------------------------------------------------------------------------
+
+# What XML 1.0 cannot hold at all, not even as a character reference
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str, *, attribute: bool = False) -> str:
+    """`text` as XML character data (`attribute`: a quoted attribute value, quotes and
+    line breaks included): `<`, `&`, `>` as references, and what XML 1.0 cannot hold at all
+    (most C0 controls, lone surrogates) written as its escape (`\\x1b`), so that every XML
+    reader (a CI server's JUnit reader) takes the file."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    legal = _XML_ILLEGAL.sub(lambda m: repr(m.group(0))[1:-1], text)
+    if attribute:
+        return quoteattr(legal, {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
+    return escape(legal, {"\r": "&#13;"})
+
+
 # -- CSV ----------------------------------------------------------------------------------------
 
 _CSV_QUOTE = re.compile(f'[,"]|{_UNSAFE.pattern}')

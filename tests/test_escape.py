@@ -543,3 +543,37 @@ def test_a_suite_comparison_as_csv_keeps_its_entry_names_in_their_column() -> No
     rows = list(csv.DictReader(io.StringIO(written, newline="")))
     assert {r["entry"] for r in rows} == set(names)
     assert len(rows) == len(names) * len(comparison.points)
+
+
+# -- a diagnosis: markdown and JUnit XML ---------------------------------------------------------
+
+
+def diagnosis_of(host: str) -> Any:
+    from commbench.diagnose.verdict import DEGRADED, Diagnosis, NodeVerdict
+    from commbench.results.record import RunStatus
+
+    node = NodeVerdict(host=host, node=0, verdict=DEGRADED, evidence=[host, "fixed"])
+    return Diagnosis(path=Path("run"), status=RunStatus.COMPLETE, nodes=[node], stages=[])
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=ascii)
+def test_a_diagnosis_shows_any_host_name_as_text(text: str) -> None:
+    """A node's host name and evidence (what another node sent) in the markdown table, and
+    in the JUnit XML a CI server reads: any XML reader takes it, the name as given."""
+    import xml.etree.ElementTree as ElementTree
+
+    from commbench.diagnose.render import render_diagnosis
+
+    host = text or "h"
+    tokens = MARKDOWN.parse(render_diagnosis(diagnosis_of(host), "md"))
+    assert structure(tokens) == structure(MARKDOWN.parse(render_diagnosis(diagnosis_of("h"), "md")))
+    cells = [t.children or [] for t in tokens if t.type == "inline"]
+    assert {c.type for c in cells[3]} <= {"text"}
+    assert "".join(c.content for c in cells[3]) == shown(host).strip(" ")
+    assert [c.content for c in cells[5] if c.type != "text"] == ["<br>"]  # commbench's own
+    (case,) = ElementTree.fromstring(render_diagnosis(diagnosis_of(host), "junit"))
+    illegal = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+    legal = illegal.sub(lambda m: visible(m.group(0)), host)
+    assert case.get("name") == legal
+    (failure,) = case
+    assert failure.text == f"{legal}\nfixed" and failure.get("message") == f"degraded: {legal}"
