@@ -150,35 +150,57 @@ def sbatch_directive(option: str, value: str | int, grammar: re.Pattern[str]) ->
 
 # -- markdown -----------------------------------------------------------------------------------
 
-# Characters that make markdown syntax anywhere in a line (CommonMark, and GitHub's tables):
-# each is written with a backslash, which CommonMark takes as "this character itself"
-# before any ASCII punctuation
-_MD_ALWAYS = re.compile(r"[\\\[\]<&|#]")
-# Characters that make syntax only in pairs (a code span, emphasis, GitHub's strikethrough
-# and $math$, a fence of three): escaped where the text holds two or more of one of them,
-# since one alone opens nothing (and `0->5`, `~60%`, `ok *` stay as they read)
+# Where a string sits in a markdown line decides what of it makes syntax:
+#   block: a paragraph or a list item, which it starts;  bold: the same, inside `**...**`;
+#   cell:  a table cell or a heading (no block starts there);
+#   link:  a link's text or an image's alt text (in a cell).
+MARKDOWN_PLACES = ("block", "bold", "cell", "link")
+
+# What makes syntax anywhere (CommonMark, GitHub's tables): each character matched is
+# written with a backslash, which CommonMark takes as "this character itself" before any
+# ASCII punctuation. Each is matched only where it would make syntax, so that `0->5`,
+# `a < b`, `R&D`, `[0000:1b:00]` or `GPU#0` stay as they read.
+_MD_ANYWHERE = "|".join(
+    [
+        r"\\",  # a backslash: it would escape what follows, or what this writes after it
+        r"\|",  # a table cell's end
+        r"<(?=[A-Za-z/!?])",  # an HTML tag, comment or autolink
+        r"&(?=#|[A-Za-z0-9]+;)",  # a character reference
+        r"\](?=[(\[:])",  # a link's or an image's end, a reference's, a definition's
+        r"#(?=#*[ \t]*$)",  # a heading's closing sequence
+    ]
+)
+# What makes syntax only in pairs (a code span, emphasis, GitHub's strikethrough and
+# $math$, a fence of three): escaped where the text holds two or more of one of them
 _MD_PAIRED = "`*~$"
 # `_` opens emphasis only at a word's edge: snake_case names stay as they read
-_MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-# What starts a block at the start of a paragraph or list item: a block quote, a list item
-# (`- `, `+ `, `* `, `1. `, `1) `) or a thematic break (`---`, `- - -`)
-_MD_BLOCK_START = re.compile(r"^(?:>|[-+*](?=[ \t]|$)|-(?=[- \t]*$)|[0-9]{1,9}(?=[.)](?:[ \t]|$)))")
+_MD_UNDERSCORE = r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"
+# What starts a block at the start of a paragraph or list item: a heading, a block quote, a
+# list item (`- `, `+ `, `* `, `1. `, `1) `), a thematic break (`---`, `- - -`)
+_MD_BLOCK_START = re.compile(
+    r"^(?:#{1,6}(?=[ \t]|$)|>|[-+*](?=[ \t]|$)|-(?=[- \t]*$)|[0-9]{1,9}(?=[.)](?:[ \t]|$)))"
+)
 
 
-def markdown_text(text: str, *, cell: bool = False) -> str:
-    """`text` as markdown inline text that renders as `text` and nothing else: one line
-    (every line break a space), markdown's punctuation backslash-escaped where it would make
-    syntax (no heading, list, quote, table cell, code span, link, emphasis or HTML of the
-    text's own), other unsafe characters as numeric character references. For every cell,
-    heading, paragraph or list item of a markdown file that shows a string commbench did not
-    write itself; `cell`: in a table cell or a heading, where no block can start (a `-` cell
-    stays `-`)."""
+def markdown_text(text: str, *, where: str = "block") -> str:
+    """`text` as markdown inline text that renders as `text` and nothing else, at `where`
+    (`MARKDOWN_PLACES`: a paragraph or list item, a bold one, a table cell or heading, a
+    link's text): one line (every line break a space), the punctuation that would make
+    syntax there backslash-escaped (no heading, list, quote, table cell, code span, link,
+    emphasis or HTML of the text's own), other unsafe characters as numeric character
+    references. For every string commbench did not write itself in a markdown file."""
+    if where not in MARKDOWN_PLACES:
+        raise ValueError(f"markdown_text: where is one of {MARKDOWN_PLACES}, not {where!r}")
     one_line = _LINE_BREAK.sub(" ", text)
-    paired = "".join(c for c in _MD_PAIRED if one_line.count(c) > 1)
-    special = f"{_MD_ALWAYS.pattern}|[{re.escape(paired)}]" if paired else _MD_ALWAYS.pattern
-    escaped = re.sub(special, lambda m: "\\" + m.group(0), one_line)
-    escaped = _MD_UNDERSCORE.sub(r"\\_", escaped)
-    if not cell:
+    # inside `**...**` a lone `*` closes or opens; in a link's text a bracket ends it
+    paired = [c for c in _MD_PAIRED if one_line.count(c) > 1 or (c == "*" and where == "bold")]
+    syntax = [_MD_ANYWHERE, _MD_UNDERSCORE]
+    if paired:
+        syntax.append(f"[{re.escape(''.join(paired))}]")
+    if where == "link":
+        syntax.append(r"[\[\]]")
+    escaped = re.sub("|".join(syntax), lambda m: "\\" + m.group(0), one_line)
+    if where in ("block", "bold"):
         start = _MD_BLOCK_START.match(escaped)
         if start is not None:  # `\- x`, `1\. x`: the character that makes the block, escaped
             at = start.end() if start.group(0)[0].isdigit() else 0

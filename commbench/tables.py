@@ -34,7 +34,7 @@ def markdown_table(
     """A GitHub-flavoured Markdown table with the same alignment as `text_table`."""
 
     def line(row: Sequence[str]) -> str:
-        return "| " + " | ".join(markdown_text(str(c), cell=True) for c in row) + " |"
+        return "| " + " | ".join(markdown_text(str(c), where="cell") for c in row) + " |"
 
     rule = "|" + "|".join("---" if i in left else "---:" for i in range(len(headers))) + "|"
     return [line(headers), rule, *(line(row) for row in cells)]

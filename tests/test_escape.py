@@ -33,6 +33,7 @@ from commbench.cli import app
 from commbench.errors import UserError
 from commbench.escape import (
     LINE_BREAKS,
+    MARKDOWN_PLACES,
     csv_line,
     has_line_break,
     markdown_fence,
@@ -395,6 +396,9 @@ def test_a_markdown_report_shows_any_string_as_text_and_nothing_more(text: str) 
     # heading, the contents' link, heading, para, bold para, 2 items, the table's cells
     assert texts[0] == want.strip(" ") and texts[3] == want and texts[4] == want
     assert texts[5] == want and texts[6] == "fixed"
+    bold = [t for t in tokens if t.type == "inline"][4].children or []
+    assert [c.type for c in bold if c.type != "text"] == ["strong_open", "strong_close"]
+    assert bold[0].type == "strong_open" and bold[-1].type == "strong_close"
     assert texts[7] == want.strip(" ") and texts[9] == want.strip(" ")
     (fence,) = [t for t in tokens if t.type == "fence"]
     assert fence.content == "first\n" + "\n".join(visible(line) for line in text.split("\n")) + "\n"
@@ -402,24 +406,45 @@ def test_a_markdown_report_shows_any_string_as_text_and_nothing_more(text: str) 
 
 def test_markdown_text_renders_any_mix_of_syntax_as_itself() -> None:
     """Strings made at random of the pieces of markdown syntax, each written by
-    `markdown_text` into a paragraph, a list item, a table cell and a heading."""
+    `markdown_text` where commbench writes one: a paragraph, a list item, a bold paragraph, a
+    table cell, a heading, a link's text. Each renders as exactly the string, in exactly the
+    element commbench made."""
     pieces = [
-        "#", "# ", "-", "- ", "+ ", "* ", "*", "**", "_", "__", "`", "```", "~", "~~", "~~~",
-        "$", "|", "<", ">", "&", "&amp;", "&#x41;", "[", "]", "(", ")", "!", "\\", " ", "    ",
-        "\t", "1.", "1)", "1. ", "=", "---", "***", "<b>", "x", "a_b", "\n", "\u2028", "\x85",
-        "\x1b", "\x00", "[a]: /u", "<!--", "\u202e", "😀",
+        "#", "# ", "## ", "-", "- ", "+ ", "* ", "*", "**", "_", "__", "`", "```", "~", "~~",
+        "~~~", "$", "|", "<", ">", "&", "&amp;", "&#x41;", "[", "]", "](", "(", ")", "!", "![",
+        "\\", " ", "    ", "\t", "1.", "1)", "1. ", "=", "---", "***", "<b>", "</b>", "x", "a_b",
+        ":", "[a]: /u", "<!--", "-->", "http://x", "\n", "\u2028", "\x85", "\x1b", "\x00",
+        "\u202e", "😀",
     ]  # fmt: skip
     rng = random.Random(33)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
         want = html.escape(shown(text)).replace("&#x27;", "'")
-        assert MARKDOWN.render(markdown_text(text)) == f"<p>{want}</p>\n", ascii(text)
-        assert MARKDOWN.render(f"- {markdown_text(text)}") == f"<ul>\n<li>{want}</li>\n</ul>\n"
         cell = want.strip(" ")
-        table = MARKDOWN.render(f"| h |\n|---|\n| {markdown_text(text, cell=True)} |\n")
-        assert f"<tbody>\n<tr>\n<td>{cell}</td>" in table, ascii(text)
-        heading = MARKDOWN.render(f"## {markdown_text(text, cell=True)}")
-        assert heading == f"<h2>{cell}</h2>\n", ascii(text)
+        written = {place: markdown_text(text, where=place) for place in MARKDOWN_PLACES}
+        rendered = {
+            "block": MARKDOWN.render(written["block"]),
+            "item": MARKDOWN.render(f"- {written['block']}"),
+            "bold": MARKDOWN.render(f"**{written['bold']}**"),
+            "cell": MARKDOWN.render(f"| h |\n|---|\n| {written['cell']} |\n"),
+            "heading": MARKDOWN.render(f"## {written['cell']}"),
+            "link": MARKDOWN.render(f"- [{written['link']}](#x) after"),
+        }
+        assert rendered == {
+            "block": f"<p>{want}</p>\n",
+            "item": f"<ul>\n<li>{want}</li>\n</ul>\n",
+            "bold": f"<p><strong>{want}</strong></p>\n",
+            "cell": f"<table>\n<thead>\n<tr>\n<th>h</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n"
+            f"<td>{cell}</td>\n</tr>\n</tbody>\n</table>\n",
+            "heading": f"<h2>{cell}</h2>\n",
+            "link": f'<ul>\n<li><a href="#x">{want}</a> after</li>\n</ul>\n',
+        }, ascii(text)
+
+
+def test_what_is_not_syntax_is_left_as_it_reads() -> None:
+    """A table cell of `0->5`, `a < b`, `[0000:1b:00]`, `GPU#0`, `all_reduce`, `ok *`."""
+    for text in ["0->5", "a < b", "R&D", "[0000:1b:00]", "GPU#0", "all_reduce", "ok *", "~60%"]:
+        assert markdown_text(text, where="cell") == text
 
 
 def test_a_fence_is_longer_than_any_backticks_inside() -> None:

@@ -8,7 +8,7 @@ from commbench.files import dump_json
 
 
 def _md(text: str) -> str:
-    return markdown_text(text, cell=True)
+    return markdown_text(text, where="cell")
 
 
 def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:

@@ -239,7 +239,7 @@ def render_tables(tables: Sequence[Table], fmt: Format) -> str:
         words = (0, len(headers) - 1)  # the pair and the diagnosis
         if Format(fmt) is Format.md:
             out += [
-                f"### {markdown_text(title, cell=True)}\n",
+                f"### {markdown_text(title, where='cell')}\n",
                 *markdown_table(headers, cells, left=words),
             ]
         else:

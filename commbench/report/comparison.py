@@ -92,12 +92,12 @@ def to_table(comparison: Comparison) -> str:
 
 def to_markdown(comparison: Comparison, heading: str = "##") -> str:
     icon = "❌" if comparison.exit_code else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
-    out = [f"{heading} {icon} {markdown_text(comparison.verdict, cell=True)}", ""]
+    out = [f"{heading} {icon} {markdown_text(comparison.verdict, where='cell')}", ""]
     out.extend(f"- {markdown_text(line)}" for line in summary_lines(comparison))
     out.append("")
     for title, cells in build_tables(comparison):
         out += [
-            f"{heading}# {markdown_text(title, cell=True)}\n",
+            f"{heading}# {markdown_text(title, where='cell')}\n",
             *markdown_table(HEADERS, cells, left=WORDS),
             "",
         ]
@@ -159,7 +159,7 @@ def render_many(results: list[tuple[str, Comparison]], fmt: Format) -> str:
         return dicts_to_csv(records, ["entry", *CSV_COLUMNS])
     if fmt is Format.md:
         return "\n".join(
-            f"## {markdown_text(name, cell=True)}\n\n{to_markdown(c, heading='###')}"
+            f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"
             for name, c in results
         )
     return "\n".join(f"=== {name} ===\n{to_table(c)}" for name, c in results)

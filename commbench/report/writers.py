@@ -78,7 +78,11 @@ def _image_ref(b: Image, images: Images, files: dict[str, bytes], folder: str) -
 
 
 def _md_cell(text: str) -> str:
-    return markdown_text(text, cell=True)
+    return markdown_text(text, where="cell")
+
+
+def _md_link(text: str) -> str:
+    return markdown_text(text, where="link")
 
 
 def to_markdown(
@@ -95,10 +99,10 @@ def to_markdown(
             if not entries:
                 continue
             out.append(
-                "\n".join(f"{'  ' * depth}- [{_md_cell(t)}](#{a})" for depth, t, a in entries)
+                "\n".join(f"{'  ' * depth}- [{_md_link(t)}](#{a})" for depth, t, a in entries)
             )
         elif isinstance(b, Para):
-            text = markdown_text(b.text)
+            text = markdown_text(b.text, where="bold" if b.bold else "block")
             out.append(f"**{text}**" if b.bold and text else text)
         elif isinstance(b, Pre):
             out.append(markdown_fence(b.text))
@@ -113,7 +117,7 @@ def to_markdown(
         elif isinstance(b, Image):
             if images is Images.none:
                 continue
-            out.append(f"![{_md_cell(b.alt)}]({_image_ref(b, images, files, folder)})")
+            out.append(f"![{_md_link(b.alt)}]({_image_ref(b, images, files, folder)})")
         out.append("")
     return Rendered("\n".join(out).rstrip() + "\n", files)
 

@@ -218,7 +218,7 @@ def to_markdown(rows: list[ResultRow]) -> str:
     out: list[str] = []
     for t in build_tables(rows):
         out += [
-            f"### {markdown_text(t.title, cell=True)}\n",
+            f"### {markdown_text(t.title, where='cell')}\n",
             *markdown_table(t.headers, t.cells),
             "",
         ]

@@ -282,7 +282,7 @@ def render(summary: RunSummary, *, markdown: bool = False) -> str:
 
 
 def _title(text: str, markdown: bool) -> str:
-    return f"### {markdown_text(text, cell=True)}\n" if markdown else f"# {text}"
+    return f"### {markdown_text(text, where='cell')}\n" if markdown else f"# {text}"
 
 
 __all__ = [

@@ -59,7 +59,7 @@ def _render(
     """A titled table; the columns numbered in `left` align left, the others right."""
     if fmt == Format.md:
         table = markdown_table(headers, cells, left=left)
-        return [f"### {markdown_text(title, cell=True)}", "", *table, ""]
+        return [f"### {markdown_text(title, where='cell')}", "", *table, ""]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:

@@ -536,9 +536,9 @@ def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Compar
         "entries": {n: c.to_dict() for n, c in results},
     }
     atomic_write(SuiteDir(path).comparison_json, dump_json(payload))
-    parts = [f"# commbench gate: {markdown_text(f'{path.name} vs {baseline}', cell=True)}\n"]
+    parts = [f"# commbench gate: {markdown_text(f'{path.name} vs {baseline}', where='cell')}\n"]
     parts += [
-        f"## {markdown_text(name, cell=True)}\n\n{to_markdown(c, heading='###')}"
+        f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"
         for name, c in results
     ]
     atomic_write(SuiteDir(path).comparison_md, "\n".join(parts))
