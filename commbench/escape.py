@@ -27,7 +27,7 @@ import re
 import shlex
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from commbench.errors import UserError, quoted
 
@@ -46,7 +46,8 @@ _LINE_BREAK = re.compile(f"[{re.escape(LINE_BREAKS)}]")
 
 def unsafe_character(text: str) -> str | None:
     """The first character of `text` that no generated file takes as it is (a line break,
-    another control character, a bidirectional control, a lone surrogate); None if none."""
+    another control character, a bidirectional control, a lone surrogate, U+FFFE or U+FFFF);
+    None if none."""
     found = _UNSAFE.search(text)
     return found.group(0) if found else None
 
@@ -54,6 +55,10 @@ def unsafe_character(text: str) -> str | None:
 def has_line_break(text: str) -> bool:
     """Whether any reader (`str.splitlines`, YAML, a Unicode-aware one) sees a line break."""
     return _LINE_BREAK.search(text) is not None
+
+
+_C0_NAMES = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\t": "TAB", "\x85": "NEXT LINE"}
+"""Names of the controls Unicode's database leaves unnamed, where a message names them."""
 
 
 def describe(char: str) -> str:
@@ -72,16 +77,12 @@ def describe(char: str) -> str:
     return f"U+{ord(char):04X}{' ' + name if name else ''}, {what}"
 
 
-_C0_NAMES = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\t": "TAB", "\x85": "NEXT LINE"}
-
-
-def refuse_unsafe(what: str, text: str, why: str = "") -> str:
-    """`text` unchanged, or UserError naming its first unsafe character; `why` ends the
-    message (what the character would do where it was going)."""
+def refuse_unsafe(what: str, text: str) -> str:
+    """`text` unchanged, or UserError naming `what` and its first unsafe character."""
     char = unsafe_character(text)
     if char is None:
         return text
-    raise UserError(f"{what} {quoted(text)} holds {describe(char)}{': ' + why if why else ''}")
+    raise UserError(f"{what} {quoted(text)} holds {describe(char)}")
 
 
 def visible(text: str) -> str:
@@ -154,7 +155,8 @@ def sbatch_directive(option: str, value: str | int, grammar: re.Pattern[str]) ->
 #   block: a paragraph or a list item, which it starts;  bold: the same, inside `**...**`;
 #   cell:  a table cell or a heading (no block starts there);
 #   link:  a link's text or an image's alt text (in a cell).
-MARKDOWN_PLACES = ("block", "bold", "cell", "link")
+MarkdownPlace = Literal["block", "bold", "cell", "link"]
+MARKDOWN_PLACES: tuple[MarkdownPlace, ...] = get_args(MarkdownPlace)
 
 # What makes syntax anywhere (CommonMark, GitHub's tables): each character matched is
 # written with a backslash, which CommonMark takes as "this character itself" before any
@@ -182,7 +184,7 @@ _MD_BLOCK_START = re.compile(
 )
 
 
-def markdown_text(text: str, *, where: str = "block") -> str:
+def markdown_text(text: str, *, where: MarkdownPlace = "block") -> str:
     """`text` as markdown inline text that renders as `text` and nothing else, at `where`
     (`MARKDOWN_PLACES`: a paragraph or list item, a bold one, a table cell or heading, a
     link's text): one line (every line break a space), the punctuation that would make
