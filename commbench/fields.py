@@ -15,11 +15,11 @@ a wrong number further on:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from commbench.errors import UserError, quoted
+from commbench.escape import unsafe_character
 
 T = TypeVar("T")
 Conv = Callable[[Any, str], T]
@@ -72,18 +72,17 @@ def string(value: Any, path: str) -> str:
 MAX_TEXT = 1 << 16
 """Characters in one stored text (a failure with its reasons, a diagnosis): far past any that
 commbench writes, short of a pasted file."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def text(value: Any, path: str) -> str:
     """A string that may hold lines (a failure with its reasons, a diagnosis), bounded, and
     without another control character (one would move the cursor of the terminal it is
-    printed on)."""
+    printed on), nor another line break (`escape.unsafe_character`: \\r, NEL, U+2028...),
+    a bidirectional control or a lone surrogate."""
     result = string(value, path)
     if len(result) > MAX_TEXT:
         raise UserError(f"{path}: {len(result)} characters, more than {MAX_TEXT}")
-    if _CONTROL_BUT_LINES.search(result):
+    if unsafe_character(result.replace("\n", "").replace("\t", "")) is not None:
         raise UserError(f"{path}: {quoted(result)} holds a control character")
     return result
 
@@ -92,7 +91,7 @@ def line(value: Any, path: str) -> str:
     """A string of one line: a name, a host, a version. A line break in one would start a new
     line, a heading or a table row of the report it is printed in."""
     result = text(value, path)
-    if _CONTROL.search(result):
+    if unsafe_character(result) is not None:
         raise UserError(f"{path}: {quoted(result)} holds a line break or a control character")
     return result
 

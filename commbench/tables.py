@@ -1,14 +1,16 @@
 """Plain-text and Markdown tables: the one layout every command's tables share.
 
 Numbers read best right-aligned and words left-aligned, so a table names its word columns
-(`left`); everything else is right-aligned. Markdown cells escape `|`, which would otherwise
-end the cell.
+(`left`); everything else is right-aligned. Markdown cells are escaped
+(`escape.markdown_text`): a `|` would end the cell, a line break the table.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+
+from commbench.escape import markdown_text
 
 
 def text_table(
@@ -32,7 +34,7 @@ def markdown_table(
     """A GitHub-flavoured Markdown table with the same alignment as `text_table`."""
 
     def line(row: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |"
+        return "| " + " | ".join(markdown_text(str(c), where="cell") for c in row) + " |"
 
     rule = "|" + "|".join("---" if i in left else "---:" for i in range(len(headers))) + "|"
     return [line(headers), rule, *(line(row) for row in cells)]

@@ -16,9 +16,9 @@ from pathlib import Path
 import commbench
 
 FLOORS: list[set[str]] = [
-    {"errors", "stats", "tables", "timing", "options", "version"},
-    {"numbers", "files", "torch_version", "drawing", "lists"},
-    {"fields", "sizes", "processes", "heatmap"},
+    {"errors", "stats", "timing", "options", "version"},
+    {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
+    {"fields", "sizes", "processes", "heatmap", "tables"},
     {"gpu_memory"},
     {"topology"},
     {"health"},

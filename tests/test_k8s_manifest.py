@@ -426,9 +426,17 @@ def test_the_pods_commands_make_one_two_node_run(tmp_path: Path, free_port: int)
         # a line break would end the header comment and start YAML of the user's own
         (
             ["collectives", "--out", "results/x\n---\nkind: Pod\nmetadata: {name: evil}"],
-            "argument 2 holds a control character",
+            "argument 2 holds U+000A LINE FEED, a line break",
         ),
-        (["collectives", "--sizes", "1K\r"], "argument 2 holds a control character"),
+        (["collectives", "--sizes", "1K\r"], "argument 2 holds U+000D CARRIAGE RETURN"),
+        # what YAML, and not only \n, reads as a line break
+        *(
+            (
+                ["collectives", "--out", f"results/x{sep}---{sep}kind: Pod"],
+                f"argument 2 holds U+{ord(sep):04X}",
+            )
+            for sep in "\x85\u2028\u2029"
+        ),
         (["collectives", "--help"], "the wrapped command asks for its help"),
         (["diagnose", "-h"], "the wrapped command asks for its help"),
     ],

@@ -41,6 +41,7 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     from commbench.cli import app
     from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
+    from commbench.escape import describe, unsafe_character
 
     name, rest = job.args[0], job.args[1:]
     nodes, gpus_per_node, scheduler = job.nodes, job.gpus_per_node, job.scheduler
@@ -55,11 +56,11 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
                 f"the wrapped command asks for its help: `commbench {name} --help` prints it; "
                 f"{scheduler.writes} needs a command to run"
             )
-        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+        char = unsafe_character(arg)
+        if char is not None:
             raise UserError(
-                f"the wrapped command's argument {position} holds a control character (a line "
-                f"break?): no commbench option takes one, and it would change what "
-                f"{scheduler.writes} says"
+                f"the wrapped command's argument {position} holds {describe(char)}: no "
+                f"commbench option takes one, and it would change what {scheduler.writes} says"
             )
     group: Any = typer.main.get_command(app)
     parent = click.Context(group, info_name="commbench")

@@ -62,6 +62,7 @@ def report(run: Run, fmt: Format) -> None:
         if human and summary:
             typer.echo("\n" + summary, nl=False)
         if human:
+            from commbench.escape import markdown_text
             from commbench.results.network import network_lines
 
             network = network_lines(rows, run.context)
@@ -70,7 +71,7 @@ def report(run: Run, fmt: Format) -> None:
                 title = "\n**Network efficiency**\n" if md else "\nNetwork efficiency:"
                 typer.echo(title)
                 for line in network:
-                    typer.echo(f"- {line}" if md else f"  {line}")
+                    typer.echo(f"- {markdown_text(line)}" if md else f"  {line}")
     health = notes_block(run.context.health, markdown=fmt is Format.md)
     if health:  # after the table on stdout; on stderr where stdout is csv or json
         typer.echo(health, nl=False, err=fmt not in (Format.table, Format.md))

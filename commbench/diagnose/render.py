@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
-
 from commbench.diagnose.verdict import HEALTHY, Diagnosis
+from commbench.escape import markdown_text, xml_text
 from commbench.files import dump_json
+
+
+def _md(text: str) -> str:
+    return markdown_text(text, where="cell")
 
 
 def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
@@ -17,7 +20,10 @@ def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
     width = max([len(h) for h, _, _ in rows] + [4])
     if fmt == "md":
         out = ["| node | verdict | evidence |", "|---|---|---|"]
-        out += [f"| {h} | {v} | {'<br>'.join(e) or '-'} |" for h, v, e in rows]
+        out += [
+            f"| {_md(h)} | {_md(v)} | {'<br>'.join(_md(line) for line in e) or '-'} |"
+            for h, v, e in rows
+        ]
     else:
         out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
         for host, verdict, evidence in rows:
@@ -43,13 +49,15 @@ def _junit(diagnosis: Diagnosis) -> str:
         f'failures="{failures}">',
     ]
     for n in diagnosis.nodes:
-        name = quoteattr(n.host or f"node {n.node}")
+        name = xml_text(n.host or f"node {n.node}", attribute=True)
         if n.verdict == HEALTHY:
             lines.append(f'  <testcase classname="diagnose" name={name}/>')
             continue
-        message = quoteattr(f"{n.verdict}: {n.evidence[0] if n.evidence else ''}")
+        message = xml_text(f"{n.verdict}: {n.evidence[0] if n.evidence else ''}", attribute=True)
         lines.append(f'  <testcase classname="diagnose" name={name}>')
-        lines.append(f"    <failure message={message}>{escape(chr(10).join(n.evidence))}</failure>")
+        lines.append(
+            f"    <failure message={message}>{xml_text(chr(10).join(n.evidence))}</failure>"
+        )
         lines.append("  </testcase>")
     lines.append("</testsuite>")
     return "\n".join(lines) + "\n"

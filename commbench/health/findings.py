@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from commbench.escape import markdown_text
 from commbench.health.record import (
     GpuHealth,
     HealthSnapshot,
@@ -358,7 +359,7 @@ def notes_block(health: RunHealth | None, *, markdown: bool = False) -> str:
     if not lines:
         return ""
     if markdown:
-        return "\n**Link health**\n\n" + "".join(f"- {line}\n" for line in lines)
+        return "\n**Link health**\n\n" + "".join(f"- {markdown_text(line)}\n" for line in lines)
     return "\nLink health:\n" + "".join(f"  {line}\n" for line in lines)
 
 

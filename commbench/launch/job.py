@@ -28,8 +28,9 @@ WRAPPABLE = ("collectives", "run", "diagnose")
 LAUNCH_FLAGS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id")
 """The wrapped command's options the job sets itself, from the scheduler."""
 
-# ASCII digits (`\d` takes any Unicode digit, which sbatch refuses once the job is submitted)
-_PLAIN = re.compile(r"[A-Za-z0-9_.,-]+")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_.,-]+")
+"""A SLURM name (job, partition), matched whole: ASCII digits (`\\d` takes any Unicode
+digit, which sbatch refuses once the job is submitted), nothing sbatch or a shell reads."""
 # RFC 1123 label, as Kubernetes checks it (IsDNS1123Label): a namespace, a pod's host name
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # RFC 1035 label (IsDNS1035Label): a Service's name, hence the job's, which names its Service
@@ -42,7 +43,7 @@ DNS_SUBDOMAIN_MAX = 253
 
 def check_plain_name(flag: str, value: str | None) -> None:
     """A SLURM name (job, partition): letters, digits, '_', '-', '.', ','."""
-    if value is not None and not _PLAIN.fullmatch(value):
+    if value is not None and not (isinstance(value, str) and PLAIN_NAME.fullmatch(value)):
         raise UserError(
             f"{flag} {value!r}: use letters, digits, '_', '-', '.' (and ',' for partitions)"
         )

@@ -173,10 +173,12 @@ def _check_out(out: Any) -> None:
 
 
 def manifest(k8s: KubernetesJob) -> str:
-    """The YAML to `kubectl apply -f`: a headless Service and an Indexed Job, or a JobSet."""
+    """The YAML to `kubectl apply -f`: a headless Service and an Indexed Job, or a JobSet.
+    Written by `escape.yaml_documents`, which reads it back and refuses it unless it is
+    exactly these documents, every string of the user's as given."""
     import shlex
 
-    import yaml
+    from commbench.escape import yaml_documents
 
     job = k8s.job
     documents = [_jobset(k8s)] if k8s.kind == "jobset" else [_service(k8s), _job(k8s)]
@@ -187,12 +189,11 @@ def manifest(k8s: KubernetesJob) -> str:
         else "an emptyDir, gone with the pod (pass --results-volume CLAIM to keep them)"
     )
     header = [
-        f"# commbench {job.scheduler.command}: `commbench {shlex.join(job.args)}` on "
+        f"commbench {job.scheduler.command}: `commbench {shlex.join(job.args)}` on "
         f"{job.nodes} nodes, one pod each with {gpus}",
-        f"# Apply with `kubectl apply -f`. Results: {WORKDIR}/{RESULTS_DIR} in each pod, {kept}.",
+        f"Apply with `kubectl apply -f`. Results: {WORKDIR}/{RESULTS_DIR} in each pod, {kept}.",
     ]
-    body = yaml.safe_dump_all(documents, sort_keys=False, default_flow_style=False)
-    return "\n".join(header) + "\n" + body
+    return yaml_documents(documents, header)
 
 
 def _metadata(k8s: KubernetesJob) -> dict[str, Any]:

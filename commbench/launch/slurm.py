@@ -161,42 +161,44 @@ MAX_TIME_DAYS = 365
 """The longest --time taken: SLURM's own limit is "INFINITE"; past a year it is a typo."""
 UNLIMITED = ("INFINITE", "UNLIMITED")
 _TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or INFINITE)"
+_N = "[0-9]{1,9}"
+TIME_GRAMMAR = re.compile(
+    rf"(?P<days>{_N})-(?P<dh>{_N})(?::(?P<dm>{_N})(?::(?P<ds>{_N}))?)?"
+    rf"|(?P<first>{_N})(?::(?P<second>{_N})(?::(?P<third>{_N}))?)?"
+    rf"|{'|'.join(UNLIMITED)}",
+    re.ASCII | re.IGNORECASE,
+)
+"""sbatch's --time, matched whole (man sbatch): "minutes", "minutes:seconds",
+"hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds",
+INFINITE or UNLIMITED in any case (ASCII case: U+0131, a dotless i, is no i to sbatch);
+ASCII digits, no sign, no blank. Nothing is stripped: what is checked is what is written."""
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def parse_time(text: str) -> int | None:
-    """A SLURM time limit (sbatch --time) in minutes, rounded up; None for no limit. Its
-    grammar (man sbatch): "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
-    "days-hours:minutes", "days-hours:minutes:seconds", or INFINITE / UNLIMITED. A field after
-    the first is below 60 (hours after days below 24), and the whole is at most
-    MAX_TIME_DAYS; anything else is UserError naming the field."""
-    value = text.strip()
-    if value.upper() in UNLIMITED:
-        return None
-    days_text, dash, rest = value.partition("-")
-    fields = (rest if dash else value).split(":")
-    if not all(is_digits(f) and len(f) <= 9 for f in [*fields, *([days_text] if dash else [])]):
+    """A SLURM time limit (sbatch --time, `TIME_GRAMMAR`) in minutes, rounded up; None for
+    no limit. A field after the first is below 60 (hours after days below 24), and the whole
+    is at most MAX_TIME_DAYS; anything else is UserError naming the field."""
+    if not isinstance(text, str):
+        raise UserError(f"--time must be text ({_TIME_FORMS}), got {text!r}")
+    match = TIME_GRAMMAR.fullmatch(text)
+    if match is None:
         raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
-    numbers = [int(f) for f in fields]
-    if dash:
-        if len(numbers) > 3:
-            raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
-        hours, minutes, seconds = [*numbers, 0, 0][:3]
-        days = int(days_text)
+    if text.upper() in UNLIMITED:
+        return None
+    got = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    if "days" in got:
+        days, hours, minutes, seconds = got["days"], got["dh"], got.get("dm", 0), got.get("ds", 0)
         limits = [("hours", hours, 24), ("minutes", minutes, 60), ("seconds", seconds, 60)]
+    elif "third" in got:
+        days, hours, minutes, seconds = 0, got["first"], got["second"], got["third"]
+        limits = [("minutes", minutes, 60), ("seconds", seconds, 60)]
     else:
-        if len(numbers) > 3:
-            raise UserError(f"--time {quoted(text)} is not a SLURM time ({_TIME_FORMS})")
-        days = 0
-        if len(numbers) == 3:
-            hours, minutes, seconds = numbers
-            limits = [("minutes", minutes, 60), ("seconds", seconds, 60)]
-        else:
-            hours = 0
-            minutes, seconds = [*numbers, 0][:2]
-            limits = [("seconds", seconds, 60)] if len(numbers) == 2 else []
-    for name, got, below in limits:
-        if got >= below:
-            raise UserError(f"--time {quoted(text)}: {name} must be below {below}, got {got}")
+        days, hours, minutes, seconds = 0, 0, got["first"], got.get("second", 0)
+        limits = [("seconds", seconds, 60)] if "second" in got else []
+    for name, value, below in limits:
+        if value >= below:
+            raise UserError(f"--time {quoted(text)}: {name} must be below {below}, got {value}")
     total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if total > MAX_TIME_DAYS * 86400:
         raise UserError(f"--time {quoted(text)} is more than {MAX_TIME_DAYS} days")
@@ -212,16 +214,22 @@ def sbatch_script(
     time_limit: str = "00:30:00",
     partition: str | None = None,
 ) -> str:
-    """A ready sbatch script: one commbench task per node, all GPUs of the node to it."""
+    """A ready sbatch script: one commbench task per node, all GPUs of the node to it. Every
+    value of an #SBATCH line matches sbatch's own grammar for it (`escape.sbatch_directive`),
+    and the command line quotes every argument (`escape.shell_words`); UserError otherwise.
+    The script ends in a newline."""
+    from commbench.escape import sbatch_directive, shell_words
+    from commbench.launch.job import PLAIN_NAME
+
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={nodes}",
+        sbatch_directive("job-name", job_name, PLAIN_NAME),
+        sbatch_directive("nodes", nodes, _COUNT),
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus_per_node}"
+        sbatch_directive("gpus-per-node", gpus_per_node, _COUNT)
         if gpus_per_node
         else "# (no GPUs requested: CPU/gloo run)",
-        f"#SBATCH --time={time_limit}",
+        sbatch_directive("time", time_limit, TIME_GRAMMAR),
         "#SBATCH --output=%x-%j.out",
         # A benchmark wants the nodes to itself (no neighbour's traffic in the numbers), and
         # its one task per node runs a worker per GPU plus the torchrun agent: every CPU and
@@ -229,9 +237,9 @@ def sbatch_script(
         "#SBATCH --exclusive",
         "#SBATCH --mem=0",
     ]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    quoted = " ".join(_quote(a) for a in args)
+    if partition is not None:
+        lines.append(sbatch_directive("partition", partition, PLAIN_NAME))
+    command = shell_words(args, "the wrapped command's argument")
     lines += [
         "",
         "# commbench reads the SLURM environment (node list, node id) and builds the torchrun",
@@ -239,11 +247,6 @@ def sbatch_script(
         "# Uncomment to pin the network interfaces NCCL/gloo use:",
         "# export NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0",
         "set -euo pipefail",
-        f"srun --ntasks-per-node=1 --cpu-bind=none commbench {quoted}",
-        "",
+        f"srun --ntasks-per-node=1 --cpu-bind=none commbench {command}",
     ]
-    return "\n".join(lines)
-
-
-def _quote(arg: str) -> str:
-    return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\"'\"'") + "'"
+    return "\n".join(lines) + "\n"

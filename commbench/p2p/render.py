@@ -6,16 +6,15 @@ were timed together); sequential rows of a size form one table.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from typing import Any
 
+from commbench.escape import markdown_text
 from commbench.files import dump_json
 from commbench.p2p.expect import Expectation, StepExpectation
 from commbench.p2p.heatmap import copies
-from commbench.results.exporters import Format, rows_to_csv
+from commbench.results.exporters import Format, dicts_to_csv, rows_to_csv
 from commbench.results.schema import P2PCopy, ResultRow, csv_record
 from commbench.tables import markdown_table, text_table
 
@@ -140,16 +139,9 @@ def render_expectations(expectations: Sequence[StepExpectation], fmt: Format) ->
         return dump_json(_expectation_records(expectations))
     if fmt is Format.csv:
         records = _expectation_records(expectations)
-        buf = io.StringIO()
-        if records:
-            columns = [k for k in records[0] if k != "shared_with"]
-            writer = csv.DictWriter(
-                buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n"
-            )
-            writer.writeheader()
-            for r in records:
-                writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
-        return buf.getvalue()
+        if not records:
+            return ""
+        return dicts_to_csv(records, [k for k in records[0] if k != "shared_with"])
     return render_tables(expectation_tables(expectations), fmt)
 
 
@@ -246,7 +238,10 @@ def render_tables(tables: Sequence[Table], fmt: Format) -> str:
     for title, headers, cells in tables:
         words = (0, len(headers) - 1)  # the pair and the diagnosis
         if Format(fmt) is Format.md:
-            out += [f"### {title}\n", *markdown_table(headers, cells, left=words)]
+            out += [
+                f"### {markdown_text(title, where='cell')}\n",
+                *markdown_table(headers, cells, left=words),
+            ]
         else:
             out += [f"# {title}", *text_table(headers, cells, left=words)]
         out.append("")

@@ -2,7 +2,9 @@
 
 A section of a report is a list of these, and nothing else: the writers (`writers`) turn the
 same list into markdown or HTML, so the markdown a CI job posts and the HTML attached to a
-ticket always hold the same content.
+ticket always hold the same content. Every text of a block is plain text, shown as it is:
+much of it comes from run.json, which anyone may have written, so no block carries markup
+(a bold paragraph says so with `bold`), and each writer escapes all of it for its format.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class Heading:
 @dataclass(frozen=True, slots=True)
 class Para:
     text: str
+    bold: bool = False
 
 
 @dataclass(frozen=True, slots=True)

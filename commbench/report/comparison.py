@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 from commbench.compare import Comparison, Mark, PointResult
+from commbench.escape import markdown_text
 from commbench.results.exporters import Format, group_title
 from commbench.results.store import dicts_to_csv, dump_json
 from commbench.sizes import format_size
@@ -89,17 +90,17 @@ def to_table(comparison: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def to_markdown(comparison: Comparison, heading: str = "##") -> str:
     icon = "❌" if comparison.exit_code else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
-    out = [f"{heading} {icon} {comparison.verdict}", ""]
-    out.extend(f"- {_md_escape(line)}" for line in summary_lines(comparison))
+    out = [f"{heading} {icon} {markdown_text(comparison.verdict, where='cell')}", ""]
+    out.extend(f"- {markdown_text(line)}" for line in summary_lines(comparison))
     out.append("")
     for title, cells in build_tables(comparison):
-        out += [f"{heading}# {title}\n", *markdown_table(HEADERS, cells, left=WORDS), ""]
+        out += [
+            f"{heading}# {markdown_text(title, where='cell')}\n",
+            *markdown_table(HEADERS, cells, left=WORDS),
+            "",
+        ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -154,13 +155,11 @@ def render_many(results: list[tuple[str, Comparison]], fmt: Format) -> str:
     if fmt is Format.json:
         return dump_json({name: c.to_dict() for name, c in results})
     if fmt is Format.csv:
-        lines: list[str] = []
-        for name, c in results:
-            body = to_csv(c).splitlines()
-            if not lines:
-                lines.append("entry," + body[0])
-            lines.extend(f"{name},{line}" for line in body[1:])
-        return "\n".join(lines) + "\n"
+        records = [{"entry": name, **p.to_dict()} for name, c in results for p in c.points]
+        return dicts_to_csv(records, ["entry", *CSV_COLUMNS])
     if fmt is Format.md:
-        return "\n".join(f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results)
+        return "\n".join(
+            f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"
+            for name, c in results
+        )
     return "\n".join(f"=== {name} ===\n{to_table(c)}" for name, c in results)

@@ -71,7 +71,7 @@ def summary_section(page: Page) -> list[Block]:
     blocks: list[Block] = [Heading(level, "Summary")]
     for t in found:
         blocks += [
-            Para(f"**{t.title}**"),
+            Para(t.title, bold=True),
             Table(list(t.headers), t.cells, words=tuple(sorted(t.left))),
         ]
     return blocks
@@ -440,7 +440,7 @@ def comparison_blocks(name: str, comparison: Comparison, level: int) -> list[Blo
 
     blocks: list[Block] = [
         Heading(level, f"Regression gate{f': {name}' if name else ''}"),
-        Para(f"**{comparison.verdict}**"),
+        Para(comparison.verdict, bold=True),
         Bullets(gate_lines(comparison)),
     ]
     for title, cells in gate_tables(comparison):

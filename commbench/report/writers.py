@@ -1,7 +1,9 @@
 """The two writers of a report: its blocks as markdown, or as one HTML page.
 
 Each writer walks the same list of blocks (`blocks`); neither decides what a report says.
-Images are embedded as data URIs (the file stands alone) or, with `--images files`, written
+Every text of a block is plain text, much of it from run.json: the markdown writer escapes
+each one with `escape.markdown_text` (no heading, list, table cell, code span, link or HTML
+of the text's own), the HTML writer with `html.escape`. Images are embedded as data URIs (the file stands alone) or, with `--images files`, written
 beside the document and linked.
 """
 
@@ -13,6 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from commbench.escape import markdown_fence, markdown_text
 from commbench.report.blocks import (
     Block,
     Bullets,
@@ -75,7 +78,11 @@ def _image_ref(b: Image, images: Images, files: dict[str, bytes], folder: str) -
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown_text(text, where="cell")
+
+
+def _md_link(text: str) -> str:
+    return markdown_text(text, where="link")
 
 
 def to_markdown(
@@ -86,20 +93,21 @@ def to_markdown(
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
-            out.append(f"{'#' * b.level} {b.text}")
+            out.append(f"{'#' * b.level} {_md_cell(b.text)}")
         elif isinstance(b, Contents):
             entries = list(_contents(blocks, anchors, b.levels))
             if not entries:
                 continue
             out.append(
-                "\n".join(f"{'  ' * depth}- [{_md_cell(t)}](#{a})" for depth, t, a in entries)
+                "\n".join(f"{'  ' * depth}- [{_md_link(t)}](#{a})" for depth, t, a in entries)
             )
         elif isinstance(b, Para):
-            out.append(b.text)
+            text = markdown_text(b.text, where="bold" if b.bold else "block")
+            out.append(f"**{text}**" if b.bold and text else text)
         elif isinstance(b, Pre):
-            out.append(f"```\n{b.text}\n```")
+            out.append(markdown_fence(b.text))
         elif isinstance(b, Bullets):
-            out.append("\n".join(f"- {item}" for item in b.items))
+            out.append("\n".join(f"- {markdown_text(item)}" for item in b.items))
         elif isinstance(b, Table):
             align = ["---:" if b.right(i) else "---" for i in range(len(b.headers))]
             lines = ["| " + " | ".join(_md_cell(h) for h in b.headers) + " |"]
@@ -109,7 +117,7 @@ def to_markdown(
         elif isinstance(b, Image):
             if images is Images.none:
                 continue
-            out.append(f"![{_md_cell(b.alt)}]({_image_ref(b, images, files, folder)})")
+            out.append(f"![{_md_link(b.alt)}]({_image_ref(b, images, files, folder)})")
         out.append("")
     return Rendered("\n".join(out).rstrip() + "\n", files)
 
@@ -126,13 +134,6 @@ img { max-width: 100%; display: block; margin: 1em 0; }
 nav ul { list-style: none; padding-left: 1.2em; }
 h1, h2, h3, h4 { margin-top: 1.4em; }
 """
-
-
-def _inline(text: str) -> str:
-    """Escape, then honour the one markdown emphasis the blocks use (`**bold**`)."""
-    escaped = html.escape(text)
-    parts = escaped.split("**")
-    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
 
 
 def to_html(
@@ -160,11 +161,12 @@ def to_html(
                 )
                 out.append(f"<nav><strong>Contents</strong><ul>{items}</ul></nav>")
         elif isinstance(b, Para):
-            out.append(f"<p>{_inline(b.text)}</p>")
+            text = html.escape(b.text)
+            out.append(f"<p><strong>{text}</strong></p>" if b.bold else f"<p>{text}</p>")
         elif isinstance(b, Pre):
             out.append(f"<pre>{html.escape(b.text)}</pre>")
         elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
             body = []

@@ -6,8 +6,6 @@ posts always show the same columns. `csv` and `json` are the stable machine form
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from collections.abc import Callable
@@ -15,6 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
+from commbench.escape import csv_line, markdown_text
 from commbench.files import dump_json
 from commbench.results.schema import SCHEMA_VERSION, ResultRow, csv_columns, csv_record
 from commbench.sizes import format_size
@@ -218,28 +217,23 @@ def to_table(rows: list[ResultRow]) -> str:
 def to_markdown(rows: list[ResultRow]) -> str:
     out: list[str] = []
     for t in build_tables(rows):
-        out += [f"### {t.title}\n", *markdown_table(t.headers, t.cells), ""]
+        out += [
+            f"### {markdown_text(t.title, where='cell')}\n",
+            *markdown_table(t.headers, t.cells),
+            "",
+        ]
     notes = _notes(rows)
     if notes:
-        out.extend(f"- \\* {n}" for n in notes)
+        out.extend(f"- {markdown_text('* ' + n)}" for n in notes)
     return "\n".join(out).rstrip() + "\n"
 
 
 def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
-    """CSV with a fixed column order; None and non-finite numbers become an empty cell (as they
-    are null in JSON), unknown keys are dropped. The one CSV writer of every commbench file."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for data in records:
-        writer.writerow({k: _cell(v) for k, v in data.items()})
-    return buf.getvalue()
-
-
-def _cell(value: Any) -> Any:
-    if value is None or (type(value) is float and not math.isfinite(value)):
-        return ""
-    return value
+    """CSV with a fixed column order, each field through `escape.csv_field` (None and
+    non-finite numbers an empty cell, as they are null in JSON; a field quoted where it
+    holds a comma, a quote or a line break of any reader's); unknown keys are dropped, a
+    missing one is empty. The one CSV writer of every commbench file."""
+    return csv_line(columns) + "".join(csv_line(r.get(c) for c in columns) for r in records)
 
 
 def rows_to_csv(rows: list[ResultRow], *, p2p: bool = False) -> str:

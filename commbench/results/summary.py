@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commbench.escape import markdown_text
 from commbench.results.ranks import RankEntry
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.sizes import format_size
@@ -281,7 +282,7 @@ def render(summary: RunSummary, *, markdown: bool = False) -> str:
 
 
 def _title(text: str, markdown: bool) -> str:
-    return f"### {text}\n" if markdown else f"# {text}"
+    return f"### {markdown_text(text, where='cell')}\n" if markdown else f"# {text}"
 
 
 __all__ = [

@@ -7,8 +7,6 @@ for table and md, and emit plain records for csv and json.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -16,7 +14,8 @@ from typing import Any
 
 from commbench.collectives.specs import STRATEGIES
 from commbench.errors import UserError
-from commbench.results.exporters import Format, format_time
+from commbench.escape import markdown_text
+from commbench.results.exporters import Format, dicts_to_csv, format_time
 from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
@@ -29,7 +28,7 @@ from commbench.strategies.model import (
     predict_one,
     winner,
 )
-from commbench.tables import fixed
+from commbench.tables import fixed, markdown_table
 
 DISAGREE = 0.25
 """Measured vs model beyond this relative gap is flagged '!'."""
@@ -59,15 +58,8 @@ def _render(
 ) -> list[str]:
     """A titled table; the columns numbered in `left` align left, the others right."""
     if fmt == Format.md:
-        align = ["---" if i in left else "---:" for i in range(len(headers))]
-        return [
-            f"### {title}",
-            "",
-            "| " + " | ".join(headers) + " |",
-            "|" + "|".join(align) + "|",
-            *("| " + " | ".join(line) + " |" for line in cells),
-            "",
-        ]
+        table = markdown_table(headers, cells, left=left)
+        return [f"### {markdown_text(title, where='cell')}", "", *table, ""]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:
@@ -81,12 +73,7 @@ def _render(
 def _records_out(records: list[dict[str, Any]], fmt: Format, extra: dict[str, Any]) -> str:
     if fmt == Format.json:
         return dump_json({**extra, "rows": records})
-    buf = io.StringIO()
-    if records:
-        writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    return buf.getvalue()
+    return dicts_to_csv(records, list(records[0])) if records else ""
 
 
 def _params_text(params: Params) -> str:

@@ -527,6 +527,7 @@ def run_suite(
 
 def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Comparison]]) -> None:
     """comparison.json (every decision) and comparison.md (what CI publishes)."""
+    from commbench.escape import markdown_text
     from commbench.report.comparison import to_markdown
 
     payload = {
@@ -535,6 +536,9 @@ def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Compar
         "entries": {n: c.to_dict() for n, c in results},
     }
     atomic_write(SuiteDir(path).comparison_json, dump_json(payload))
-    parts = [f"# commbench gate: {path.name} vs {baseline}\n"]
-    parts += [f"## {name}\n\n{to_markdown(c, heading='###')}" for name, c in results]
+    parts = [f"# commbench gate: {markdown_text(f'{path.name} vs {baseline}', where='cell')}\n"]
+    parts += [
+        f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"
+        for name, c in results
+    ]
     atomic_write(SuiteDir(path).comparison_md, "\n".join(parts))
