@@ -187,8 +187,11 @@ def test_chakra_json() -> None:
 
 def test_formats_are_told_from_content_not_names(tmp_path: Path) -> None:
     # each fixture under a misleading name still reads as what it holds
-    (tmp_path / "chakra_0.json").write_bytes((FIXTURES / "param" / "0.json").read_bytes())
-    assert load_any(tmp_path / "chakra_0.json").manifest.tool == "param"
+    for rank in (0, 1):
+        named = tmp_path / "misnamed" / f"chakra_{rank}.json"
+        named.parent.mkdir(exist_ok=True)
+        named.write_bytes((FIXTURES / "param" / f"{rank}.json").read_bytes())
+    assert load_any(tmp_path / "misnamed").manifest.tool == "param"
     fr = tmp_path / "param_trace.0"
     fr.write_bytes((FIXTURES / "flight_recorder" / "rank_0.json").read_bytes())
     assert load_any(fr).manifest.tool == "flight-recorder"

@@ -595,6 +595,15 @@ def check_ranks(calls: Mapping[int, Sequence[Call]], world: int, where: str) -> 
                 raise UserError(f"{where}: rank {rank}'s call {call.seq} is a {call.op} to itself")
 
 
+def lone_peer(rank: int, members: Sequence[int], world: int) -> int | None:
+    """The other end of a send or recv whose producer did not name it, where only one rank
+    can be: the other member of its group of two, or, for a group counted as the whole
+    world, the other rank of a trace of two. None where it cannot be told."""
+    if members:
+        return members[1 - members.index(rank)] if len(members) == 2 and rank in members else None
+    return 1 - rank if world == 2 and rank in (0, 1) else None
+
+
 def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
     """Refuse a trace whose ranks disagree on a group: its ranks, or its sequence of
     collectives (op, dtype, and the size where every member passes the same). Calls are
