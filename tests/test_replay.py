@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,22 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.replay import program as program_module
 from commbench.replay.buckets import FIRST_BUCKET_BYTES, assign_buckets
 from commbench.replay.explain import explain, fit_rows, op_cost, predict_buckets_s
-from commbench.replay.program import WORLD, build_program, rank_sequence, recorded_step_times
+from commbench.replay.program import (
+    WORLD,
+    Groups,
+    Issue,
+    build_program,
+    rank_sequence,
+    recorded_step_times,
+)
 from commbench.results.record import RunKind, RunRecord, RunStatus
 from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.schema import ResultRow, csv_columns, csv_record
 from commbench.traces.formats import load_any
-from commbench.traces.trace import MANIFEST_FILE, Parameter
+from commbench.traces.trace import MANIFEST_FILE, Call, Parameter
 from tests.factories import ddp_trace, make_row, trace_call, write_trace
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -75,37 +84,39 @@ def test_a_cap_below_one_byte_is_refused() -> None:
 # -- the program -------------------------------------------------------------------------------
 
 
+def tp_trace_calls(rank: int) -> list[Call]:
+    """Rank `rank`'s calls of `tp_trace`."""
+    pair = (0, 1) if rank < 2 else (2, 3)
+    calls = []
+    for step in range(2):
+        calls.append(trace_call("all_reduce", 64 * KiB, ranks=(0, 1, 2, 3), step=step))
+        calls.append(
+            trace_call(
+                "all_gather",
+                8 * KiB,
+                out_bytes=16 * KiB,
+                ranks=pair,
+                group=f"tp{pair[0]}",
+                step=step,
+                async_op=True,
+            )
+        )
+    return calls
+
+
 def tp_trace(directory: Path) -> Path:
     """4 ranks: a world all_reduce per step, and a tensor-parallel all_gather in {0,1},{2,3}."""
-    per_rank = {}
-    for rank in range(4):
-        pair = (0, 1) if rank < 2 else (2, 3)
-        calls = []
-        for step in range(2):
-            calls.append(trace_call("all_reduce", 64 * KiB, ranks=(0, 1, 2, 3), step=step))
-            calls.append(
-                trace_call(
-                    "all_gather",
-                    8 * KiB,
-                    out_bytes=16 * KiB,
-                    ranks=pair,
-                    group=f"tp{pair[0]}",
-                    step=step,
-                    async_op=True,
-                )
-            )
-        per_rank[rank] = calls
-    return write_trace(directory, per_rank)
+    return write_trace(directory, {rank: tp_trace_calls(rank) for rank in range(4)})
 
 
 def test_rows_are_the_plans_with_their_instances(tmp_path: Path) -> None:
     program = build_program(load_any(tp_trace(tmp_path)))
-    assert program.groups == ((0, 1), (2, 3))
+    assert tuple(program.groups) == ((0, 1), (2, 3))
     rows = {r.op: r for r in program.rows}
-    assert rows["all_reduce"].instances == (WORLD,) and rows["all_reduce"].calls == 2
+    assert rows["all_reduce"].shapes == (WORLD,) and rows["all_reduce"].calls == 2
     gather = rows["all_gather"]
     assert (gather.size_bytes, gather.group_size, gather.groups) == (16 * KiB, 2, 2)
-    assert gather.instances == (0, 1)  # disjoint: both timed at once
+    assert gather.shapes == (0, 1) and gather.timed == 2  # disjoint: both timed at once
     assert gather.calls == 4  # 2 steps x 2 instances, as the plan counts them
 
 
@@ -158,6 +169,56 @@ def test_a_group_cut_by_the_world_is_refused(tmp_path: Path) -> None:
     trace = load_any(write_trace(tmp_path, per_rank))
     with pytest.raises(UserError, match="past the 2 replayed"):
         build_program(trace, world=2)
+
+
+def test_a_huge_world_is_built_per_call_not_per_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--world 1048576 of a 4-rank trace (tensor-parallel pairs, a pipeline send): the
+    groups and rows are arithmetic on the trace's own, so building the program maps no call
+    onto any rank and allocates about what the traced world does (it took 12-50 s and 230 MB
+    when every rank's calls were mapped: world x calls)."""
+    per_rank = {
+        rank: [
+            *tp_trace_calls(rank),
+            trace_call(
+                "send" if rank % 2 == 0 else "recv", KiB, ranks=range(4), peer=rank ^ 1, step=1
+            ),
+        ]
+        for rank in range(4)
+    }
+    trace = load_any(write_trace(tmp_path, per_rank))
+    mapped: list[int] = []
+    real_map = program_module.map_call
+
+    def counted_map(call: Call, copy: int, groups: Groups) -> Issue | None:
+        mapped.append(call.rank)
+        return real_map(call, copy, groups)
+
+    monkeypatch.setattr(program_module, "map_call", counted_map)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        build_program(trace)
+        traced_bytes = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        huge = build_program(trace, world=1 << 20)
+        huge_bytes = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert mapped == []  # no call was mapped onto a rank to build it
+    assert huge_bytes < 2 * traced_bytes + 64 * KiB, (huge_bytes, traced_bytes)
+    # what it holds is the whole world's, by arithmetic
+    assert len(huge.groups) == (1 << 20) // 2  # the TP pairs, which the sends share
+    rows = {r.op: r for r in huge.rows}
+    assert rows["all_gather"].groups == rows["sendrecv"].groups == (1 << 20) // 2
+    last = (1 << 20) - 1  # plays traced rank 3 in the last copy
+    steps = rank_sequence(trace, huge, last)
+    assert mapped == [3] * len(per_rank[3])  # its own calls only
+    gather, recv = steps[0][1], steps[1][-1]
+    assert huge.groups[gather.group] == (last - 1, last)
+    assert (recv.op, recv.peer) == ("recv", last - 1)
 
 
 def test_long_traces_replay_the_first_20_steps(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.files import dump_json
-from commbench.replay.program import Issue, Program, RowSpec, rank_sequence, step_origins
+from commbench.replay.program import Groups, Issue, Program, RowSpec, rank_sequence
 from commbench.traces.trace import Parameter, Trace
 
 PROGRAM_FILE = "program.json"
@@ -31,7 +31,7 @@ class Compiled:
     """What a worker needs of the program besides its own calls."""
 
     world: int
-    groups: tuple[tuple[int, ...], ...]
+    groups: Groups
     rows: tuple[RowSpec, ...]
     steps: int
     """Steps each rank's file holds."""
@@ -48,16 +48,15 @@ def write(trace: Trace, program: Program, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     head = {
         "world": program.world,
-        "groups": [list(g) for g in program.groups],
+        "groups": program.groups.payload(),
         "rows": [asdict(r) for r in program.rows],
         "steps": len(program.steps),
         "parameters": [p.payload() for p in trace.manifest.parameters],
     }
     (directory / PROGRAM_FILE).write_text(dump_json(head))
-    origins = step_origins(trace, program)
     for rank in range(program.world):
         with open(directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8") as fh:
-            for issues in rank_sequence(trace, program, rank, origins):
+            for issues in rank_sequence(trace, program, rank):
                 line = [[getattr(i, name) for name in _ISSUE_FIELDS] for i in issues]
                 fh.write(dump_json(line, indent=None))
 
@@ -66,11 +65,12 @@ def read(directory: Path) -> Compiled:
     head: dict[str, Any] = json.loads((directory / PROGRAM_FILE).read_text())
     rows = []
     for r in head["rows"]:
-        r["instances"] = tuple(r["instances"])
+        r["shapes"] = tuple(r["shapes"])
         rows.append(RowSpec(**r))
+    groups = head["groups"]
     return Compiled(
         world=head["world"],
-        groups=tuple(tuple(g) for g in head["groups"]),
+        groups=Groups(groups["traced"], groups["world"], tuple(map(tuple, groups["shapes"]))),
         rows=tuple(rows),
         steps=head["steps"],
         parameters=tuple(Parameter(**p) for p in head["parameters"]),
