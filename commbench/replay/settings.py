@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING, Any
 from commbench.errors import UserError
 from commbench.numbers import check_range
 from commbench.options import arg, cli
+from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.results.names import DEFAULT_TIMEOUT
-
-DEFAULT_MAX_GAP_S = 10.0
-"""The longest idle wait `--pace` replays between two calls of a step unless `--max-gap`
-says otherwise (and at most half of `--timeout`): longer than the compute between two
-calls of most training steps, short enough that a trace with a day-long pause (a job
-stopped in a debugger, clocks that jumped) replays in seconds, never as a hang."""
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import PlacementRequest
