@@ -104,10 +104,11 @@ def _attr_int(attr: Fields, convert: Conv[int] = _INT64) -> int:
 
 
 def _attrs(f: Fields) -> dict[str, Fields]:
+    """The node's attributes by name, each read at `attr[<name>]` (messages name it)."""
     out = {}
     for item in f.items("attr", required=False, max_items=4096):
-        attr = item.obj()
-        out[attr.req("name", line)] = attr
+        name = item.obj().req("name", line)
+        out[name] = Fields(item.data, f"{f.at('attr')}[{name}]")
     return out
 
 
@@ -135,7 +136,7 @@ def _call(f: Fields, node_type: str, rank: int, seq: int, world: int) -> Call:
             raise UserError(f"{f.at('attr')}: a collective node without comm_type")
         index = _attr_int(comm)
         if index >= len(COMM_TYPES):
-            raise UserError(f"{comm.at('name')}: comm_type {index} is not a CollectiveCommType")
+            raise UserError(f"{comm.where}: {index} is not a CollectiveCommType")
         op = COMM_TYPES[index]
     else:
         op = "send" if node_type == "COMM_SEND_NODE" else "recv"
@@ -172,7 +173,7 @@ def _peer(f: Fields, attrs: dict[str, Fields], op: str, rank: int, world: int) -
     own = attrs.get(own_name)
     if own is not None and (mine := _attr_int(own, rank_in)) != rank:
         raise UserError(
-            f"{own.at('name')}: a {op} whose {own_name} is rank {mine}, in rank {rank}'s file"
+            f"{own.where}: a {op} whose {own_name} is rank {mine}, in rank {rank}'s file"
         )
     other = attrs.get(other_name)
     if other is not None:
