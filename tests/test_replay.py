@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.replay import compiled
 from commbench.replay import program as program_module
 from commbench.replay.buckets import FIRST_BUCKET_BYTES, assign_buckets
 from commbench.replay.explain import explain, fit_rows, op_cost, predict_buckets_s
@@ -194,9 +195,9 @@ def test_a_huge_world_is_built_per_call_not_per_rank(
     mapped: list[int] = []
     real_map = program_module.map_call
 
-    def counted_map(call: Call, copy: int, groups: Groups) -> Issue | None:
+    def counted_map(call: Call, groups: Groups) -> Issue | None:
         mapped.append(call.rank)
-        return real_map(call, copy, groups)
+        return real_map(call, groups)
 
     monkeypatch.setattr(program_module, "map_call", counted_map)
     tracemalloc.start()
@@ -222,6 +223,25 @@ def test_a_huge_world_is_built_per_call_not_per_rank(
     gather, recv = steps[0][1], steps[1][-1]
     assert huge.groups[gather.group] == (last - 1, last)
     assert (recv.op, recv.peer) == ("recv", last - 1)
+
+
+def test_the_compiled_program_is_a_file_per_traced_rank_at_any_world(tmp_path: Path) -> None:
+    """The launcher wrote a file per replay rank (a million at --world 1048576) before the
+    launch; now one per traced rank, and each worker reads its own calls back as the
+    launcher maps them."""
+    trace = load_any(tp_trace(tmp_path / "trace"))
+    for world, ranks in ((8, range(8)), (1 << 20, (0, 5, (1 << 20) - 3, (1 << 20) - 1))):
+        program = build_program(trace, world=world)
+        out = tmp_path / f"program-{world}"
+        compiled.write(trace, program, out)
+        assert sorted(f.name for f in out.iterdir()) == [
+            "program.json",
+            *(f"rank-{r}.jsonl" for r in range(4)),
+        ]
+        read = compiled.read(out)
+        assert read.groups == program.groups and read.rows == program.rows
+        for rank in ranks:
+            assert read.sequence(rank) == rank_sequence(trace, program, rank), rank
 
 
 def test_long_traces_replay_the_first_20_steps(tmp_path: Path) -> None:

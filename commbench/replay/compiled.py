@@ -1,6 +1,8 @@
 """The program a replay's workers run, written once by the launcher and read by each worker
 in its part: `program.json` (the world, the subgroups, the rows, the parameters) and one
-`rank-<N>.jsonl` per replay rank (its calls, a line per step).
+`rank-<N>.jsonl` per traced rank (its calls as copy 0 of the traced job replays them, a
+line per step). Replay rank r reads traced rank r % W's file and moves each call to its
+copy r // W (`program.in_copy`): the files are the trace's size, whatever `--world` is.
 
 Why not let every worker read the trace: a trace holds every rank's calls, up to 20 million;
 read by each of a node's workers, its memory would be paid once per GPU. The launcher reads
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.files import dump_json
-from commbench.replay.program import Groups, Issue, Program, RowSpec, rank_sequence
+from commbench.replay.program import Groups, Issue, Program, RowSpec, in_copy, traced_sequence
 from commbench.traces.trace import Parameter, Trace
 
 PROGRAM_FILE = "program.json"
@@ -39,8 +41,11 @@ class Compiled:
     directory: Path
 
     def sequence(self, rank: int) -> list[list[Issue]]:
-        """Rank `rank`'s calls, per step, read a line at a time."""
-        return list(_read_steps(self.directory / RANK_FILE.format(rank=rank)))
+        """Replay rank `rank`'s calls, per step: its traced rank's, read a line at a time,
+        moved to its copy."""
+        copy, traced_rank = divmod(rank, self.groups.traced)
+        path = self.directory / RANK_FILE.format(rank=traced_rank)
+        return [[in_copy(i, copy, self.groups) for i in step] for step in _read_steps(path)]
 
 
 def write(trace: Trace, program: Program, directory: Path) -> None:
@@ -54,9 +59,9 @@ def write(trace: Trace, program: Program, directory: Path) -> None:
         "parameters": [p.payload() for p in trace.manifest.parameters],
     }
     (directory / PROGRAM_FILE).write_text(dump_json(head))
-    for rank in range(program.world):
+    for rank in range(min(program.traced_world, program.world)):  # the traced ranks replayed
         with open(directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8") as fh:
-            for issues in rank_sequence(trace, program, rank):
+            for issues in traced_sequence(trace, program, rank):
                 line = [[getattr(i, name) for name in _ISSUE_FIELDS] for i in issues]
                 fh.write(dump_json(line, indent=None))
 

@@ -18,8 +18,8 @@ refused (in one line); one wholly past N belongs to a copy that does not exist.
 
 The work is linear in the trace, whatever N: the subgroups are kept as the trace's own
 (`Groups.shapes`) and each copy's is computed when asked for, never listed; only the last
-copy can be cut by N, so it alone is checked. A worker's own calls are mapped when its file
-is written (`rank_sequence`), one rank at a time.
+copy can be cut by N, so it alone is checked. Each traced rank's calls are mapped once, as
+copy 0 replays them (`traced_sequence`); a replay rank moves them to its copy (`in_copy`).
 """
 
 from __future__ import annotations
@@ -136,6 +136,12 @@ class Groups(Sequence[tuple[int, ...]]):
         """The group index of subgroup `s` in copy `copy`; None when that copy has none."""
         return self._starts[s] + copy if 0 <= copy < self.copies(s) else None
 
+    def shape_at(self, index: int) -> int:
+        """The traced subgroup whose instance `index` is."""
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return bisect.bisect_right(self._starts, index) - 1
+
     def shape_of(self, ranks: Sequence[int]) -> int:
         """The index of the traced subgroup of `ranks` (in any order)."""
         s = self._index.get(tuple(sorted(ranks)))
@@ -164,9 +170,7 @@ class Groups(Sequence[tuple[int, ...]]):
     def __getitem__(self, index: int) -> tuple[int, ...]:  # type: ignore[override]
         if index < 0:
             index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        s = bisect.bisect_right(self._starts, index) - 1
+        s = self.shape_at(index)
         copy = index - self._starts[s]
         return tuple(r + copy * self.traced for r in self.shapes[s])
 
@@ -425,9 +429,9 @@ def _check_maps(call: Call, traced: int, shapes: _Shapes) -> None:
         shapes.add(call.group.ranks, f"group {quoted(call.group.name)}")
 
 
-def map_call(call: Call, copy: int, groups: Groups) -> Issue | None:
-    """`call` as replay rank call.rank + copy x W issues it (the module's mapping); None for
-    `other`. Work per call, never per rank of the world."""
+def map_call(call: Call, groups: Groups) -> Issue | None:
+    """`call` as its traced rank issues it in the replay (copy 0 of the traced job; `in_copy`
+    moves it to another); None for `other`. Work per call, never per rank of the world."""
     if call.op == "other":
         return None
     traced = groups.traced
@@ -435,18 +439,18 @@ def map_call(call: Call, copy: int, groups: Groups) -> Issue | None:
     n = len(ranks) if ranks else traced
     peer = None
     if call.op in P2P_OPS:
-        group, peer, size = WORLD, _peer(call) + copy * traced, size_bytes(call, 2)
+        group, peer, size = WORLD, _peer(call), size_bytes(call, 2)
     elif n >= traced:
         group = WORLD
         size = rescaled(call.op, size_bytes(call, n), n, groups.world)
         if call.op in ROOTED and call.peer is not None:
             peer = call.peer  # a world group's root is the same rank of the replay
     else:
-        index = groups.instance(groups.shape_of(ranks), copy)
+        index = groups.instance(groups.shape_of(ranks), 0)
         assert index is not None  # this rank is replayed, so is its group's copy
         group, size = index, size_bytes(call, n)
         if call.op in ROOTED and call.peer is not None and call.peer in ranks:
-            peer = call.peer + copy * traced  # the root of this rank's instance
+            peer = call.peer  # the root of this rank's instance
     return Issue(
         op=call.op,
         size_bytes=size,
@@ -455,6 +459,22 @@ def map_call(call: Call, copy: int, groups: Groups) -> Issue | None:
         async_op=call.async_op,
         peer=peer,
     )
+
+
+def in_copy(issue: Issue, copy: int, groups: Groups) -> Issue:
+    """`issue` of copy 0 (`map_call`) as the same traced rank issues it in copy `copy`: its
+    subgroup is that copy's, and a peer or a subgroup's root moves with it (copy x W); the
+    default group and its root stay."""
+    if copy == 0:
+        return issue
+    group, peer = issue.group, issue.peer
+    if group != WORLD:
+        index = groups.instance(groups.shape_at(group), copy)
+        assert index is not None  # this rank is replayed, so is its group's copy
+        group = index
+    if peer is not None and (issue.op in P2P_OPS or issue.group != WORLD):
+        peer += copy * groups.traced
+    return replace(issue, group=group, peer=peer)
 
 
 def _disjoint(found: Sequence[int], groups: Groups) -> tuple[int, ...]:
@@ -472,19 +492,17 @@ def _disjoint(found: Sequence[int], groups: Groups) -> tuple[int, ...]:
     return tuple(out)
 
 
-def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:
-    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, mapped, in one
-    pass over that rank's calls."""
-    traced = program.traced_world
-    copy = rank // traced
+def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[list[Issue]]:
+    """Traced rank `traced_rank`'s calls as copy 0 replays them, per replayed step, in one
+    pass over its calls: every copy's are these, moved (`in_copy`)."""
     whole = program.steps == (None,)
     position = {step: i for i, step in enumerate(program.steps)}
     out: list[list[Issue]] = [[] for _ in program.steps]
-    for call in trace.calls[rank % traced]:
+    for call in trace.calls[traced_rank]:
         i = 0 if whole else position.get(call.step) if call.step is not None else None
         if i is None:
             continue
-        issue = map_call(call, copy, program.groups)
+        issue = map_call(call, program.groups)
         if issue is None:
             continue
         clock = program.clocks[i] if program.clocks else None
@@ -492,6 +510,14 @@ def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]
             issue = replace(issue, offset_s=clock.offset_s(call.issued_ns))
         out[i].append(issue)
     return out
+
+
+def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:
+    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, in copy
+    rank // W."""
+    copy = rank // program.traced_world
+    steps = traced_sequence(trace, program, rank % program.traced_world)
+    return [[in_copy(i, copy, program.groups) for i in step] for step in steps]
 
 
 def recorded_step_times(
