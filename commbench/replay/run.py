@@ -58,7 +58,7 @@ def run_replay(
     """Launch the replay, then add its `replay` record to run.json. The program is compiled
     for the workers (`compiled`) beside the run directories before they start, and kept in
     the run directory (`program/`) after. What the launch would refuse (more ranks than
-    this node holds) is refused first: the compiled program is a file per rank."""
+    this node holds) is refused first, before anything is written."""
     preflight(collectives, launch)
     events: list[dict[str, Any]] = []
     out_parent.mkdir(parents=True, exist_ok=True)
