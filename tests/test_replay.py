@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,26 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.replay import compiled
+from commbench.replay import program as program_module
 from commbench.replay.buckets import FIRST_BUCKET_BYTES, assign_buckets
 from commbench.replay.explain import explain, fit_rows, op_cost, predict_buckets_s
-from commbench.replay.program import WORLD, build_program, rank_sequence, recorded_step_times
+from commbench.replay.pace import DEFAULT_MAX_GAP_S
+from commbench.replay.program import (
+    WORLD,
+    Groups,
+    Issue,
+    Program,
+    build_program,
+    rank_sequence,
+    recorded_step_times,
+)
+from commbench.replay.settings import max_gap_for
 from commbench.results.record import RunKind, RunRecord, RunStatus
 from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.schema import ResultRow, csv_columns, csv_record
 from commbench.traces.formats import load_any
-from commbench.traces.trace import MANIFEST_FILE, Parameter
+from commbench.traces.trace import MANIFEST_FILE, Call, Parameter, Trace
 from tests.factories import ddp_trace, make_row, trace_call, write_trace
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -75,37 +88,39 @@ def test_a_cap_below_one_byte_is_refused() -> None:
 # -- the program -------------------------------------------------------------------------------
 
 
+def tp_trace_calls(rank: int) -> list[Call]:
+    """Rank `rank`'s calls of `tp_trace`."""
+    pair = (0, 1) if rank < 2 else (2, 3)
+    calls = []
+    for step in range(2):
+        calls.append(trace_call("all_reduce", 64 * KiB, ranks=(0, 1, 2, 3), step=step))
+        calls.append(
+            trace_call(
+                "all_gather",
+                8 * KiB,
+                out_bytes=16 * KiB,
+                ranks=pair,
+                group=f"tp{pair[0]}",
+                step=step,
+                async_op=True,
+            )
+        )
+    return calls
+
+
 def tp_trace(directory: Path) -> Path:
     """4 ranks: a world all_reduce per step, and a tensor-parallel all_gather in {0,1},{2,3}."""
-    per_rank = {}
-    for rank in range(4):
-        pair = (0, 1) if rank < 2 else (2, 3)
-        calls = []
-        for step in range(2):
-            calls.append(trace_call("all_reduce", 64 * KiB, ranks=(0, 1, 2, 3), step=step))
-            calls.append(
-                trace_call(
-                    "all_gather",
-                    8 * KiB,
-                    out_bytes=16 * KiB,
-                    ranks=pair,
-                    group=f"tp{pair[0]}",
-                    step=step,
-                    async_op=True,
-                )
-            )
-        per_rank[rank] = calls
-    return write_trace(directory, per_rank)
+    return write_trace(directory, {rank: tp_trace_calls(rank) for rank in range(4)})
 
 
 def test_rows_are_the_plans_with_their_instances(tmp_path: Path) -> None:
     program = build_program(load_any(tp_trace(tmp_path)))
-    assert program.groups == ((0, 1), (2, 3))
+    assert tuple(program.groups) == ((0, 1), (2, 3))
     rows = {r.op: r for r in program.rows}
-    assert rows["all_reduce"].instances == (WORLD,) and rows["all_reduce"].calls == 2
+    assert rows["all_reduce"].shapes == (WORLD,) and rows["all_reduce"].calls == 2
     gather = rows["all_gather"]
     assert (gather.size_bytes, gather.group_size, gather.groups) == (16 * KiB, 2, 2)
-    assert gather.instances == (0, 1)  # disjoint: both timed at once
+    assert gather.shapes == (0, 1) and gather.timed == 2  # disjoint: both timed at once
     assert gather.calls == 4  # 2 steps x 2 instances, as the plan counts them
 
 
@@ -158,6 +173,75 @@ def test_a_group_cut_by_the_world_is_refused(tmp_path: Path) -> None:
     trace = load_any(write_trace(tmp_path, per_rank))
     with pytest.raises(UserError, match="past the 2 replayed"):
         build_program(trace, world=2)
+
+
+def test_a_huge_world_is_built_per_call_not_per_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--world 1048576 of a 4-rank trace (tensor-parallel pairs, a pipeline send): the
+    groups and rows are arithmetic on the trace's own, so building the program maps no call
+    onto any rank and allocates about what the traced world does (it took 12-50 s and 230 MB
+    when every rank's calls were mapped: world x calls)."""
+    per_rank = {
+        rank: [
+            *tp_trace_calls(rank),
+            trace_call(
+                "send" if rank % 2 == 0 else "recv", KiB, ranks=range(4), peer=rank ^ 1, step=1
+            ),
+        ]
+        for rank in range(4)
+    }
+    trace = load_any(write_trace(tmp_path, per_rank))
+    mapped: list[int] = []
+    real_map = program_module.map_call
+
+    def counted_map(call: Call, groups: Groups) -> Issue | None:
+        mapped.append(call.rank)
+        return real_map(call, groups)
+
+    monkeypatch.setattr(program_module, "map_call", counted_map)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        build_program(trace)
+        traced_bytes = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        huge = build_program(trace, world=1 << 20)
+        huge_bytes = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert mapped == []  # no call was mapped onto a rank to build it
+    assert huge_bytes < 2 * traced_bytes + 64 * KiB, (huge_bytes, traced_bytes)
+    # what it holds is the whole world's, by arithmetic
+    assert len(huge.groups) == (1 << 20) // 2  # the TP pairs, which the sends share
+    rows = {r.op: r for r in huge.rows}
+    assert rows["all_gather"].groups == rows["sendrecv"].groups == (1 << 20) // 2
+    last = (1 << 20) - 1  # plays traced rank 3 in the last copy
+    steps = rank_sequence(trace, huge, last)
+    assert mapped == [3] * len(per_rank[3])  # its own calls only
+    gather, recv = steps[0][1], steps[1][-1]
+    assert huge.groups[gather.group] == (last - 1, last)
+    assert (recv.op, recv.peer) == ("recv", last - 1)
+
+
+def test_the_compiled_program_is_a_file_per_traced_rank_at_any_world(tmp_path: Path) -> None:
+    """The launcher wrote a file per replay rank (a million at --world 1048576) before the
+    launch; now one per traced rank, and each worker reads its own calls back as the
+    launcher maps them."""
+    trace = load_any(tp_trace(tmp_path / "trace"))
+    for world, ranks in ((8, range(8)), (1 << 20, (0, 5, (1 << 20) - 3, (1 << 20) - 1))):
+        program = build_program(trace, world=world)
+        out = tmp_path / f"program-{world}"
+        compiled.write(trace, program, out)
+        assert sorted(f.name for f in out.iterdir()) == [
+            "program.json",
+            *(f"rank-{r}.jsonl" for r in range(4)),
+        ]
+        read = compiled.read(out)
+        assert read.groups == program.groups and read.rows == program.rows
+        for rank in ranks:
+            assert read.sequence(rank) == rank_sequence(trace, program, rank), rank
 
 
 def test_long_traces_replay_the_first_20_steps(tmp_path: Path) -> None:
@@ -225,6 +309,83 @@ def test_each_issue_knows_its_offset_from_the_steps_first_call(tmp_path: Path) -
     # each step's origin is its first issue on any rank: rank 0 in step 0, rank 1 in step 1
     assert offsets[0] == [[0.0], [pytest.approx(10e-6)]]
     assert offsets[1] == [[pytest.approx(4e-6)], [0.0]]
+
+
+def _timed(directory: Path, times: dict[int, list[int]]) -> Trace:
+    """A one-step trace whose rank r issues an all_reduce at each of times[r] (ns)."""
+    per_rank = {
+        r: [trace_call("all_reduce", KiB, step=0, issued_ns=t, completed_ns=t + 1) for t in ts]
+        for r, ts in times.items()
+    }
+    return load_any(write_trace(directory, per_rank))
+
+
+def _offsets(trace: Trace, program: Program) -> dict[int, list[float | None]]:
+    return {r: [i.offset_s for i in rank_sequence(trace, program, r)[0]] for r in trace.calls}
+
+
+def test_pace_caps_a_long_idle_gap_and_says_so(tmp_path: Path) -> None:
+    """Two calls 10^15 ns (11.6 days) apart: paced as recorded, the replay waited 11.6 days
+    and the watchdog called it a backend or network hang. The gap is replayed as --max-gap;
+    the gaps before and after it, and the ranks' order and skew, are kept."""
+    day = 10**15
+    trace = _timed(tmp_path, {0: [1_000, day + 1_000], 1: [4_000, day + 3_000]})
+    program = build_program(trace, max_gap_s=2.0, pace=True)
+    assert _offsets(trace, program) == {
+        0: [0.0, pytest.approx(2.000003)],
+        1: [pytest.approx(3e-6), pytest.approx(2.000005)],
+    }
+    assert (program.gaps.capped, program.gaps.max_gap_s) == (1, 2.0)
+    assert program.gaps.longest_s == pytest.approx(1e6, rel=1e-6)
+    (note,) = [n for n in program.notes if "--pace" in n]
+    assert "1 idle gap(s)" in note and "replayed as 2 s" in note
+    # the cap is applied with or without --pace; only a paced replay is told of it
+    assert not any("--pace" in n for n in build_program(trace, max_gap_s=2.0).notes)
+
+
+def test_pace_keeps_gaps_past_a_floats_precision_in_nanoseconds(tmp_path: Path) -> None:
+    """Issue times 1 ns and 2^63 - 2 ns: as floats their difference loses its last digits;
+    in integer nanoseconds the 1 ns after the capped gap is kept."""
+    top = (1 << 63) - 2  # its completion, 1 ns later, is the last nanosecond a trace holds
+    trace = _timed(tmp_path, {0: [1, top], 1: [top - 1]})
+    offsets = _offsets(trace, build_program(trace, max_gap_s=2.0))
+    assert offsets[1] == [2.0] and offsets[0][0] == 0.0
+    assert offsets[0][1] == pytest.approx(2.0 + 1e-9, abs=1e-12) and offsets[0][1] > 2.0
+
+
+def test_a_clock_that_steps_back_is_counted_and_issues_at_once(tmp_path: Path) -> None:
+    trace = _timed(tmp_path, {0: [5_000_000, 1_000_000], 1: [2_000_000, 3_000_000]})
+    program = build_program(trace, pace=True)
+    assert program.gaps.backwards == 1 and program.gaps.capped == 0
+    # issued at offset 0, before the one before it: the worker issues it right after
+    assert _offsets(trace, program)[0] == [pytest.approx(4e-3), 0.0]
+    assert any("stepped back" in n for n in program.notes)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400", "null"])
+def test_a_timestamp_that_is_no_time_is_refused(tmp_path: Path, value: str) -> None:
+    trace = ddp_trace(tmp_path / "t", world=2, steps=1)
+    path = trace / "rank-1.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace('"issued_ns": 0', f'"issued_ns": {value}')
+    path.write_text("\n".join(lines) + "\n")
+    bad(trace, "--dry-run", "--pace", words="rank-1.jsonl: line 2.issued_ns: null, NaN or inf")
+
+
+def test_max_gap_is_checked(tmp_path: Path) -> None:
+    trace = ddp_trace(tmp_path / "t", world=2, steps=1)
+    for value in ("0", "-1", "nan", "inf"):
+        bad(trace, "--dry-run", "--pace", "--max-gap", value, words="--max-gap")
+    bad(
+        trace, "--dry-run", "--pace", "--max-gap", "31", "--timeout", "60",
+        words="--max-gap 31 s is longer than half of --timeout 60 s",
+    )  # fmt: skip
+    assert max_gap_for(None, 300.0) == DEFAULT_MAX_GAP_S
+    assert max_gap_for(None, 6.0) == 3.0  # at most half the timeout
+    assert max_gap_for(0.25, 300.0) == 0.25
+    for wrong in (True, "1", [1]):
+        with pytest.raises(UserError, match="--max-gap"):
+            max_gap_for(wrong, 300.0)  # type: ignore[arg-type]
 
 
 def test_a_trace_without_times_has_no_recorded_time(tmp_path: Path) -> None:

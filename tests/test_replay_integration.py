@@ -195,6 +195,59 @@ def test_a_paced_replay_waits_for_each_calls_recorded_offset(tmp_path: Path) -> 
     assert rep["step_numbers"] == [0, 1]
 
 
+def test_a_paced_replay_of_calls_days_apart_caps_the_gap(tmp_path: Path) -> None:
+    """Two calls 10^15 ns (11.6 days) apart ended in "no progress ... a backend or network
+    hang": the gap is replayed as --max-gap, and the run says how many gaps it capped."""
+    day = 10**15
+    calls = [
+        trace_call("all_reduce", 4 * KiB, step=0, issued_ns=1_000, completed_ns=2_000),
+        trace_call("all_reduce", 4 * KiB, step=0, issued_ns=day, completed_ns=day + 1_000),
+    ]
+    trace = write_trace(tmp_path / "trace", {0: calls, 1: calls})
+    run_dir = replay(trace, tmp_path / "out", "--pace", "--max-gap", "0.5", "--timeout", "20")
+    rep = json.loads((run_dir / "run.json").read_text())["replay"]
+    assert (rep["max_gap_s"], rep["gaps_capped"], rep["gaps_backwards"]) == (0.5, 1, 0)
+    assert any("1 idle gap(s)" in n and "replayed as 0.5 s" in n for n in rep["notes"])
+    assert all(s >= 0.5 for s in rep["replayed_span_s_per_step"])  # the capped gap, waited
+
+
+@pytest.mark.parametrize("fixture", ["chakra", "param"])
+def test_other_tools_traces_with_a_send_replay(fixture: str, tmp_path: Path) -> None:
+    """The repository's own Chakra and PARAM fixtures, whose send had no peer, replayed on
+    gloo: the send is timed as its pair's sendrecv and replayed in the sequence."""
+    trace = Path(__file__).parent / "fixtures" / "traces" / fixture
+    run_dir = replay(trace, tmp_path / "out")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete" and record["replay"]["traced_world"] == 2
+    with open(run_dir / "results.csv") as fh:
+        ops = {r["op"] for r in csv.DictReader(fh)}
+    assert "sendrecv" in ops
+    sequence = (run_dir / "program" / "rank-1.jsonl").read_text()
+    assert '"recv"' in sequence
+
+
+def test_a_world_this_machine_cannot_run_is_refused_before_the_program(tmp_path: Path) -> None:
+    """At --world 1048576 the launcher compiled a file per rank before the launch refused
+    more ranks than this node holds: refused first now, in one line, nothing written."""
+    trace = small_trace(tmp_path / "trace")
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(trace),
+            "--device",
+            "cpu",
+            "--world",
+            str(1 << 20),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "CPU ranks per core" in result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_rooted_ops_replay_from_their_recorded_root(tmp_path: Path) -> None:
     """A broadcast and a gather whose root was rank 1, replayed from rank 1: the gather's
     list must then be given on rank 1 (torch refuses a gather without it at its root)."""

@@ -1,6 +1,8 @@
 """The program a replay's workers run, written once by the launcher and read by each worker
 in its part: `program.json` (the world, the subgroups, the rows, the parameters) and one
-`rank-<N>.jsonl` per replay rank (its calls, a line per step).
+`rank-<N>.jsonl` per traced rank (its calls as copy 0 of the traced job replays them, a
+line per step). Replay rank r reads traced rank r % W's file and moves each call to its
+copy r // W (`program.in_copy`): the files are the trace's size, whatever `--world` is.
 
 Why not let every worker read the trace: a trace holds every rank's calls, up to 20 million;
 read by each of a node's workers, its memory would be paid once per GPU. The launcher reads
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.files import dump_json
-from commbench.replay.program import Issue, Program, RowSpec, rank_sequence, step_origins
+from commbench.replay.program import Groups, Issue, Program, RowSpec, in_copy, traced_sequence
 from commbench.traces.trace import Parameter, Trace
 
 PROGRAM_FILE = "program.json"
@@ -31,7 +33,7 @@ class Compiled:
     """What a worker needs of the program besides its own calls."""
 
     world: int
-    groups: tuple[tuple[int, ...], ...]
+    groups: Groups
     rows: tuple[RowSpec, ...]
     steps: int
     """Steps each rank's file holds."""
@@ -39,8 +41,11 @@ class Compiled:
     directory: Path
 
     def sequence(self, rank: int) -> list[list[Issue]]:
-        """Rank `rank`'s calls, per step, read a line at a time."""
-        return list(_read_steps(self.directory / RANK_FILE.format(rank=rank)))
+        """Replay rank `rank`'s calls, per step: its traced rank's, read a line at a time,
+        moved to its copy."""
+        copy, traced_rank = divmod(rank, self.groups.traced)
+        path = self.directory / RANK_FILE.format(rank=traced_rank)
+        return [[in_copy(i, copy, self.groups) for i in step] for step in _read_steps(path)]
 
 
 def write(trace: Trace, program: Program, directory: Path) -> None:
@@ -48,16 +53,15 @@ def write(trace: Trace, program: Program, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     head = {
         "world": program.world,
-        "groups": [list(g) for g in program.groups],
+        "groups": program.groups.payload(),
         "rows": [asdict(r) for r in program.rows],
         "steps": len(program.steps),
         "parameters": [p.payload() for p in trace.manifest.parameters],
     }
     (directory / PROGRAM_FILE).write_text(dump_json(head))
-    origins = step_origins(trace, program)
-    for rank in range(program.world):
+    for rank in range(min(program.traced_world, program.world)):  # the traced ranks replayed
         with open(directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8") as fh:
-            for issues in rank_sequence(trace, program, rank, origins):
+            for issues in traced_sequence(trace, program, rank):
                 line = [[getattr(i, name) for name in _ISSUE_FIELDS] for i in issues]
                 fh.write(dump_json(line, indent=None))
 
@@ -66,11 +70,12 @@ def read(directory: Path) -> Compiled:
     head: dict[str, Any] = json.loads((directory / PROGRAM_FILE).read_text())
     rows = []
     for r in head["rows"]:
-        r["instances"] = tuple(r["instances"])
+        r["shapes"] = tuple(r["shapes"])
         rows.append(RowSpec(**r))
+    groups = head["groups"]
     return Compiled(
         world=head["world"],
-        groups=tuple(tuple(g) for g in head["groups"]),
+        groups=Groups(groups["traced"], groups["world"], tuple(map(tuple, groups["shapes"]))),
         rows=tuple(rows),
         steps=head["steps"],
         parameters=tuple(Parameter(**p) for p in head["parameters"]),

@@ -7,7 +7,7 @@ Two phases (docs/traces.md, "Replaying"):
   start-up, timed like a collectives point (`RowSpec`). A row of a subgroup runs on all its
   instances at once; instances that share a rank (a rank in two groups of the same size,
   tensor- and data-parallel) cannot run at once, so the row is timed on the first instances
-  that share none (`instances`), and `groups` says how many the job has.
+  that share none (`shapes`), and `groups` says how many the job has.
 - **sequence**: each rank replays its own recorded calls step by step (`rank_sequence`).
 
 Groups with `--world N` other than the traced W (plan.py's rules): replay rank r plays
@@ -15,15 +15,22 @@ traced rank r % W, in copy k = r // W of the traced job. A group spanning every 
 spans the N ranks (the default group); a subgroup G of copy k is G + k x W, and a send's
 peer p is p + k x W. A group or a peer that falls partly past N cannot be mapped and is
 refused (in one line); one wholly past N belongs to a copy that does not exist.
+
+The work is linear in the trace, whatever N: the subgroups are kept as the trace's own
+(`Groups.shapes`) and each copy's is computed when asked for, never listed; only the last
+copy can be cut by N, so it alone is checked. Each traced rank's calls are mapped once, as
+copy 0 replays them (`traced_sequence`); a replay rank moves them to its copy (`in_copy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+import bisect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
 from commbench.traces.plan import Plan, build_plan, rescaled, size_bytes
@@ -53,8 +60,11 @@ class RowSpec:
     traced_dtype: str
     group_size: int
     spans_world: bool
-    instances: tuple[int, ...]
-    """Indices into `Program.groups` (or WORLD) timed at once: no two share a rank."""
+    shapes: tuple[int, ...]
+    """The traced subgroups (indices into `Groups.shapes`) whose instances, in every copy,
+    are timed at once: no two share a rank; (WORLD,) for the default group."""
+    timed: int
+    """Group instances timed at once (`shapes` over the copies)."""
     groups: int
     """Group instances making these calls in the replayed job."""
     calls: int
@@ -86,16 +96,103 @@ class Issue:
     """The replay rank at the other end of a send or recv, or the root of a rooted op
     (None: the group's first rank)."""
     offset_s: float | None = None
-    """When it was issued, in seconds after its step's first call on any rank (`--pace`);
-    None without recorded times."""
+    """When it was issued, in seconds after its step's first call on any rank, its idle
+    gaps capped (`StepClock`, for `--pace`); None without recorded times."""
+
+
+@dataclass(frozen=True, slots=True)
+class Groups(Sequence[tuple[int, ...]]):
+    """Every subgroup a replay makes, in the order every rank makes them, computed rather
+    than listed: traced subgroup s (`shapes[s]`, its sorted traced ranks) in copy k of the
+    traced job is the ranks shapes[s] + k x W, and has index `starts[s] + k`. Only the last
+    copy may lack a subgroup (its ranks wholly past the world)."""
+
+    traced: int
+    """W, the traced world."""
+    world: int
+    """N, the replay's."""
+    shapes: tuple[tuple[int, ...], ...]
+    _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _index: dict[tuple[int, ...], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        starts = [0]
+        for s in range(len(self.shapes)):
+            starts.append(starts[-1] + self.copies(s))
+        object.__setattr__(self, "_starts", tuple(starts))
+        object.__setattr__(self, "_index", {shape: s for s, shape in enumerate(self.shapes)})
+
+    @property
+    def blocks(self) -> int:
+        """Copies of the traced job the replay's ranks begin (the last maybe cut)."""
+        return -(-self.world // self.traced)
+
+    def copies(self, s: int) -> int:
+        """Copies of traced subgroup `s` wholly inside the world."""
+        last = self.blocks - 1
+        return last + (self.shapes[s][-1] + last * self.traced < self.world)
+
+    def instance(self, s: int, copy: int) -> int | None:
+        """The group index of subgroup `s` in copy `copy`; None when that copy has none."""
+        return self._starts[s] + copy if 0 <= copy < self.copies(s) else None
+
+    def shape_at(self, index: int) -> int:
+        """The traced subgroup whose instance `index` is."""
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return bisect.bisect_right(self._starts, index) - 1
+
+    def shape_of(self, ranks: Sequence[int]) -> int:
+        """The index of the traced subgroup of `ranks` (in any order)."""
+        s = self._index.get(tuple(sorted(ranks)))
+        if s is None:
+            raise AssertionError("the sequence met a group the program did not make")
+        return s
+
+    def mine(self, shapes: Sequence[int], rank: int) -> int | None:
+        """The group of replay rank `rank` among the instances of `shapes` (WORLD for the
+        default group); None when it is in none of them."""
+        if WORLD in shapes:
+            return WORLD
+        traced_rank, copy = rank % self.traced, rank // self.traced
+        for s in shapes:
+            if traced_rank in self.shapes[s]:
+                return self.instance(s, copy)
+        return None
+
+    def total(self, shapes: Iterable[int]) -> int:
+        """Group instances of `shapes` over every copy (1 for the default group)."""
+        return sum(1 if s == WORLD else self.copies(s) for s in shapes)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, index: int) -> tuple[int, ...]:  # type: ignore[override]
+        if index < 0:
+            index += len(self)
+        s = self.shape_at(index)
+        copy = index - self._starts[s]
+        return tuple(r + copy * self.traced for r in self.shapes[s])
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        for s, shape in enumerate(self.shapes):
+            for copy in range(self.copies(s)):
+                yield tuple(r + copy * self.traced for r in shape)
+
+    def payload(self) -> dict[str, object]:
+        return {
+            "traced": self.traced,
+            "world": self.world,
+            "shapes": [list(s) for s in self.shapes],
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Program:
     world: int
     traced_world: int
-    groups: tuple[tuple[int, ...], ...]
-    """Every subgroup the replay makes, in the order every rank makes them (sorted ranks)."""
+    groups: Groups
+    """Every subgroup the replay makes, in the order every rank makes them."""
     rows: tuple[RowSpec, ...]
     steps: tuple[int | None, ...]
     """The traced steps the sequence replays; (None,) for a trace without step markers
@@ -105,6 +202,9 @@ class Program:
     """Per replayed step, the recorded communication time (`recorded_step_times`)."""
     recorded_aligned_step_s: tuple[float | None, ...] = ()
     """The same, each collective counted from its last member's issue (`aligned`)."""
+    clocks: tuple[StepClock | None, ...] = ()
+    """Per replayed step, its recorded time line (None: no recorded times)."""
+    gaps: Gaps = field(default_factory=lambda: Gaps(max_gap_s=DEFAULT_MAX_GAP_S))
     notes: tuple[str, ...]
     plan: Plan
     elsewhere: Elsewhere | None = None
@@ -118,9 +218,21 @@ def run_dtype(dtype: str) -> str:
     return _SAME_BYTES.get(ELEMENT_BYTES.get(dtype, 4), "float32")
 
 
-def build_program(trace: Trace, *, world: int | None = None, steps: int | None = None) -> Program:
+StepCalls = Mapping[int, Sequence[Call]]
+"""One step's calls: traced rank -> its calls in the step, in issue order."""
+
+
+def build_program(
+    trace: Trace,
+    *,
+    world: int | None = None,
+    steps: int | None = None,
+    max_gap_s: float = DEFAULT_MAX_GAP_S,
+    pace: bool = False,
+) -> Program:
     """The program of `trace` on `world` ranks (the trace's when None), its first `steps`
-    steps (DEFAULT_STEPS at most when None)."""
+    steps (DEFAULT_STEPS at most when None), its paced gaps capped at `max_gap_s` (`pace`:
+    the notes say what the cap did)."""
     traced = trace.world_size
     markers = sorted({c.step for cs in trace.calls.values() for c in cs if c.step is not None})
     notes: list[str] = trace.notes()
@@ -134,11 +246,11 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
     plan = build_plan(trace, world=world, steps=wanted)
     new_world = plan.world_size
     kept: tuple[int | None, ...] = tuple(s.step for s in plan.steps) if markers else (None,)
-    replayed = {None, *kept}
-    mapper = _Mapper(traced, new_world)
-    instances: dict[tuple[str, int, str, int, bool], set[int]] = {}
+    by_step = calls_by_step(trace, kept)
+    shapes = _Shapes(traced, new_world)
+    found: dict[tuple[str, int, str, int, bool], set[int]] = {}
     skipped: set[str] = set()
-    for call, n in _counted(trace, replayed):
+    for call, n in _counted(trace, {None, *kept}):
         if call.op == "other":
             skipped.add(call.name)
             continue
@@ -146,24 +258,29 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
         new_n = new_world if spans else n
         size = rescaled(call.op, size_bytes(call, n), n, new_n)
         key = (call.op, size, call.dtype, new_n, spans)
-        found = instances.setdefault(key, set())
         if spans:
-            found.add(WORLD)
-            continue
-        for block in range(mapper.blocks):
-            index = mapper.instance(call, block)
-            if index is not None:
-                found.add(index)
+            found.setdefault(key, set()).add(WORLD)
+        elif call.op == "send":
+            pair = (call.rank, _peer(call))
+            found.setdefault(key, set()).add(shapes.add(pair, "send between ranks"))
+        else:
+            group = f"group {quoted(call.group.name)}"
+            found.setdefault(key, set()).add(shapes.add(call.group.ranks, group))
+    for step, per_rank in by_step.items():  # every replayed call maps: refuse now, not in a worker
+        _check_pairs(per_rank, step)
+        for rank in range(min(traced, new_world)):
+            for call in per_rank.get(rank, ()):
+                _check_maps(call, traced, shapes)
+    groups = shapes.groups()
     calls: dict[tuple[str, int, str, int, bool], int] = {}
     for section in plan.sections:
-        if section.step not in replayed:
-            continue
         for r in section.rows:
             key = (r.op, r.size_bytes, r.dtype, r.group_size, r.spans_world)
             calls[key] = calls.get(key, 0) + r.calls
     rows = []
-    for key, found in instances.items():
+    for key, made in found.items():
         op, size, dtype, n, spans = key
+        timed = _disjoint(sorted(made), groups)
         rows.append(
             RowSpec(
                 op="sendrecv" if op == "send" else op,
@@ -172,8 +289,9 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
                 traced_dtype=dtype,
                 group_size=n,
                 spans_world=spans,
-                instances=_disjoint(sorted(found), mapper.groups),
-                groups=len(found),
+                shapes=timed,
+                timed=groups.total(timed),
+                groups=groups.total(made),
                 calls=calls.get(key, 0),
             )
         )
@@ -186,25 +304,36 @@ def build_program(trace: Trace, *, world: int | None = None, steps: int | None =
             f"dtype(s) {', '.join(odd)} replayed in a dtype of the same element size "
             "(commbench runs " + ", ".join(DTYPES) + ")"
         )
-    for step in kept:  # the sequence maps every replayed call: refuse now, not in a worker
-        _check_pairs(trace, step, bool(markers))
-        for rank in range(min(new_world, traced * mapper.blocks)):
-            for call in _step_calls(trace.calls[rank % traced], step, bool(markers)):
-                mapper.issue(call, rank // traced)
-    recorded, said = recorded_step_times(trace, kept)
-    aligned, _ = recorded_step_times(trace, kept, aligned=True)
+    clocks, gaps = step_clocks(by_step, kept, max_gap_s)
+    recorded, said = recorded_step_times(trace, kept, by_step=by_step)
+    aligned, _ = recorded_step_times(trace, kept, aligned=True, by_step=by_step)
     return Program(
         world=new_world,
         traced_world=traced,
-        groups=tuple(mapper.groups),
+        groups=groups,
         rows=tuple(rows),
         steps=kept,
         total_steps=len(markers),
         recorded_step_s=tuple(recorded),
         recorded_aligned_step_s=tuple(aligned),
-        notes=(*notes, *plan.notes, *said),
+        clocks=tuple(clocks),
+        gaps=gaps,
+        notes=(*notes, *plan.notes, *said, *(gaps.notes() if pace else ())),
         plan=plan,
     )
+
+
+def calls_by_step(trace: Trace, steps: Sequence[int | None]) -> dict[int | None, StepCalls]:
+    """Each of `steps`' calls, per traced rank, in one pass over the trace; step None (a
+    trace without step markers) holds every call."""
+    out: dict[int | None, dict[int, list[Call]]] = {step: {} for step in steps}
+    whole = out[None] if list(steps) == [None] else None
+    for rank, calls in trace.calls.items():
+        for c in calls:
+            into = whole if whole is not None else out.get(c.step) if c.step is not None else None
+            if into is not None:
+                into.setdefault(rank, []).append(c)
+    return dict(out)
 
 
 def _counted(trace: Trace, replayed: set[int | None]) -> Iterable[tuple[Call, int]]:
@@ -224,14 +353,20 @@ def _counted(trace: Trace, replayed: set[int | None]) -> Iterable[tuple[Call, in
                 yield call, len(ranks) if ranks else world
 
 
-def _check_pairs(trace: Trace, step: int | None, markers: bool) -> None:
+def _peer(call: Call) -> int:
+    if call.peer is None:
+        raise UserError(f"call {call.seq} of rank {call.rank}: a {call.op} without its peer")
+    return call.peer
+
+
+def _check_pairs(per_rank: StepCalls, step: int | None) -> None:
     """Refuse a step whose sends and receives do not pair up between each two ranks: its
     replay would wait for ever on the one left over (a trace cut in that step, a window of a
     ring buffer)."""
     sent: dict[tuple[int, int], int] = {}
     received: dict[tuple[int, int], int] = {}
-    for rank, calls in trace.calls.items():
-        for c in _step_calls(calls, step, markers):
+    for rank, calls in per_rank.items():
+        for c in calls:
             if c.op == "send" and c.peer is not None:
                 sent[(rank, c.peer)] = sent.get((rank, c.peer), 0) + 1
             elif c.op == "recv" and c.peer is not None:
@@ -247,151 +382,150 @@ def _check_pairs(trace: Trace, step: int | None, markers: bool) -> None:
             )
 
 
-def _step_calls(calls: Sequence[Call], step: int | None, markers: bool) -> list[Call]:
-    if not markers:
-        return list(calls)
-    return [c for c in calls if c.step == step]
-
-
-class _Mapper:
-    """Traced groups and peers onto the replay's ranks (see the module), and the subgroups
-    made, in order."""
+class _Shapes:
+    """The traced subgroups a program makes, collected as the calls name them; a subgroup
+    (or a send's pair) that the last copy of the traced job would cut is refused."""
 
     def __init__(self, traced: int, world: int) -> None:
         self.traced = traced
         self.world = world
-        self.blocks = -(-world // traced)
-        self.groups: list[tuple[int, ...]] = []
+        self.last = (-(-world // traced) - 1) * traced
+        """The first rank of the last copy: the only one the world may cut."""
+        self.shapes: list[tuple[int, ...]] = []
         self._index: dict[tuple[int, ...], int] = {}
 
-    def _add(self, ranks: tuple[int, ...]) -> int:
-        ranks = tuple(sorted(ranks))
-        if ranks not in self._index:
-            self._index[ranks] = len(self.groups)
-            self.groups.append(ranks)
-        return self._index[ranks]
-
-    def _mapped(self, ranks: Sequence[int], block: int, what: str) -> tuple[int, ...] | None:
-        mapped = tuple(r + block * self.traced for r in ranks)
-        inside = [r < self.world for r in mapped]
-        if all(inside):
-            return mapped
-        if any(inside):
+    def check(self, ranks: Sequence[int], what: str) -> tuple[int, ...]:
+        key = tuple(sorted(ranks))
+        if key[0] + self.last < self.world <= key[-1] + self.last:
+            mapped = [r + self.last for r in ranks]
             raise UserError(
                 f"--world {self.world}: the trace's {what} [{','.join(map(str, ranks))}] "
                 f"maps onto ranks [{','.join(map(str, mapped))}], past the {self.world} "
                 "replayed: give a multiple of the traced world size"
             )
+        return key
+
+    def add(self, ranks: Sequence[int], what: str) -> int:
+        key = tuple(sorted(ranks))
+        s = self._index.get(key)
+        if s is None:
+            self.check(ranks, what)
+            s = self._index[key] = len(self.shapes)
+            self.shapes.append(key)
+        return s
+
+    def groups(self) -> Groups:
+        return Groups(self.traced, self.world, tuple(self.shapes))
+
+
+def _check_maps(call: Call, traced: int, shapes: _Shapes) -> None:
+    """Refuse a replayed call that cannot be mapped (a send or recv without its peer, a
+    group the world cuts); its subgroup is made (the sequence may meet one no row counted)."""
+    if call.op == "other":
+        return
+    if call.op in P2P_OPS:
+        shapes.check((call.rank, _peer(call)), f"{call.op} between ranks")
+    elif call.group.ranks and len(call.group.ranks) < traced:
+        shapes.add(call.group.ranks, f"group {quoted(call.group.name)}")
+
+
+def map_call(call: Call, groups: Groups) -> Issue | None:
+    """`call` as its traced rank issues it in the replay (copy 0 of the traced job; `in_copy`
+    moves it to another); None for `other`. Work per call, never per rank of the world."""
+    if call.op == "other":
         return None
-
-    def instance(self, call: Call, block: int) -> int | None:
-        """The group index a counted call's instance has in copy `block` (None: no copy)."""
-        if call.op == "send":
-            if call.peer is None:
-                raise UserError(f"call {call.seq} of rank {call.rank}: a send without its peer")
-            pair = self._mapped((call.rank, call.peer), block, "send between ranks")
-            return None if pair is None else self._add(pair)
-        mapped = self._mapped(call.group.ranks, block, f"group {quoted(call.group.name)}")
-        return None if mapped is None else self._add(mapped)
-
-    def issue(self, call: Call, block: int) -> Issue | None:
-        """`call` as replay rank (call.rank + block x W) issues it; None for `other`."""
-        if call.op == "other":
-            return None
-        ranks = call.group.ranks
-        n = len(ranks) if ranks else self.traced
-        peer = None
-        if call.op in P2P_OPS:
-            if call.peer is None:
-                raise UserError(
-                    f"call {call.seq} of rank {call.rank}: a {call.op} without its peer"
-                )
-            pair = self._mapped((call.rank, call.peer), block, f"{call.op} between ranks")
-            assert pair is not None  # this rank is in the replay, so is its copy
-            group, peer, size = WORLD, pair[1], size_bytes(call, 2)
-        elif n >= self.traced:
-            group = WORLD
-            size = rescaled(call.op, size_bytes(call, n), n, self.world)
-            if call.op in ROOTED and call.peer is not None:
-                peer = call.peer  # a world group's root is the same rank of the replay
-        else:
-            mapped = self._mapped(ranks, block, f"group {quoted(call.group.name)}")
-            assert mapped is not None
-            group, size = self._add(mapped), size_bytes(call, n)
-            if call.op in ROOTED and call.peer is not None and call.peer in ranks:
-                peer = call.peer + block * self.traced  # the root of this rank's instance
-        return Issue(
-            op=call.op,
-            size_bytes=size,
-            dtype=run_dtype(call.dtype),
-            group=group,
-            async_op=call.async_op,
-            peer=peer,
-        )
+    traced = groups.traced
+    ranks = call.group.ranks
+    n = len(ranks) if ranks else traced
+    peer = None
+    if call.op in P2P_OPS:
+        group, peer, size = WORLD, _peer(call), size_bytes(call, 2)
+    elif n >= traced:
+        group = WORLD
+        size = rescaled(call.op, size_bytes(call, n), n, groups.world)
+        if call.op in ROOTED and call.peer is not None:
+            peer = call.peer  # a world group's root is the same rank of the replay
+    else:
+        index = groups.instance(groups.shape_of(ranks), 0)
+        assert index is not None  # this rank is replayed, so is its group's copy
+        group, size = index, size_bytes(call, n)
+        if call.op in ROOTED and call.peer is not None and call.peer in ranks:
+            peer = call.peer  # the root of this rank's instance
+    return Issue(
+        op=call.op,
+        size_bytes=size,
+        dtype=run_dtype(call.dtype),
+        group=group,
+        async_op=call.async_op,
+        peer=peer,
+    )
 
 
-def _disjoint(found: Sequence[int], groups: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    """The first instances that share no rank: those timed at once."""
+def in_copy(issue: Issue, copy: int, groups: Groups) -> Issue:
+    """`issue` of copy 0 (`map_call`) as the same traced rank issues it in copy `copy`: its
+    subgroup is that copy's, and a peer or a subgroup's root moves with it (copy x W); the
+    default group and its root stay."""
+    if copy == 0:
+        return issue
+    group, peer = issue.group, issue.peer
+    if group != WORLD:
+        index = groups.instance(groups.shape_at(group), copy)
+        assert index is not None  # this rank is replayed, so is its group's copy
+        group = index
+    if peer is not None and (issue.op in P2P_OPS or issue.group != WORLD):
+        peer += copy * groups.traced
+    return replace(issue, group=group, peer=peer)
+
+
+def _disjoint(found: Sequence[int], groups: Groups) -> tuple[int, ...]:
+    """The first subgroups that share no rank: their instances are timed at once (every
+    copy of the traced job has the same subgroups, so what holds in one holds in all)."""
     if WORLD in found:
         return (WORLD,)
     taken: set[int] = set()
     out = []
-    for index in found:
-        ranks = set(groups[index])
+    for s in found:
+        ranks = set(groups.shapes[s])
         if not ranks & taken:
-            out.append(index)
+            out.append(s)
             taken |= ranks
     return tuple(out)
 
 
-def step_origins(trace: Trace, program: Program) -> list[int | None]:
-    """Per replayed step, its first issue on any rank (ns), for `--pace`'s offsets; None
-    for a step without recorded times."""
-    markers = program.steps != (None,)
-    return [
-        min(
-            (
-                c.issued_ns
-                for calls in trace.calls.values()
-                for c in _step_calls(calls, step, markers)
-                if c.issued_ns
-            ),
-            default=None,
-        )
-        for step in program.steps
-    ]
-
-
-def rank_sequence(
-    trace: Trace, program: Program, rank: int, origins: Sequence[int | None] | None = None
-) -> list[list[Issue]]:
-    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, mapped.
-    `origins`: `step_origins`, computed once for every rank when given."""
-    traced = program.traced_world
-    mapper = _Mapper(traced, program.world)
-    for group in program.groups:  # the same indices as the program's
-        mapper._add(group)
-    markers = program.steps != (None,)
-    if origins is None:
-        origins = step_origins(trace, program)
-    out = []
-    for step, origin in zip(program.steps, origins, strict=True):
-        issues = []
-        for call in _step_calls(trace.calls[rank % traced], step, markers):
-            issue = mapper.issue(call, rank // traced)
-            if issue is None:
-                continue
-            if origin is not None and call.issued_ns:
-                issue = replace(issue, offset_s=(call.issued_ns - origin) / 1e9)
-            issues.append(issue)
-        out.append(issues)
-    if len(mapper.groups) != len(program.groups):  # every group was made in build_program
-        raise AssertionError("the sequence met a group the program did not make")
+def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[list[Issue]]:
+    """Traced rank `traced_rank`'s calls as copy 0 replays them, per replayed step, in one
+    pass over its calls: every copy's are these, moved (`in_copy`)."""
+    whole = program.steps == (None,)
+    position = {step: i for i, step in enumerate(program.steps)}
+    out: list[list[Issue]] = [[] for _ in program.steps]
+    for call in trace.calls[traced_rank]:
+        i = 0 if whole else position.get(call.step) if call.step is not None else None
+        if i is None:
+            continue
+        issue = map_call(call, program.groups)
+        if issue is None:
+            continue
+        clock = program.clocks[i] if program.clocks else None
+        if clock is not None and call.issued_ns:
+            issue = replace(issue, offset_s=clock.offset_s(call.issued_ns))
+        out[i].append(issue)
     return out
 
 
+def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:
+    """Replay rank `rank`'s calls, per replayed step: traced rank rank % W's, in copy
+    rank // W."""
+    copy = rank // program.traced_world
+    steps = traced_sequence(trace, program, rank % program.traced_world)
+    return [[in_copy(i, copy, program.groups) for i in step] for step in steps]
+
+
 def recorded_step_times(
-    trace: Trace, steps: Sequence[int | None], *, aligned: bool = False
+    trace: Trace,
+    steps: Sequence[int | None],
+    *,
+    aligned: bool = False,
+    by_step: Mapping[int | None, StepCalls] | None = None,
 ) -> tuple[list[float | None], list[str]]:
     """Per step, the recorded communication time in seconds: per rank, the time covered by
     the union of its calls' [issued_ns, completed_ns] intervals, then the maximum over ranks;
@@ -401,7 +535,10 @@ def recorded_step_times(
     `aligned`: each collective's interval starts when the last member of its group issued
     it (matched by group and `group_seq`), not when this rank did: the time a rank spent
     waiting for a later peer is left out, which a replay (whose ranks start each step
-    together) does not have. The ranks' clocks must agree: one host, or hosts in NTP sync."""
+    together) does not have. The ranks' clocks must agree: one host, or hosts in NTP sync.
+    `by_step`: `calls_by_step(trace, steps)`, when the caller has it."""
+    if by_step is None:
+        by_step = calls_by_step(trace, steps)
     last_issue: dict[tuple[str, int], int] = {}
     if aligned:
         for calls in trace.calls.values():
@@ -413,9 +550,8 @@ def recorded_step_times(
     open_calls = 0
     for step in steps:
         worst: float | None = None
-        for calls in trace.calls.values():
-            mine = [c for c in calls if step is None or c.step == step]
-            if not mine or not any(c.issued_ns for c in mine):
+        for mine in by_step[step].values():
+            if not any(c.issued_ns for c in mine):
                 continue
             spans = []
             for c in mine:

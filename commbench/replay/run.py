@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point
-from commbench.launch.launcher import LaunchOptions, run_collectives
+from commbench.launch.launcher import LaunchOptions, preflight, run_collectives
 from commbench.launch.protocol import EVENTS_FILE
 from commbench.replay import compiled
 from commbench.replay.buckets import assign_buckets, cap_mb
@@ -57,7 +57,9 @@ def run_replay(
 ) -> Run:
     """Launch the replay, then add its `replay` record to run.json. The program is compiled
     for the workers (`compiled`) beside the run directories before they start, and kept in
-    the run directory (`program/`) after."""
+    the run directory (`program/`) after. What the launch would refuse (more ranks than
+    this node holds) is refused first, before anything is written."""
+    preflight(collectives, launch)
     events: list[dict[str, Any]] = []
     out_parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".replay-program-", dir=out_parent))
@@ -149,4 +151,7 @@ def conclude(
         rebucket=rebucket,
         best_cap_mb=cap_mb(best.cap_bytes) if best is not None else None,
         elsewhere=program.elsewhere,
+        max_gap_s=program.gaps.max_gap_s if settings.pace else None,
+        gaps_capped=program.gaps.capped if settings.pace else 0,
+        gaps_backwards=program.gaps.backwards if settings.pace else 0,
     )

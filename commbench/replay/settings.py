@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.numbers import check_range
 from commbench.options import arg, cli
+from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.results.names import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -97,6 +99,17 @@ class ReplayRequest:
             "as soon as the one before allows."
         ),
     )
+    max_gap: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            metavar="SECONDS",
+            help="With --pace, the longest idle wait replayed between two calls of a step: a "
+            "longer recorded gap (a job paused, a clock that jumped) is replayed this long, "
+            f"and the output says how many were. Default: {DEFAULT_MAX_GAP_S:g} s, at most "
+            "half of --timeout.",
+        ),
+    )
     timeout: float = field(
         default=DEFAULT_TIMEOUT,
         metadata=cli(
@@ -144,8 +157,11 @@ def prepare(
     from commbench.sizes import parse_sizes
     from commbench.traces.formats import load_any
 
+    max_gap = max_gap_for(request.max_gap, request.timeout)
     trace = load_any(Path(request.trace))
-    program = build_program(trace, world=request.world, steps=request.steps)
+    program = build_program(
+        trace, world=request.world, steps=request.steps, max_gap_s=max_gap, pace=request.pace
+    )
     caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
     if (request.bw is None) != (request.latency is None):
         raise UserError("--bw and --latency describe another fabric together: give both")
@@ -182,6 +198,26 @@ def prepare(
         pace=request.pace,
     )
     return trace, program, settings, collectives
+
+
+def max_gap_for(max_gap: float | None, timeout: float) -> float:
+    """The cap `--pace` puts on an idle gap: `--max-gap`, else DEFAULT_MAX_GAP_S, and at
+    most half of `--timeout`: a replay that waits longer without issuing a call reads as
+    hung to the watchdog."""
+    limit = timeout / 2 if isinstance(timeout, int | float) and timeout > 0 else DEFAULT_TIMEOUT / 2
+    if max_gap is None:
+        return min(DEFAULT_MAX_GAP_S, limit)
+    if isinstance(max_gap, bool) or not isinstance(max_gap, int | float):
+        raise UserError(f"--max-gap: expected a number of seconds, got {type(max_gap).__name__}")
+    check_range(max_gap, "--max-gap")
+    if max_gap <= 0:
+        raise UserError(f"--max-gap {max_gap:g}: expected a positive number of seconds")
+    if max_gap > limit:
+        raise UserError(
+            f"--max-gap {max_gap:g} s is longer than half of --timeout {timeout:g} s: a paced "
+            "wait that long would read as a hang; give a shorter --max-gap or a longer --timeout"
+        )
+    return float(max_gap)
 
 
 def nproc_for(nproc: int | None, world: int, nnodes: int) -> int:

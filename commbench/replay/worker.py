@@ -139,7 +139,9 @@ class ReplayWorker(Worker):
         entry = collective(row.op)
         spec = entry.spec
         plan = plan_size(row.op, row.size_bytes, row.dtype, row.group_size)
-        mine = next((g for i in row.instances if (g := self._group(i)) is not None), None)
+        assert self.program is not None
+        found = self.program.groups.mine(row.shapes, self.rank)
+        mine = None if found is None else self._group(found)
         samples: list[float] = []
         warmup, ok, note = 0, True, ""
         in_place = spec.in_place == "always"
@@ -158,8 +160,8 @@ class ReplayWorker(Worker):
         else:
             check = CHECK_FAILED if failed else CHECK_OK
         where = "" if row.spans_world else f"{row.groups} group(s) of {row.group_size}"
-        if not row.spans_world and len(row.instances) < row.groups:
-            where += f", {len(row.instances)} timed at once"
+        if not row.spans_world and row.timed < row.groups:
+            where += f", {row.timed} timed at once"
         extra = f"traced as {row.traced_dtype}" if row.traced_dtype not in ("", row.dtype) else ""
         notes = "; ".join(x for x in (where, plan.note, note, extra) if x)
         if failed:
@@ -252,6 +254,7 @@ class ReplayWorker(Worker):
             assert grp is not None  # the program maps this rank's calls to its groups
             start = time.perf_counter()
             work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
+            self.hb.tick()  # a paced step waits between calls: each call issued is progress
             spans.append([start, start])
             if issue.async_op and work is not None:
                 pending.append((work, len(spans) - 1))

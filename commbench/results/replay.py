@@ -13,7 +13,10 @@ from typing import Any
 from commbench.fields import Fields, boolean, integer_in, list_of, number_in, text
 from commbench.results.schema import MAX_COUNT, MAX_SIZE_BYTES, MAX_WORLD_SIZE
 
-_seconds = number_in(0, 1e9)
+MAX_SECONDS = 1e10
+"""Longest time a replay record holds: a trace's clock is 64-bit nanoseconds (2^63 ns is
+9.2e9 s), so a recorded time past it is not one."""
+_seconds = number_in(0, MAX_SECONDS)
 _MAX_STEPS = 1 << 20
 
 
@@ -144,6 +147,14 @@ class ReplayRecord:
     """The advisor's `bucket_cap_mb`: the cap with the least measured time per step."""
     elsewhere: Elsewhere | None = None
     """The caps predicted on the fabric `--bw` and `--latency` describe."""
+    max_gap_s: float | None = None
+    """With `--pace`, the longest idle wait replayed between two calls of a step (null
+    without `--pace`)."""
+    gaps_capped: int = 0
+    """With `--pace`, the recorded gaps longer than `max_gap_s`, each replayed as it."""
+    gaps_backwards: int = 0
+    """With `--pace`, calls recorded as issued before the call before them on their rank (a
+    clock that stepped back), each issued right after it."""
 
     @property
     def recorded_comm_s(self) -> float | None:
@@ -175,6 +186,9 @@ class ReplayRecord:
             "replayed_comm_s": self.replayed_comm_s,
             "recorded_wait_s": self.recorded_wait_s,
             "notes": list(self.notes),
+            "max_gap_s": self.max_gap_s,
+            "gaps_capped": self.gaps_capped,
+            "gaps_backwards": self.gaps_backwards,
         }
         if self.rebucket:
             data["rebucket"] = [c.to_dict() for c in self.rebucket]
@@ -209,4 +223,7 @@ class ReplayRecord:
             ],
             best_cap_mb=f.opt("best_cap_mb", number_in(0, 1e12)),
             elsewhere=Elsewhere.read(sub) if (sub := f.sub("elsewhere")) is not None else None,
+            max_gap_s=f.opt("max_gap_s", _seconds),
+            gaps_capped=f.opt("gaps_capped", integer_in(0, MAX_COUNT)) or 0,
+            gaps_backwards=f.opt("gaps_backwards", integer_in(0, MAX_COUNT)) or 0,
         )

@@ -15,6 +15,12 @@ its input tensors, `PyTorchNode.comm_size`), and COMM_SEND_NODE / COMM_RECV_NODE
 (src/converter/pytorch_converter.py) adds `pg_name` when the op had one. Chakra keeps no group
 ranks, no issue times and no step markers, and its nodes are a dependency graph rather than an
 issue order: groups count as the whole world, and calls are not matched across ranks.
+
+A send's or recv's other end is its `comm_dst` / `comm_src` attribute (global ranks, as the
+feeder, src/feeder/et_feeder_node.cpp, reads them and ASTRA-sim sends to them); the node's own
+end, when given, must be the rank whose file holds it. The PyTorch converter writes neither
+(its SendRecv nodes carry `comm_size` and `pg_name` only): in a trace of two ranks the other
+end can only be the other rank; in a larger one it cannot be told, and the trace is refused.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import re
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.fields import Fields, Value, integer_in, kind, line
+from commbench.fields import Conv, Fields, Value, integer_in, kind, line
 from commbench.traces.names import ELEMENT_BYTES, canonical_dtype
-from commbench.traces.trace import MAX_BYTES, MAX_CALLS, Call, Group
+from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
 
 FORMAT = "chakra"
 TITLE = "Chakra execution trace as JSON (chakra_jsonizer's output)"
@@ -54,6 +60,21 @@ COMM_TYPES = (
 """commbench's op for each `CollectiveCommType` value, in the enum's order."""
 _TENSOR_TYPE = re.compile(r"Tensor\(([^)]{1,40})\)")
 _INT64 = integer_in(0, MAX_BYTES)
+_INTEGER_VALUES = (
+    "int32Val",
+    "int64Val",
+    "uint32Val",
+    "uint64Val",
+    "sint32Val",
+    "sint64Val",
+    "fixed32Val",
+    "fixed64Val",
+    "sfixed32Val",
+    "sfixed64Val",
+)
+"""The members of `AttributeProto`'s value that hold an integer, as protobuf's JSON names them."""
+_PEER_ATTRS = {"send": ("comm_src", "comm_dst"), "recv": ("comm_dst", "comm_src")}
+"""Per op, the attribute naming its own end and the one naming the other end."""
 
 
 def detect(docs: list[Any]) -> bool:
@@ -66,18 +87,28 @@ def detect(docs: list[Any]) -> bool:
     return any(d.get("type") in NODE_TYPES for d in docs[:100])
 
 
-def _int64(value: Any, where: str) -> int:
-    """protobuf's JSON writes 64-bit integers as strings."""
-    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+def _int64(value: Any, where: str, convert: Conv[int] = _INT64) -> int:
+    """protobuf's JSON writes 64-bit integers as strings (of ASCII digits: `'²'.isdigit()`)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         value = int(value)
-    return _INT64(value, where)
+    return convert(value, where)
+
+
+def _attr_int(attr: Fields, convert: Conv[int] = _INT64) -> int:
+    """An attribute's integer, whichever integer member holds it (protobuf's JSON leaves a
+    member at its default, 0, out)."""
+    for key in _INTEGER_VALUES:
+        if key in attr.data:
+            return attr.req(key, lambda value, where: _int64(value, where, convert))
+    return 0
 
 
 def _attrs(f: Fields) -> dict[str, Fields]:
+    """The node's attributes by name, each read at `attr[<name>]` (messages name it)."""
     out = {}
     for item in f.items("attr", required=False, max_items=4096):
-        attr = item.obj()
-        out[attr.req("name", line)] = attr
+        name = item.obj().req("name", line)
+        out[name] = Fields(item.data, f"{f.at('attr')}[{name}]")
     return out
 
 
@@ -98,20 +129,20 @@ def read(docs: list[Any], rank: int, where: str, *, world_size: int = 0) -> list
 
 def _call(f: Fields, node_type: str, rank: int, seq: int, world: int) -> Call:
     attrs = _attrs(f)
+    peer = None
     if node_type == "COMM_COLL_NODE":
         comm = attrs.get("comm_type")
         if comm is None:
             raise UserError(f"{f.at('attr')}: a collective node without comm_type")
-        index = comm.req("int64Val", _int64) if "int64Val" in comm.data else 0
+        index = _attr_int(comm)
         if index >= len(COMM_TYPES):
-            raise UserError(f"{comm.at('int64Val')}: {index} is not a CollectiveCommType")
+            raise UserError(f"{comm.where}: {index} is not a CollectiveCommType")
         op = COMM_TYPES[index]
     else:
         op = "send" if node_type == "COMM_SEND_NODE" else "recv"
+        peer = _peer(f, attrs, op, rank, world)
     size_attr = attrs.get("comm_size")
-    size = 0
-    if size_attr is not None and "int64Val" in size_attr.data:
-        size = size_attr.req("int64Val", _int64)
+    size = 0 if size_attr is None else _attr_int(size_attr)
     pg = attrs.get("pg_name")
     group = pg.req("stringVal", line) if pg is not None else "0"
     dtype = _dtype(f)
@@ -131,7 +162,30 @@ def _call(f: Fields, node_type: str, rank: int, seq: int, world: int) -> Call:
         issued_ns=_int64(f.data["startTimeMicros"], f.at("startTimeMicros")) * 1000
         if "startTimeMicros" in f.data
         else 0,
+        peer=peer,
     )
+
+
+def _peer(f: Fields, attrs: dict[str, Fields], op: str, rank: int, world: int) -> int:
+    """The other end of a send or recv node (see the module)."""
+    own_name, other_name = _PEER_ATTRS[op]
+    rank_in = integer_in(0, MAX_WORLD - 1)
+    own = attrs.get(own_name)
+    if own is not None and (mine := _attr_int(own, rank_in)) != rank:
+        raise UserError(
+            f"{own.where}: a {op} whose {own_name} is rank {mine}, in rank {rank}'s file"
+        )
+    other = attrs.get(other_name)
+    if other is not None:
+        return _attr_int(other, rank_in)
+    peer = lone_peer(rank, (), world)
+    if peer is None:
+        raise UserError(
+            f"{f.at('attr')}: a {op} node without {other_name}, in a trace of {world} ranks: "
+            f"which rank it {'went to' if op == 'send' else 'came from'} cannot be told "
+            f"(Chakra names it in the node's {other_name} attribute)"
+        )
+    return peer
 
 
 def _dtype(f: Fields) -> str:

@@ -14,6 +14,11 @@ The recorder is a ring buffer (TORCH_FR_BUFFER_SIZE entries), so a dump holds a 
 calls, and ranks may hold different windows: calls are matched across ranks by their group's
 `collective_seq_id`. Its pickled form (the file TORCH_FR_DUMP_TEMP_FILE names on a timeout)
 is refused, never unpickled: `PICKLE_ADVICE` says how to get the JSON.
+
+A send's or recv's peer is in its profiling name, as ProcessGroupNCCL writes it
+(`nccl:send 0->1`, `nccl:recv 1<-0`: the rank's own group rank, then its peer's), mapped to
+global ranks through the group's `pg_config` ranks; where a name holds none, the peer is the
+other member of a group of two, or the other rank of a trace of two, else the trace is refused.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from commbench.errors import UserError, quoted
 from commbench.fields import Fields, anything, boolean, integer_in, line, list_of
 from commbench.traces.names import ELEMENT_BYTES, canonical_dtype, canonical_op
-from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group
+from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
 
 FORMAT = "flight-recorder"
 TITLE = 'PyTorch Flight Recorder JSON dump ({"version": "2.x", "entries": ...})'
@@ -38,7 +43,9 @@ PICKLE_ADVICE = (
 )
 _NS = integer_in(0, (1 << 63) - 1)
 _DIM = integer_in(0, MAX_BYTES)
-_RANKS = re.compile(r"^\[\s*(\d+(\s*,\s*\d+)*)?\s*\]$")
+_RANKS = re.compile(r"^\[\s*([0-9]{1,8}(\s*,\s*[0-9]{1,8})*)?\s*\]$")
+_P2P_ENDS = re.compile(r"([0-9]{1,8})\s*(?:->|<-)\s*([0-9]{1,8})\s*$")
+"""The ends in a send's or recv's profiling name: `0->1`, `1<-0` (own group rank first)."""
 
 
 def detect(doc: Any) -> bool:
@@ -72,14 +79,15 @@ def _ranks(value: Any, where: str) -> tuple[int, ...]:
     text = line(value, where)
     if len(text) > 16 * MAX_WORLD or not _RANKS.match(text.strip()):
         raise UserError(f"{where}: {quoted(text)} is not a list of ranks")
-    ranks = tuple(int(r) for r in re.findall(r"\d+", text))
+    ranks = tuple(int(r) for r in re.findall(r"[0-9]+", text))
     if any(r >= MAX_WORLD for r in ranks):
         raise UserError(f"{where}: a rank of {MAX_WORLD} or more")
     return ranks
 
 
-def read(doc: Any, rank: int, where: str) -> list[Call]:
-    """Rank `rank`'s calls from the parsed dump `doc`."""
+def read(doc: Any, rank: int, where: str, *, world_size: int = 0) -> list[Call]:
+    """Rank `rank`'s calls from the parsed dump `doc`; `world_size` (the number of ranks
+    read) tells a send's peer where its name does not."""
     f = Fields(doc, f"{where}:")
     version = f.req("version", line)
     major = version.split(".", 1)[0]
@@ -105,23 +113,54 @@ def read(doc: Any, rank: int, where: str) -> list[Call]:
         in_bytes, in_count, in_dtype = _tensors(e, "input")
         out_bytes, _, out_dtype = _tensors(e, "output")
         completed = e.opt("time_discovered_completed_ns", _NS)
+        profiling_name = e.req("profiling_name", line)
+        op = canonical_op(profiling_name)
+        ranks = members.get(name, ())
+        peer = None
+        if op in ("send", "recv"):
+            peer = _peer(e, op, profiling_name, rank, ranks, world_size)
         calls.append(
             Call(
                 rank=rank,
                 seq=len(calls),
-                op=canonical_op(e.req("profiling_name", line)),
-                name=e.req("profiling_name", line),
+                op=op,
+                name=profiling_name,
                 in_bytes=in_bytes,
                 out_bytes=out_bytes,
                 dtype=in_dtype or out_dtype,
                 count=in_count,
-                group=Group(name=name, ranks=members.get(name, ())),
+                group=Group(name=name, ranks=ranks),
                 issued_ns=e.opt("time_created_ns", _NS) or 0,
                 completed_ns=completed or None,  # the JSON dump writes 0 for "not seen"
                 group_seq=None if p2p or shared[(name, seq_id)] > 1 else seq_id,
+                peer=peer,
             )
         )
     return calls
+
+
+def _peer(
+    e: Fields, op: str, profiling_name: str, rank: int, ranks: tuple[int, ...], world: int
+) -> int:
+    """The global rank at the other end of a send or recv entry (see the module)."""
+    where = e.at("profiling_name")
+    match = _P2P_ENDS.search(profiling_name)
+    if match is None:
+        peer = lone_peer(rank, ranks, world)
+        if peer is None:
+            example = "0->1" if op == "send" else "0<-1"
+            raise UserError(
+                f"{where}: {quoted(profiling_name)} does not name the {op}'s peer (as "
+                f"`nccl:{op} {example}` does), in a group of more than two ranks: which rank "
+                "it is cannot be told"
+            )
+        return peer
+    own, other = int(match.group(1)), int(match.group(2))
+    if ranks and max(own, other) >= len(ranks):
+        raise UserError(f"{where}: {quoted(profiling_name)} names a rank its group has not")
+    if (ranks[own] if ranks else own) != rank:
+        raise UserError(f"{where}: {quoted(profiling_name)} is not a {op} of rank {rank}")
+    return ranks[other] if ranks else other
 
 
 def _is_p2p(e: Fields) -> bool:

@@ -176,29 +176,38 @@ def load_files(paths: Sequence[Path]) -> Trace:
     if len(set(ranks)) != len(ranks):
         raise UserError("two trace files are for the same rank (the number that ends their names)")
     world = max(ranks) + 1
+    _check_every_rank(fmt, ranks, world)  # before the calls, which the world helps read
     calls: dict[int, tuple[Call, ...]] = {}
     total = 0
     for p, rank, _, docs in read:
         where = shown(p)
         if fmt == param.FORMAT:
-            got = param.read(docs[0], rank, where)
+            got = param.read(docs[0], rank, where, world_size=world)
         elif fmt == flight_recorder.FORMAT:
-            got = flight_recorder.read(docs[0], rank, where)
+            got = flight_recorder.read(docs[0], rank, where, world_size=world)
         else:
-            got = chakra.read(docs, rank, where, world_size=len(read))
+            got = chakra.read(docs, rank, where, world_size=world)
         total += len(got)
         if total > MAX_CALLS:
             raise UserError(f"the trace holds more than {MAX_CALLS} calls: too many to read")
         calls[rank] = tuple(got)
     world = max([world, *(max(c.group.ranks, default=0) + 1 for cs in calls.values() for c in cs)])
-    missing = [r for r in range(world) if r not in calls]
-    if missing:
-        raise UserError(
-            f"the {FORMATS[fmt]} files cover ranks {', '.join(str(r) for r in sorted(calls))} "
-            f"of {world}: rank {missing[0]}'s file is missing"
-        )
+    _check_every_rank(fmt, list(calls), world)
     where = shown(paths[0].parent) if len(paths) > 1 else shown(paths[0])
     check_ranks(calls, world, where)
     check_groups(calls, where)
     manifest = Manifest(argv=(), world_size=world, complete=True, tool=fmt)
     return Trace(manifest=manifest, calls=calls, source=where)
+
+
+def _check_every_rank(fmt: str, ranks: Sequence[int], world: int) -> None:
+    """Refuse files that leave a rank of the world out (work per file, not per rank)."""
+    have = sorted(set(ranks))
+    if len(have) == world:
+        return
+    missing = next((i for i, r in enumerate(have) if r != i), len(have))
+    shown_ranks = ", ".join(str(r) for r in have[:8]) + (", ..." if len(have) > 8 else "")
+    raise UserError(
+        f"the {FORMATS[fmt]} files cover ranks {shown_ranks} of {world}: rank {missing}'s "
+        "file is missing"
+    )

@@ -8,6 +8,12 @@ and `out_msg_size` element counts of `dtype`, `pg_id` the group and `global_rank
 `compute` instead of `comms` are computation and are skipped; so are `wait` (the wait on an
 earlier request, not a call) and `init` (the creation of a group). PARAM's trace says nothing
 of steps, completion times or async: those stay empty.
+
+A send's or recv's ends are `src_rank` and `dst_rank`, global ranks, which PARAM's parser
+requires of every point-to-point entry; the end that is not the file's own rank is the peer.
+PARAM's own writer (`toDict`) leaves both out: the peer is then the other member of a group
+of two (`global_ranks`), or the other rank of a trace of two, and where it cannot be told the
+trace is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 from commbench.errors import UserError, quoted
 from commbench.fields import Fields, Value, anything, integer_in, line, list_of
 from commbench.traces.names import ELEMENT_BYTES, canonical_dtype, canonical_op
-from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group
+from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
 
 FORMAT = "param"
 TITLE = 'PARAM basic comms trace (a JSON list of {"comms": ...} objects)'
@@ -37,8 +43,9 @@ def detect(doc: Any) -> bool:
     )
 
 
-def read(doc: Any, rank: int, where: str) -> list[Call]:
-    """Rank `rank`'s calls from the parsed trace `doc`."""
+def read(doc: Any, rank: int, where: str, *, world_size: int = 0) -> list[Call]:
+    """Rank `rank`'s calls from the parsed trace `doc`; `world_size` (the number of ranks
+    read) tells a send's peer where the entry does not."""
     if not isinstance(doc, list):
         raise UserError(f"{where}: a PARAM trace is a JSON list")
     if len(doc) > MAX_CALLS:
@@ -49,13 +56,13 @@ def read(doc: Any, rank: int, where: str) -> list[Call]:
         f = Value(item, f"{where}: [{i}]").obj()
         if f.opt("comms", anything) is None:
             continue  # compute, which a comms replay does not run
-        call = _call(f, rank, len(calls), group_seq)
+        call = _call(f, rank, len(calls), group_seq, world_size)
         if call is not None:
             calls.append(call)
     return calls
 
 
-def _call(f: Fields, rank: int, seq: int, group_seq: dict[str, int]) -> Call | None:
+def _call(f: Fields, rank: int, seq: int, group_seq: dict[str, int], world: int) -> Call | None:
     name = f.req("comms", line)
     lowered = name.lower()
     if lowered in _SKIPPED:
@@ -75,13 +82,7 @@ def _call(f: Fields, rank: int, seq: int, group_seq: dict[str, int]) -> Call | N
     pg = f.opt("pg_id", integer_in(0, MAX_WORLD))
     group_name = str(pg if pg is not None else 0)
     ranks = tuple(f.opt("global_ranks", list_of(_RANK, max_items=MAX_WORLD)) or ())
-    peer = None
-    if op == "send":
-        peer = f.opt("dst_rank", _RANK)
-    elif op == "recv":
-        peer = f.opt("src_rank", _RANK)
-    else:
-        peer = f.opt("root", _RANK)
+    peer = _peer(f, op, rank, ranks, world) if op in ("send", "recv") else f.opt("root", _RANK)
     seq_in_group = None
     if op not in ("send", "recv"):
         seq_in_group = group_seq.get(group_name, 0)
@@ -100,3 +101,25 @@ def _call(f: Fields, rank: int, seq: int, group_seq: dict[str, int]) -> Call | N
         group_seq=seq_in_group,
         peer=peer,
     )
+
+
+_ENDS = {"send": ("src_rank", "dst_rank"), "recv": ("dst_rank", "src_rank")}
+"""Per op, the field naming its own end and the one naming the other end."""
+
+
+def _peer(f: Fields, op: str, rank: int, ranks: tuple[int, ...], world: int) -> int:
+    """The other end of a send or recv entry (see the module)."""
+    own_key, other_key = _ENDS[op]
+    own = f.opt(own_key, _RANK)
+    if own is not None and own != rank:
+        raise UserError(f"{f.at(own_key)}: a {op} from rank {own} in rank {rank}'s trace")
+    peer = f.opt(other_key, _RANK)
+    if peer is None:
+        peer = lone_peer(rank, ranks, world)
+    if peer is None:
+        group = f"a group of {len(ranks)}" if ranks else f"a trace of {world}"
+        raise UserError(
+            f"{f.at(other_key)}: missing, in {group} ranks: which rank the {op} "
+            f"{'went to' if op == 'send' else 'came from'} cannot be told"
+        )
+    return peer

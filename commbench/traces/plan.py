@@ -159,9 +159,13 @@ def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = No
             "optimizer commbench saw): replay it whole"
         )
     kept = markers if steps is None else markers[:steps]
+    per_step: dict[int | None, list[tuple[Call, str, int]]] = {step: [] for step in [None, *kept]}
+    for x in counted:  # one pass, not one per step
+        if (into := per_step.get(x[0].step)) is not None:
+            into.append(x)
     sections: list[PlanStep] = []
-    for step in [None, *kept]:
-        rows = _rows([x for x in counted if x[0].step == step], traced, new_world)
+    for step, of_step in per_step.items():
+        rows = _rows(of_step, traced, new_world)
         if rows or (step is None and not markers):
             sections.append(PlanStep(step=step, rows=rows))
     notes = []

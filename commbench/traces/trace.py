@@ -191,7 +191,7 @@ class Call:
             count=f.req("count", integer_in(0, MAX_BYTES)),
             group=Group.read(group),
             async_op=bool(f.opt("async", boolean)),
-            issued_ns=f.opt("issued_ns", integer_in(0, _MAX_NS)) or 0,
+            issued_ns=_issued_ns(f),
             completed_ns=f.opt("completed_ns", integer_in(0, _MAX_NS)),
             host=f.opt("host", line) or "",
             device=f.opt("device", line) or "",
@@ -199,6 +199,14 @@ class Call:
             group_seq=f.opt("group_seq", integer_in(0, _MAX_NS)),
             peer=f.opt("peer", integer_in(0, MAX_WORLD - 1)),
         )
+
+
+def _issued_ns(f: Fields) -> int:
+    """`issued_ns`: 0 (or absent) when not known; the writer never writes null, so a null
+    here is a NaN or an infinity the JSON reader turned into one, and no time."""
+    if "issued_ns" in f.data and f.data["issued_ns"] is None:
+        raise UserError(f"{f.at('issued_ns')}: null, NaN or infinite: not a time in nanoseconds")
+    return f.opt("issued_ns", integer_in(0, _MAX_NS)) or 0
 
 
 def _dtype(f: Fields) -> str:
@@ -593,6 +601,15 @@ def check_ranks(calls: Mapping[int, Sequence[Call]], world: int, where: str) -> 
                 )
             if call.op in P2P_OPS and call.peer == rank:
                 raise UserError(f"{where}: rank {rank}'s call {call.seq} is a {call.op} to itself")
+
+
+def lone_peer(rank: int, members: Sequence[int], world: int) -> int | None:
+    """The other end of a send or recv whose producer did not name it, where only one rank
+    can be: the other member of its group of two, or, for a group counted as the whole
+    world, the other rank of a trace of two. None where it cannot be told."""
+    if members:
+        return members[1 - members.index(rank)] if len(members) == 2 and rank in members else None
+    return 1 - rank if world == 2 and rank in (0, 1) else None
 
 
 def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
