@@ -300,13 +300,13 @@ def test_a_trace_directory_in_use_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_a_call_left_in_flight_is_recorded_async(tmp_path: Path, free_port: int) -> None:
-    """c10d's own async_op argument says nothing (torch passes its default whatever the
-    caller asked): a call is async when the rank issued its next call while it was in
-    flight, the way DDP's reducer issues its buckets."""
+    """A call is async when its caller asked (c10d's async_op: the dispatcher leaves the
+    argument out when it equals the schema's default, True) or when the rank issued its next
+    call while it was in flight, the way DDP's reducer issues its buckets."""
     done = record(tmp_path, [str(JOBS / "async_job.py")], free_port)
     assert done.returncode == 0, done.stderr
     calls = read_trace(tmp_path / "trace").calls[0]
-    assert [c.async_op for c in calls] == [True, False, False, False]
+    assert [c.async_op for c in calls] == [True, False, False, False, True]
     assert calls[0].completed_ns is not None and calls[0].completed_ns > calls[1].issued_ns
 
 

@@ -126,8 +126,11 @@ class _Op:
     def __init__(self, name: str) -> None:
         self.name = name
         self.overload = getattr(torch.ops.c10d, name).default
-        names = [a.name for a in self.overload._schema.arguments]
-        self.index = {n: i for i, n in enumerate(names)}
+        arguments = self.overload._schema.arguments
+        self.index = {a.name: i for i, a in enumerate(arguments)}
+        self.defaults = {a.name: a.default_value for a in arguments if a.has_default_value()}
+        """The dispatcher leaves out an argument equal to its default: c10d's `async_op`
+        defaults to True, so a call made with async_op=True arrives without it."""
         self.input = next((n for n in _INPUT_ARGS if n in self.index), None)
         self.output = next((n for n in _OUTPUT_ARGS if n in self.index), None)
         self.peer = next((n for n in _PEER_ARGS if n in self.index), None)
@@ -142,7 +145,7 @@ class _Op:
         i = self.index.get(name)
         if i is None:  # not one of this op's: send, recv, monitored_barrier have no async_op
             return None
-        return args[i] if i < len(args) else None
+        return args[i] if i < len(args) else self.defaults.get(name)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
 """Two ranks, one all_reduce left in flight while the next is issued (async_op=True, its
-peer late by half a second), then two that are waited each before the next: for the test
-that `commbench record` tells the calls a rank overlapped from those it waited for."""
+peer late by half a second), then two that are waited each before the next, then one
+issued with async_op=True and waited at once: for the test that `commbench record` tells
+the calls a rank asked for or left in flight from those it waited for."""
 
 import time
 
@@ -17,6 +18,7 @@ def main() -> None:
     work.wait()
     dist.all_reduce(torch.ones(4))
     dist.all_reduce(torch.ones(4))
+    dist.all_reduce(torch.ones(4), async_op=True).wait()  # asked for, never overlapped
     dist.destroy_process_group()
 
 
