@@ -284,3 +284,32 @@ def test_a_trace_with_send_and_recv_is_replayed(tmp_path: Path) -> None:
     assert record["status"] == "complete"
     assert len(record["replay"]["replayed_comm_s_per_step"]) == 1
     assert record["replay"]["replayed_comm_s_per_step"][0] > 0
+
+
+def test_every_op_issued_async_is_waited_not_polled_for_ever(tmp_path: Path) -> None:
+    """Every op the replay issues, each async and left in flight to the step's end: no Work
+    is trusted to say it completed before it is waited (gloo's reduce_scatter never does,
+    and the step polled it until the watchdog stopped the run)."""
+    n = 4 * KiB
+    per_rank: dict[int, list] = {}
+    for rank in (0, 1):
+        root = rank == 0
+        per_rank[rank] = [
+            trace_call(op, i, out_bytes=o, peer=p, async_op=True, step=0)
+            for op, i, o, p in (
+                ("all_reduce", n, n, None),
+                ("all_gather", n, 2 * n, None),
+                ("reduce_scatter", 2 * n, n, None),
+                ("all_to_all", n, n, None),
+                ("broadcast", n, n, 0),
+                ("reduce", n, n, 0),
+                ("gather", n, 2 * n if root else 0, 0),
+                ("scatter", 2 * n, n, 0),
+                ("barrier", 0, 0, None),
+            )
+        ]
+    run_dir = replay(write_trace(tmp_path / "trace", per_rank), tmp_path / "out")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete", record.get("failure")
+    assert len(record["replay"]["replayed_comm_s_per_step"]) == 1
+    assert record["replay"]["replayed_comm_s_per_step"][0] > 0

@@ -57,7 +57,6 @@ from commbench.replay.program import (
 from commbench.replay.settings import ReplaySettings
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.results.store import RunDir
-from commbench.traces.names import P2P_OPS
 from commbench.traces.trace import Parameter
 
 ADVISOR_ROUNDS = 15
@@ -265,13 +264,13 @@ class ReplayWorker(Worker):
                 spans[-1][1] = time.perf_counter()
         while pending:
             pending = self._poll(pending, spans)
-            if pending and all(issues[i].op in P2P_OPS for _, i in pending):
-                # gloo's send and recv works say completed only once waited: wait the first
+            if pending:
+                # no Work is trusted to say it completed before it is waited (gloo's send,
+                # recv and reduce_scatter never do): wait the oldest, bounded by the process
+                # group's timeout (--timeout), and poll the rest again
                 work, index = pending.pop(0)
                 work.wait()
                 spans[index][1] = time.perf_counter()
-            elif pending:
-                time.sleep(POLL_S)
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]
 
