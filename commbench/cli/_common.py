@@ -15,6 +15,8 @@ from commbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommbenchError
 if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
     from rich.progress import Progress
 
+    from commbench.collectives.placement import PlacementRequest
+
 
 # Typer words some parse errors for programmers; a user reads these instead.
 _REWORDED = (
@@ -96,3 +98,13 @@ def progress_bar() -> Progress:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
+
+
+def place_ranks(request: PlacementRequest) -> None:
+    """Decide where the request's ranks go (the machine fills in what was not given) and say
+    it first when that is CPU ranks for want of a GPU; pinned on the request, so the verb does
+    not ask the machine again."""
+    place = request.placement()
+    if place.note:
+        typer.echo(f"commbench: {place.note}", err=True)
+    request.device, request.nproc, request.backend = place.device, place.nproc, place.backend

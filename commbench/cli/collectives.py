@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import CollectivesRun
-from commbench.cli._common import reported_errors
+from commbench.cli._common import place_ranks, reported_errors
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -29,6 +29,8 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
             from commbench.cli.live import LiveRows
+
+            place_ranks(request)  # said first: without a GPU, gloo on CPU ranks, and why
 
             # every point on stderr as it is measured; stdout gets only what --format asks for
             with LiveRows() as on_progress:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commbench.api import DiagnoseRun
-from commbench.cli._common import progress_bar, reported_errors
+from commbench.cli._common import place_ranks, progress_bar, reported_errors
 from commbench.options import command, values
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
 
+            place_ranks(request)  # said first: without a GPU, gloo on CPU ranks, and why
             progress = progress_bar()
             task = progress.add_task("starting workers", total=None)
 
