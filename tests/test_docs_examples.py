@@ -241,11 +241,25 @@ def test_matches_reads_the_abridged_output() -> None:
 def fresh_copy(into: Path) -> Path:
     """The checkout's tracked and unignored files (a fresh clone of this working tree),
     copied into `into`; symlinks stay links (the sysfs fixtures are full of them)."""
-    listed = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
+    try:
+        listed = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: all but what git ignores
+        ignored = shutil.ignore_patterns(".git", "results", "__pycache__", "*.egg-info", ".*cache")
+        shutil.copytree(ROOT, into, symlinks=True, ignore=ignored)
+        return into
     for name in filter(None, listed.split("\0")):
         src, dst = ROOT / name, into / name
         if not src.exists() and not src.is_symlink():
