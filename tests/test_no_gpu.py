@@ -120,6 +120,27 @@ def test_nothing_is_said_when_the_user_chose_or_a_gpu_is_there(this_machine: Ins
     assert (place.device, place.nproc, place.backend, place.note) == ("cuda", 8, "nccl", None)
 
 
+@pytest.mark.parametrize("command", ["collectives", "diagnose"])
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--sizes", "0"], "size '0' must be positive"),
+        (["--iters", "0"], "--iters must be >= 1, got 0"),
+        (["--warmup", "-1"], "--warmup must be >= 0, got -1"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+    ],
+)
+def test_bad_input_without_a_gpu_is_still_one_line(
+    this_machine: Install, command: str, args: list[str], error: str
+) -> None:
+    """The note waits until the run is under way: a refusal stays the only line."""
+    this_machine(NO_DRIVER)
+    result = CliRunner().invoke(app, [command, *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"commbench: error: {error}\n"
+
+
 # --- the real commands ---------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -100,11 +100,23 @@ def progress_bar() -> Progress:
     )
 
 
-def place_ranks(request: PlacementRequest) -> None:
-    """Decide where the request's ranks go (the machine fills in what was not given) and say
-    it first when that is CPU ranks for want of a GPU; pinned on the request, so the verb does
-    not ask the machine again."""
+def place_ranks(request: PlacementRequest) -> str | None:
+    """Decide where the request's ranks go (the machine fills in what was not given), pinned
+    on the request so the verb does not ask the machine again; the note to say first when
+    that is CPU ranks for want of a GPU (`said_first`)."""
     place = request.placement()
-    if place.note:
-        typer.echo(f"commbench: {place.note}", err=True)
     request.device, request.nproc, request.backend = place.device, place.nproc, place.backend
+    return place.note
+
+
+def said_first(note: str | None, then: Callable[..., None]) -> Callable[..., None]:
+    """`then`, with `note` said on stderr before its first call: once the run is under way,
+    so bad input is still refused in a line of its own."""
+    pending = [note] if note else []
+
+    def call(*args: Any) -> None:
+        while pending:
+            typer.echo(f"commbench: {pending.pop()}", err=True)
+        then(*args)
+
+    return call

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commbench.api import DiagnoseRun
-from commbench.cli._common import place_ranks, progress_bar, reported_errors
+from commbench.cli._common import place_ranks, progress_bar, reported_errors, said_first
 from commbench.options import command, values
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
 
-            place_ranks(request)  # said first: without a GPU, gloo on CPU ranks, and why
+            note = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
             progress = progress_bar()
             task = progress.add_task("starting workers", total=None)
 
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
                 label = f"{event.get('stage')} round {int(event.get('round', 0)) + 1}"
                 progress.update(task, advance=1, description=label)
 
-            request.on_test = on_test
+            request.on_test = said_first(note, on_test)
             with progress:
                 diagnosis = commbench.api.run_diagnose(**values(request))
             typer.echo(render(diagnosis, fmt), nl=False)
