@@ -181,10 +181,18 @@ def refusal_without_torch(env: dict[str, str], cwd: Path) -> str:
     return match["why"]
 
 
-def test_p2p_refuses_in_process_before_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--src", "0"], ["--topology", str(ROOT / "tests/fixtures/p2p/snapshot_puzzle8.json")]],
+    ids=["plain", "src", "topology-of-another-machine"],
+)
+def test_p2p_refuses_in_process_before_measuring(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """A --topology file with GPUs is another machine's: this one still has none."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setitem(sys.modules, "commbench.p2p.measure", None)  # importing it would fail
-    result = CliRunner().invoke(app, ["p2p", "--src", "0"])
+    result = CliRunner().invoke(app, ["p2p", *args])
     assert result.exit_code == 2, result.output
     match = P2P_REFUSAL.fullmatch(result.stderr.rstrip("\n"))
     assert match and match["why"] == "CUDA_VISIBLE_DEVICES='' hides every GPU", result.stderr

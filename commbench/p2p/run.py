@@ -291,10 +291,12 @@ def run_p2p(
     UserError before measuring anything when no GPU is visible or the input is wrong.
     """
     settings = options if isinstance(options, P2PSettings) else P2PSettings.from_options(options)
+    given = snapshot is not None
     snapshot = snapshot if snapshot is not None else discover()
     if measurer is None:
-        # before torch is imported (seconds): a machine without a GPU is told at once
-        reason = no_gpu_reason(snapshot)
+        # before torch is imported (seconds), a machine without a GPU is told at once; this
+        # machine's GPUs, not those of the snapshot given (a --topology file's)
+        reason = no_gpu_reason(discover() if given else snapshot)
         if reason is not None:
             raise no_gpu(reason)
         require_torch()
