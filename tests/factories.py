@@ -182,6 +182,17 @@ def fake_snapshot(
     return discover(nvml=FakeNvml(load_machine(machine)), environ=dict(environ or {}), **kw)
 
 
+def cpu_gpus_for_p2p(monkeypatch: Any, count: int, **kw: Any) -> None:
+    """`count` CPU tensors' 'GPUs' stand in for CUDA devices in `commbench p2p`: for torch
+    (`CudaBackend` becomes `CpuBackend(count, **kw)`) and for the check, made before torch is
+    imported, that a GPU may be there at all (`no_gpu_reason`)."""
+    from commbench.p2p import measure
+    from commbench.p2p import run as p2p_run
+
+    monkeypatch.setattr(measure, "CudaBackend", lambda: measure.CpuBackend(count, **kw))
+    monkeypatch.setattr(p2p_run, "no_gpu_reason", lambda snapshot: None)
+
+
 def trace_call(
     op: str = "all_reduce",
     nbytes: int = 1 << 20,

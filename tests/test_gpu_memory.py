@@ -16,8 +16,8 @@ from commbench.errors import UserError
 from commbench.gpu_memory import COLLECTIVES_RESERVE, P2P_RESERVE, shortfall
 from commbench.launch import launcher
 from commbench.launch.preflight import buffer_gpus, check_resources
-from commbench.p2p import measure
 from commbench.p2p.plan import BI, Copy, Step, gpu_buffer_bytes
+from tests.factories import cpu_gpus_for_p2p
 
 G = 1 << 30
 M = 1 << 20
@@ -118,9 +118,7 @@ def test_p2p_counts_source_and_destination_on_one_gpu() -> None:
 @pytest.fixture
 def one_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(free: int, total: int) -> None:
-        monkeypatch.setattr(
-            measure, "CudaBackend", lambda: measure.CpuBackend(1, memory={0: (free, total)})
-        )
+        cpu_gpus_for_p2p(monkeypatch, 1, memory={0: (free, total)})
 
     return install
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.p2p import measure
 from commbench.results.schema import SCHEMA_VERSION
-from tests.factories import fake_snapshot
+from tests.factories import cpu_gpus_for_p2p, fake_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PUZZLE = str(FIXTURES / "p2p" / "snapshot_puzzle8.json")
@@ -39,7 +39,7 @@ def cpu_gpus(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Make `n` CPU 'GPUs' stand in for CUDA devices."""
 
     def install(n: int, **kw: Any) -> None:
-        monkeypatch.setattr(measure, "CudaBackend", lambda: measure.CpuBackend(n, **kw))
+        cpu_gpus_for_p2p(monkeypatch, n, **kw)
 
     return install
 
@@ -157,7 +157,9 @@ def test_bad_topology_file_is_one_line(tmp_path: Path) -> None:
 def test_no_gpu_exits_2_with_the_message() -> None:
     result = invoke()
     assert result.exit_code == 2
-    assert result.stderr == "commbench: error: p2p needs a CUDA GPU; none is visible\n"
+    assert result.stderr.startswith("commbench: error: p2p needs a CUDA GPU, and none is visible")
+    assert "`commbench p2p --dry-run --topology SNAPSHOT.json`" in result.stderr
+    assert result.stderr.count("\n") == 1
     assert not Path("results").exists()
 
 
@@ -166,7 +168,12 @@ def test_no_gpu_known_to_nvml_needs_no_torch(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "commbench.p2p.measure", None)  # importing it would fail
     result = invoke()
     assert result.exit_code == 2
-    assert result.stderr == "commbench: error: p2p needs a CUDA GPU; none is visible\n"
+    assert result.stderr == (
+        "commbench: error: p2p needs a CUDA GPU, and none is visible (NVML reports no "
+        "devices); without one, `commbench p2p --dry-run --topology SNAPSHOT.json` says what "
+        "each copy of another machine should reach (SNAPSHOT.json: `commbench topo --format "
+        "json` there)\n"
+    )
 
 
 def test_topology_that_is_not_this_machine_is_refused(cpu_gpus: Any) -> None:

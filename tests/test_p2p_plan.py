@@ -106,7 +106,11 @@ def test_several_sizes_in_order() -> None:
         (P2PSettings(src=8), 8, "--src 8: no such GPU (visible: 0..7)"),
         (P2PSettings(dsts=[1, 9]), 8, "--dst 9: no such GPU (visible: 0..7)"),
         (P2PSettings(dsts=[1]), 1, "--dst 1: no such GPU (visible: 0)"),
-        (P2PSettings(), 0, "p2p needs a CUDA GPU; none is visible"),
+        (
+            P2PSettings(),
+            0,
+            "p2p needs a CUDA GPU, and none is visible; without one, `commbench p2p --dry-run --topology SNAPSHOT.json` says what each copy of another machine should reach (SNAPSHOT.json: `commbench topo --format json` there)",
+        ),
     ],
 )
 def test_gpus_out_of_range(settings: P2PSettings, n: int, message: str) -> None:

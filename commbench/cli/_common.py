@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,8 @@ from commbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommbenchError
 
 if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
     from rich.progress import Progress
+
+    from commbench.collectives.placement import PlacementRequest
 
 
 # Typer words some parse errors for programmers; a user reads these instead.
@@ -96,3 +98,25 @@ def progress_bar() -> Progress:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
+
+
+def place_ranks(request: PlacementRequest) -> str | None:
+    """Decide where the request's ranks go (the machine fills in what was not given), pinned
+    on the request so the verb does not ask the machine again; the note to say first when
+    that is CPU ranks for want of a GPU (`said_first`)."""
+    place = request.placement()
+    request.device, request.nproc, request.backend = place.device, place.nproc, place.backend
+    return place.note
+
+
+def said_first(note: str | None, then: Callable[..., None]) -> Callable[..., None]:
+    """`then`, with `note` said on stderr before its first call: once the run is under way,
+    so bad input is still refused in a line of its own."""
+    pending = [note] if note else []
+
+    def call(*args: Any) -> None:
+        while pending:
+            typer.echo(f"commbench: {pending.pop()}", err=True)
+        then(*args)
+
+    return call

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import CollectivesRun
-from commbench.cli._common import reported_errors
+from commbench.cli._common import place_ranks, reported_errors, said_first
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -30,9 +30,11 @@ def register(app: typer.Typer) -> None:
             import commbench.api
             from commbench.cli.live import LiveRows
 
+            note = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
+
             # every point on stderr as it is measured; stdout gets only what --format asks for
             with LiveRows() as on_progress:
-                request.on_progress = on_progress
+                request.on_progress = said_first(note, on_progress)
                 run = commbench.api.run_collectives(**values(request))
             report(run, fmt)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commbench.api import DiagnoseRun
-from commbench.cli._common import progress_bar, reported_errors
+from commbench.cli._common import place_ranks, progress_bar, reported_errors, said_first
 from commbench.options import command, values
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
 
+            note = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
             progress = progress_bar()
             task = progress.add_task("starting workers", total=None)
 
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
                 label = f"{event.get('stage')} round {int(event.get('round', 0)) + 1}"
                 progress.update(task, advance=1, description=label)
 
-            request.on_test = on_test
+            request.on_test = said_first(note, on_test)
             with progress:
                 diagnosis = commbench.api.run_diagnose(**values(request))
             typer.echo(render(diagnosis, fmt), nl=False)

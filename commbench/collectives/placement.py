@@ -6,7 +6,7 @@ function, so `collectives`, `run` and `slurm-script` cannot drift apart on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commbench.options import cli
 
@@ -22,21 +22,30 @@ class Placement:
     """Workers per node."""
     backend: str
     """nccl or gloo."""
-
-
-def visible_gpus() -> int:
-    """GPUs NVML can see, honouring CUDA_VISIBLE_DEVICES; 0 without a driver. No torch."""
-    from commbench.topology import discover
-
-    return len(discover().gpus)
+    note: str | None = None
+    """Why the machine chose CPU ranks when no device was asked for (no GPU is visible, and
+    why): the first thing a user without a GPU should read."""
 
 
 def resolve_placement(
     device: str | None = None, nproc: int | None = None, backend: str | None = None
 ) -> Placement:
-    """Fill in what was not given (None) from this machine's GPUs."""
-    gpus = visible_gpus() if device in (None, "cuda") else 0
-    return placement_for(gpus, device, nproc, backend)
+    """Fill in what was not given (None) from this machine's GPUs: those NVML sees,
+    honouring CUDA_VISIBLE_DEVICES; none without a driver. No torch."""
+    if device not in (None, "cuda"):
+        return placement_for(0, device, nproc, backend)
+    from commbench.topology import discover
+
+    snapshot = discover()
+    place = placement_for(len(snapshot.gpus), device, nproc, backend)
+    if device is None and place.device == "cpu" and backend in (None, "gloo"):
+        why = snapshot.nvml_error or "NVML reports no devices"
+        place = replace(
+            place,
+            note=f"no GPU is visible ({why}), so this runs {place.backend} on {place.nproc} "
+            "CPU ranks",
+        )
+    return place
 
 
 def placement_for(

@@ -29,8 +29,7 @@ from typing import Any
 
 import torch
 
-from commbench.errors import UserError
-from commbench.p2p.plan import Copy, Step
+from commbench.p2p.plan import Copy, Step, no_gpu
 from commbench.p2p.settings import DEFAULT_ITERS, MAX_ITERS, MIN_ITERS
 
 PATTERN_MOD = 251
@@ -40,7 +39,6 @@ VERIFY_CHUNK = 1 << 24
 GATE_SPIN_CYCLES = 2_000_000
 # Buffers this small (latency copies) are kept for the whole run.
 SMALL_BUFFER = 1 << 20
-NO_GPU = "p2p needs a CUDA GPU; none is visible"
 
 
 def element_type(size_bytes: int) -> tuple[torch.dtype, str, int]:
@@ -82,10 +80,10 @@ class CudaBackend:
 
     def __init__(self) -> None:
         if not torch.cuda.is_available():
-            raise UserError(NO_GPU)
+            raise no_gpu()
         self.device_count = torch.cuda.device_count()
         if self.device_count < 1:
-            raise UserError(NO_GPU)
+            raise no_gpu()
         self._streams: dict[tuple[int, object], torch.cuda.Stream] = {}
 
     def device_names(self) -> list[str]:

@@ -106,6 +106,19 @@ class Plan:
     """Things to tell the user about what will (not) be measured."""
 
 
+NO_GPU = "p2p needs a CUDA GPU, and none is visible"
+DRY_RUN_HINT = (
+    "without one, `commbench p2p --dry-run --topology SNAPSHOT.json` says what each copy of "
+    "another machine should reach (SNAPSHOT.json: `commbench topo --format json` there)"
+)
+
+
+def no_gpu(reason: str | None = None) -> UserError:
+    """The refusal of a p2p run without a GPU: why, and what can be done here instead."""
+    why = f" ({reason})" if reason else ""
+    return UserError(f"{NO_GPU}{why}; {DRY_RUN_HINT}")
+
+
 def _check_gpu(index: int, n: int, flag: str) -> None:
     if not 0 <= index < n:
         visible = "0" if n == 1 else f"0..{n - 1}"
@@ -115,7 +128,7 @@ def _check_gpu(index: int, n: int, flag: str) -> None:
 def fanouts(settings: P2PSettings, n: int) -> list[tuple[int, list[int]]]:
     """(src, [dst, ...]) groups to measure on `n` GPUs; UserError for GPUs that do not exist."""
     if n < 1:
-        raise UserError("p2p needs a CUDA GPU; none is visible")
+        raise no_gpu()
     if settings.pairs is not None:
         groups: dict[int, list[int]] = {}
         for s, d in settings.pairs:

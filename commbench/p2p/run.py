@@ -25,7 +25,7 @@ from commbench.p2p.expect import (
     judge,
 )
 from commbench.p2p.fabric import Fabric
-from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, plan
+from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, no_gpu, plan
 from commbench.p2p.settings import P2PSettings
 from commbench.results.lifecycle import start_run
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
@@ -40,10 +40,10 @@ from commbench.results.schema import (
 from commbench.sizes import format_size
 from commbench.stats import Stats
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
+from commbench.topology.discover import no_gpu_reason
 from commbench.torch_version import require_torch
 
 HEATMAP_FILE = "p2p-matrix.png"
-NO_GPU = "p2p needs a CUDA GPU; none is visible"
 
 
 class Timing(Protocol):
@@ -105,11 +105,6 @@ class P2POutcome:
 def load_topology(path: Path | None) -> TopologySnapshot:
     """The snapshot in `path`, or this machine's (never raises for a missing GPU)."""
     return load_snapshot(path) if path is not None else discover()
-
-
-def nvml_sees_none(snapshot: TopologySnapshot) -> bool:
-    """NVML answered and lists no GPU: CUDA will not see one either (no torch needed)."""
-    return not snapshot.gpus and not (snapshot.nvml_error or "").startswith("NVML:")
 
 
 def snapshot_memory(snapshot: TopologySnapshot) -> GpuMemory:
@@ -296,11 +291,15 @@ def run_p2p(
     UserError before measuring anything when no GPU is visible or the input is wrong.
     """
     settings = options if isinstance(options, P2PSettings) else P2PSettings.from_options(options)
+    given = snapshot is not None
     snapshot = snapshot if snapshot is not None else discover()
     if measurer is None:
+        # before torch is imported (seconds), a machine without a GPU is told at once; this
+        # machine's GPUs, not those of the snapshot given (a --topology file's)
+        reason = no_gpu_reason(discover() if given else snapshot)
+        if reason is not None:
+            raise no_gpu(reason)
         require_torch()
-        if nvml_sees_none(snapshot):
-            raise UserError(NO_GPU)
         from commbench.p2p.measure import TorchMeasurer
 
         measurer = TorchMeasurer(

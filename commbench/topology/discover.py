@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -260,3 +261,35 @@ def discover(
     nics = discover_nics(sys_root, include_virtual=all_nics)
     snapshot.nics = gpu_links(snapshot.gpus, nics, sys_root)
     return snapshot
+
+
+GPU_DEVICE_NODES = ("nvidia[0-9]*", "nvidiactl", "kfd", "dxg")
+"""Device files a GPU process opens: NVIDIA's, ROCm's (which torch.cuda also drives) and
+WSL's. Without any of them no CUDA device can be opened, whatever a library says."""
+
+
+def no_gpu_reason(
+    snapshot: TopologySnapshot,
+    environ: Mapping[str, str] | None = None,
+    root: Path = Path("/"),
+) -> str | None:
+    """Why torch.cuda can see no GPU on this machine, known without importing torch (a second
+    or more): None while it might see one. `snapshot` is this machine's (`discover()`).
+
+    CUDA_VISIBLE_DEVICES whose first entry is empty or a negative index hides every GPU. NVML
+    answered and lists none: CUDA sees none either. NVML did not answer (no driver, no
+    library): that alone proves nothing (a ROCm torch, a broken libnvidia-ml), but with no
+    GPU device file in /dev no GPU can be opened."""
+    if snapshot.gpus:
+        return None
+    spec = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    first = None if spec is None else spec.split(",", 1)[0].strip()  # as `resolve_visible`
+    if first is not None and (not first or re.fullmatch(r"-[0-9]{1,18}", first)):
+        return f"CUDA_VISIBLE_DEVICES={spec!r} hides every GPU"
+    reason = snapshot.nvml_error or "NVML reports no devices"
+    if not reason.startswith("NVML:"):
+        return reason
+    dev = root / "dev"
+    if any(next(dev.glob(name), None) is not None for name in GPU_DEVICE_NODES):
+        return None
+    return f"{reason}, and no GPU device in {dev}"
