@@ -282,6 +282,22 @@ def test_the_plan_of_a_ddp_job(tmp_path: Path) -> None:
     assert "outside the steps (start-up): 1 calls, 4M per rank" in text
 
 
+def test_per_rank_counts_what_one_rank_moves(tmp_path: Path) -> None:
+    """Four ranks in two tensor-parallel pairs, each pair making the same all_reduce of
+    16 KiB: a rank moves 16K, once, though the row's traffic counts both pairs (32K)."""
+    per_rank = {
+        r: [trace_call("all_reduce", 16 * 1024, ranks=pair, group=name)]
+        for name, pair in (("tp0", (0, 1)), ("tp1", (2, 3)))
+        for r in pair
+    }
+    plan = build_plan(read_trace(write_trace(tmp_path, per_rank)))
+    (whole,) = plan.sections
+    (row,) = whole.rows
+    assert (row.groups, row.calls, row.traffic_bytes) == (2, 2, 32 * 1024)
+    assert whole.rank_bytes == 16 * 1024
+    assert "the whole trace: 2 calls, 16K per rank" in render_plan(plan)
+
+
 def test_steps_keeps_the_first_k(tmp_path: Path) -> None:
     trace = read_trace(ddp_trace(tmp_path, world=2, steps=5))
     plan = build_plan(trace, steps=2)

@@ -54,8 +54,14 @@ class PlanRow:
 
     @property
     def traffic_bytes(self) -> int:
-        """calls x S."""
+        """calls x S, over every group instance."""
         return self.calls * self.size_bytes
+
+    @property
+    def rank_bytes(self) -> float:
+        """What one member rank moves: its instance's calls x S (the calls are spread over
+        `groups` instances, and a rank is in one of them)."""
+        return self.traffic_bytes / max(1, self.groups)
 
     @property
     def replayable(self) -> bool:
@@ -78,6 +84,12 @@ class PlanStep:
     @property
     def traffic_bytes(self) -> int:
         return sum(r.traffic_bytes for r in self.rows)
+
+    @property
+    def rank_bytes(self) -> float:
+        """What a rank moves in this section, counted once however many group instances
+        (tensor- or pipeline-parallel copies) make the same calls."""
+        return sum(r.rank_bytes for r in self.rows)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,7 +274,9 @@ def render_plan(plan: Plan) -> str:
         else:
             title = "the whole trace"
         lines.append("")
-        lines.append(f"{title}: {section.calls} calls, {_amount(section.traffic_bytes)} per rank")
+        lines.append(
+            f"{title}: {section.calls} calls, {_amount(round(section.rank_bytes))} per rank"
+        )
         cells = [
             [
                 r.op,
