@@ -256,6 +256,16 @@ def _listener(port: int) -> int | None:
     return None
 
 
+def _sweep_of_two_nodes(port: int) -> list[str]:
+    """A 2-node sweep of one rank each, long enough (9 points, 2 s each) to stop its store
+    in the middle."""
+    return [
+        "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--nproc", "1",
+        "--device", "cpu", "--ops", "all_reduce", "--sizes", "64K-16M", "--min-time", "2",
+        "--warmup", "1", "--timeout", "60",
+    ]  # fmt: skip
+
+
 def _store_mid_sweep(tmp_path: Path, nodes: list[subprocess.Popen]) -> int:
     """The pid of the process that serves the job's store (torchrun's agent on one node),
     once a rank is past its first point: mid-sweep, the watch up on both nodes."""
@@ -291,12 +301,7 @@ def test_a_stopped_store_degrades_the_watch_and_the_run_goes_on(
     the middle of a sweep: every row is still measured and kept, and each node's run.json
     says since when its cross-node watch was degraded, with a warning (a node that asked
     the store for an answer in that time: the aggregator always)."""
-    common = [
-        "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--nproc", "1",
-        "--device", "cpu", "--ops", "all_reduce", "--sizes", "64K-16M", "--min-time", "2",
-        "--warmup", "1", "--timeout", "60",
-    ]  # fmt: skip
-    nodes = start_nodes("collectives", *common)
+    nodes = start_nodes("collectives", *_sweep_of_two_nodes(free_port))
     store_pid = _store_mid_sweep(tmp_path, nodes)
     os.kill(store_pid, signal.SIGSTOP)
     try:
@@ -359,12 +364,7 @@ def test_a_store_stopped_for_60_s_never_holds_a_launcher(tmp_path: Path, free_po
     is still stopped, once their ranks are done; the rows are kept and each run.json is
     final. (The store's host's torchrun, stopped, is ended by its own launcher; the other
     node's agent may then fail its exit barrier, after its ranks finished.)"""
-    common = [
-        "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--nproc", "1",
-        "--device", "cpu", "--ops", "all_reduce", "--sizes", "64K-16M", "--min-time", "2",
-        "--warmup", "1", "--timeout", "60",
-    ]  # fmt: skip
-    nodes = start_nodes("collectives", *common)
+    nodes = start_nodes("collectives", *_sweep_of_two_nodes(free_port))
     store_pid = _store_mid_sweep(tmp_path, nodes)
     os.kill(store_pid, signal.SIGSTOP)
     stopped_at = time.monotonic()
