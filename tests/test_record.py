@@ -250,6 +250,15 @@ def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
 runner = CliRunner()
 
 
+def test_a_command_longer_than_a_trace_holds_is_refused_before_it_runs() -> None:
+    from commbench.traces.trace import MAX_ARGV
+
+    result = runner.invoke(app, ["record", "--", "true", *["x"] * MAX_ARGV])
+    assert result.exit_code == 2
+    assert f"has {MAX_ARGV + 1} words: a trace records at most {MAX_ARGV}" in result.output
+    assert not Path("results").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

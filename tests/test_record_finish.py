@@ -71,6 +71,8 @@ def test_a_claimed_world_of_a_million_is_marked_in_one_line(tmp_path: Path) -> N
     assert recorded.manifest.world_size == MAX_WORLD and not recorded.manifest.complete
     assert recorded.ranks == tuple(range(20_000))
     assert recorded.notes == (
+        "rank(s) 1, 2, 3, 4, 5, 6, 7, 8 and 19991 more left no meta file that could be read: "
+        "whether they closed their file is not known, the trace is incomplete",
         "rank(s) 20000, 20001, 20002, 20003, 20004, 20005, 20006, 20007 and 1028568 more of "
         "1048576 wrote no calls: the trace is incomplete",
     )
@@ -100,6 +102,46 @@ def test_a_missing_rank_in_the_middle_is_named(tmp_path: Path) -> None:
     recorded = finished(tmp_path)
     assert recorded.ranks == (0, 1, 3)
     assert recorded.notes == ("rank(s) 2 of 4 wrote no calls: the trace is incomplete",)
+
+
+def test_a_thousand_claims_and_errors_are_a_line_each(tmp_path: Path) -> None:
+    for rank in range(1000):
+        write_meta(tmp_path, meta(rank, 1000 + rank, error=f"RuntimeError: {rank}"))
+    rank_files(tmp_path, range(1000))
+    notes = finished(tmp_path).notes
+    assert len(notes) == 3  # the claims, the ranks without a file, the capture's errors
+    assert notes[0].endswith(" and 996 more sizes): the trace is incomplete")
+    assert notes[2] == "rank 0: the capture stopped early: RuntimeError: 0 (and 999 more ranks)"
+
+
+def test_a_rank_without_a_readable_meta_file_makes_it_incomplete(tmp_path: Path) -> None:
+    write_meta(tmp_path, meta(0, 2))
+    rank_files(tmp_path, range(2))
+    recorded = finished(tmp_path)
+    assert not recorded.manifest.complete
+    assert recorded.notes == (
+        "rank(s) 1 left no meta file that could be read: whether they closed their file is "
+        "not known, the trace is incomplete",
+    )
+    (tmp_path / META_FILE.format(rank=1)).mkdir()  # and one that cannot be read
+    notes = finished(tmp_path).notes
+    assert len(notes) == 2 and "rank-1.meta.json: is a directory" in notes[0]
+
+
+def test_another_directory_in_the_traces_place_is_no_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    made = trace.stat()
+    write_meta(trace, meta(0, 1))
+    rank_files(trace, range(1))
+    trace.rename(tmp_path / "moved")  # kept, so that the new one cannot reuse its inode
+    trace.mkdir()
+    recorded = finish(trace, ["x"], time.time(), 0, made=(made.st_dev, made.st_ino))
+    assert recorded.lost == (
+        f"{trace} is another directory than the one the trace was written into (replaced "
+        "while the job ran): no trace is left"
+    )
+    assert list(trace.iterdir()) == []  # nothing written into it
 
 
 def test_thousands_of_unreadable_meta_files_are_one_line(tmp_path: Path) -> None:

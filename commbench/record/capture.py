@@ -57,6 +57,8 @@ from commbench.files import dump_json
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.traces.names import canonical_dtype, canonical_op
 from commbench.traces.trace import (
+    MAX_ARGV,
+    MAX_BACKENDS,
     Call,
     Group,
     Parameter,
@@ -256,7 +258,7 @@ class Capture:
             host=self.host,
             pid=os.getpid(),
             torch_version=torch.__version__,
-            argv=tuple(sys.argv),
+            argv=tuple(sys.argv[:MAX_ARGV]),  # what its reader takes
         )
         self.writer = TraceWriter(self.directory, rank)
         self._write_meta()
@@ -448,7 +450,7 @@ class Capture:
         if self.meta is None:
             return
         meta = self.meta.with_state(
-            backends=tuple(sorted(self.backends)),
+            backends=tuple(sorted(self.backends))[:MAX_BACKENDS],
             steps=self.steps_done,
             calls=self.calls,
             unfinished=self.unfinished,

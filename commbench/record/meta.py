@@ -22,6 +22,7 @@ from commbench.fields import Fields, anything, boolean, integer_in, line, list_o
 from commbench.files import decode, dump_json, parse_json, path_kind, read_bytes, shown
 from commbench.traces.trace import (
     MAX_ARGV,
+    MAX_BACKENDS,
     MAX_MANIFEST_BYTES,
     MAX_WORLD,
     Parameter,
@@ -85,7 +86,7 @@ class RankMeta:
             pid=f.req("pid", count),
             torch_version=f.req("torch_version", line),
             argv=tuple(str(a) for a in f.req("argv", list_of(anything, max_items=MAX_ARGV))),
-            backends=tuple(f.opt("backends", list_of(line, max_items=16)) or ()),
+            backends=tuple(f.opt("backends", list_of(line, max_items=MAX_BACKENDS)) or ()),
             steps=f.opt("steps", count) or 0,
             calls=f.opt("calls", count) or 0,
             unfinished=f.opt("unfinished", count) or 0,

@@ -37,6 +37,9 @@ from commbench.files import path_kind, shown
 from commbench.launch.pythonpath import PACKAGE_ROOT
 from commbench.record.meta import META_FILE, RankMeta, Stepped, read_metas
 from commbench.traces.trace import (
+    MAX_ARGV,
+    MAX_BACKENDS,
+    MAX_HOSTS,
     MAX_MANIFEST_BYTES,
     MAX_PARAMETERS,
     MAX_WORLD,
@@ -82,6 +85,10 @@ def check_command(argv: Sequence[str]) -> list[str]:
             "record needs the job's command after `--`: commbench record -- torchrun "
             "--nproc-per-node 2 train.py"
         )
+    if len(argv) > MAX_ARGV:
+        raise UserError(
+            f"the job's command has {len(argv)} words: a trace records at most {MAX_ARGV}"
+        )
     program = argv[0]
     if os.sep in program:
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
@@ -126,6 +133,7 @@ def record(argv: Sequence[str], directory: Path) -> Recorded:
     empty `directory`; returns when the job has ended."""
     command = check_command(argv)
     directory = prepare_directory(directory)
+    made = os.stat(directory)
     started = time.time()
     write_manifest(directory, Manifest(argv=tuple(command), world_size=1, started=started))
     try:
@@ -135,7 +143,7 @@ def record(argv: Sequence[str], directory: Path) -> Recorded:
     with _forwarding(proc):
         code = proc.wait()
     exit_code = 128 - code if code < 0 else code
-    return finish(directory, command, started, exit_code)
+    return finish(directory, command, started, exit_code, made=(made.st_dev, made.st_ino))
 
 
 @contextlib.contextmanager
@@ -165,16 +173,24 @@ def _terminal_delivered() -> bool:
     return False
 
 
-def finish(directory: Path, argv: Sequence[str], started: float, exit_code: int) -> Recorded:
+def finish(
+    directory: Path,
+    argv: Sequence[str],
+    started: float,
+    exit_code: int,
+    *,
+    made: tuple[int, int] | None = None,
+) -> Recorded:
     """Write the manifest from what the ranks left, and say what the trace holds.
 
     The work is linear in the files the directory holds, whatever world size a meta file
     claims (one pass lists it; ranks are counted, not enumerated). A job that broke its own
     trace directory (removed it, put a file in its place, made `manifest.json` a directory,
     took away the permissions) gets `lost`: one line saying what is left, never a
-    traceback; its exit status is still the job's."""
+    traceback; its exit status is still the job's. `made`: the directory's (st_dev, st_ino)
+    when it was made, to tell it from another put in its place."""
     ended = time.time()
-    lost = _gone(directory)
+    lost = _gone(directory, made)
     if lost is None:
         try:
             left = _Left.read(directory)
@@ -233,13 +249,22 @@ class _Left:
         notes = _problems(self.problems)
         world, disagreement = _world(metas)
         missing, missing_count = _missing(self.present, world)
+        told = {m.rank for m in metas}
+        silent = sorted(r for r in self.present if r < world and r not in told)
         complete = (
             exit_code == 0
             and bool(metas)
             and not missing_count
+            and not silent
+            and not self.problems
             and disagreement is None
             and all(m.closed and not m.error for m in metas)
         )
+        if silent and metas:
+            notes.append(
+                f"rank(s) {_listed(silent)} left no meta file that could be read: whether they "
+                "closed their file is not known, the trace is incomplete"
+            )
         if not metas:
             notes.append(
                 "no process of the job made a torch.distributed call that commbench saw (a job "
@@ -257,14 +282,26 @@ class _Left:
         unclosed = [m.rank for m in metas if not m.closed]
         if unclosed and exit_code == 0:
             notes.append(f"rank(s) {_listed(unclosed)} did not close their file (killed?)")
-        notes += [f"rank {m.rank}: the capture stopped early: {m.error}" for m in metas if m.error]
+        stopped = [m for m in metas if m.error]
+        if stopped:
+            also = f" (and {len(stopped) - 1} more ranks)" if len(stopped) > 1 else ""
+            notes.append(
+                f"rank {stopped[0].rank}: the capture stopped early: {stopped[0].error}{also}"
+            )
         first = next((m for m in metas if m.rank == 0), metas[0] if metas else None)
+        hosts = sorted({m.host for m in metas})
+        backends = sorted({b for m in metas for b in m.backends})
+        if len(hosts) > MAX_HOSTS or len(backends) > MAX_BACKENDS:  # what its reader takes
+            notes.append(
+                f"the ranks name {len(hosts)} hosts and {len(backends)} backends: the manifest "
+                f"lists the first {MAX_HOSTS} and {MAX_BACKENDS}"
+            )
         manifest = Manifest(
             argv=tuple(argv),
             world_size=world,
-            hosts=tuple(sorted({m.host for m in metas})),
+            hosts=tuple(hosts[:MAX_HOSTS]),
             torch_version=first.torch_version if first else None,
-            backends=tuple(sorted({b for m in metas for b in m.backends})),
+            backends=tuple(backends[:MAX_BACKENDS]),
             started=started,
             ended=ended,
             complete=complete,
@@ -274,19 +311,24 @@ class _Left:
         return manifest, notes
 
 
-def _gone(directory: Path) -> str | None:
+def _gone(directory: Path, made: tuple[int, int] | None) -> str | None:
     """What is wrong with the trace directory itself, when the job removed it or put
-    something else in its place: then there is no trace to finish."""
+    something else in its place (another directory too): then there is no trace to finish."""
     try:
-        mode = os.lstat(directory).st_mode
+        info = os.lstat(directory)
     except FileNotFoundError:
         return f"{shown(directory)} is gone (removed while the job ran): no trace is left"
     except OSError as exc:
         return _unfinished(directory, exc)
-    if not stat.S_ISDIR(mode):
+    if not stat.S_ISDIR(info.st_mode):
         return (
             f"{shown(directory)} is no longer a directory (replaced while the job ran): no "
             "trace is left"
+        )
+    if made is not None and (info.st_dev, info.st_ino) != made:
+        return (
+            f"{shown(directory)} is another directory than the one the trace was written "
+            "into (replaced while the job ran): no trace is left"
         )
     return None
 
@@ -342,9 +384,10 @@ def _world(metas: Sequence[RankMeta]) -> tuple[int, str | None]:
     if len(claims) <= 1:
         return world, None
     said = ", ".join(
-        f"{size} by rank(s) {_listed(ranks)}" for size, ranks in sorted(claims.items())
+        f"{size} by rank(s) {_listed(ranks)}" for size, ranks in sorted(claims.items())[:4]
     )
-    return world, f"the ranks disagree on the world size ({said}): the trace is incomplete"
+    more = f" and {len(claims) - 4} more sizes" if len(claims) > 4 else ""
+    return world, f"the ranks disagree on the world size ({said}{more}): the trace is incomplete"
 
 
 def _missing(present: set[int], world: int, shown_ranks: int = 8) -> tuple[list[int], int]:

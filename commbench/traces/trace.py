@@ -55,19 +55,23 @@ MAX_CALLS = 20_000_000
 """Most calls a trace (all its ranks together) may hold: hours of a large job at a few
 hundred calls per step; past it a replay plan would not fit in memory either."""
 MAX_PARAMETERS = 1 << 18
-"""Most parameters a trace lists (`Manifest.parameters`, a rank's meta file): 262,144 tensors,
-five times the largest public mixture-of-experts models (DeepSeek-V3 has about 50,000:
-61 layers of 256 experts of 3 matrices), and a hundred times a model DDP trains (the bucket
-advisor's case: DDP holds a whole model per GPU, a few thousand tensors at most). A job
-with more has its list left out, and counted (`kept_parameters`): a part of a list would
-advise wrong buckets."""
+"""Most parameters a trace lists (`Manifest.parameters`, rank 0's `parameters.json`):
+262,144 tensors, five times the largest public mixture-of-experts models (DeepSeek-V3 has
+about 45,000: 58 layers of 256 experts of 3 matrices), and a hundred times a model DDP
+trains (the bucket advisor's case: DDP holds a whole model per GPU, a few thousand tensors
+at most). A job with more has its list left out, and counted (`kept_parameters`): a part of
+a list would advise wrong buckets."""
 MAX_MANIFEST_BYTES = 32 << 20
 """Largest `manifest.json`: the one limit of its reader (`read_manifest`) and its writer
 (`write_manifest`, which writes nothing larger). It holds MAX_PARAMETERS parameters as they
 are written (at most 77 bytes each: 20 MB) and the rest of the job (its command, hosts)."""
 MAX_WORLD = 1 << 20
-MAX_ARGV = 4096
+MAX_ARGV = 1 << 18
+"""Words of a recorded command: as many as `exec` passes under Linux's default 8 MiB stack
+limit (ARG_MAX, 2 MiB, at 8 bytes of pointer and 2 of text and NUL at least each); `record`
+refuses a longer command before it runs it."""
 MAX_HOSTS = 1 << 17
+MAX_BACKENDS = 16
 MAX_BYTES = 1 << 50
 """Largest buffer a call may name (a petabyte): past it a byte count is corrupt."""
 _MAX_NS = (1 << 63) - 1
@@ -329,7 +333,7 @@ class Manifest:
             world_size=f.req("world_size", integer_in(1, MAX_WORLD)),
             hosts=tuple(f.opt("hosts", list_of(line, max_items=MAX_HOSTS)) or ()),
             torch_version=f.opt("torch_version", line),
-            backends=tuple(f.opt("backends", list_of(line, max_items=16)) or ()),
+            backends=tuple(f.opt("backends", list_of(line, max_items=MAX_BACKENDS)) or ()),
             started=f.opt("started", number_in(0, _MAX_TIME)) or 0.0,
             ended=f.opt("ended", number_in(0, _MAX_TIME)),
             complete=bool(f.opt("complete", boolean)),
@@ -375,9 +379,13 @@ class Trace:
 def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
     """Write `manifest.json` whole (a new temporary file renamed over it), so that a reader
     never sees half of one, and never larger than a reader reads (MAX_MANIFEST_BYTES): a
-    parameter list that would make it so is left out, and counted (`parameters_left_out`).
-    Returns the manifest as written; UserError, naming the file, when it cannot be."""
+    parameter list that would make it so is left out, and counted (`parameters_left_out`),
+    and a manifest the reader would refuse otherwise is not written. Returns the manifest as
+    written; UserError, naming the file and what is wrong, when it cannot be."""
     path = directory / MANIFEST_FILE
+    # the reader's own checks, on all but the parameter list (typed, and counted below)
+    head = replace(manifest, parameters=())
+    Manifest.read(parse_json(dump_json(head.payload()), shown(path)), shown(path))
     kept, left_out = kept_parameters(manifest.parameters)
     manifest = replace(
         manifest, parameters=kept, parameters_left_out=manifest.parameters_left_out + left_out
