@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.collectives.settings import GPU_DEFAULT_SIZES, CollectivesRequest
 from commbench.diagnose.settings import DiagnoseRequest
@@ -62,7 +64,9 @@ __all__ = [
     "run_suite",
 ]
 
-PathLike = str | Path
+PathLike = str | os.PathLike[str]
+"""A path as a verb takes it: text, a `Path`, anything `os.fspath` reads (checked by
+`commbench.arguments`)."""
 
 MAX_WORLD = 1 << 24
 """More ranks than any machine runs: a `model --world` beyond it is a typo, not a world."""
@@ -82,7 +86,7 @@ class RunDirRequest:
 
 
 @dataclass(kw_only=True)
-class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest):
+class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest, Request):
     """Every option of `commbench collectives` and `run_collectives`, declared once: the
     sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
     launch (`LaunchRequest`) and what is done with the run."""
@@ -138,7 +142,7 @@ def run_collectives(request: CollectivesRun) -> Run:
 
 
 @dataclass(kw_only=True)
-class P2PRun(RunDirRequest, P2PRequest):
+class P2PRun(RunDirRequest, P2PRequest, Request):
     """Every option of `commbench p2p` and `run_p2p`, declared once."""
 
     topology: PathLike | None = field(
@@ -188,7 +192,7 @@ def run_p2p(request: P2PRun) -> Run | DryRun:
 
 
 @dataclass(kw_only=True)
-class SuiteRun(LaunchRequest):
+class SuiteRun(LaunchRequest, Request):
     """Every option of `commbench run` and `run_suite`, declared once."""
 
     config: PathLike = field(
@@ -286,16 +290,25 @@ def run_suite(request: SuiteRun) -> SuiteOutcome:
     )
 
 
-def load_run(path: PathLike) -> Run | Suite:
+@dataclass(kw_only=True)
+class LoadRequest(Request):
+    """The argument of `load_run`."""
+
+    path: PathLike = field(kw_only=False)
+    """A run or suite directory."""
+
+
+@verb(LoadRequest)
+def load_run(request: LoadRequest) -> Run | Suite:
     """Any stored run (collectives, p2p, an nccl-tests import) or suite directory, whatever
     version of commbench wrote it (version 1 is migrated); UserError naming what is wrong."""
     from commbench.results.runs import load as load_stored
 
-    return load_stored(Path(path))
+    return load_stored(Path(request.path))
 
 
 @dataclass(kw_only=True)
-class CompareRequest:
+class CompareRequest(Request):
     """Every option of `commbench compare` and `compare_runs`, declared once."""
 
     baseline: PathLike | Run | Suite = field(
@@ -377,7 +390,7 @@ def compare_runs(request: CompareRequest) -> Gate:
 
 
 @dataclass(kw_only=True)
-class TopologyRequest:
+class TopologyRequest(Request):
     """Every input option of `commbench topo` and `load_topology`, declared once."""
 
     from_snapshot: PathLike | None = field(
@@ -459,11 +472,11 @@ def load_topology(request: TopologyRequest) -> TopologySnapshot:
 
 def _path(target: PathLike | Run | Suite) -> Path:
     """Where a run or suite is stored: a path as given, or a loaded one's directory."""
-    return Path(target) if isinstance(target, str | Path) else target.path
+    return Path(target) if isinstance(target, str | os.PathLike) else target.path
 
 
 @dataclass(kw_only=True)
-class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest):
+class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest, Request):
     """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
 
     on_test: Callable[[dict[str, object]], None] | None = None
@@ -491,7 +504,7 @@ def run_diagnose(request: DiagnoseRun) -> Diagnosis:
 
 
 @dataclass(kw_only=True)
-class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest):
+class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest, Request):
     """Every option of `commbench replay` and `replay_trace`, declared once."""
 
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
@@ -541,7 +554,7 @@ class Modelled:
 
 
 @dataclass(kw_only=True)
-class ModelRequest:
+class ModelRequest(Request):
     """Every option of `commbench model` and `model_strategies`, declared once."""
 
     world: str | Sequence[int] | None = field(
@@ -676,7 +689,7 @@ class Plotted:
 
 
 @dataclass(kw_only=True)
-class PlotRequest:
+class PlotRequest(Request):
     """Every option of `commbench plot` and `plot_run`, declared once."""
 
     runs: PathLike | Sequence[PathLike] = field(
@@ -737,7 +750,7 @@ def plot_run(request: PlotRequest) -> Plotted:
     from commbench.results.runs import load_run as load_one
     from commbench.results.store import PLOTS_DIR
 
-    paths = [Path(runs)] if isinstance(runs, str | Path) else [Path(r) for r in runs]
+    paths = [Path(runs)] if isinstance(runs, str | os.PathLike) else [Path(r) for r in runs]
     peak_gbps = None
     if peak is not None:
         peak_gbps = check_peak(parse_number(str(peak), "--peak"))
@@ -770,7 +783,7 @@ class Report:
 
 
 @dataclass(kw_only=True)
-class ReportRequest:
+class ReportRequest(Request):
     """Every option of `commbench report` and `report_run`, declared once."""
 
     run: PathLike = field(
@@ -870,7 +883,7 @@ def report_run(request: ReportRequest) -> Report:
 
 
 @dataclass(kw_only=True)
-class ExportRequest:
+class ExportRequest(Request):
     """Every option of `commbench export` and `export_run`, declared once."""
 
     run: PathLike = field(
@@ -1000,7 +1013,7 @@ def _regular_file(out: Path) -> Path:
 
 
 @dataclass(kw_only=True)
-class ImportRequest:
+class ImportRequest(Request):
     """Every option of `commbench import nccl-tests` and `import_nccl_tests`, declared once."""
 
     logs: PathLike | Sequence[PathLike] = field(
@@ -1020,7 +1033,8 @@ class ImportRequest:
         metadata=cli(type=str, help="The collective, when neither the log nor its file name says."),
     )
     world_size: int | None = field(
-        default=None, metadata=cli(type=int, help="Ranks, when the log has no device lines.")
+        default=None,
+        metadata=cli(type=int, minimum=1, help="Ranks, when the log has no device lines."),
     )
     on_skipped: Callable[[str], None] | None = None
     """Hears of every row left out: a signed size, zero bytes (API only)."""
@@ -1047,11 +1061,9 @@ def import_nccl_tests(request: ImportRequest) -> list[Run]:
     names = sorted(set(OP_NAMES.values()))
     if op is not None and op not in names:
         raise UserError(f"--op: unknown op {op!r}; choose from: {', '.join(names)}")
-    if world_size is not None and world_size < 1:
-        raise UserError(f"--world-size must be at least 1, got {world_size}")
     out = Path(out)
     check_parent(out)
-    paths = [Path(logs)] if isinstance(logs, str | Path) else [Path(p) for p in logs]
+    paths = [Path(logs)] if isinstance(logs, str | os.PathLike) else [Path(p) for p in logs]
     runs = []
     for log in paths:
         run_dir = import_log(log, out, op=op, world_size=world_size, on_skipped=on_skipped)
@@ -1062,13 +1074,13 @@ def import_nccl_tests(request: ImportRequest) -> list[Run]:
 
 
 @dataclass(kw_only=True)
-class RecordRequest:
+class RecordRequest(Request):
     """Every option of `commbench record` and `record_job`, declared once."""
 
     command: Sequence[str] = field(default=(), kw_only=False)
     """The job's command as a list (`["torchrun", "--nproc-per-node", "2", "train.py"]`):
     on the command line, everything after `--`."""
-    out: Path | None = field(
+    out: PathLike | None = field(
         default=None,
         metadata=cli(
             "--out",
@@ -1087,5 +1099,6 @@ def record_job(request: RecordRequest) -> Recorded:
     (the directory, the job's exit status, the manifest). UserError for bad input."""
     from commbench.record.run import default_directory, record
 
-    directory = request.out if request.out is not None else default_directory(Path("results"))
+    out = request.out
+    directory = Path(out) if out is not None else default_directory(Path("results"))
     return record(request.command, directory)

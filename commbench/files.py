@@ -125,7 +125,10 @@ def read_bytes(path: Path | str, what: str = "file", *, limit: int | None = None
             raise _too_big(path, what, limit)
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+            # what the file holds and a byte more, not the limit: a read allocates its size
+            data = fh.read(info.st_size + 1)
+            if len(data) > info.st_size:  # it grew, or says 0 (/proc): on to the limit
+                data += fh.read(limit + 1 - len(data))
     except OSError as exc:
         raise os_error(path, exc, what) from None
     finally:

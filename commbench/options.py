@@ -57,6 +57,11 @@ class Declared:
     """A suite file's entries take it as a key of the same name."""
     late: bool = False
     """Listed after the command's own options in `--help` (the shared launch flags)."""
+    minimum: float = 0
+    maximum: float | None = None
+    """The range of a number (an int or a float field); the check is the record's
+    (`commbench.arguments`), and without `maximum` a field's own limit is checked where it
+    is used."""
 
 
 def cli(
@@ -66,10 +71,12 @@ def cli(
     type: Any = None,
     suite: bool = False,
     late: bool = False,
+    minimum: float = 0,
+    maximum: float | None = None,
 ) -> Mapping[str, Declared]:
     """The metadata of a field that is a flag: `field(default=..., metadata=cli("--sizes",
     "-s", help=...))`. Without names, the flag is the field's name in kebab case."""
-    return {KEY: Declared(names, help, metavar, type, False, suite, late)}
+    return {KEY: Declared(names, help, metavar, type, False, suite, late, minimum, maximum)}
 
 
 def arg(

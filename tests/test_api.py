@@ -175,8 +175,8 @@ def test_a_bad_tolerance_is_the_cli_line(api_run: tuple[Run, list[tuple[int, int
         ({"ops": "all_reduse"}, "all_reduse"),
         ({"ranks": "0,x"}, "--ranks must be a comma list"),
         ({"ranks": []}, "--ranks is empty"),
-        ({"sizes": [1024, True]}, "a size must be"),
-        ({"ops": ["all_reduce", 3]}, "expected names"),
+        ({"sizes": [1024, True]}, "--sizes[1]: expected an integer or a string, got a boolean"),
+        ({"ops": ["all_reduce", 3]}, "--ops[1]: expected a string, got the number 3"),
     ],
 )
 def test_bad_input_raises_before_anything_runs(

@@ -24,7 +24,7 @@ FLOORS: list[set[str]] = [
     {"health"},
     {"context"},
     {"results"},
-    {"collectives"},
+    {"collectives", "arguments"},
     {"strategies", "traces"},
     {"launch"},
     {"p2p", "record"},

@@ -236,7 +236,7 @@ def test_import_command_refuses_malformed_logs(tmp_path: Path) -> None:
         bad_world = CliRunner().invoke(
             app, ["import", "nccl-tests", str(H100), "--world-size", world]
         )
-        assert bad_world.exit_code == 2 and "--world-size must be at least 1" in bad_world.stderr
+        assert bad_world.exit_code == 2 and "--world-size must be >= 1" in bad_world.stderr
 
 
 def test_import_prints_the_path_then_devices_and_both_averages(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 import commbench
+from commbench.arguments import Request
 from commbench.cli import app
 from commbench.cli.reference import _commands, reference
 from commbench.collectives.placement import Placement
@@ -181,7 +182,7 @@ def test_help_defaults_are_the_constants_the_code_uses() -> None:
 
 
 @dataclasses.dataclass(kw_only=True)
-class Toy:
+class Toy(Request):
     path: Path = dataclasses.field(kw_only=False, metadata={})  # API-only positional
     count: int = dataclasses.field(default=3, metadata=cli("--count", "-c", help="How many."))
     name: str | None = dataclasses.field(default=None, metadata=cli(type=str, help="A name."))

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,6 +250,15 @@ def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
 runner = CliRunner()
 
 
+def test_a_command_longer_than_a_trace_holds_is_refused_before_it_runs() -> None:
+    from commbench.traces.trace import MAX_ARGV
+
+    result = runner.invoke(app, ["record", "--", "true", *["x"] * MAX_ARGV])
+    assert result.exit_code == 2
+    assert f"has {MAX_ARGV + 1} words: a trace records at most {MAX_ARGV}" in result.output
+    assert not Path("results").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -389,3 +399,85 @@ def test_a_job_marks_its_own_steps(tmp_path: Path, free_port: int) -> None:
             ("all_reduce", 1), ("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 2),
             ("all_reduce", 3), ("all_reduce", 3), ("barrier", 4),
         ]  # fmt: skip
+
+
+DAMAGES = {
+    "remove": "{trace} is gone (removed while the job ran): no trace is left",
+    "file": "{trace} is no longer a directory (replaced while the job ran): no trace is left",
+    "manifest-dir": "cannot finish the trace in {trace} (cannot write {trace}/manifest.json: "
+    "Is a directory): it stays as the job left it, marked incomplete if its manifest is left",
+    "chmod": "cannot finish the trace in {trace} ({trace}: Permission denied): it stays as the "
+    "job left it, marked incomplete if its manifest is left",
+}
+
+
+def as_any_user(argv: list[str]) -> list[str]:
+    """`argv` run so that a directory's permissions hold for it: root ignores them through
+    CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, which `setpriv` drops from the bounding set
+    (the command then runs as root without them, as an owner of mode 000 would)."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: mode 000 would not stop root")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search", *argv]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", list(DAMAGES))
+def test_a_job_that_breaks_its_trace_directory_gets_one_line(tmp_path: Path, how: str) -> None:
+    """The job (tests/jobs/damaging_job.py: a training step, then the damage) removes its
+    trace directory, puts a file in its place, makes manifest.json a directory or takes the
+    directory's permissions, and exits 3: commbench says one line of it and exits 3."""
+    trace = tmp_path / "trace"
+    job = [sys.executable, str(JOBS / "damaging_job.py"), str(trace), how, "--exit", "3"]
+    argv = record_argv(trace, job)
+    if how == "chmod":
+        argv = as_any_user(argv)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+    finally:
+        if how == "chmod":
+            trace.chmod(0o755)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "damaged\n"  # the job's own output, through
+    said = [line for line in done.stderr.splitlines() if line.startswith("commbench")]
+    expected = DAMAGES[how].format(trace=trace)
+    assert said == [f"commbench record: {expected} (the job exited with status 3)"], done.stderr
+    assert "Traceback" not in done.stderr
+    if how == "file":
+        assert trace.read_text() == "not a trace\n"  # what the job put there, untouched
+    elif how == "manifest-dir":
+        assert trace.joinpath("manifest.json").is_dir()
+    elif how == "chmod":  # the manifest the job started with: incomplete
+        assert not read_trace(trace).manifest.complete
+
+
+@pytest.mark.integration
+def test_record_job_takes_a_path_as_text(tmp_path: Path) -> None:
+    """`record_job(out="dir")` failed on `'str' object has no attribute 'mkdir'`."""
+    import commbench
+
+    trace = str(tmp_path / "trace")
+    job = [sys.executable, str(JOBS / "damaging_job.py"), trace, "none"]
+    recorded = commbench.record_job(job, out=trace)
+    assert recorded.exit_code == 0 and recorded.lost is None
+    assert recorded.manifest.complete and recorded.directory == Path(trace)
+    assert len(read_trace(trace).manifest.parameters) == 2  # the Linear's weight and bias
+
+
+@pytest.mark.integration
+def test_a_hundred_thousand_parameters_are_recorded_and_replayed(tmp_path: Path) -> None:
+    """A job whose optimizer steps 100,000 parameters: the trace lists them all and is
+    complete, and replay reads it (its reader refused the 11 MB manifest that the writer had
+    called complete)."""
+    trace = tmp_path / "trace"
+    done = run_record(trace, [sys.executable, str(JOBS / "many_parameters_job.py")])
+    assert done.returncode == 0, done.stderr
+    manifest = read_trace(trace).manifest
+    assert manifest.complete and len(manifest.parameters) == 100_000
+    assert sum(p.numel for p in manifest.parameters) == 250_000  # 1 + i % 4 elements each
+    replay = [sys.executable, "-m", "commbench", "replay", str(trace), "--dry-run"]
+    done = subprocess.run([*replay, "--rebucket", "25"], capture_output=True, text=True,
+                          timeout=TIMEOUT)  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -13,12 +13,25 @@ import sys
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
-from commbench.cli._common import ParseError, error_line, is_usage_error
+from commbench.cli._common import ParseError, error_line, is_usage_error, reported_errors
 from commbench.errors import EXIT_INTERRUPTED, CommbenchError
 from commbench.version import VERSION
 
+
+class _Commands(TyperGroup):
+    """commbench's commands: a known error is one line and its exit code wherever it comes
+    from, the command's request record included (it checks what was typed before the
+    command's body runs, commbench.arguments), as `main` says it, under CliRunner too."""
+
+    def invoke(self, ctx: Any) -> Any:
+        with reported_errors():
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="commbench",
     help="How fast do my GPUs talk to each other, and did that just get worse?",
     no_args_is_help=True,

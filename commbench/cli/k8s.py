@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 import typer
 
+from commbench.arguments import Request
 from commbench.cli._common import reported_errors
 from commbench.options import cli, command, values, verb
 
 
 @dataclass(kw_only=True)
-class K8sManifestRequest:
+class K8sManifestRequest(Request):
     """Every option of `commbench k8s-manifest` and `k8s_manifest`, declared once."""
 
     command: Sequence[str] = field(default=("collectives",), kw_only=False)

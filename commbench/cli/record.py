@@ -31,6 +31,12 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             request.command = ctx.args
             recorded = record_job(**values(request))
+        if recorded.lost is not None:  # the job broke its trace directory: that is all
+            said = (
+                f" (the job exited with status {recorded.exit_code})" if recorded.exit_code else ""
+            )
+            typer.echo(f"commbench record: {recorded.lost}{said}", err=True)
+            raise typer.Exit(recorded.exit_code)
         state = "complete" if recorded.manifest.complete else "incomplete"
         typer.echo(
             f"commbench record: {recorded.calls} calls from {len(recorded.ranks)} of "

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 import typer
 
+from commbench.arguments import Request
 from commbench.cli._common import reported_errors
 from commbench.options import cli, command, values, verb
 
 
 @dataclass(kw_only=True)
-class SlurmScriptRequest:
+class SlurmScriptRequest(Request):
     """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
 
     command: Sequence[str] = field(default=("collectives",), kw_only=False)

@@ -19,6 +19,7 @@ from commbench.results.names import (
     IN_PLACE,
     MAX_NODES,
     MAX_NPROC,
+    MAX_SECONDS,
     MIN_TIMEOUT,
 )
 from commbench.sizes import check_size
@@ -122,6 +123,8 @@ class CollectivesSettings:
                 check_range(value, f"--{name.replace('_', '-')}", least, MAX_ITERATIONS)
         if not math.isfinite(self.min_time) or self.min_time <= 0:
             raise UserError("--min-time must be a positive number of seconds")
+        check_range(self.min_time, "--min-time", maximum=MAX_SECONDS)
+        check_range(self.timeout, "--timeout", maximum=MAX_SECONDS)
         if not self.min_iters <= self.max_iters:
             raise UserError("need 1 <= min_iters <= max_iters")
         if not math.isfinite(self.timeout) or self.timeout <= 0:

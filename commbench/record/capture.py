@@ -54,9 +54,11 @@ import torch
 import torch.distributed as dist
 
 from commbench.files import dump_json
-from commbench.record.meta import META_FILE, RankMeta
+from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.traces.names import canonical_dtype, canonical_op
 from commbench.traces.trace import (
+    MAX_ARGV,
+    MAX_BACKENDS,
     Call,
     Group,
     Parameter,
@@ -186,7 +188,8 @@ class Capture:
         self.failed: str | None = None
         self.calls = 0
         self.unfinished = 0
-        self.parameters: tuple[Parameter, ...] | None = None
+        self.stepped = False
+        """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
         self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
 
@@ -258,7 +261,7 @@ class Capture:
             host=self.host,
             pid=os.getpid(),
             torch_version=torch.__version__,
-            argv=tuple(sys.argv),
+            argv=tuple(sys.argv[:MAX_ARGV]),  # what its reader takes
         )
         self.writer = TraceWriter(self.directory, rank)
         self._write_meta()
@@ -398,16 +401,17 @@ class Capture:
         self.poll()  # the backward is over: DDP's reducer has waited for its buckets
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.parameters is None:
-            try:
-                self.parameters = tuple(
-                    Parameter(numel=p.numel(), dtype=canonical_dtype(str(p.dtype)))
-                    for group in optimizer.param_groups
-                    for p in group["params"]
-                    if p.requires_grad
-                )
-            except Exception:
-                self.parameters = ()
+        if not self.stepped and self.meta is not None and self.meta.rank == 0:
+            self.stepped = True  # once: the list does not change, and a big one costs
+            with contextlib.suppress(Exception):
+                Stepped.of(
+                    [
+                        Parameter(numel=p.numel(), dtype=canonical_dtype(str(p.dtype)))
+                        for group in optimizer.param_groups
+                        for p in group["params"]
+                        if p.requires_grad
+                    ]
+                ).write(self.directory)
         self.end_step()
 
     def end_step(self) -> None:
@@ -449,11 +453,10 @@ class Capture:
         if self.meta is None:
             return
         meta = self.meta.with_state(
-            backends=tuple(sorted(self.backends)),
+            backends=tuple(sorted(self.backends))[:MAX_BACKENDS],
             steps=self.steps_done,
             calls=self.calls,
             unfinished=self.unfinished,
-            parameters=self.parameters or (),
             error=self.failed,
             closed=closed,
         )

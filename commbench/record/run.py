@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,8 +35,18 @@ from types import FrameType
 from commbench.errors import UserError, quoted
 from commbench.files import path_kind, shown
 from commbench.launch.pythonpath import PACKAGE_ROOT
-from commbench.record.meta import RankMeta, read_metas
-from commbench.traces.trace import RANK_FILE, Manifest, write_manifest
+from commbench.record.meta import META_FILE, RankMeta, Stepped, read_metas
+from commbench.traces.trace import (
+    MAX_ARGV,
+    MAX_BACKENDS,
+    MAX_HOSTS,
+    MAX_MANIFEST_BYTES,
+    MAX_PARAMETERS,
+    MAX_WORLD,
+    RANK_FILE,
+    Manifest,
+    write_manifest,
+)
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"  # the capture's, without importing torch to read it
 ROOT_ENV = "COMMBENCH_PACKAGE_ROOT"
@@ -57,6 +69,9 @@ class Recorded:
     """Ranks that wrote a file."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the user should know: an incomplete trace and why, a capture that stopped."""
+    lost: str | None = None
+    """Why the trace could not be finished, when the job broke its directory (removed it,
+    replaced it, made its manifest a directory, took its permissions): the one line to say."""
 
 
 def default_directory(parent: Path) -> Path:
@@ -69,6 +84,10 @@ def check_command(argv: Sequence[str]) -> list[str]:
         raise UserError(
             "record needs the job's command after `--`: commbench record -- torchrun "
             "--nproc-per-node 2 train.py"
+        )
+    if len(argv) > MAX_ARGV:
+        raise UserError(
+            f"the job's command has {len(argv)} words: a trace records at most {MAX_ARGV}"
         )
     program = argv[0]
     if os.sep in program:
@@ -114,6 +133,7 @@ def record(argv: Sequence[str], directory: Path) -> Recorded:
     empty `directory`; returns when the job has ended."""
     command = check_command(argv)
     directory = prepare_directory(directory)
+    made = os.stat(directory)
     started = time.time()
     write_manifest(directory, Manifest(argv=tuple(command), world_size=1, started=started))
     try:
@@ -123,7 +143,7 @@ def record(argv: Sequence[str], directory: Path) -> Recorded:
     with _forwarding(proc):
         code = proc.wait()
     exit_code = 128 - code if code < 0 else code
-    return finish(directory, command, started, exit_code)
+    return finish(directory, command, started, exit_code, made=(made.st_dev, made.st_ino))
 
 
 @contextlib.contextmanager
@@ -153,56 +173,245 @@ def _terminal_delivered() -> bool:
     return False
 
 
-def finish(directory: Path, argv: Sequence[str], started: float, exit_code: int) -> Recorded:
-    """Write the manifest from what the ranks left, and say what the trace holds."""
-    metas, problems = read_metas(directory)
-    notes = list(problems)
-    by_rank = {m.rank: m for m in metas}
-    world = max((m.world_size for m in metas), default=1)
-    ranks = tuple(
-        sorted(r for r in range(world) if (directory / RANK_FILE.format(rank=r)).exists())
-    )
-    missing = [r for r in range(world) if r not in ranks]
-    complete = exit_code == 0 and not missing and all(m.closed and not m.error for m in metas)
-    if not metas:
+def finish(
+    directory: Path,
+    argv: Sequence[str],
+    started: float,
+    exit_code: int,
+    *,
+    made: tuple[int, int] | None = None,
+) -> Recorded:
+    """Write the manifest from what the ranks left, and say what the trace holds.
+
+    The work is linear in the files the directory holds, whatever world size a meta file
+    claims (one pass lists it; ranks are counted, not enumerated). A job that broke its own
+    trace directory (removed it, put a file in its place, made `manifest.json` a directory,
+    took away the permissions) gets `lost`: one line saying what is left, never a
+    traceback; its exit status is still the job's. `made`: the directory's (st_dev, st_ino)
+    when it was made, to tell it from another put in its place."""
+    ended = time.time()
+    lost = _gone(directory, made)
+    if lost is None:
+        try:
+            left = _Left.read(directory)
+        except (OSError, UserError) as exc:
+            lost = _unfinished(directory, exc)
+    if lost is not None:
+        bare = Manifest(argv=tuple(argv), world_size=1, started=started, ended=ended)
+        return Recorded(directory=directory, exit_code=exit_code, manifest=bare, calls=0,
+                        ranks=(), lost=lost)  # fmt: skip
+    manifest, notes = left.manifest(argv, started, ended, exit_code)
+    calls = sum(m.calls for m in left.metas)
+    ranks = tuple(sorted(r for r in left.present if r < manifest.world_size))
+    try:
+        manifest = write_manifest(directory, manifest)
+    except UserError as exc:
+        return Recorded(directory=directory, exit_code=exit_code, manifest=manifest,
+                        calls=calls, ranks=ranks, lost=_unfinished(directory, exc))  # fmt: skip
+    if manifest.parameters_left_out:
         notes.append(
-            "no process of the job made a torch.distributed call that commbench saw (a job "
-            "without process groups, `python -S` or `-I`, or torch older than 2.5)"
+            f"the trace does not list the job's {manifest.parameters_left_out} parameters "
+            f"(a trace lists at most {MAX_PARAMETERS}, in a manifest of at most "
+            f"{MAX_MANIFEST_BYTES >> 20} MiB): replay --rebucket cannot advise on it"
         )
-        complete = False
-    if exit_code != 0:
-        notes.append(f"the job exited with status {exit_code}: the trace is incomplete")
-    elif missing and metas:
-        notes.append(f"rank(s) {_listed(missing)} wrote no calls: the trace is incomplete")
-    unclosed = [m.rank for m in metas if not m.closed]
-    if unclosed and exit_code == 0:
-        notes.append(f"rank(s) {_listed(unclosed)} did not close their file (killed?)")
+    return Recorded(directory=directory, exit_code=exit_code, manifest=manifest, calls=calls,
+                    ranks=ranks, notes=tuple(notes))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Left:
+    """What the job's processes left in the trace directory."""
+
+    present: set[int]
+    """Ranks with a calls file (a regular one, as a reader opens it)."""
+    metas: list[RankMeta]
+    problems: list[str]
+    """A line for each meta file (or parameter list) that could not be read."""
+    stepped: Stepped
+
+    @classmethod
+    def read(cls, directory: Path) -> _Left:
+        """One pass over the directory, then the meta files it holds, each bounded."""
+        present, meta_paths = _listing(directory)
+        metas, problems = read_metas(meta_paths)
+        try:
+            stepped = Stepped.read(directory) or Stepped(())
+        except UserError as exc:
+            problems.append(str(exc))
+            stepped = Stepped(())
+        return cls(present, metas, problems, stepped)
+
+    def manifest(
+        self, argv: Sequence[str], started: float, ended: float, exit_code: int
+    ) -> tuple[Manifest, list[str]]:
+        """The manifest to write, and what to say of the trace."""
+        metas = self.metas
+        notes = _problems(self.problems)
+        world, disagreement = _world(metas)
+        missing, missing_count = _missing(self.present, world)
+        told = {m.rank for m in metas}
+        silent = sorted(r for r in self.present if r < world and r not in told)
+        complete = (
+            exit_code == 0
+            and bool(metas)
+            and not missing_count
+            and not silent
+            and not self.problems
+            and disagreement is None
+            and all(m.closed and not m.error for m in metas)
+        )
+        if silent and metas:
+            notes.append(
+                f"rank(s) {_listed(silent)} left no meta file that could be read: whether they "
+                "closed their file is not known, the trace is incomplete"
+            )
+        if not metas:
+            notes.append(
+                "no process of the job made a torch.distributed call that commbench saw (a job "
+                "without process groups, `python -S` or `-I`, or torch older than 2.5)"
+            )
+        if disagreement is not None:
+            notes.append(disagreement)
+        if exit_code != 0:
+            notes.append(f"the job exited with status {exit_code}: the trace is incomplete")
+        elif missing_count and metas:
+            notes.append(
+                f"rank(s) {_listed(missing, missing_count)} of {world} wrote no calls: the "
+                "trace is incomplete"
+            )
+        unclosed = [m.rank for m in metas if not m.closed]
+        if unclosed and exit_code == 0:
+            notes.append(f"rank(s) {_listed(unclosed)} did not close their file (killed?)")
+        stopped = [m for m in metas if m.error]
+        if stopped:
+            also = f" (and {len(stopped) - 1} more ranks)" if len(stopped) > 1 else ""
+            notes.append(
+                f"rank {stopped[0].rank}: the capture stopped early: {stopped[0].error}{also}"
+            )
+        first = next((m for m in metas if m.rank == 0), metas[0] if metas else None)
+        hosts = sorted({m.host for m in metas})
+        backends = sorted({b for m in metas for b in m.backends})
+        if len(hosts) > MAX_HOSTS or len(backends) > MAX_BACKENDS:  # what its reader takes
+            notes.append(
+                f"the ranks name {len(hosts)} hosts and {len(backends)} backends: the manifest "
+                f"lists the first {MAX_HOSTS} and {MAX_BACKENDS}"
+            )
+        manifest = Manifest(
+            argv=tuple(argv),
+            world_size=world,
+            hosts=tuple(hosts[:MAX_HOSTS]),
+            torch_version=first.torch_version if first else None,
+            backends=tuple(backends[:MAX_BACKENDS]),
+            started=started,
+            ended=ended,
+            complete=complete,
+            parameters=self.stepped.parameters,
+            parameters_left_out=self.stepped.left_out,
+        )
+        return manifest, notes
+
+
+def _gone(directory: Path, made: tuple[int, int] | None) -> str | None:
+    """What is wrong with the trace directory itself, when the job removed it or put
+    something else in its place (another directory too): then there is no trace to finish."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return f"{shown(directory)} is gone (removed while the job ran): no trace is left"
+    except OSError as exc:
+        return _unfinished(directory, exc)
+    if not stat.S_ISDIR(info.st_mode):
+        return (
+            f"{shown(directory)} is no longer a directory (replaced while the job ran): no "
+            "trace is left"
+        )
+    if made is not None and (info.st_dev, info.st_ino) != made:
+        return (
+            f"{shown(directory)} is another directory than the one the trace was written "
+            "into (replaced while the job ran): no trace is left"
+        )
+    return None
+
+
+def _unfinished(directory: Path, exc: OSError | UserError) -> str:
+    """The line for a trace directory that can no longer be read or written (its permissions
+    taken, `manifest.json` made a directory). Only `finish` marks a trace complete (the
+    capture writes the manifest it started with, complete=false), so what is left is marked
+    incomplete wherever a manifest is left at all."""
+    if isinstance(exc, OSError):
+        reason = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc)
+    else:
+        reason = str(exc)
+    return (
+        f"cannot finish the trace in {shown(directory)} ({reason}): it stays as the job left "
+        "it, marked incomplete if its manifest is left"
+    )
+
+
+_RANK_NAME = re.compile(
+    "|".join(
+        re.escape(template).replace(re.escape("{rank}"), "(0|[1-9][0-9]*)")
+        for template in (RANK_FILE, META_FILE)
+    )
+)
+
+
+def _listing(directory: Path) -> tuple[set[int], list[Path]]:
+    """One pass over the directory: the ranks that left a calls file (a regular one, as a
+    reader opens it) and the rank meta files, whatever else it holds."""
+    present: set[int] = set()
+    metas: list[Path] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            match = _RANK_NAME.fullmatch(entry.name)
+            if match is None:
+                continue
+            if match[1] is not None:
+                if int(match[1]) < MAX_WORLD and entry.is_file():
+                    present.add(int(match[1]))
+            else:
+                metas.append(Path(entry.path))
+    return present, metas
+
+
+def _world(metas: Sequence[RankMeta]) -> tuple[int, str | None]:
+    """The world size the ranks claim (the largest), and a line when they disagree: a world
+    that no file supports is marked, never enumerated."""
+    claims: dict[int, list[int]] = {}
     for m in metas:
-        if m.error:
-            notes.append(f"rank {m.rank}: the capture stopped early: {m.error}")
-    first: RankMeta | None = by_rank.get(0) or (metas[0] if metas else None)
-    manifest = Manifest(
-        argv=tuple(argv),
-        world_size=world,
-        hosts=tuple(sorted({m.host for m in metas})),
-        torch_version=first.torch_version if first else None,
-        backends=tuple(sorted({b for m in metas for b in m.backends})),
-        started=started,
-        ended=time.time(),
-        complete=complete,
-        parameters=first.parameters if first else (),
+        claims.setdefault(m.world_size, []).append(m.rank)
+    world = max(claims, default=1)
+    if len(claims) <= 1:
+        return world, None
+    said = ", ".join(
+        f"{size} by rank(s) {_listed(ranks)}" for size, ranks in sorted(claims.items())[:4]
     )
-    write_manifest(directory, manifest)
-    return Recorded(
-        directory=directory,
-        exit_code=exit_code,
-        manifest=manifest,
-        calls=sum(m.calls for m in metas),
-        ranks=ranks,
-        notes=tuple(notes),
-    )
+    more = f" and {len(claims) - 4} more sizes" if len(claims) > 4 else ""
+    return world, f"the ranks disagree on the world size ({said}{more}): the trace is incomplete"
 
 
-def _listed(ranks: Sequence[int]) -> str:
+def _missing(present: set[int], world: int, shown_ranks: int = 8) -> tuple[list[int], int]:
+    """The first `shown_ranks` ranks below `world` without a file, and how many there are:
+    found in time linear in `present`, not in the world a meta file claims."""
+    count = world - sum(1 for r in present if r < world)
+    first: list[int] = []
+    rank = 0
+    while len(first) < min(count, shown_ranks):
+        if rank not in present:
+            first.append(rank)
+        rank += 1
+    return first, count
+
+
+def _problems(problems: Sequence[str]) -> list[str]:
+    """The meta files that could not be read, in one line however many they are."""
+    if len(problems) <= 1:
+        return list(problems)
+    return [f"{problems[0]} (and {len(problems) - 1} more rank meta files that could not be read)"]
+
+
+def _listed(ranks: Sequence[int], count: int | None = None) -> str:
+    """`0, 1, 2 and 5 more`: at most 8 ranks named, of `count` (default: all of `ranks`)."""
+    total = len(ranks) if count is None else count
     shown_ranks = ", ".join(str(r) for r in ranks[:8])
-    return shown_ranks + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return shown_ranks + (f" and {total - min(len(ranks), 8)} more" if total > 8 else "")

@@ -170,6 +170,12 @@ def prepare(
             "--bw and --latency predict the bucket advisor's caps on another fabric: "
             "give --rebucket too"
         )
+    left_out = trace.manifest.parameters_left_out
+    if request.rebucket is not None and left_out and not trace.manifest.parameters:
+        raise UserError(
+            f"--rebucket: the trace does not list the job's {left_out} parameters (more than "
+            "a trace holds): the bucket advisor has nothing to regroup"
+        )
     if request.rebucket is not None and not trace.manifest.parameters:
         raise UserError(
             "--rebucket: the trace has no parameter list: record it with commbench record, "

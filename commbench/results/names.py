@@ -50,6 +50,10 @@ DEFAULT_TIMEOUT = 300.0
 # (`launch.protocol.HEARTBEAT_INTERVAL`) and one silent for half the timeout is blamed, so
 # `--timeout 0.001` would name ranks that were measuring normally.
 MIN_TIMEOUT = 2.0
+MAX_SECONDS = 1e9
+"""The longest `--timeout` or `--min-time` (31 years) a run is given and its run.json is read
+with: past it a duration is a typo, and the workers' backstop (twice the timeout) would
+overflow the waits it is given to (`threading.TIMEOUT_MAX`, about 9.2e9 s)."""
 # More workers than any node runs: the preflight refuses what this node cannot hold (its
 # GPUs, 8 CPU ranks per core); this keeps an absurd number out of the arithmetic before it,
 # and out of a script written for other nodes.

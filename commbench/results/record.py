@@ -47,6 +47,7 @@ from commbench.results.names import (
     IN_PLACE,
     MAX_NODES,
     MAX_NPROC,
+    MAX_SECONDS,
     MIN_TIMEOUT,
     REDUCE_OPS,
     STRATEGY_NAMES,
@@ -129,7 +130,7 @@ _gpu = integer_in(0, MAX_GPU)
 _pid = integer_in(0, (1 << 31) - 1)
 _size = integer_in(1, MAX_SIZE_BYTES)
 """A size to measure, as `--sizes` takes it (`sizes.check_size`)."""
-_positive_seconds = number_in(1e-9, 1e12)
+_positive_seconds = number_in(1e-9, MAX_SECONDS)
 """A positive number of seconds (`--min-time`, `--timeout`)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -203,7 +204,7 @@ _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
     "graph": boolean,
     "profile": boolean,
     "ranks": list_of(integer_in(0, MAX_NPROC * MAX_NODES), max_items=_LIST),
-    "timeout": number_in(MIN_TIMEOUT, 1e12),
+    "timeout": number_in(MIN_TIMEOUT, MAX_SECONDS),
     # p2p (`P2PSettings`)
     "src": _gpu,
     "dsts": list_of(_gpu, max_items=_LIST),

@@ -16,6 +16,7 @@ loaded), a missing rank, and groups whose ranks or call sequences disagree betwe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -53,10 +54,24 @@ few kilobytes per thousand ranks."""
 MAX_CALLS = 20_000_000
 """Most calls a trace (all its ranks together) may hold: hours of a large job at a few
 hundred calls per step; past it a replay plan would not fit in memory either."""
-MAX_MANIFEST_BYTES = 4 << 20
+MAX_PARAMETERS = 1 << 18
+"""Most parameters a trace lists (`Manifest.parameters`, rank 0's `parameters.json`):
+262,144 tensors, five times the largest public mixture-of-experts models (DeepSeek-V3 has
+about 45,000: 58 layers of 256 experts of 3 matrices), and a hundred times a model DDP
+trains (the bucket advisor's case: DDP holds a whole model per GPU, a few thousand tensors
+at most). A job with more has its list left out, and counted (`kept_parameters`): a part of
+a list would advise wrong buckets."""
+MAX_MANIFEST_BYTES = 32 << 20
+"""Largest `manifest.json`: the one limit of its reader (`read_manifest`) and its writer
+(`write_manifest`, which writes nothing larger). It holds MAX_PARAMETERS parameters as they
+are written (at most 77 bytes each: 20 MB) and the rest of the job (its command, hosts)."""
 MAX_WORLD = 1 << 20
-MAX_ARGV = 4096
+MAX_ARGV = 1 << 18
+"""Words of a recorded command: as many as `exec` passes under Linux's default 8 MiB stack
+limit (ARG_MAX, 2 MiB, at 8 bytes of pointer and 2 of text and NUL at least each); `record`
+refuses a longer command before it runs it."""
 MAX_HOSTS = 1 << 17
+MAX_BACKENDS = 16
 MAX_BYTES = 1 << 50
 """Largest buffer a call may name (a petabyte): past it a byte count is corrupt."""
 _MAX_NS = (1 << 63) - 1
@@ -253,7 +268,12 @@ class Parameter:
         )
 
 
-MAX_PARAMETERS = 1 << 20
+def kept_parameters(parameters: Sequence[Parameter]) -> tuple[tuple[Parameter, ...], int]:
+    """The parameter list as a trace keeps it, and how many it left out: all of it, or past
+    MAX_PARAMETERS (which the readers refuse) none of it."""
+    if len(parameters) > MAX_PARAMETERS:
+        return (), len(parameters)
+    return tuple(parameters), 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,6 +296,9 @@ class Manifest:
     parameters: tuple[Parameter, ...] = ()
     """The parameters rank 0's optimizer stepped, in the order it holds them (the model's
     `parameters()` order for a plain optimizer); empty when no optimizer step was seen."""
+    parameters_left_out: int = 0
+    """Parameters the job stepped but the trace does not list (more than MAX_PARAMETERS, or
+    more than a manifest holds): `replay --rebucket` says so instead of advising on none."""
     tool: str = TOOL
     """Who wrote the trace: `commbench`, or the format a foreign trace was read from."""
     schema_version: int = SCHEMA_VERSION
@@ -293,6 +316,7 @@ class Manifest:
             "ended": self.ended,
             "complete": self.complete,
             "parameters": [p.payload() for p in self.parameters],
+            "parameters_left_out": self.parameters_left_out,
         }
 
     @classmethod
@@ -317,11 +341,12 @@ class Manifest:
             world_size=f.req("world_size", integer_in(1, MAX_WORLD)),
             hosts=tuple(f.opt("hosts", list_of(line, max_items=MAX_HOSTS)) or ()),
             torch_version=f.opt("torch_version", line),
-            backends=tuple(f.opt("backends", list_of(line, max_items=16)) or ()),
+            backends=tuple(f.opt("backends", list_of(line, max_items=MAX_BACKENDS)) or ()),
             started=f.opt("started", number_in(0, _MAX_TIME)) or 0.0,
             ended=f.opt("ended", number_in(0, _MAX_TIME)),
             complete=bool(f.opt("complete", boolean)),
             parameters=Parameter.read_list(f, where),
+            parameters_left_out=f.opt("parameters_left_out", integer_in(0, _MAX_NS)) or 0,
         )
 
 
@@ -359,13 +384,48 @@ class Trace:
 # -- writing -------------------------------------------------------------------------------------
 
 
-def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write `manifest.json` whole (a temporary file renamed over it), so that a reader never
-    sees half of one."""
+def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
+    """Write `manifest.json` whole (a new temporary file renamed over it), so that a reader
+    never sees half of one, and never larger than a reader reads (MAX_MANIFEST_BYTES): a
+    parameter list that would make it so is left out, and counted (`parameters_left_out`),
+    and a manifest the reader would refuse otherwise is not written. Returns the manifest as
+    written; UserError, naming the file and what is wrong, when it cannot be."""
     path = directory / MANIFEST_FILE
-    tmp = directory / f".{MANIFEST_FILE}.tmp"
-    tmp.write_text(dump_json(manifest.payload()))
-    os.replace(tmp, path)
+    # the reader's own checks, on all but the parameter list (typed, and counted below)
+    head = replace(manifest, parameters=())
+    Manifest.read(parse_json(dump_json(head.payload()), shown(path)), shown(path))
+    kept, left_out = kept_parameters(manifest.parameters)
+    manifest = replace(
+        manifest, parameters=kept, parameters_left_out=manifest.parameters_left_out + left_out
+    )
+    data = dump_json(manifest.payload()).encode()
+    if len(data) > MAX_MANIFEST_BYTES and manifest.parameters:
+        manifest = replace(
+            manifest,
+            parameters=(),
+            parameters_left_out=manifest.parameters_left_out + len(manifest.parameters),
+        )
+        data = dump_json(manifest.payload()).encode()
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise UserError(
+            f"{shown(path)}: the manifest would be {len(data)} bytes, more than the "
+            f"{MAX_MANIFEST_BYTES} a reader reads"
+        )
+    # The job shares the directory: whatever it left under the temporary name (a FIFO would
+    # block the open, a link would redirect it) is removed, and the file created anew.
+    tmp = directory / f".{MANIFEST_FILE}.{os.getpid()}.tmp"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(tmp, flags, 0o644), "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UserError(f"cannot write {shown(path)}: {exc.strerror or exc}") from None
+    return manifest
 
 
 class TraceWriter:

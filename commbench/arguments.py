@@ -1,0 +1,274 @@
+"""A verb's arguments checked where they enter: in its request record's constructor.
+
+Every request record (`CollectivesRun`, `CompareRequest`, `SlurmScriptRequest`, ...) is a
+`Request`, whose `__post_init__` checks each field against the type its annotation declares,
+so that `k8s_manifest(nodes=2.5)`, `compare_runs(run, None)` or `record_job(out=3)` is one
+line naming the parameter, raised before anything is read, written or launched, and never an
+AttributeError further on or a wrong value written into a script:
+
+    --nodes: expected an integer, got the number 2.5
+    time_limit (--time): expected a string, got null
+
+The annotation is the declaration: there is one check per kind of field (`KINDS`: an int
+that is not a bool and is in range, a finite number, a non-empty string, a path, a bool, a
+callable, a loaded run, a sequence of one of these), and a record names none of them: a new
+field is checked by the type it is given, and a type without a check is refused when the
+record is first built (`tests/test_arguments.py` builds every verb's). A `str` field whose
+option parses into an Enum (`--format`) takes a member or a member's value. What a value
+means (a size string, a bucket spec, a rank that must exist) is the record's own business,
+checked where it is parsed; this is the check of what can be said from the type alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.errors import UserError, quoted
+from commbench.fields import kind as described
+from commbench.numbers import check_range
+from commbench.options import KEY, Declared
+
+MAX_INT = (1 << 63) - 1
+"""The largest integer any field takes (it reaches C as an int64: a count, a port, a rank);
+a field's own limit, tighter, is its option's (`cli(minimum=, maximum=)`) or is checked
+where the value is used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of field: what it is called in a message, which values are of it (`takes`),
+    and what else such a value must be (`check`: raise UserError naming `path`)."""
+
+    what: str
+    takes: Callable[[Any], bool]
+    check: Callable[[Any, str], None] = lambda value, path: None
+
+
+def _no_nul(value: str, path: str) -> None:
+    # no argument, path or file commbench writes can hold one: the OS cuts or refuses it
+    if "\x00" in value:
+        raise UserError(f"{path}: {quoted(value)} holds a NUL character")
+
+
+def _integer(minimum: float = 0, maximum: float | None = None) -> Kind:
+    """An int that is not a bool, in minimum..maximum (at most MAX_INT)."""
+    top = MAX_INT if maximum is None else min(maximum, MAX_INT)
+
+    def check(value: int, path: str) -> None:
+        check_range(value, path, minimum, top)
+
+    return Kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool), check)
+
+
+def _number(minimum: float = 0, maximum: float | None = None) -> Kind:
+    """A finite number (an int or a float, not a bool), in minimum..maximum."""
+
+    def check(value: float, path: str) -> None:
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int past a float's range
+            finite = False
+        if not finite:
+            raise UserError(f"{path}: expected a finite number, got {described(value)}")
+        check_range(value, path, minimum, maximum)
+
+    return Kind("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool), check)
+
+
+def _check_text(value: str, path: str) -> None:
+    if not value:
+        raise UserError(f"{path} is empty")
+    _no_nul(value, path)
+
+
+_ITEM_TEXT = Kind("a string", lambda v: isinstance(v, str), _no_nul)
+"""A string in a list: it may be empty (an argument of a wrapped command: `--name ""`)."""
+
+
+def is_path(value: object) -> bool:
+    """A path as a verb takes one: text or an `os.PathLike` (a `Path`)."""
+    return isinstance(value, str | os.PathLike)
+
+
+def _check_path(value: str | os.PathLike[Any], path: str) -> None:
+    name = os.fspath(value)
+    if not isinstance(name, str):  # a PathLike of bytes
+        raise UserError(f"{path}: expected a path as text, got {described(name)}")
+    if not name:
+        raise UserError(f"{path} is empty")
+    _no_nul(name, path)
+
+
+def _is_loaded(value: Any) -> bool:
+    from commbench.results.runs import Run, Suite
+
+    return isinstance(value, Run | Suite)
+
+
+KINDS: dict[str, Kind] = {
+    "int": _integer(),
+    "float": _number(),
+    "str": Kind("a string", lambda v: isinstance(v, str), _check_text),
+    "bool": Kind("a bool", lambda v: isinstance(v, bool)),
+    "Path": Kind("a path", is_path, _check_path),
+    "PathLike": Kind("a path", is_path, _check_path),
+    "Callable": Kind("a function", callable),
+    "Run": Kind("a Run", _is_loaded),
+    "Suite": Kind("a Suite", _is_loaded),
+}
+"""The check of each type a request's field may be annotated with, by the type's name (an
+int or a float whose option declares a range is checked in that range instead)."""
+
+
+def _choice(enum_type: type[enum.Enum]) -> Kind:
+    """A `str` field whose option parses into `enum_type`: a member or a member's value."""
+    values = [m.value for m in enum_type]
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, enum_type) and value not in values:
+            raise UserError(f"{path}: {quoted(value)} is not one of {', '.join(map(str, values))}")
+
+    return Kind("a string", lambda v: isinstance(v, str), check)
+
+
+@dataclass(frozen=True, slots=True)
+class Union:
+    """The members of a field's annotation (`int | str | None`): a value is checked by the
+    first that takes it, and one that none takes is named with all of them."""
+
+    members: tuple[Kind | SequenceOf, ...]
+    optional: bool
+
+    def check(self, value: Any, path: str) -> None:
+        if value is None:
+            if not self.optional:
+                raise UserError(f"{path}: expected {self.what()}, got null")
+            return
+        for member in self.members:
+            if member.takes(value):
+                member.check(value, path)
+                return
+        raise UserError(f"{path}: expected {self.what()}, got {described(value)}")
+
+    def what(self) -> str:
+        names = list(dict.fromkeys(m.what for m in self.members))
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceOf:
+    """`Sequence[X]`: a list or tuple (never a string) of X, each item named by its index;
+    non-empty when the field is required (a verb given no logs has nothing to do)."""
+
+    item: Union
+    required: bool
+
+    @property
+    def what(self) -> str:
+        return f"a list of {_plural(self.item.what())}"
+
+    def takes(self, value: Any) -> bool:
+        return isinstance(value, list | tuple)
+
+    def check(self, value: Sequence[Any], path: str) -> None:
+        if self.required and not value:
+            raise UserError(f"{path} is empty: give at least one")
+        for i, item in enumerate(value):
+            self.item.check(item, f"{path}[{i}]")
+
+
+def _plural(what: str) -> str:
+    words = what.split(" or ")
+    return " or ".join(w.removeprefix("an ").removeprefix("a ") + "s" for w in words)
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside brackets: `int | Sequence[int | str]` -> 2 parts."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "[") - (c == "]")
+        if c == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def parse(
+    annotation: str, declared: Declared | None = None, *, required: bool = False, item: bool = False
+) -> Union:
+    """The check of a field annotated `annotation` (the text `from __future__ import
+    annotations` leaves) and declared `declared` (of the items of a list, with `item`).
+    TypeError for a type that has none: a record's author must say what its new kind of
+    field accepts here, once."""
+    members: list[Kind | SequenceOf] = []
+    optional = False
+    enum_type = declared.type if declared is not None else None
+    ranged = declared is not None and (declared.minimum != 0 or declared.maximum is not None)
+    for part in _split(annotation, "|"):
+        name, _, rest = part.partition("[")
+        if name == "None":
+            optional = True
+        elif name == "Sequence":
+            inner = parse(rest.removesuffix("]"), declared, item=True)
+            members.append(SequenceOf(inner, required))
+        elif name == "str" and isinstance(enum_type, type) and issubclass(enum_type, enum.Enum):
+            members.append(_choice(enum_type))
+        elif name == "str" and item:
+            members.append(_ITEM_TEXT)
+        elif name in ("int", "float") and ranged:
+            assert declared is not None
+            make = _integer if name == "int" else _number
+            members.append(make(declared.minimum, declared.maximum))
+        elif name in KINDS:
+            members.append(KINDS[name])
+        else:
+            raise TypeError(f"no check for a field of type {part!r} (in {annotation!r})")
+    return Union(tuple(members), optional)
+
+
+def label(f: dataclasses.Field[Any]) -> str:
+    """How a message names a field: its flag, as the CLI prints it (`--gpus-per-node`: the
+    keyword in kebab case), with the keyword where the two differ (`time_limit (--time)`);
+    the keyword alone for a positional argument or an API-only field."""
+    declared = f.metadata.get(KEY)
+    if declared is None or declared.argument:
+        return f.name
+    kebab = "--" + f.name.replace("_", "-")
+    flag = next((n.split("/")[0] for n in declared.names if n.startswith("--")), kebab)
+    return flag if flag == kebab else f"{f.name} ({flag})"
+
+
+_CHECKS: dict[type, tuple[tuple[str, str, Union], ...]] = {}
+
+
+def checks(record: type) -> tuple[tuple[str, str, Union], ...]:
+    """(field, label, check) of every field of `record`, built once per record type."""
+    if record in _CHECKS:
+        return _CHECKS[record]
+    out = []
+    for f in dataclasses.fields(record):
+        if not isinstance(f.type, str):
+            raise TypeError(
+                f"{record.__name__}.{f.name}: annotate it in a module that has "
+                "`from __future__ import annotations`"
+            )
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        union = parse(f.type, f.metadata.get(KEY), required=required)
+        out.append((f.name, label(f), union))
+    _CHECKS[record] = tuple(out)
+    return _CHECKS[record]
+
+
+class Request:
+    """The base of every verb's request record: its fields are checked as it is built."""
+
+    def __post_init__(self) -> None:
+        for name, path, union in checks(type(self)):
+            union.check(getattr(self, name), path)

@@ -1,0 +1,153 @@
+"""Every public verb checks its arguments where they enter (issue 33, D3): for every verb and
+every parameter, a value of the wrong type, None, a bool, or out of range raises commbench's
+UserError naming the parameter, before anything is read, written or launched.
+
+The bad values are read off each parameter's annotation here, independently of the checks
+in commbench.arguments; the test is unmarked, so the conftest fails it if a process starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import commbench
+from commbench.arguments import Request
+from commbench.errors import UserError
+from commbench.options import KEY
+
+REQUIRED = {
+    "compare_runs": {"baseline": "base", "new": "new"},
+    "export_run": {"run": "run"},
+    "import_nccl_tests": {"logs": ["x.log"]},
+    "k8s_manifest": {"image": "registry/commbench:1"},
+    "load_run": {"path": "run"},
+    "plot_run": {"runs": ["run"]},
+    "replay_trace": {"trace": "trace"},
+    "report_run": {"run": "run"},
+    "run_suite": {"config": "suite.yaml"},
+}
+"""A valid value of each verb's required parameters: the bad one is the only one."""
+
+VERBS = [name for name in commbench.__all__ if name != "__version__"]
+
+
+def top_level(annotation: str) -> list[str]:
+    """The members of `a | Sequence[b | c] | None`, brackets kept whole."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(annotation):
+        depth += (c == "[") - (c == "]")
+        if c == "|" and depth == 0:
+            parts.append(annotation[start:i].strip())
+            start = i + 1
+    return [*parts, annotation[start:].strip()]
+
+
+def bad_values(f: dataclasses.Field[Any]) -> Iterator[tuple[str, object]]:
+    """(why, value) that the parameter `f` must refuse, read off its annotation."""
+    members = top_level(str(f.type))
+    heads = {m.split("[")[0] for m in members}
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    declared = f.metadata.get(KEY)
+    choices = getattr(declared, "type", None)
+    yield "an object of no accepted type", object()
+    if "None" not in heads:
+        yield "None", None
+    if "bool" not in heads:
+        yield "a bool", True
+    if "float" not in heads:
+        yield "a float", 2.5
+    if not heads & {"str", "Path", "PathLike"}:
+        yield "a string", "8"
+    if "Sequence" not in heads:
+        yield "a list", ["8"]
+    if "int" in heads and getattr(declared, "minimum", 0) > 0:
+        yield "an integer below its minimum", int(declared.minimum) - 1
+    if "int" in heads:
+        yield "a negative integer", -1
+        yield "an integer past int64", 1 << 64
+    if "float" in heads:
+        yield "a negative number", -1.0
+        yield "NaN", math.nan
+        yield "infinity", math.inf
+    if heads & {"str", "Path", "PathLike"}:
+        yield "an empty string", ""
+        yield "a NUL character", "a\x00b"
+    if "str" in heads and isinstance(choices, type) and hasattr(choices, "__members__"):
+        yield "no member of its enum", "nonesuch"
+    if "Sequence" in heads:
+        yield "a list holding an object", [object()]
+        if required:
+            yield "an empty list", []
+
+
+def cases() -> Iterator[Any]:
+    for verb in VERBS:
+        for f in dataclasses.fields(getattr(commbench, verb).options):
+            for why, value in bad_values(f):
+                yield pytest.param(verb, f.name, value, id=f"{verb}-{f.name}-{why}")
+
+
+@pytest.mark.parametrize(("verb", "name", "value"), list(cases()))
+def test_a_bad_argument_is_refused_where_it_enters(
+    tmp_path: Path, verb: str, name: str, value: object
+) -> None:
+    kwargs = {**REQUIRED.get(verb, {}), name: value}
+    with pytest.raises(UserError) as caught:
+        getattr(commbench, verb)(**kwargs)
+    message = str(caught.value)
+    assert name in message or "--" + name.replace("_", "-") in message, message
+    assert "\n" not in message
+    assert not list(tmp_path.iterdir())  # nothing was written (the cwd is tmp_path)
+
+
+def test_every_verb_has_a_checked_request_and_every_parameter_a_case() -> None:
+    for verb in VERBS:
+        record = getattr(commbench, verb).options
+        assert issubclass(record, Request), verb
+        for f in dataclasses.fields(record):
+            assert list(bad_values(f)), f"{verb}.{f.name}"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: commbench.compare_runs("base", None), "new: expected a path, a Run or a Suite, got null"),
+        (lambda: commbench.compare_runs("base", 42), "new: expected a path, a Run or a Suite, got the number 42"),
+        (lambda: commbench.export_run("run", op=5), "--op: expected a string, got the number 5"),
+        (lambda: commbench.replay_trace(trace="t", rebucket=5), "--rebucket: expected a string"),
+        (lambda: commbench.slurm_script(time_limit=None), "time_limit (--time): expected a string, got null"),
+        (lambda: commbench.run_collectives(nproc=2.5), "--nproc: expected an integer, got the number 2.5"),
+        (lambda: commbench.k8s_manifest(image="i", nodes=2.5), "--nodes: expected an integer"),
+        (lambda: commbench.k8s_manifest(image="i", nodes=True), "--nodes: expected an integer, got a boolean"),
+        (lambda: commbench.slurm_script(job_name=None), "--job-name: expected a string, got null"),
+        (lambda: commbench.replay_trace(trace="t", world=True), "--world: expected an integer, got a boolean"),
+        (lambda: commbench.import_nccl_tests([]), "logs is empty"),
+        (lambda: commbench.record_job(["true"], out=3), "--out: expected a path, got the number 3"),
+        (lambda: commbench.export_run("run", fmt="yaml"), "fmt (--format): 'yaml' is not one of"),
+        (lambda: commbench.slurm_script(["collectives", 5]), "command[1]: expected a string"),
+        (lambda: commbench.run_collectives(timeout=math.inf), "--timeout: expected a finite number"),
+    ],
+)  # fmt: skip
+def test_the_issues_cases(call: Any, message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        call()
+
+
+def test_a_path_may_be_any_path_like(tmp_path: Path) -> None:
+    """str and os.PathLike name a path alike: the refusal is the verb's own (no such run),
+    never `'str' object has no attribute ...`."""
+
+    class Named:
+        def __fspath__(self) -> str:
+            return str(tmp_path / "nowhere")
+
+    for path in (str(tmp_path / "nowhere"), tmp_path / "nowhere", Named()):
+        with pytest.raises(UserError, match="nowhere"):
+            commbench.load_run(path)  # type: ignore[arg-type]
