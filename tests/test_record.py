@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -337,8 +338,9 @@ def test_the_readmes_record_and_replay_example_runs(tmp_path: Path) -> None:
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, (argv, done.stderr[-3000:])
-    assert read_trace(tmp_path / "trace").manifest.complete
-    (run,) = (tmp_path / "results").iterdir()
+    trace = tmp_path / commands[0][commands[0].index("-o") + 1]
+    assert read_trace(trace).manifest.complete
+    (run,) = (p for p in (tmp_path / "results").iterdir() if p != trace)
     replay = json.loads((run / "run.json").read_text())["replay"]
     assert replay["best_cap_mb"] in (1, 2, 4, 8, 16)
     assert "Best bucket_cap_mb=" in done.stdout
@@ -399,6 +401,21 @@ def test_a_job_marks_its_own_steps(tmp_path: Path, free_port: int) -> None:
             ("all_reduce", 1), ("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 2),
             ("all_reduce", 3), ("all_reduce", 3), ("barrier", 4),
         ]  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_call_belongs_to_the_step_it_was_issued_in(tmp_path: Path, free_port: int) -> None:
+    """A broadcast issued before each step's forward belongs to that step (it fell outside
+    every step, and the replay left it out); the final barrier after the last optimizer step
+    belongs to none. The job prints its own truth."""
+    done = record(tmp_path, [str(JOBS / "prestep_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    truth: dict[int, list[tuple[str, int | None]]] = {}
+    for rank, op, step in re.findall(r"truth: (\d+) (\w+),(\w+)", done.stdout):
+        truth.setdefault(int(rank), []).append((op, None if step == "None" else int(step)))
+    assert sorted(truth) == [0, 1]
+    for rank, calls in read_trace(tmp_path / "trace").calls.items():
+        assert [(c.op, c.step) for c in calls] == truth[rank]
 
 
 DAMAGES = {

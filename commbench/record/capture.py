@@ -27,9 +27,11 @@ callback runs on the backend's thread and must take the GIL there, which stalled
 worker (the next collective waits behind it) and cost DDP steps 6 to 166% on 2 cores. The
 queue of calls not yet seen complete is bounded (`MAX_PENDING`): past it the oldest is
 written as never seen complete. Steps: a step
-opens at the first module forward after the previous step (a global forward pre-hook) and
-closes at the optimizer's step (a global post-hook) or at `commbench.record.step()`; the
-calls outside every step (DDP's start-up broadcast, a final barrier) have none.
+opens at the first module forward after the previous step (a global forward pre-hook), or
+at the first call after the previous step closed (held as `tentative` until a forward or
+the step's end shows the job went on), and closes at the optimizer's step (a global
+post-hook) or at `commbench.record.step()`; the calls outside every step (DDP's start-up
+broadcast, a final barrier) have none.
 
 Nothing here may break the job: an error while noting a call stops the capture (said in the
 rank's meta file), never the call.
@@ -163,6 +165,10 @@ class _Pending:
     """Seen complete, or never to be (no Work, a failed one)."""
     overlapped: bool = False
     """Still in flight when its rank issued the next call: async."""
+    tentative: bool = False
+    """Issued after a step closed and before anything else showed the next step begun (a
+    module's forward, the step's own end): its step is the next one if the job goes on,
+    and none if the job ends first (a final barrier). Held until it is known."""
 
 
 class Capture:
@@ -185,6 +191,9 @@ class Capture:
         marker opens the next step, and the calls before the first marker are step 1 if no
         forward has run by then (held back until it is known)."""
         self.step: int | None = None
+        self.unconfirmed = False
+        """The open step was opened by a call after a closed step (a pipeline stage's first
+        recv, a per-step broadcast before the forward): its calls are `tentative`."""
         self.failed: str | None = None
         self.calls = 0
         self.unfinished = 0
@@ -296,8 +305,12 @@ class Capture:
             peer = group.ranks[peer]  # c10d passes a group rank: the trace names global ranks
         elif not isinstance(peer, int) or peer < 0:
             peer = None
-        if self.step is None and not self.forward_seen and self.steps_done:
-            self.step = self.steps_done + 1  # a job without forwards: a call opens the step
+        if self.step is None and self.steps_done:
+            # after a closed step, a call belongs to the next: issued in it before its
+            # forward; in a job that runs forwards, unless the job ends first (`close`: a
+            # final barrier); in one that runs none, the calls after its last marker are a
+            # step of their own, as they always were
+            self.step, self.unconfirmed = self.steps_done + 1, self.forward_seen
         first = ins[0] if ins else (outs[0] if outs else None)
         data = op.op != "barrier" and first is not None
         in_bytes = _nbytes(ins) if data else 0
@@ -321,7 +334,7 @@ class Capture:
             step=self.step,
             peer=peer,
         )
-        entry = _Pending(call)
+        entry = _Pending(call, tentative=self.unconfirmed)
         with self.lock:
             for earlier in self.pending:
                 if not earlier.done:
@@ -371,12 +384,15 @@ class Capture:
     def _held(self, entry: _Pending) -> bool:
         """A call before any step whose step is not known yet: start-up if a forward runs
         before the first marker, step 1 otherwise (bounded by MAX_PENDING)."""
-        return (
-            entry.call.step is None
-            and self.steps_done == 0
-            and not self.forward_seen
-            and len(self.pending) < MAX_PENDING
-        )
+        before_any = entry.call.step is None and self.steps_done == 0 and not self.forward_seen
+        return (before_any or entry.tentative) and len(self.pending) < MAX_PENDING
+
+    def _confirm(self) -> None:
+        """The open step goes on: the calls that opened it are its own (under the lock)."""
+        if self.unconfirmed:
+            self.unconfirmed = False
+            for entry in self.pending:
+                entry.tentative = False
 
     def _write(self, entry: _Pending) -> None:
         """Write one call (under the lock)."""
@@ -392,6 +408,9 @@ class Capture:
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
         self.forward_seen = True
+        if self.unconfirmed:
+            with self.lock:
+                self._confirm()
         if self.pending:
             self.poll()
         if self.step is None:
@@ -419,6 +438,7 @@ class Capture:
         module's forward opens it)."""
         self.poll()
         with self.lock:
+            self._confirm()
             if self.steps_done == 0 and not self.forward_seen:
                 for entry in self.pending:  # no forward ran: the calls so far were step 1
                     if entry.call.step is None:
@@ -472,7 +492,10 @@ class Capture:
             self.poll()
         with self.lock:
             while self.pending:
-                self._write(self.pending.popleft())
+                entry = self.pending.popleft()
+                if entry.tentative:  # the job ended in the step they opened: no step's
+                    entry.call = replace(entry.call, step=None)
+                self._write(entry)
             writer, self.writer = self.writer, None
             if writer is not None:
                 writer.close()
