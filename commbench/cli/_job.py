@@ -36,8 +36,6 @@ def multi_node_job(
 
 def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     """Parse the command the job will run, as it will be parsed on the nodes; its options."""
-    import click
-
     from commbench.cli import app
     from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
@@ -62,7 +60,7 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
                 f"{scheduler.writes} says"
             )
     group: Any = typer.main.get_command(app)
-    parent = click.Context(group, info_name="commbench")
+    parent = typer.Context(group, info_name="commbench")
     command = group.get_command(parent, name)
     try:
         wrapped = command.make_context(name, list(rest), parent=parent)
