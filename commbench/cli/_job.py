@@ -42,6 +42,16 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
 
     name, rest = job.args[0], job.args[1:]
     nodes, gpus_per_node, scheduler = job.nodes, job.gpus_per_node, job.scheduler
+    group: Any = typer.main.get_command(app)
+    parent = typer.Context(group, info_name="commbench")
+    if name.startswith("-"):  # not a command: an option the scheduler's command lacks
+        from commbench.cli._suggest import unknown_option
+
+        own = group.get_command(parent, scheduler.command)
+        raise UserError(
+            f"{unknown_option(name.split('=')[0], own, parent)} (see 'commbench "
+            f"{scheduler.command} --help'; the command to run goes after --)"
+        )
     if name not in WRAPPABLE:
         raise UserError(
             f"{scheduler.command} runs {', '.join(WRAPPABLE[:-1])} or {WRAPPABLE[-1]} on every "
@@ -59,8 +69,6 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
                 f"break?): no commbench option takes one, and it would change what "
                 f"{scheduler.writes} says"
             )
-    group: Any = typer.main.get_command(app)
-    parent = typer.Context(group, info_name="commbench")
     command = group.get_command(parent, name)
     try:
         wrapped = command.make_context(name, list(rest), parent=parent)
