@@ -23,7 +23,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        # --help not given is None to Typer, which it coerces to a bool through pydantic: an
+        # import that was a third of a usage error's time (`--world` for `--nproc`). A
+        # default of False is a bool already, taken as it is.
+        "default_map": {"help": False},
+    },
 )
 
 # One module per command, in the order `--help` lists them.
