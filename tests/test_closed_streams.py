@@ -40,6 +40,10 @@ SHELL_CLOSES = {
     "stdout": ">&-",
     "stderr": "2>&-",
     "both": ">&- 2>&-",
+    # open, but for reading only: every write fails with EBADF, as on a closed descriptor
+    # (a wrapper script can leave stderr so: pyenv's shim, started with stderr closed)
+    "stdout-read-only": "1</dev/null",
+    "stderr-read-only": "2</dev/null",
 }
 
 
@@ -95,11 +99,11 @@ def test_a_closed_or_abandoned_stream_keeps_the_commands_own_exit_status(
         cwd.mkdir()
         proc = _closed_by_the_shell(args, closes, cwd)
         assert proc.returncode == reference.returncode, (closes, proc.stderr)
-        if closes == "stdout":
+        if closes.startswith("stdout"):
             _clean(proc.stderr)
             if name != "record":  # record's line names its own trace directory
                 assert proc.stderr == reference.stderr
-        elif closes == "stderr":
+        elif closes.startswith("stderr"):
             assert proc.stdout == reference.stdout
 
     for stream in ("stdout", "stderr"):
