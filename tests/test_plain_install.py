@@ -115,11 +115,16 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     base = tmp_path_factory.mktemp("plain")
     path = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=240)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
-    }
+    # Nothing points Python at the checkout or another environment; bytecode is written, as
+    # on a user's machine (pip compiled none: --no-compile, so the first import of each does).
+    left_out = (
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "VIRTUAL_ENV",
+        "PYTHONDONTWRITEBYTECODE",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in left_out}
     env["PATH"] = f"{path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONNOUSERSITE"] = "1"  # nor ~/.local's packages
     made = Venv(path, env)
