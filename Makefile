@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install test test-fast lint docs bench demo clean slurm-deps browser-deps metrics-deps gpu-check browser-check
+.PHONY: install test test-fast lint deps docs bench demo clean slurm-deps browser-deps metrics-deps gpu-check browser-check
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -25,10 +25,20 @@ test: install
 test-fast:
 	$(PYTHON) -m pytest -q -p no:cacheprovider -m "not integration and not netns and not slurm and not gpu"
 
-lint:
+lint: deps
 	$(PYTHON) -m ruff check commbench tests benchmarks
 	$(PYTHON) -m ruff format --check commbench tests benchmarks
 	$(PYTHON) -m mypy commbench
+
+# Every import is a declared dependency, none is only a dependency's dependency, none declared
+# goes unused (deptry, configured in pyproject.toml): the package against its runtime
+# dependencies, then the suite and the benchmarks against those and the dev extra.
+# fixtures/topology holds the suite's fake NVML (imported by path); make_param.py regenerates a
+# fixture with PARAM (param_bench) installed, by hand, and nothing runs it here.
+deps:
+	$(PYTHON) -m deptry commbench
+	$(PYTHON) -m deptry tests tests/fixtures/topology benchmarks --ignore DEP002,DEP004 \
+		--per-rule-ignores DEP001=param_bench
 
 # docs/cli.md, the reference of every command and option, made from their declarations
 # (tests/test_options.py fails while it is stale).

@@ -7,10 +7,8 @@ never at import time, so that `commbench --help` answers at once.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
-from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -38,7 +36,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        # --help not given is None to Typer, which it coerces to a bool through pydantic: an
+        # import that was a third of a usage error's time (`--world` for `--nproc`). A
+        # default of False is a bool already, taken as it is.
+        "default_map": {"help": False},
+    },
 )
 
 # One module per command, in the order `--help` lists them.
@@ -86,87 +90,35 @@ def main(argv: list[str] | None = None) -> None:
     Only errors commbench knows are turned into a line; anything else is a bug and keeps
     its traceback (exit 1), never wrapped in a second one by this handler.
     """
+    from commbench.cli._streams import flush_stdout, guard_std_streams
     from commbench.launch.procs import interrupt_on_termination
 
     interrupt_on_termination()  # SIGTERM/SIGHUP end any command like Ctrl-C, start to exit
-    if not isinstance(sys.stdout, _PipeGuard):
-        sys.stdout = _PipeGuard(sys.stdout)
-    args = sys.argv[1:] if argv is None else argv
+    guard_std_streams()  # a closed stdout or stderr, a reader that goes away
+    code = _run(sys.argv[1:] if argv is None else argv)
+    flush_stdout()
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    """The command's exit status, every known error said in one line on stderr."""
+    from commbench.cli._streams import end_on_broken_pipe
+
     try:
         code = app(args=args, prog_name="commbench", standalone_mode=False)
     except CommbenchError as exc:
         typer.echo(error_line(exc), err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("commbench: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        _quiet_on_broken_pipe()
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # a write that did not go through the guard (a library's own)
+        end_on_broken_pipe(sys.stdout)
     except ParseError as exc:
         if is_usage_error(exc) and not args:
             # `commbench` alone: the help text (no_args_is_help), not an error line
             typer.echo(exc.format_message(), err=True)
         else:
             typer.echo(error_line(exc), err=True)
-        sys.exit(exc.exit_code)
-    try:
-        sys.stdout.flush()  # what is still buffered is part of the output: a closed pipe says so
-    except BrokenPipeError:
-        _quiet_on_broken_pipe()
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-EXIT_BROKEN_PIPE = 128 + 13
-"""The reader of stdout went away (`commbench model ... | head`): exit as a process killed by
-SIGPIPE would, the shell's own convention, with nothing said."""
-
-
-def _quiet_on_broken_pipe() -> None:
-    """Stop at once, without a traceback: stdout is pointed at /dev/null so that the flush at
-    interpreter exit does not raise again (Python's documented recipe, `signal` module)."""
-    import os
-
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(EXIT_BROKEN_PIPE)
-
-
-class _PipeGuard:
-    """sys.stdout, written in pieces of at most `CHUNK` characters, each flushed.
-
-    Why: one large write into a pipe whose reader has gone (`commbench report RUN -f html |
-    head -c 10`) comes back from the kernel as a short write, and CPython's buffered writer
-    takes it without raising, so the rest of the output was lost with exit 0. Written in
-    pieces, the next piece raises BrokenPipeError, and the command ends here at once, as
-    SIGPIPE would end it (exit 141, nothing said) before click could turn it into exit 1.
-    Everything else is the stream's own (`encoding`, `isatty`, `buffer`, ...).
-    """
-
-    CHUNK = 1 << 15
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            if len(text) <= self.CHUNK:
-                self._stream.write(text)
-                if len(text) > 1024:
-                    self._stream.flush()
-            else:
-                for start in range(0, len(text), self.CHUNK):
-                    self._stream.write(text[start : start + self.CHUNK])
-                    self._stream.flush()
-        except BrokenPipeError:
-            _quiet_on_broken_pipe()
-        return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            _quiet_on_broken_pipe()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0

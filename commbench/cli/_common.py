@@ -40,13 +40,25 @@ def is_usage_error(exc: BaseException) -> bool:
 
 def usage_line(exc: Any) -> str:
     """A parse error as one line: what is wrong and where the help is."""
-    message = exc.format_message()
+    message = _unknown_option(exc) or exc.format_message()
     for pattern, replacement in _REWORDED:
         message = pattern.sub(replacement, message)
     message = " ".join(message.rstrip(".").split())  # one line, whatever the message held
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "commbench"
     return f"commbench: error: {message} (see '{command} --help')"
+
+
+def _unknown_option(exc: Any) -> str | None:
+    """An option the command does not have, with the one it most likely meant, if any (in
+    place of Typer's list of spellings alike: `--bogus` got `--ops, --out`). Typer's class for
+    it is not public: its error is the one that carries `possibilities`."""
+    typed, ctx = getattr(exc, "option_name", None), getattr(exc, "ctx", None)
+    if not isinstance(typed, str) or not hasattr(exc, "possibilities") or ctx is None:
+        return None
+    from commbench.cli._suggest import unknown_option
+
+    return unknown_option(typed, ctx.command, ctx)
 
 
 def error_line(exc: BaseException) -> str:

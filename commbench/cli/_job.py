@@ -36,8 +36,6 @@ def multi_node_job(
 
 def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     """Parse the command the job will run, as it will be parsed on the nodes; its options."""
-    import click
-
     from commbench.cli import app
     from commbench.cli._common import ParseError, error_line
     from commbench.errors import UserError
@@ -45,6 +43,16 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
 
     name, rest = job.args[0], job.args[1:]
     nodes, gpus_per_node, scheduler = job.nodes, job.gpus_per_node, job.scheduler
+    group: Any = typer.main.get_command(app)
+    parent = typer.Context(group, info_name="commbench")
+    if name.startswith("-"):  # not a command: an option the scheduler's command lacks
+        from commbench.cli._suggest import unknown_option
+
+        own = group.get_command(parent, scheduler.command)
+        raise UserError(
+            f"{unknown_option(name.split('=')[0], own, parent)} (see 'commbench "
+            f"{scheduler.command} --help'; the command to run goes after --)"
+        )
     if name not in WRAPPABLE:
         raise UserError(
             f"{scheduler.command} runs {', '.join(WRAPPABLE[:-1])} or {WRAPPABLE[-1]} on every "
@@ -62,8 +70,6 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
                 f"the wrapped command's argument {position} holds {describe(char)}: no "
                 f"commbench option takes one, and it would change what {scheduler.writes} says"
             )
-    group: Any = typer.main.get_command(app)
-    parent = click.Context(group, info_name="commbench")
     command = group.get_command(parent, name)
     try:
         wrapped = command.make_context(name, list(rest), parent=parent)
