@@ -274,8 +274,14 @@ def fresh_copy(into: Path) -> Path:
 
 def environment(clone: Path) -> dict[str, str]:
     env = dict(os.environ)
-    bin_dir = str(Path(sys.executable).parent)  # its commbench, python and torchrun
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    bin_dir = str(Path(sys.executable).parent)  # its python and torchrun
+    # `commbench` is the copy's, installed or not (make gpu-check runs from a plain checkout)
+    shim = clone / ".docs-bin"
+    shim.mkdir(exist_ok=True)
+    script = shim / "commbench"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m commbench "$@"\n')
+    script.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(shim), bin_dir, env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clone), env.get("PYTHONPATH")]))
     for name in ("GITHUB_STEP_SUMMARY", "COMMBENCH_SYSFS_ROOT"):  # what a reader has not set
         env.pop(name, None)
