@@ -5,15 +5,18 @@
 Runs a suite (`configs/ci.yaml` by default) `--repeats` times, each a separate
 `commbench run`, then compares every ordered pair of repeats with the suite's own gate (as
 `commbench run --baseline` would). Nothing changed between the runs, so every failing
-comparison is a false positive. Prints markdown: one line per pair (exit code, worse / noisy
-points, baseline noise) and the rate. A unit test cannot assert this: it is a property of
-the gate on a machine's noise, so it is measured here and recorded with the results.
+comparison is a false positive. Prints markdown: the machine's load average as each repeat
+ended, one line per pair (exit code, worse / noisy points, the baseline's noise and the top
+of its noise band, the largest drop judged worse) and the rate. A unit test cannot assert
+this: it is a property of the gate on a machine's noise, so it is measured here and
+recorded with the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be at least 2")
 
     suites: list[Path] = []
+    loads: list[float] = []
     for i in range(args.repeats):
         parent = args.out / f"repeat{i}"
         cmd = [sys.executable, "-m", "commbench", "run", str(args.config), "-o", str(parent)]
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             return done.returncode
         (suite,) = parent.iterdir()
         suites.append(suite)
+        loads.append(os.getloadavg()[0])
         print(f"repeat {i}: {suite}", file=sys.stderr)
 
     gate = GateSettings(**recorded_gate(suites[0]))
@@ -68,10 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         f"# Gate false positives: {args.repeats} repeats of `{args.config}`",
         "",
         f"Gate: tolerance {gate.tolerance:.0%} (latency-bound {gate.latency_tolerance:.0%}), "
-        f"alpha {gate.alpha:g}, noisy above a spread of {gate.noisy_cv:g}.",
+        "widened to the baseline's noise floor and noise bands (5th to 95th percentile of "
+        f"its iteration times over their medians); alpha {gate.alpha:g}.",
         "",
-        "| baseline | new | exit | points | worse | noisy | baseline noise | plain gate: failing points |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"{os.cpu_count()} CPUs; 1-minute load average as each repeat ended: "
+        + ", ".join(f"{load:.1f}" for load in loads)
+        + ".",
+        "",
+        "| baseline | new | exit | points | worse | noisy | baseline noise | band top "
+        "| largest drop judged worse | plain gate: failing points |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     failing = 0
     plain_failing = 0
@@ -89,9 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         noisy = sum(len(c.marked(Mark.noisy)) for _, c in results)
         noise = [c.baseline_noise for _, c in results if c.baseline_noise is not None]
         shown = f"{max(noise):.2f}" if noise else "-"
+        tops = [c.baseline_band.high for _, c in results if c.baseline_band is not None]
+        top = f"{max(tops):.1f}x" if tops else "-"
+        drops = [1 / p.ratio for _, c in results for p in c.marked(Mark.worse) if p.ratio]
+        largest = f"{max(drops):.1f}x slower" if drops else "-"
         plain = sum(plain_gate_fails(rows[a][name], rows[b].get(name, [])) for name in rows[a])
         plain_failing += plain > 0
-        lines.append(f"| {a} | {b} | {code} | {points} | {worse} | {noisy} | {shown} | {plain} |")
+        lines.append(
+            f"| {a} | {b} | {code} | {points} | {worse} | {noisy} | {shown} | {top} "
+            f"| {largest} | {plain} |"
+        )
     lines += [
         "",
         f"**{failing} of {len(pairs)} comparisons failed** with commbench's gate (every one "

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -556,24 +557,44 @@ def _sweep(parent: Path, quota: CpuQuota | None = None) -> Run:
 @pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
 @pytest.mark.timeout(900)
 def test_a_real_run_on_a_throttled_cpu_fails_and_a_real_repeat_passes(tmp_path: Path) -> None:
-    """The issue's case, for real: the same sweep twice on this machine, then once more with
-    its processes held to a tenth of a CPU (points 10-100x slower; the noise here is 2-4x).
-    The old gate passed it ("too noisy to judge"); a repeat must still pass."""
+    """The issue's case, for real: the same sweep on this machine, then again with its
+    processes held to a tenth of a CPU (its points 10-100x slower). The old gate passed it as
+    "too noisy to judge". A plain repeat must pass. This shared machine's own load now and
+    then slows a whole point of one run 20-60x (other sessions' torchrun jobs on the same two
+    cores), which no gate can tell from a regression: a failed repeat gets one more try, and
+    a gate that fails repeats by rule fails both."""
     from commbench.report.comparison import to_table
 
     base = _sweep(tmp_path / "base")
-    repeat = _sweep(tmp_path / "repeat")
     with CpuQuota() as quota:
         slowed = _sweep(tmp_path / "slowed", quota)
     assert not quota.path.exists()
-
-    same = compare_runs(base, repeat)
-    assert same.exit_code == 0, to_table(same)
     failed = compare_runs(base, slowed)
     assert failed.exit_code == 1 and failed.verdict.startswith("REGRESSION"), to_table(failed)
     assert not failed.marked(Mark.missing)
     worse = failed.marked(Mark.worse)
     assert all(p.p_value is not None and p.p_value < 0.01 for p in worse), to_table(failed)
+
+    repeats = []
+    for attempt in range(2):
+        repeats.append(compare_runs(base, _sweep(tmp_path / f"repeat{attempt}")))
+        if repeats[-1].exit_code == 0:
+            break
+    assert repeats[-1].exit_code == 0, "\n".join(to_table(c) for c in repeats)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+def test_the_cpu_quota_leaves_nothing_behind_when_the_test_fails() -> None:
+    with pytest.raises(RuntimeError, match="the test failed"), CpuQuota() as quota:
+        proc = subprocess.Popen(quota.argv(["sh", "-c", "sleep 60 & sleep 60"]))
+        deadline = time.monotonic() + 10
+        while len(quota.members()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the shell's two children join it too
+        quota.limit(0.1)
+        raise RuntimeError("the test failed")
+    assert proc.wait(timeout=5) == -signal.SIGKILL
+    assert not quota.path.exists()
 
 
 # -- a new run that did not finish ---------------------------------------------------------
