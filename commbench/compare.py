@@ -601,7 +601,7 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
     noisy_baseline = is_noisy(base_noise, settings.noisy_cv)
     if noisy_baseline and band is not None:
         notes.append(
-            f"the baseline is noisy (median spread {base_noise:.2f} > {settings.noisy_cv:.2f}): "
+            f"the baseline is noisy (median spread {base_noise:.3f} > {settings.noisy_cv:g}): "
             f"its iterations took {band.low:.2f}x to {band.high:.2f}x their point's median, "
             f"so a change within {-band.drop:+.0%} to {band.gain:+.0%} busbw is noise here; "
             "gate on a quieter machine or raise --min-time to judge smaller changes"
