@@ -54,7 +54,8 @@ DEFAULT_ALPHA = 0.01
 # The same limit `commbench collectives` warns at: above it, one run's median is not a
 # reliable estimate of the next run's.
 DEFAULT_NOISY_CV = 0.2
-# Fewer samples than this on either side: no test, the ratio alone decides.
+# Fewer samples than this on either side, or too few for the test to decide (`decisive`): no
+# test, the ratio alone decides.
 MIN_SAMPLES = 3
 BAND_QUANTILES = (0.05, 0.95)
 """The quantiles of a baseline's iteration times (each over its point's median) that bound
@@ -188,6 +189,20 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
         return 1.0  # every value tied: no evidence either way
     z = (u1 - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
     return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def decisive(n1: int, n2: int, alpha: float) -> bool:
+    """Whether samples of n1 and n2 iterations can show a change at `alpha` at all: the test
+    on a complete separation (every one of one side above every one of the other) would.
+    Three against three never can (p = 0.04 at best), so a test there would excuse a 20x
+    drop as chance; below this, and under `MIN_SAMPLES`, the ratio alone decides, as it does
+    for points without samples."""
+    if min(n1, n2) < MIN_SAMPLES:
+        return False
+    return (
+        mann_whitney_greater([float(n2 + i) for i in range(n1)], [float(i) for i in range(n2)])
+        < alpha
+    )
 
 
 # -- the comparison ---------------------------------------------------------------------------
@@ -476,7 +491,7 @@ def judge_point(
     new_cv = new.stats.cv if math.isfinite(new.stats.cv) else None
     moved_down = ratio < 1 - plain_drop[0]
     moved_up = ratio > 1 + plain_gain[0]
-    tested = len(base.samples_us) >= MIN_SAMPLES and len(new.samples_us) >= MIN_SAMPLES
+    tested = decisive(len(base.samples_us), len(new.samples_us), settings.alpha)
     p_value: float | None = None
     if tested and (moved_down or moved_up):
         x, y = (
@@ -484,7 +499,7 @@ def judge_point(
         )
         p_value = mann_whitney_greater(x, y)
     significant = p_value is None or p_value < settings.alpha
-    how = f"p={p_value:.2g}" if p_value is not None else "no samples: ratio alone"
+    how = f"p={p_value:.2g}" if p_value is not None else "too few samples to test: ratio alone"
     change = f"{ratio - 1:+.1%} busbw" if base.busbw_gbps else f"{1 / ratio - 1:+.1%} time"
     limit, basis = (-drop[0], drop[1]) if ratio <= 1 else gain
     beyond = f"beyond {limit:+.0%} ({basis.value})"

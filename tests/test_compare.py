@@ -215,6 +215,31 @@ def test_a_drop_that_is_not_significant_warns(tmp_path: Path) -> None:
     assert "not significant" in point.reason
 
 
+@pytest.mark.parametrize(
+    ("n1", "n2", "can"),
+    [(3, 3, False), (4, 4, False), (5, 5, True), (2, 100, False), (3, 60, True)],
+)
+def test_the_test_decides_only_where_it_could_reject(n1: int, n2: int, can: bool) -> None:
+    from commbench.compare import decisive
+
+    best = mann_whitney_greater([float(n2 + i) for i in range(n1)], [float(i) for i in range(n2)])
+    assert decisive(n1, n2, 0.01) is can
+    assert can == (min(n1, n2) >= 3 and best < 0.01)
+
+
+def test_a_twenty_fold_drop_on_three_iterations_fails_on_the_ratio() -> None:
+    """Three against three can never be significant at 0.01: the test would have called the
+    collapse chance. The ratio decides, as for points without samples."""
+    base = _latency(1 << 20, [100.0, 101.0, 102.0])
+    (point,), _, _ = compare_rows(
+        [base], [_latency(1 << 20, [2000.0, 2020.0, 2040.0])], GateSettings()
+    )
+    assert point.mark is Mark.worse and point.p_value is None
+    assert "too few samples to test: ratio alone" in point.reason
+    (same,), _, _ = compare_rows([base], [_latency(1 << 20, [101.0, 102.0, 103.0])], GateSettings())
+    assert same.mark is Mark.same
+
+
 def test_a_missing_point_fails(tmp_path: Path) -> None:
     gone = ("reduce_scatter", 64 << 20)
     new = derive(tmp_path, "gap", lambda r: None if (r.op, r.size_bytes) == gone else r)
