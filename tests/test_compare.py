@@ -34,6 +34,7 @@ from commbench.compare import (
     compare_rows,
     compare_runs,
     context_mismatches,
+    decisive,
     judge_point,
     mann_whitney_greater,
     parse_fraction,
@@ -220,11 +221,9 @@ def test_a_drop_that_is_not_significant_warns(tmp_path: Path) -> None:
     [(3, 3, False), (4, 4, False), (5, 5, True), (2, 100, False), (3, 60, True)],
 )
 def test_the_test_decides_only_where_it_could_reject(n1: int, n2: int, can: bool) -> None:
-    from commbench.compare import decisive
-
-    best = mann_whitney_greater([float(n2 + i) for i in range(n1)], [float(i) for i in range(n2)])
+    """Best cases by hand: 3 v 3, p = 0.04; 4 v 4, 0.015; 5 v 5, 0.006; 2 v 100 is under
+    the minimum of 3 whatever p it could reach; 3 v 60, 0.002."""
     assert decisive(n1, n2, 0.01) is can
-    assert can == (min(n1, n2) >= 3 and best < 0.01)
 
 
 def test_a_twenty_fold_drop_on_three_iterations_fails_on_the_ratio() -> None:
