@@ -75,7 +75,8 @@ def run_repeats(config: Path, repeats: int, out: Path) -> tuple[list[Path], list
 def kept_repeats(out: Path) -> tuple[list[Path], list[float] | None]:
     """The suites of an earlier run of this script, in order, and its load averages (None
     when it kept none)."""
-    parents = sorted(out.glob("repeat*"), key=lambda p: int(p.name.removeprefix("repeat") or -1))
+    numbered = [p for p in out.glob("repeat*") if p.name.removeprefix("repeat").isdigit()]
+    parents = sorted(numbered, key=lambda p: int(p.name.removeprefix("repeat")))
     suites = [suite for parent in parents for suite in sorted(parent.iterdir()) if suite.is_dir()]
     loads = out / LOADS
     return suites, json.loads(loads.read_text()) if loads.is_file() else None
