@@ -1,25 +1,32 @@
 """How often the regression gate fails a plain repeat: its false-positive rate on this machine.
 
-    python benchmarks/gate_false_positives.py --repeats 4 --out results/reference/gate-false-positives-cpu
+    python benchmarks/gate_false_positives.py --repeats 10 --out /tmp/gfp
+    python benchmarks/gate_false_positives.py --compare-only /tmp/gfp
 
 Runs a suite (`configs/ci.yaml` by default) `--repeats` times, each a separate
-`commbench run`, then compares every ordered pair of repeats with the suite's own gate (as
-`commbench run --baseline` would). Nothing changed between the runs, so every failing
-comparison is a false positive. Prints markdown: one line per pair (exit code, worse / noisy
-points, baseline noise) and the rate. A unit test cannot assert this: it is a property of
-the gate on a machine's noise, so it is measured here and recorded with the results.
+`commbench run` under `--out` (`repeat0/`, `repeat1/`, ..., and the load averages in
+`loads.json`), then compares every ordered pair of repeats with the suite's own gate (as
+`commbench run --baseline` would). `--compare-only DIR` judges the repeats kept in DIR again
+without running anything: the same runs under a changed gate. Nothing changed between the
+runs, so every failing comparison is a false positive. Prints markdown: the machine's load
+average as each repeat ended, one line per pair (exit code, worse / noisy / isolated points,
+the baseline's noise and the top of its noise band, the largest drop judged worse, the
+largest excused as isolated) and the rate. A unit test cannot assert this: it is a property
+of the gate on a machine's noise, so it is measured here and recorded with the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from commbench.compare import Gate, GateSettings, Mark, mann_whitney_greater
-from commbench.results.runs import load_run
+from commbench.compare import Basis, Gate, GateSettings, Mark, mann_whitney_greater
+from commbench.results.runs import load_run, load_suite
 from commbench.results.schema import ResultRow
 from commbench.suites.gate import compare_targets, load_runs, recorded_gate
 
@@ -42,36 +49,81 @@ def plain_gate_fails(base: list[ResultRow], new: list[ResultRow]) -> int:
     return failing
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=Path("configs/ci.yaml"))
-    parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("results/gate-false-positives"))
-    args = parser.parse_args(argv)
-    if args.repeats < 2:
-        parser.error("--repeats must be at least 2")
+LOADS = "loads.json"
 
+
+def run_repeats(config: Path, repeats: int, out: Path) -> tuple[list[Path], list[float]] | int:
+    """Run the suite `repeats` times under `out`; the suites and the 1-minute load average as
+    each ended (kept in `out/loads.json`), or the exit code of a run that failed."""
     suites: list[Path] = []
-    for i in range(args.repeats):
-        parent = args.out / f"repeat{i}"
-        cmd = [sys.executable, "-m", "commbench", "run", str(args.config), "-o", str(parent)]
+    loads: list[float] = []
+    for i in range(repeats):
+        parent = out / f"repeat{i}"
+        cmd = [sys.executable, "-m", "commbench", "run", str(config), "-o", str(parent)]
         done = subprocess.run([*cmd, "--no-plot"], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
             return done.returncode
         (suite,) = parent.iterdir()
         suites.append(suite)
+        loads.append(os.getloadavg()[0])
         print(f"repeat {i}: {suite}", file=sys.stderr)
+    (out / LOADS).write_text(json.dumps(loads) + "\n")
+    return suites, loads
+
+
+def kept_repeats(out: Path) -> tuple[list[Path], list[float] | None]:
+    """The suites of an earlier run of this script, in order, and its load averages (None
+    when it kept none)."""
+    numbered = [p for p in out.glob("repeat*") if p.name.removeprefix("repeat").isdigit()]
+    parents = sorted(numbered, key=lambda p: int(p.name.removeprefix("repeat")))
+    suites = [suite for parent in parents for suite in sorted(parent.iterdir()) if suite.is_dir()]
+    loads = out / LOADS
+    return suites, json.loads(loads.read_text()) if loads.is_file() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("configs/ci.yaml"))
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=Path("results/gate-false-positives"))
+    parser.add_argument(
+        "--compare-only",
+        type=Path,
+        metavar="DIR",
+        help="judge the repeats kept in DIR (an earlier --out) again; run nothing",
+    )
+    args = parser.parse_args(argv)
+    loads: list[float] | None
+    if args.compare_only:
+        suites, loads = kept_repeats(args.compare_only)
+        if len(suites) < 2:
+            parser.error(f"{args.compare_only}: fewer than 2 kept repeats (repeat*/SUITE)")
+    else:
+        if args.repeats < 2:
+            parser.error("--repeats must be at least 2")
+        ran = run_repeats(args.config, args.repeats, args.out)
+        if isinstance(ran, int):
+            return ran
+        suites, loads = ran
 
     gate = GateSettings(**recorded_gate(suites[0]))
+    config = load_suite(suites[0]).record.config_path or args.config
     lines = [
-        f"# Gate false positives: {args.repeats} repeats of `{args.config}`",
+        f"# Gate false positives: {len(suites)} repeats of `{config}`",
         "",
         f"Gate: tolerance {gate.tolerance:.0%} (latency-bound {gate.latency_tolerance:.0%}), "
-        f"alpha {gate.alpha:g}, noisy above a spread of {gate.noisy_cv:g}.",
+        "widened to the baseline's noise floor and noise bands (5th to 95th percentile of "
+        f"its iteration times over their medians); alpha {gate.alpha:g}.",
         "",
-        "| baseline | new | exit | points | worse | noisy | baseline noise | plain gate: failing points |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"{os.cpu_count()} CPUs; 1-minute load average as each repeat ended: "
+        + (", ".join(f"{load:.1f}" for load in loads) if loads else "not kept")
+        + ".",
+        "",
+        "| baseline | new | exit | points | worse | noisy | of which isolated "
+        "| baseline noise | band top | largest drop judged worse | largest isolated drop "
+        "| plain gate: failing points |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     failing = 0
     plain_failing = 0
@@ -87,11 +139,21 @@ def main(argv: list[str] | None = None) -> int:
         points = sum(len(c.points) for _, c in results)
         worse = sum(len(c.marked(Mark.worse)) for _, c in results)
         noisy = sum(len(c.marked(Mark.noisy)) for _, c in results)
+        isolated = [p for _, c in results for p in c.points if p.basis is Basis.isolated]
         noise = [c.baseline_noise for _, c in results if c.baseline_noise is not None]
         shown = f"{max(noise):.2f}" if noise else "-"
+        tops = [c.baseline_band.high for _, c in results if c.baseline_band is not None]
+        top = f"{max(tops):.1f}x" if tops else "-"
+        drops = [1 / p.ratio for _, c in results for p in c.marked(Mark.worse) if p.ratio]
+        largest = f"{max(drops):.1f}x slower" if drops else "-"
+        excused = [1 / p.ratio for p in isolated if p.ratio]
+        largest_isolated = f"{max(excused):.1f}x slower" if excused else "-"
         plain = sum(plain_gate_fails(rows[a][name], rows[b].get(name, [])) for name in rows[a])
         plain_failing += plain > 0
-        lines.append(f"| {a} | {b} | {code} | {points} | {worse} | {noisy} | {shown} | {plain} |")
+        lines.append(
+            f"| {a} | {b} | {code} | {points} | {worse} | {noisy} | {len(isolated)} | {shown} "
+            f"| {top} | {largest} | {largest_isolated} | {plain} |"
+        )
     lines += [
         "",
         f"**{failing} of {len(pairs)} comparisons failed** with commbench's gate (every one "

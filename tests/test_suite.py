@@ -538,6 +538,7 @@ def test_compare_run_against_its_suite_entry(
 def test_topology_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class Snapshot:
         gpus: tuple[Any, ...] = ()
+        nvml_error = "NVML: library not found"
 
         def to_dict(self) -> dict[str, Any]:
             return {"schema_version": 1, "gpus": [], "nvml_error": "NVML: library not found"}

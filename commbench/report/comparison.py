@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from commbench.compare import Comparison, Mark, PointResult
+from commbench.compare import Comparison, Mark, PointResult, as_drop
 from commbench.escape import markdown_text
 from commbench.results.exporters import Format, group_title
 from commbench.results.store import dicts_to_csv, dump_json
@@ -43,7 +43,7 @@ def _cells(p: PointResult) -> list[str]:
         _speed(p.new_busbw_gbps, p.new_time_us),
         f"{p.ratio:.2f}x" if p.ratio is not None else "-",
         f"{p.p_value:.2g}" if p.p_value is not None else "-",
-        f"-{p.threshold:.0%}" if p.threshold is not None else "-",
+        f"{p.threshold:+.0%} {p.basis.value}" if p.threshold is not None and p.basis else "-",
         SYMBOLS[p.mark],
         p.reason,
     ]
@@ -67,18 +67,27 @@ def summary_lines(comparison: Comparison) -> list[str]:
         if value is not None
     ]
     s = comparison.settings
+    band = comparison.baseline_band
     lines.append(
-        f"tolerance {s.tolerance:.0%} (latency-bound {s.latency_tolerance:.0%}), "
-        f"alpha {s.alpha:g}, noisy above a spread of {s.noisy_cv:g} (IQR / 1.349 median)"
-        + (f"; {', '.join(noise)}" if noise else "")
+        f"limit of each point: the largest of the tolerance {s.tolerance:.0%} (latency-bound "
+        f"{s.latency_tolerance:.0%}), the noise floor "
+        f"{-as_drop(comparison.baseline_noise or 0.0):+.0%} (the baseline's median spread) "
+        "and the noise bands (5th to 95th percentile of the baseline's iteration times over "
+        "their point's median: the point's own, and the whole baseline's"
+        + (f", {-band.drop:+.0%} to {band.gain:+.0%} busbw" if band else "")
+        + ")"
+    )
+    lines.append(
+        f"significance: one-sided Mann-Whitney at alpha {s.alpha:g}; noisy: a spread (IQR / "
+        f"1.349 median) above {s.noisy_cv:g}" + (f"; {', '.join(noise)}" if noise else "")
     )
     lines += [f"allowed mismatch: {m}" for m in comparison.mismatches]
     lines += [f"note: {n}" for n in comparison.notes]
     return lines
 
 
-WORDS = (6, 7)
-"""The columns of words (mark, why): left-aligned."""
+WORDS = (5, 6, 7)
+"""The columns of words (limit, mark, why): left-aligned."""
 
 
 def to_table(comparison: Comparison) -> str:
@@ -120,6 +129,7 @@ CSV_COLUMNS = [
     "ratio",
     "p_value",
     "threshold",
+    "basis",
     "latency_bound",
     "base_busbw_gbps",
     "new_busbw_gbps",
