@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from commbench.errors import UserError, quoted
-from commbench.escape import unsafe_character
+from commbench.escape import describe, unsafe_character
 
 T = TypeVar("T")
 Conv = Callable[[Any, str], T]
@@ -82,8 +82,9 @@ def text(value: Any, path: str) -> str:
     result = string(value, path)
     if len(result) > MAX_TEXT:
         raise UserError(f"{path}: {len(result)} characters, more than {MAX_TEXT}")
-    if unsafe_character(result.replace("\n", "").replace("\t", "")) is not None:
-        raise UserError(f"{path}: {quoted(result)} holds a control character")
+    char = unsafe_character(result.replace("\n", "").replace("\t", ""))
+    if char is not None:
+        raise UserError(f"{path}: {quoted(result)} holds {describe(char)}")
     return result
 
 
@@ -91,8 +92,9 @@ def line(value: Any, path: str) -> str:
     """A string of one line: a name, a host, a version. A line break in one would start a new
     line, a heading or a table row of the report it is printed in."""
     result = text(value, path)
-    if unsafe_character(result) is not None:
-        raise UserError(f"{path}: {quoted(result)} holds a line break or a control character")
+    char = unsafe_character(result)
+    if char is not None:
+        raise UserError(f"{path}: {quoted(result)} holds {describe(char)}")
     return result
 
 

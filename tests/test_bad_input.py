@@ -38,7 +38,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["collectives", "--warmup", "99999999999999999999999"], "--warmup must be <= 1000000"),
         (["collectives", "--nproc", HUGE[:30]], "--nproc must be <="),
         (["collectives", "--nnodes", HUGE[:30]], "--nnodes must be <= 65536"),
-        (["collectives", "--timeout", "1e400"], "--timeout must be a positive number"),
+        (["collectives", "--timeout", "1e400"], "--timeout: expected a finite number"),
         (["model", "--bw", "10", "--latency", "1", "--sizes", "1K-1M:xinf"], "malformed step"),
         (["model", "--bw", "10", "--latency", "1", "--sizes", "1K-1M:xnan"], "malformed step"),
         (["model", "--bw", "10", "--latency", "1", "--sizes", HUGE], "larger than 1024T"),

@@ -10,6 +10,7 @@ import typer
 from commbench.arguments import Request
 from commbench.cli._common import reported_errors
 from commbench.options import cli, command, values, verb
+from commbench.results.names import MAX_NODES
 
 
 @dataclass(kw_only=True)
@@ -19,7 +20,10 @@ class SlurmScriptRequest(Request):
     command: Sequence[str] = field(default=("collectives",), kw_only=False)
     """The commbench command to run on every node, as a list (`["collectives", "--sizes",
     "1K-1G"]`): on the command line, everything after the options."""
-    nodes: int = field(default=2, metadata=cli("--nodes", "-N", help="Nodes to allocate."))
+    nodes: int = field(
+        default=2,
+        metadata=cli("--nodes", "-N", minimum=1, maximum=MAX_NODES, help="Nodes to allocate."),
+    )
     gpus_per_node: int = field(
         default=8, metadata=cli(help="GPUs per node (0 for a CPU/gloo run).")
     )

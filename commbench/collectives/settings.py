@@ -201,13 +201,20 @@ class CollectivesRequest:
     warmup: int | None = field(
         default=None,
         metadata=cli(
-            type=int, suite=True, help="Warm-up iterations per point. Default adapts (2-20)."
+            type=int,
+            suite=True,
+            maximum=MAX_ITERATIONS,
+            help="Warm-up iterations per point. Default adapts (2-20).",
         ),
     )
     iters: int | None = field(
         default=None,
         metadata=cli(
-            type=int, suite=True, help="Timed iterations per point. Default: fill --min-time."
+            type=int,
+            suite=True,
+            minimum=1,
+            maximum=MAX_ITERATIONS,
+            help="Timed iterations per point. Default: fill --min-time.",
         ),
     )
     min_time: float | None = field(

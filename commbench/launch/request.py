@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from commbench.options import cli
+from commbench.results.names import MAX_NODES
 
 if TYPE_CHECKING:
     from commbench.launch.launcher import LaunchOptions
@@ -18,7 +19,11 @@ class LaunchRequest:
     nnodes: int | None = field(
         default=None,
         metadata=cli(
-            late=True, type=int, help="Nodes in a multi-node run (run the same command on each)."
+            late=True,
+            type=int,
+            minimum=1,
+            maximum=MAX_NODES,
+            help="Nodes in a multi-node run (run the same command on each).",
         ),
     )
     node_rank: int | None = field(
