@@ -46,6 +46,7 @@ REASONS = {
     "needs several nodes": "a torchrun rendezvous across machines, or network namespaces",
     "needs a SLURM cluster": "sbatch, srun and their daemons",
     "needs Kubernetes": "a cluster to apply a manifest to",
+    "needs Docker": "a Docker engine to build an image, a registry to push it to",
     "needs root": "writes system directories, installs a daemon, a cron job or a unit",
     "needs a CI runner": "the GPU runner a committed baseline (baselines/<runner>) is for",
     "installs packages": "pip installs into the environment (.ci/run does, in a fresh venv)",
