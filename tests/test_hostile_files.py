@@ -958,3 +958,21 @@ def test_a_matrix_row_with_many_extra_fields_is_one_short_line(tmp_path: Path) -
     result = cli("topo", "--from-smi", smi)
     assert_refused(result, "more field(s) than the header names")
     assert len(result.stderr) < 1000
+
+
+@pytest.mark.parametrize("opening", ["[", '{"a": '])
+def test_json_nests_to_max_depth_and_no_deeper(opening: str) -> None:
+    """parse_json walks a document's depth only when it holds more than MAX_DEPTH objects
+    and arrays (fewer cannot nest deeper): the limit holds at its edge either way."""
+    from commbench.files import MAX_DEPTH, parse_json
+
+    closing = "]" if opening == "[" else "}"
+
+    def nested(depth: int) -> str:
+        inner = "[]" if opening != "[" else ""
+        return opening * depth + inner + closing * depth
+
+    depth = MAX_DEPTH - (opening != "[")  # an object's innermost value is an array
+    assert parse_json(nested(depth), "t.json") is not None
+    with pytest.raises(UserError, match=f"nested deeper than {MAX_DEPTH}"):
+        parse_json(nested(depth + 1), "t.json")
