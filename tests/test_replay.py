@@ -369,7 +369,7 @@ def test_a_timestamp_that_is_no_time_is_refused(tmp_path: Path, value: str) -> N
     lines = path.read_text().splitlines()
     lines[1] = lines[1].replace('"issued_ns": 0', f'"issued_ns": {value}')
     path.write_text("\n".join(lines) + "\n")
-    bad(trace, "--dry-run", "--pace", words="rank-1.jsonl: line 2.issued_ns: null, NaN or inf")
+    bad(trace, "--dry-run", "--pace", words="rank-1.jsonl: line 2: issued_ns: null, NaN or inf")
 
 
 def test_max_gap_is_checked(tmp_path: Path) -> None:

@@ -573,7 +573,7 @@ def _call(raw: bytes, where: str, rank: int, seq: int) -> Call:
     text = decode(raw, where, "trace line")
     if not text.strip().startswith("{"):
         raise UserError(f"{where}: not a call (a trace line is a JSON object)")
-    call = Call.read(Fields(parse_json(text, where), where))
+    call = Call.read(Fields(parse_json(text, where), f"{where}:"))
     if call.rank != rank:
         raise UserError(f"{where}: a call of rank {call.rank} in rank {rank}'s file")
     if call.seq != seq:
