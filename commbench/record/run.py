@@ -273,7 +273,8 @@ class _Left:
         world, disagreement = _world(metas)
         missing, missing_count = _missing(self.present, world)
         told = {m.rank for m in metas}
-        silent = sorted(r for r in self.present if r < world and r not in told)
+        # a rank past the world that left calls and no word is as silent as one inside it
+        silent = sorted(r for r in self.present if r not in told)
         complete = (
             exit_code == 0
             and bool(metas)
