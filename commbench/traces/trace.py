@@ -41,7 +41,7 @@ from commbench.fields import (
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
-from commbench.traces.names import ELEMENT_BYTES, OPS, P2P_OPS
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
 
 SCHEMA_VERSION = 1
 """The version of the trace directory's files this commbench writes and reads (and older)."""
@@ -66,7 +66,6 @@ MAX_MANIFEST_BYTES = 32 << 20
 """Largest `manifest.json`: the one limit of its reader (`read_manifest`) and its writer
 (`write_manifest`, which writes nothing larger). It holds MAX_PARAMETERS parameters as they
 are written (at most 77 bytes each: 20 MB) and the rest of the job (its command, hosts)."""
-MAX_WORLD = 1 << 20
 MAX_ARGV = 1 << 18
 """Words of a recorded command: as many as `exec` passes under Linux's default 8 MiB stack
 limit (ARG_MAX, 2 MiB, at 8 bytes of pointer and 2 of text and NUL at least each); `record`
