@@ -1098,8 +1098,7 @@ def record_job(request: RecordRequest) -> Recorded:
     """Run the job `command` unchanged, with every collective and point-to-point call of its
     Python processes captured into a trace directory (docs/traces.md); returns `Recorded`
     (the directory, the job's exit status, the manifest). UserError for bad input."""
-    from commbench.record.run import default_directory, record
+    from commbench.record.run import record
 
     out = request.out
-    directory = Path(out) if out is not None else default_directory(Path("results"))
-    return record(request.command, directory)
+    return record(request.command, Path(out) if out is not None else None)

@@ -201,7 +201,8 @@ class Fields:
 
     def __init__(self, data: Any, where: str) -> None:
         if not isinstance(data, Mapping):
-            raise UserError(f"{where}: expected an object, got {kind(data)}")
+            # a file's top level is `where` ending in ':' (see `at`): said once
+            raise UserError(f"{where.removesuffix(':')}: expected an object, got {kind(data)}")
         self.data = data
         self.where = where
 

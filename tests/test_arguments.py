@@ -151,3 +151,27 @@ def test_a_path_may_be_any_path_like(tmp_path: Path) -> None:
     for path in (str(tmp_path / "nowhere"), tmp_path / "nowhere", Named()):
         with pytest.raises(UserError, match="nowhere"):
             commbench.load_run(path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "command", [["collectives"], ["diagnose"], ["replay", "TRACE", "--dry-run"]]
+)
+@pytest.mark.parametrize("nproc", ["0", "-1", str(1 << 21)])
+def test_every_command_that_places_ranks_takes_one_range_of_nproc(
+    tmp_path: Path, command: list[str], nproc: str
+) -> None:
+    """--nproc is declared once (PlacementRequest) with its range: `replay --nproc 0` took 0
+    and then asked for `--world 0`, which it refuses, where collectives refused it at once."""
+    from typer.testing import CliRunner
+
+    from commbench.cli import app
+    from tests.factories import ddp_trace
+
+    trace = ddp_trace(tmp_path / "trace", world=2, steps=1)
+    args = [str(trace) if a == "TRACE" else a for a in command]
+    result = CliRunner().invoke(app, [*args, "--nproc", nproc])
+    assert result.exit_code == 2, result.output
+    bound = ">= 1" if int(nproc) < 1 else "<= 1048576"
+    assert result.output.strip().splitlines() == [
+        f"commbench: error: --nproc must be {bound}, got {nproc}"
+    ]

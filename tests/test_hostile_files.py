@@ -958,3 +958,53 @@ def test_a_matrix_row_with_many_extra_fields_is_one_short_line(tmp_path: Path) -
     result = cli("topo", "--from-smi", smi)
     assert_refused(result, "more field(s) than the header names")
     assert len(result.stderr) < 1000
+
+
+@pytest.mark.parametrize("opening", ["[", '{"a": '])
+def test_json_nests_to_max_depth_and_no_deeper(opening: str) -> None:
+    """parse_json walks a document's depth only when it holds more than MAX_DEPTH objects
+    and arrays (fewer cannot nest deeper): the limit holds at its edge either way."""
+    from commbench.files import MAX_DEPTH, parse_json
+
+    closing = "]" if opening == "[" else "}"
+
+    def nested(depth: int) -> str:
+        inner = "[]" if opening != "[" else ""
+        return opening * depth + inner + closing * depth
+
+    depth = MAX_DEPTH - (opening != "[")  # an object's innermost value is an array
+    assert parse_json(nested(depth), "t.json") is not None
+    with pytest.raises(UserError, match=f"nested deeper than {MAX_DEPTH}"):
+        parse_json(nested(depth + 1), "t.json")
+
+
+@pytest.mark.parametrize("damaged", ["manifest.json", "rank-1.jsonl", "run.json"])
+def test_a_document_that_is_no_object_is_named_once(tmp_path: Path, damaged: str) -> None:
+    """`manifest.json:: expected an object` (a file's top level is a path ending in ':',
+    which the message added its own ':' to), and `line 2.issued_ns` for a trace line's field:
+    the place is the file, its line, then the field, each said once."""
+    from tests.factories import ddp_trace
+
+    if damaged == "run.json":
+        target = tmp_path / "run"
+        shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a", target)
+        (target / damaged).write_text('{"schema_version": 1, "kind": []}')
+        result = cli("report", target)
+    else:
+        target = ddp_trace(tmp_path / "trace", world=2, steps=1)
+        if damaged == "manifest.json":
+            (target / damaged).write_text("[]")
+        else:
+            lines = (target / damaged).read_text().splitlines(keepends=True)
+            lines[1] = lines[1].replace('"issued_ns": 0', '"issued_ns": -5')
+            (target / damaged).write_text("".join(lines))
+        result = cli("replay", target, "--dry-run")
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "::" not in line and "\n" not in line, line
+    expected = {
+        "manifest.json": "expected an object",
+        "rank-1.jsonl": "line 2: issued_ns: -5",
+        "run.json": "kind: expected a string",
+    }[damaged]
+    assert f"{damaged}: {expected}" in line, line

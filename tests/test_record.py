@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
+from commbench.errors import UserError
 from commbench.traces.trace import read_trace
 
 JOBS = Path(__file__).parent / "jobs"
@@ -498,3 +499,47 @@ def test_a_hundred_thousand_parameters_are_recorded_and_replayed(tmp_path: Path)
     done = subprocess.run([*replay, "--rebucket", "25"], capture_output=True, text=True,
                           timeout=TIMEOUT)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_the_default_directory_is_a_new_one_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two records started in the same second: the second refused the first's
+    `trace-<time>` as not empty (or, both finding it still empty, wrote into it too). The
+    default directory is made when it is named, a new one each time, never one that exists."""
+    from datetime import datetime
+
+    from commbench.record import run
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> Frozen:  # type: ignore[override]
+            return cls(2026, 11, 26, 15, 41, 2)
+
+    monkeypatch.setattr(run, "datetime", Frozen)
+    (tmp_path / "trace-20261126-154102-3").mkdir()  # empty, and still not reused
+    made = [run.new_default_directory(tmp_path) for _ in range(3)]
+    assert [d.name for d in made] == [
+        "trace-20261126-154102",
+        "trace-20261126-154102-2",
+        "trace-20261126-154102-4",
+    ]
+    assert all(d.is_dir() and not any(d.iterdir()) for d in made)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="cannot create it"):
+        run.new_default_directory(tmp_path / "file")
+
+
+@pytest.mark.integration
+def test_records_started_together_each_write_their_own_trace(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "commbench", "record", "--", "true"]
+    procs = [
+        subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    said = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], said
+    traces = sorted((tmp_path / "results").iterdir())
+    assert len(traces) == 3
+    assert all((t / "manifest.json").is_file() for t in traces)

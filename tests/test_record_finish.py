@@ -33,6 +33,7 @@ from commbench.traces.trace import (
     Manifest,
     Parameter,
     read_manifest,
+    read_trace,
     write_manifest,
 )
 from tests.factories import ddp_trace
@@ -126,6 +127,27 @@ def test_a_rank_without_a_readable_meta_file_makes_it_incomplete(tmp_path: Path)
     (tmp_path / META_FILE.format(rank=1)).mkdir()  # and one that cannot be read
     notes = finished(tmp_path).notes
     assert len(notes) == 2 and "rank-1.meta.json: is a directory" in notes[0]
+
+
+def test_a_rank_file_past_the_world_makes_it_incomplete_and_unreplayable(tmp_path: Path) -> None:
+    """A rank that left calls past the world the others claim, and no meta file: the writer
+    called the trace complete, and replay played the world alone, that rank's calls left out
+    without a word. The writer marks it incomplete; the reader refuses it in one line."""
+    for rank in range(2):
+        write_meta(tmp_path, meta(rank, 2))
+    rank_files(tmp_path, range(2))
+    (tmp_path / RANK_FILE.format(rank=5)).write_text("")
+    recorded = finished(tmp_path)
+    assert not recorded.manifest.complete
+    assert recorded.notes == (
+        "rank(s) 5 left no meta file that could be read: whether they closed their file is "
+        "not known, the trace is incomplete",
+    )
+    with pytest.raises(UserError, match=r"holds rank-5\.jsonl, past the manifest's world size 2"):
+        read_trace(tmp_path)
+    (tmp_path / RANK_FILE.format(rank=5)).unlink()
+    (tmp_path / "rank-05.jsonl").write_text("")  # not a rank file's name: not the trace's
+    read_trace(tmp_path)
 
 
 def test_another_directory_in_the_traces_place_is_no_trace(tmp_path: Path) -> None:

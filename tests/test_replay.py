@@ -369,7 +369,7 @@ def test_a_timestamp_that_is_no_time_is_refused(tmp_path: Path, value: str) -> N
     lines = path.read_text().splitlines()
     lines[1] = lines[1].replace('"issued_ns": 0', f'"issued_ns": {value}')
     path.write_text("\n".join(lines) + "\n")
-    bad(trace, "--dry-run", "--pace", words="rank-1.jsonl: line 2.issued_ns: null, NaN or inf")
+    bad(trace, "--dry-run", "--pace", words="rank-1.jsonl: line 2: issued_ns: null, NaN or inf")
 
 
 def test_max_gap_is_checked(tmp_path: Path) -> None:
@@ -480,7 +480,12 @@ def bad(directory: Path, *args: str, words: str) -> None:
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     calls = [trace_call(step=0)]
     good = write_trace(tmp_path / "good", {0: calls, 1: calls})
-    bad(good, "--steps", "0", words="--steps 0")
+    bad(good, "--steps", "0", words="--steps must be >= 1, got 0")
+    # one range per option, whatever the size of the number given (was 1..1048576 for
+    # 1048577 but int64's for 10^23)
+    for world in ("0", "1048577", "1" + "0" * 23):
+        bad(good, "--world", world, words="--world must be")
+    bad(good, "--world", "1" + "0" * 23, words="<= 1048576")
     bad(good, "--rebucket", "1M-4M", words="the trace has no parameter list")
     bad(good, "--nproc", "3", words="--nproc 3")
     missing = write_trace(tmp_path / "missing", {0: calls, 1: calls})

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from commbench.options import cli
+from commbench.results.names import MAX_NPROC
 
 CPU_DEFAULT_NPROC = 2
 """CPU ranks when none are asked for: enough for every collective to move data."""
@@ -68,8 +69,15 @@ class PlacementRequest:
 
     nproc: int | None = field(
         default=None,
+        # one range for every command that places ranks (replay took 0 and then asked for
+        # --world 0, which it refuses)
         metadata=cli(
-            "--nproc", "-n", type=int, help="Workers per node. Default: every visible GPU, else 2."
+            "--nproc",
+            "-n",
+            type=int,
+            minimum=1,
+            maximum=MAX_NPROC,
+            help="Workers per node. Default: every visible GPU, else 2.",
         ),
     )
     backend: str | None = field(

@@ -74,8 +74,30 @@ class Recorded:
     replaced it, made its manifest a directory, took its permissions): the one line to say."""
 
 
-def default_directory(parent: Path) -> Path:
-    return parent / f"trace-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+DEFAULT_PARENT = Path("results")
+"""Where a trace goes when no directory is given: a new `trace-<time>` in it."""
+
+
+def new_default_directory(parent: Path = DEFAULT_PARENT) -> Path:
+    """A new `parent/trace-<time>[-N]`, made here (mkdir, which fails on one that exists),
+    so that two records started in the same second get a directory each: a name chosen
+    first and made later let the second refuse the first's directory as not empty, or both
+    write into one when each found it still empty."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{shown(parent)}: cannot create it: {exc.strerror}") from None
+    for attempt in range(1, 1001):
+        directory = parent / (f"trace-{stamp}" if attempt == 1 else f"trace-{stamp}-{attempt}")
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(f"{shown(directory)}: cannot create it: {exc.strerror}") from None
+        return directory.resolve()
+    raise UserError(f"{shown(parent)}: no new trace-{stamp} directory could be made in it")
 
 
 def check_command(argv: Sequence[str]) -> list[str]:
@@ -128,11 +150,12 @@ def job_environment(directory: Path, environ: dict[str, str] | None = None) -> d
     return env
 
 
-def record(argv: Sequence[str], directory: Path) -> Recorded:
+def record(argv: Sequence[str], directory: Path | None = None) -> Recorded:
     """Run `argv` with the capture in each of its Python processes, writing into the new or
-    empty `directory`; returns when the job has ended."""
+    empty `directory` (None: a new one, `new_default_directory`); returns when the job has
+    ended."""
     command = check_command(argv)
-    directory = prepare_directory(directory)
+    directory = new_default_directory() if directory is None else prepare_directory(directory)
     made = os.stat(directory)
     started = time.time()
     write_manifest(directory, Manifest(argv=tuple(command), world_size=1, started=started))
@@ -250,7 +273,8 @@ class _Left:
         world, disagreement = _world(metas)
         missing, missing_count = _missing(self.present, world)
         told = {m.rank for m in metas}
-        silent = sorted(r for r in self.present if r < world and r not in told)
+        # a rank past the world that left calls and no word is as silent as one inside it
+        silent = sorted(r for r in self.present if r not in told)
         complete = (
             exit_code == 0
             and bool(metas)

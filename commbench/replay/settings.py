@@ -12,6 +12,7 @@ from commbench.numbers import check_range
 from commbench.options import arg, cli
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.results.names import DEFAULT_TIMEOUT
+from commbench.traces.names import MAX_WORLD
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import PlacementRequest
@@ -69,6 +70,8 @@ class ReplayRequest:
         metadata=cli(
             type=int,
             metavar="N",
+            minimum=1,
+            maximum=MAX_WORLD,
             help="Replay on N ranks, each op's sizes scaled as its collective dictates. "
             "Default: the trace's world size.",
         ),
@@ -78,6 +81,7 @@ class ReplayRequest:
         metadata=cli(
             type=int,
             metavar="K",
+            minimum=1,
             help="Replay the first K steps. Default: all, at most 20.",
         ),
     )

@@ -7,6 +7,10 @@ import re
 
 from commbench.results.names import DTYPES
 
+MAX_WORLD = 1 << 20
+"""The most ranks a trace holds or a replay plays (`--world`): here, a leaf, so that the
+replay's options declare it without importing the trace reader."""
+
 OPS = (
     "all_reduce",
     "all_gather",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,7 +41,7 @@ from commbench.fields import (
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
-from commbench.traces.names import ELEMENT_BYTES, OPS, P2P_OPS
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
 
 SCHEMA_VERSION = 1
 """The version of the trace directory's files this commbench writes and reads (and older)."""
@@ -65,7 +66,6 @@ MAX_MANIFEST_BYTES = 32 << 20
 """Largest `manifest.json`: the one limit of its reader (`read_manifest`) and its writer
 (`write_manifest`, which writes nothing larger). It holds MAX_PARAMETERS parameters as they
 are written (at most 77 bytes each: 20 MB) and the rest of the job (its command, hosts)."""
-MAX_WORLD = 1 << 20
 MAX_ARGV = 1 << 18
 """Words of a recorded command: as many as `exec` passes under Linux's default 8 MiB stack
 limit (ARG_MAX, 2 MiB, at 8 bytes of pointer and 2 of text and NUL at least each); `record`
@@ -573,7 +573,7 @@ def _call(raw: bytes, where: str, rank: int, seq: int) -> Call:
     text = decode(raw, where, "trace line")
     if not text.strip().startswith("{"):
         raise UserError(f"{where}: not a call (a trace line is a JSON object)")
-    call = Call.read(Fields(parse_json(text, where), where))
+    call = Call.read(Fields(parse_json(text, where), f"{where}:"))
     if call.rank != rank:
         raise UserError(f"{where}: a call of rank {call.rank} in rank {rank}'s file")
     if call.seq != seq:
@@ -610,12 +610,38 @@ def read_trace(directory: Path | str) -> Trace:
         total += len(rank_calls)
         if rank_torn:
             torn[rank] = rank_torn
+    check_no_rank_past_world(directory, manifest.world_size)
     check_ranks(calls, manifest.world_size, shown(directory))
     check_groups(calls, shown(directory))
     return Trace(manifest=manifest, calls=calls, torn=torn, source=shown(directory))
 
 
 # -- the checks every trace passes ---------------------------------------------------------------
+
+_RANK_FILE_NAME = re.compile(re.escape(RANK_FILE).replace(re.escape("{rank}"), "(0|[1-9][0-9]*)"))
+
+
+def check_no_rank_past_world(directory: Path, world: int) -> None:
+    """Refuse a trace directory holding a rank's calls past the manifest's world size: the
+    manifest and the files disagree (a world written short, a rank that left calls but
+    never said so), and a replay of the world alone would leave that rank's calls out
+    without a word. One pass over the directory's names."""
+    try:
+        with os.scandir(directory) as entries:
+            past = sorted(
+                int(m[1])
+                for e in entries
+                if (m := _RANK_FILE_NAME.fullmatch(e.name)) is not None and int(m[1]) >= world
+            )
+    except OSError as exc:
+        raise os_error(directory, exc, "trace directory") from None
+    if past:
+        more = f" and {len(past) - 1} more" if len(past) > 1 else ""
+        raise UserError(
+            f"{shown(directory)}: holds {RANK_FILE.format(rank=past[0])}{more}, past the "
+            f"manifest's world size {world}: the manifest and the rank files disagree"
+        )
+
 
 _SYMMETRIC = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier")
 """Ops whose every member passes the same input size: a size that differs between members
