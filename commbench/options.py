@@ -123,7 +123,18 @@ class Option:
         default = ... if self.default is dataclasses.MISSING else self.default
         if d.argument:
             return typer.Argument(default, metavar=d.metavar, help=d.help)
-        return typer.Option(default, *self.flags, metavar=d.metavar, help=d.help)
+        strict = _STRICT.get(self.cli_type)
+        if strict is None:
+            return typer.Option(default, *self.flags, metavar=d.metavar, help=d.help)
+        # a number typed on the command line is read by commbench's own parser, as a suite's
+        # or a size is: Python's int() and float() also take `1_0`, `2.0` for an int, `١٢`
+        return typer.Option(
+            default,
+            *self.flags,
+            metavar=d.metavar or strict[1],
+            help=d.help,
+            parser=_strict_parser(strict[0], self.flags[0] if self.flags else self.name),
+        )
 
 
 def declared(record: type | object) -> list[Option]:
@@ -247,3 +258,35 @@ def _evaluated(annotation: Any, body: Callable[..., Any]) -> Any:
     if isinstance(annotation, str):
         return eval(annotation, body.__globals__)
     return annotation
+
+
+def _strict_parser(parse: Callable[[str, str], Any], flag: str) -> Callable[[Any], Any]:
+    """A Typer `parser` that reads a number with commbench's parser. A bad one is its
+    UserError, raised while the command's group parses it: one line naming the flag, exit 2,
+    under `main` and under CliRunner alike (cli._Commands)."""
+
+    def read(text: Any) -> Any:
+        if not isinstance(text, str):  # a default, already a number
+            return text
+        return parse(text, flag)
+
+    return read
+
+
+def _parse_int(text: str, what: str) -> int:
+    from commbench.numbers import parse_int
+
+    return parse_int(text, what)
+
+
+def _parse_number(text: str, what: str) -> float:
+    from commbench.numbers import parse_number
+
+    return parse_number(text, what)
+
+
+_STRICT: dict[Any, tuple[Callable[[str, str], Any], str]] = {
+    int: (_parse_int, "INTEGER"),
+    float: (_parse_number, "FLOAT"),
+}
+"""The option types read by commbench's own number parsers, with the metavar Typer shows."""

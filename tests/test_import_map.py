@@ -16,9 +16,9 @@ from pathlib import Path
 import commbench
 
 FLOORS: list[set[str]] = [
-    {"errors", "stats", "timing", "options", "version"},
+    {"errors", "stats", "timing", "version"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
-    {"fields", "sizes", "processes", "heatmap", "tables"},
+    {"fields", "sizes", "processes", "heatmap", "tables", "options"},
     {"gpu_memory"},
     {"topology"},
     {"health"},

@@ -260,7 +260,7 @@ def test_image_references_that_are_not_refused(image: str) -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--image", IMAGE, "-N", "0"], "--nodes must be at least 1"),
+        (["--image", IMAGE, "-N", "0"], "--nodes must be >= 1"),
         (["--image", IMAGE, "-N", "1000000"], "--nodes must be <="),
         (["--image", IMAGE, "--gpus-per-node", "65"], "--gpus-per-node"),
         (["--image", IMAGE, "--gpus-per-node", "-1"], "--gpus-per-node must be >= 0"),

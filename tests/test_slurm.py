@@ -143,7 +143,7 @@ CI_SUITE = str(Path(__file__).parent.parent / "configs" / "ci.yaml")
     [
         (["--", "collectives", "--sizes", "1X"], "unknown unit 'X'"),
         (["--", "collectives", "--bogus"], "the wrapped command: No such option: --bogus"),
-        (["--", "collectives", "--iters", "many"], "'--iters': expected a whole number"),
+        (["--", "collectives", "--iters", "many"], "--iters: expected a whole number"),
         (
             ["--", "compare", "a", "b"],
             "runs collectives, run or diagnose on every node, not 'compare'",
