@@ -382,3 +382,28 @@ def test_a_world_too_small_for_the_groups_is_refused(tmp_path: Path) -> None:
         build_plan(trace, world=5)
     with pytest.raises(UserError, match="expected 1"):
         build_plan(trace, world=0)
+
+
+@pytest.mark.parametrize(
+    ("issued", "completed", "words"),
+    [
+        (2_000_000, 1_000_000, "before the call was issued"),
+        (1_000_000_000, (1 << 63) - 1, "longer than any call takes"),
+    ],
+)
+def test_an_impossible_completion_time_is_refused(
+    tmp_path: Path, issued: int, completed: int, words: str
+) -> None:
+    """A call completed before it was issued (clamped to zero length, silently), or 292
+    years after (every replayed figure nonsense): refused in one line naming the field."""
+    call = trace_call(issued_ns=issued, completed_ns=completed, step=0)
+    trace = write_trace(tmp_path, {0: [call], 1: [call]})
+    with pytest.raises(UserError, match=rf"completed_ns: .*{words}"):
+        read_trace(trace)
+
+
+def test_a_week_long_call_is_still_a_time(tmp_path: Path) -> None:
+    day = 24 * 3600 * 10**9
+    call = trace_call(issued_ns=day, completed_ns=day + 6 * day, step=0)
+    trace = read_trace(write_trace(tmp_path, {0: [call], 1: [call]}))
+    assert trace.calls[0][0].completed_ns == 7 * day

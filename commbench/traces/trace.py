@@ -206,8 +206,8 @@ class Call:
             count=f.req("count", integer_in(0, MAX_BYTES)),
             group=Group.read(group),
             async_op=bool(f.opt("async", boolean)),
-            issued_ns=_issued_ns(f),
-            completed_ns=f.opt("completed_ns", integer_in(0, _MAX_NS)),
+            issued_ns=(issued := _issued_ns(f)),
+            completed_ns=_completed_ns(f, issued),
             host=f.opt("host", line) or "",
             device=f.opt("device", line) or "",
             step=f.opt("step", integer_in(0, _MAX_NS)),
@@ -222,6 +222,30 @@ def _issued_ns(f: Fields) -> int:
     if "issued_ns" in f.data and f.data["issued_ns"] is None:
         raise UserError(f"{f.at('issued_ns')}: null, NaN or infinite: not a time in nanoseconds")
     return f.opt("issued_ns", integer_in(0, _MAX_NS)) or 0
+
+
+MAX_CALL_NS = 7 * 24 * 3600 * 10**9
+"""The longest a recorded call may have taken: a week. Longer is no time a process group
+waits (c10d's timeouts are minutes; a recorded job ran days at most), and a step of 292
+years (a completed_ns of 2^63 - 1) turned every figure of the replay into nonsense."""
+
+
+def _completed_ns(f: Fields, issued: int) -> int | None:
+    """`completed_ns`: absent where never seen complete; never before the call was issued,
+    nor more than MAX_CALL_NS after (where the issue time is known)."""
+    completed = f.opt("completed_ns", integer_in(0, _MAX_NS))
+    if completed is None or not issued:
+        return completed
+    if completed < issued:
+        raise UserError(
+            f"{f.at('completed_ns')}: {completed}, before the call was issued ({issued})"
+        )
+    if completed - issued > MAX_CALL_NS:
+        raise UserError(
+            f"{f.at('completed_ns')}: {completed - issued} ns after the call was issued, "
+            f"longer than any call takes (at most {MAX_CALL_NS // (24 * 3600 * 10**9)} days)"
+        )
+    return completed
 
 
 def _dtype(f: Fields) -> str:
