@@ -446,9 +446,13 @@ def _watch_until_done(
                 next_scan = time.monotonic() + DESCENDANTS_SCAN
             if returncode is not None:
                 break
-            if watch.done and not watch.local_workers_alive():
-                # every row is in and the workers have exited, but torchrun lingers
-                # (stopped, wedged): the measurement is whole, only the agent is stuck
+            # this node's part is over: on the writer, every row is in; on another node,
+            # every local rank said it finished (its rows are the writer's)
+            finished_here = watch.done if watch.worker_context else watch.local_ranks_done()
+            if finished_here and not watch.local_workers_alive():
+                # the workers have exited, but torchrun lingers (stopped, wedged, or waiting
+                # in its exit barrier on a store that hangs): the measurement is whole, only
+                # the agent is stuck
                 finished = finished or time.monotonic()
                 if time.monotonic() - finished > AGENT_LINGER:
                     ending.agent_stuck = True
