@@ -11,9 +11,7 @@ holds the evidence and reaches the verdict, whichever node fails.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +26,9 @@ from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
 from commbench.launch.control import Keys, RollCall, StoreDown, StoreLink, tcp_store_factory
-from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Done, Journal, RollCallView
-from commbench.launch.worker import Worker, serve
+from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Journal, RollCallView
+from commbench.launch.worker import Worker, run_worker
 from commbench.results.schema import CHECK_NA, ResultRow
-from commbench.results.store import RunDir
 
 ROLLCALL_WAIT = 8.0
 """Seconds the survivors of a failed round wait for each other at the roll call."""
@@ -206,22 +203,19 @@ class DiagnoseWorker(Worker):
         except Exception as exc:  # a peer died or was cut off: find out who, then fail
             self._roll_call(exc)
             raise
-        self.hb.phase = "finishing"
-        self.journal_health("after", self.gather_health())
-        dist.barrier()
-        if self.journal is not None:
-            self.journal.write(Done())
+        self.finish()
 
 
 @record
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    run_dir = Path(args[0])
-    data = json.loads(RunDir(run_dir).settings_file.read_text())
-    worker = DiagnoseWorker(
-        run_dir, CollectivesSettings.from_dict(data), DiagnoseSettings.from_dict(data["diagnose"])
+    run_worker(
+        argv,
+        lambda run_dir, data: DiagnoseWorker(
+            run_dir,
+            CollectivesSettings.from_dict(data),
+            DiagnoseSettings.from_dict(data["diagnose"]),
+        ),
     )
-    serve(worker)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import os
 import socket
 import statistics
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -459,6 +460,12 @@ class Worker:
                     **common,
                 )
                 self._emit(index, row, failed)
+        self.finish()
+
+    def finish(self) -> None:
+        """The end every run kind shares: the profile merged, the links' health after the
+        run, every rank at one barrier, then the journal's Done (the launcher's sign that
+        every row is in)."""
         self.hb.phase = "finishing"
         self.merge_profile()
         self.journal_health("after", self.gather_health())
@@ -512,13 +519,18 @@ def serve(worker: Worker) -> None:
     worker.close()
 
 
-@record
-def main(argv: list[str] | None = None) -> None:
+def run_worker(argv: list[str] | None, make: Callable[[Path, dict[str, Any]], Worker]) -> None:
+    """A worker's entry point, for every run kind: its run directory from the command line,
+    its settings from that directory's settings file, the worker `make` builds of them,
+    served to its end."""
     args = sys.argv[1:] if argv is None else argv
     run_dir = Path(args[0])
-    settings = CollectivesSettings.from_dict(json.loads(RunDir(run_dir).settings_file.read_text()))
-    worker = Worker(run_dir, settings)
-    serve(worker)
+    serve(make(run_dir, json.loads(RunDir(run_dir).settings_file.read_text())))
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    run_worker(argv, lambda run_dir, data: Worker(run_dir, CollectivesSettings.from_dict(data)))
 
 
 if __name__ == "__main__":

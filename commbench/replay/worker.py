@@ -20,9 +20,7 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,8 +40,7 @@ from commbench.collectives.ops import (
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, plan_size
-from commbench.launch.protocol import Done
-from commbench.launch.worker import Worker, serve
+from commbench.launch.worker import Worker, run_worker
 from commbench.replay import compiled
 from commbench.replay.buckets import assign_buckets
 from commbench.replay.events import CapTimes, SequenceTimes
@@ -56,7 +53,6 @@ from commbench.replay.program import (
 )
 from commbench.replay.settings import ReplaySettings
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
-from commbench.results.store import RunDir
 from commbench.traces.trace import Parameter
 
 ADVISOR_ROUNDS = 15
@@ -354,22 +350,17 @@ class ReplayWorker(Worker):
         self._sequence(self.program.sequence(self.rank), point)
         if self.r.rebucket:
             self._rebucket(self.program.parameters, point + 1)
-        self.hb.phase = "finishing"
-        self.journal_health("after", self.gather_health())
-        dist.barrier()
-        if self.journal is not None:
-            self.journal.write(Done())
+        self.finish()
 
 
 @record
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    run_dir = Path(args[0])
-    data = json.loads(RunDir(run_dir).settings_file.read_text())
-    worker = ReplayWorker(
-        run_dir, CollectivesSettings.from_dict(data), ReplaySettings.from_dict(data["replay"])
+    run_worker(
+        argv,
+        lambda run_dir, data: ReplayWorker(
+            run_dir, CollectivesSettings.from_dict(data), ReplaySettings.from_dict(data["replay"])
+        ),
     )
-    serve(worker)
 
 
 if __name__ == "__main__":
