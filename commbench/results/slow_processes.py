@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.results.schema import ResultRow
-from commbench.results.stragglers import DOMINANT_POINTS, DOMINANT_SHARE, format_us, point_label
+from commbench.results.stragglers import fold_by_rank, format_us, point_label
 from commbench.results.summary import Device, devices
 
 
@@ -82,19 +82,13 @@ def summarise(
     often first), then the other points (the largest excess first). Empty for a run without
     per-process times (every run but an nccl-tests `-I` import) or without a clear one."""
     measured = sum(1 for r in rows if r.processes is not None)
-    points = slowest(rows, ranks)
-    grouped: dict[int, list[SlowestAt]] = {}
-    for point in points:
-        grouped.setdefault(point.rank, []).append(point)
-    often = [
-        SlowestOften(rank=rank, device=named[0].device, points=tuple(named), measured=measured)
-        for rank, named in grouped.items()
-        if len(named) >= DOMINANT_POINTS and len(named) >= DOMINANT_SHARE * measured
-    ]
-    often.sort(key=lambda o: (-len(o.points), o.rank))
-    folded = {o.rank for o in often}
-    rest = sorted((p for p in points if p.rank not in folded), key=lambda p: -p.share)
-    return [*often, *rest]
+    return fold_by_rank(
+        slowest(rows, ranks),
+        measured,
+        lambda rank, named: SlowestOften(
+            rank=rank, device=named[0].device, points=named, measured=measured
+        ),
+    )
 
 
 def process_name(rank: int, device: Device | None) -> str:

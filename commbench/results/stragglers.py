@@ -15,9 +15,9 @@ late everywhere is one problem (its host, its NIC, its GPU's clocks), not fourte
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from commbench.results.ranks import RankEntry
 from commbench.results.schema import ResultRow
@@ -105,19 +105,47 @@ def summarise(
     other points, the longest wait (as a share of the iteration) first. Empty when no row has
     per-rank times or nobody waited."""
     measured = sum(1 for r in rows if r.ranks is not None)
-    points = waited_for(rows, ranks)
-    by_rank: dict[int, list[WaitedFor]] = {}
+    return fold_by_rank(
+        waited_for(rows, ranks),
+        measured,
+        lambda rank, named: RankWaits(
+            rank=rank, host=named[0].host, points=named, measured=measured
+        ),
+    )
+
+
+class _Named(Protocol):
+    @property
+    def rank(self) -> int: ...
+    @property
+    def share(self) -> float: ...
+
+
+P = TypeVar("P", bound=_Named)
+F = TypeVar("F")
+
+
+def fold_by_rank(
+    points: Sequence[P], measured: int, fold: Callable[[int, tuple[P, ...]], F]
+) -> list[F | P]:
+    """A run's findings, most telling first: each rank named at most of the `measured` points
+    (`DOMINANT_POINTS`, `DOMINANT_SHARE`) once, as `fold(rank, its points)`, the ranks named
+    most often first; then the other points, the largest share first. The one grouping of
+    both per-rank analyses (whom the others waited for, which process was slowest)."""
+    by_rank: dict[int, list[P]] = {}
     for point in points:
         by_rank.setdefault(point.rank, []).append(point)
-    dominant = [
-        RankWaits(rank=rank, host=named[0].host, points=tuple(named), measured=measured)
-        for rank, named in by_rank.items()
-        if len(named) >= DOMINANT_POINTS and len(named) >= DOMINANT_SHARE * measured
-    ]
-    dominant.sort(key=lambda d: (-len(d.points), d.rank))
-    folded = {d.rank for d in dominant}
+    dominant = sorted(
+        (
+            (rank, tuple(named))
+            for rank, named in by_rank.items()
+            if len(named) >= DOMINANT_POINTS and len(named) >= DOMINANT_SHARE * measured
+        ),
+        key=lambda item: (-len(item[1]), item[0]),
+    )
+    folded = {rank for rank, _ in dominant}
     rest = sorted((p for p in points if p.rank not in folded), key=lambda p: -p.share)
-    return [*dominant, *rest]
+    return [*(fold(rank, named) for rank, named in dominant), *rest]
 
 
 def point_label(row: ResultRow) -> str:
