@@ -93,7 +93,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["slurm-script", "--", "collectives", "--dtype", "float32,nope"], "unknown dtype"),
         (["slurm-script", "--", "collectives", "--in-place", "maybe"], "--in-place must be"),
         (["run", "{dir}/in_place.yaml"], "collectives.in_place: expected true, false or both"),
-        (["slurm-script", "--", "collectives", "--nproc", "0"], "--nproc must be at least 1"),
+        (["slurm-script", "--", "collectives", "--nproc", "0"], "--nproc must be >= 1, got 0"),
         (["slurm-script", "--", "collectives", "--timeout", "-5"], "--timeout must be a positive"),
         (["slurm-script", "--", "collectives", "--timeout", "0.5"], "--timeout must be at least"),
         (["slurm-script", "--", "collectives", "--min-time", "nan"], "--min-time must be"),

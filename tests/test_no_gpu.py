@@ -124,7 +124,7 @@ def test_nothing_is_said_when_the_user_chose_or_a_gpu_is_there(this_machine: Ins
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--nproc", "0"], "--nproc must be >= 1, got 0"),
         (["--sizes", "0"], "size '0' must be positive"),
         (["--iters", "0"], "--iters must be >= 1, got 0"),
         (["--warmup", "-1"], "--warmup must be >= 0, got -1"),

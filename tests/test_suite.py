@@ -465,7 +465,7 @@ def test_an_incomparable_baseline_exits_2(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--nproc", "0"], "--nproc must be at least 1"),
+        (["--nproc", "0"], "--nproc must be >= 1, got 0"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--backend", "mpi", "--device", "cpu"], "unknown backend 'mpi'"),
     ],

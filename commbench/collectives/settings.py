@@ -114,8 +114,6 @@ class CollectivesSettings:
             raise UserError(
                 "--graph needs --device cuda and --backend nccl (only NCCL is graph-capturable)"
             )
-        if self.nproc < 1:
-            raise UserError("--nproc must be at least 1")
         check_range(self.nproc, "--nproc", 1, MAX_NPROC)
         for name, least in (("warmup", 0), ("iters", 1), ("min_iters", 1), ("max_iters", 1)):
             value = getattr(self, name)

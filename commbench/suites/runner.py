@@ -25,7 +25,9 @@ from commbench.errors import (
     UserError,
 )
 from commbench.launch import procs
+from commbench.numbers import check_range
 from commbench.results.lifecycle import INTERRUPTED, start_suite
+from commbench.results.names import MAX_NPROC
 from commbench.results.record import Entry, RunContext, RunKind, RunStatus, SuiteRecord
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import SuiteDir, atomic_write, dump_json
@@ -62,8 +64,7 @@ class Machine:
             raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
         if self.backend not in ("nccl", "gloo"):
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
-        if self.nproc < 1:
-            raise UserError("--nproc must be at least 1")
+        check_range(self.nproc, "--nproc", 1, MAX_NPROC)
 
     def launch(self, entry: str) -> Any:
         """The launch options for one suite entry: a rendezvous id of its own per entry, so
