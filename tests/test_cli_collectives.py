@@ -38,9 +38,9 @@ def one_line_error(result) -> str:
         (["--device", "cpu", "--graph"], "--graph needs --device cuda"),
         (["--iters", "0"], "--iters must be >= 1"),
         (["--timeout", "0"], "--timeout must be a positive number"),
-        (["--timeout", "nan"], "--timeout: expected a finite number"),
-        (["--timeout", "inf"], "--timeout: expected a finite number"),
-        (["--min-time", "nan"], "--min-time: expected a finite number"),
+        (["--timeout", "nan"], "--timeout: expected a number"),
+        (["--timeout", "inf"], "--timeout: expected a number"),
+        (["--min-time", "nan"], "--min-time: expected a number"),
         (["--node-rank", "1"], "--node-rank needs --nnodes"),
         (["--ranks", "0,x"], "--ranks must be a comma list"),
         (["--device", "cpu", "--nproc", "2", "--ranks", "0,5"], "rank 5 is outside the world"),
@@ -161,14 +161,15 @@ def test_strategies_are_probed_too() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["collectives", "--iters", "abc"], "'--iters': expected a whole number"),
+        (["collectives", "--iters", "abc"], "--iters: expected a whole number"),
         (["collectives", "--format", "csvx"], "'csvx' is not one of"),
         (["topo", "--bogus"], "No such option: --bogus"),
         (["compare"], "Missing argument 'BASELINE'"),
     ],
 )
 def test_parse_errors_are_one_line_too(args: list[str], fragment: str) -> None:
-    """What Typer itself refuses (types, choices, unknown flags) reads like our own errors."""
+    """What Typer itself refuses (choices, unknown flags) reads like our own errors, with
+    the help to read; a number is read by commbench's own parser, and its error is ours."""
     out = subprocess.run(
         [sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=60
     )
@@ -176,4 +177,5 @@ def test_parse_errors_are_one_line_too(args: list[str], fragment: str) -> None:
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("commbench: error: ") and fragment in lines[0]
-    assert f"commbench {args[0]} --help" in lines[0]
+    if "--iters" not in args:
+        assert f"commbench {args[0]} --help" in lines[0]
