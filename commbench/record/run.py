@@ -36,6 +36,7 @@ from commbench.errors import UserError, quoted
 from commbench.files import path_kind, shown
 from commbench.launch.pythonpath import PACKAGE_ROOT
 from commbench.record.meta import META_FILE, RankMeta, Stepped, read_metas
+from commbench.results.store import new_directory
 from commbench.traces.trace import (
     MAX_ARGV,
     MAX_BACKENDS,
@@ -85,19 +86,13 @@ def new_default_directory(parent: Path = DEFAULT_PARENT) -> Path:
     write into one when each found it still empty."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        made = new_directory(parent, f"trace-{stamp}")
     except OSError as exc:
-        raise UserError(f"{shown(parent)}: cannot create it: {exc.strerror}") from None
-    for attempt in range(1, 1001):
-        directory = parent / (f"trace-{stamp}" if attempt == 1 else f"trace-{stamp}-{attempt}")
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise UserError(f"{shown(directory)}: cannot create it: {exc.strerror}") from None
-        return directory.resolve()
-    raise UserError(f"{shown(parent)}: no new trace-{stamp} directory could be made in it")
+        where = Path(exc.filename) if exc.filename else parent
+        raise UserError(f"{shown(where)}: cannot create it: {exc.strerror}") from None
+    if made is None:
+        raise UserError(f"{shown(parent)}: no new trace-{stamp} directory could be made in it")
+    return made.resolve()
 
 
 def check_command(argv: Sequence[str]) -> list[str]:

@@ -272,20 +272,29 @@ def new_run_dir(parent: Path, kind: str) -> Path:
     """Create `parent/<timestamp>-<kind>[-N]`; an existing directory is never reused."""
     if parent.exists() and not parent.is_dir():
         raise UserError(f"cannot write under {parent}: it is a file, not a directory")
-    with writing(parent):
-        parent.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"{stamp}-{kind}"
+    try:
+        made = new_directory(parent, f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}")
+    except OSError as exc:
+        raise UserError(f"cannot write {exc.filename or parent}: {exc.strerror or exc}") from None
+    if made is None:
+        raise UserError(f"could not create a new run directory under {parent}")
+    return made
+
+
+def new_directory(parent: Path, base: str) -> Path | None:
+    """Create `parent/base`, or `base-2`, `base-3`... where it exists (mkdir, which fails on
+    one that exists: two commands started in the same second never share one); None when a
+    thousand do. The one maker of run directories and of `record`'s default trace directory;
+    an OSError is its caller's to say, naming `exc.filename`."""
+    parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
         path = parent / (base if attempt == 0 else f"{base}-{attempt + 1}")
         try:
             path.mkdir()
         except FileExistsError:
             continue
-        except OSError as exc:
-            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
         return path
-    raise UserError(f"could not create a new run directory under {parent}")
+    return None
 
 
 def write_results(run_dir: Path, rows: list[ResultRow], *, p2p: bool = False) -> None:
