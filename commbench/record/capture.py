@@ -18,15 +18,18 @@ GIL, while a gloo worker holding that mutex frees a tensor that our kernel gave 
 object, and waits for the GIL. Seen in 2 of 3 runs of a 300-step DDP job (4,791 calls)
 before this design, and in none of hundreds after (benchmarks/record_stress.py).
 
-A call is written once it has completed, in issue order. Its completion is polled
-(`Work.is_completed`) at the points the process passes anyway: the next call it issues, the
-next module forward, the optimizer step's start (the backward is over) and end, and its
-exit. So `completed_ns` is when the call was first seen complete: an upper bound, late by at
-most the time to the next of those points. Polling, not a completion callback: a Python
-callback runs on the backend's thread and must take the GIL there, which stalled gloo's
-worker (the next collective waits behind it) and cost DDP steps 6 to 166% on 2 cores. The
-queue of calls not yet seen complete is bounded (`MAX_PENDING`): past it the oldest is
-written as never seen complete. Steps: a step
+A call is written once it has completed, in issue order. Its completion time is the
+backend's (`commbench.completion`): a thread of ours per process group waits each call's
+Work (the GIL released) and stamps the clock when it returns; on CUDA tensors, a timing event
+before the call on the job's stream and one after it on a side stream of ours give its
+device time. The job's own points (the next call it issues, the next module forward, the
+optimizer step's start and end, its exit) also poll `Work.is_completed`, and the first of the
+two to see a call complete stamps it: send and recv are only polled (gloo's may be waited
+once, by the job; they show complete once the job has waited them). Not a completion
+callback: a Python callback runs on the backend's thread and must take the GIL there, which
+stalled gloo's worker (the next collective waits behind it) and cost DDP steps 6 to 166% on
+2 cores. The queue of calls not yet written is bounded (`MAX_PENDING`): past it the oldest
+is written as never seen complete. Steps: a step
 opens at the first module forward after the previous step (a global forward pre-hook), or
 at the first call after the previous step closed (held as `tentative` until a forward or
 the step's end shows the job went on), and closes at the optimizer's step (a global
@@ -55,6 +58,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from commbench.completion import P2P_OPS, Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.traces.names import canonical_dtype, canonical_op
@@ -70,6 +74,8 @@ from commbench.traces.trace import (
 )
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"
+CLOSE_DRAIN_S = 1.0
+"""At exit, how long the calls in flight get to be stamped complete."""
 MAX_PENDING = 4096
 """Calls held back waiting for an earlier one to complete; past it the oldest is written
 without a completion time (a call that never completes must not grow memory)."""
@@ -163,8 +169,6 @@ class _Pending:
     completed_ns: int | None = None
     done: bool = False
     """Seen complete, or never to be (no Work, a failed one)."""
-    overlapped: bool = False
-    """Still in flight when its rank issued the next call: async."""
     tentative: bool = False
     """Issued after a step closed and before anything else showed the next step begun (a
     module's forward, the step's own end): its step is the next one if the job goes on,
@@ -201,6 +205,9 @@ class Capture:
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
         self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
+        self.completions: Completions[_Pending] = Completions(self._stamped)
+        self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
+        self.cuda: CudaCompletions[_Pending] | None = None
 
     # -- installing ----------------------------------------------------------------------
 
@@ -244,16 +251,18 @@ class Capture:
             if self.failed is not None or keyset.has(meta):
                 return overload.redispatch(keyset.remove(below), *args, **kwargs)
             issued = time.time_ns()
+            start = None
             try:
                 self.poll()
                 entry = self._note(op, args, kwargs, issued)
+                start = self._cuda_start(entry)
             except Exception as exc:  # never the job's problem
                 self.fail(exc)
                 entry = None
             result = overload.redispatch(keyset.remove(below), *args, **kwargs)
             if entry is not None:
                 try:
-                    self._watch(entry, result)
+                    self._watch(entry, result, start)
                 except Exception as exc:
                     self.fail(exc)
             return result
@@ -336,18 +345,28 @@ class Capture:
         )
         entry = _Pending(call, tentative=self.unconfirmed)
         with self.lock:
-            for earlier in self.pending:
-                if not earlier.done:
-                    earlier.overlapped = True  # still in flight when this one was issued
             self.calls += 1
             self.pending.append(entry)
             while len(self.pending) > MAX_PENDING:
                 self._write(self.pending.popleft())
         return entry
 
-    def _watch(self, entry: _Pending, result: Any) -> None:
-        """Keep the call's Work, polled for completion at the next points the process
-        passes (`poll`); a call without one (barrier's on some backends) is done now."""
+    def _cuda_start(self, entry: _Pending) -> Any:
+        """A timing event on the job's stream before a call on CUDA tensors; None for other
+        calls and for a call being captured into a CUDA graph (no event may be recorded
+        there, and its replays never reach the dispatcher)."""
+        if not entry.call.device.startswith("cuda"):
+            return None
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        if self.cuda is None:
+            self.cuda = CudaCompletions(self._stamped)
+        return self.cuda.start()
+
+    def _watch(self, entry: _Pending, result: Any, start: Any = None) -> None:
+        """Keep the call's Work: waited by a thread of ours (`commbench.completion`) and
+        polled at the next points the process passes (`poll`); a call without one
+        (barrier's on some backends) is done now."""
         work = result[-1] if isinstance(result, tuple) else result
         handle = None
         if isinstance(work, torch.ScriptObject):
@@ -357,6 +376,27 @@ class Capture:
             entry.work = handle
             entry.done = handle is None
             self._flush_done()
+        if handle is None:
+            return
+        group = entry.call.group.name
+        if start is not None and self.cuda is not None:
+            self.cuda.watch(group, handle, entry, start, entry.call.issued_ns, start.device)
+        elif entry.call.device.startswith("cuda"):
+            return  # captured into a CUDA graph: polled, as it always was
+        elif entry.call.op in P2P_OPS:
+            self.polled.watch(handle, entry)
+        else:
+            self.completions.watch(group, handle, entry)
+
+    def _stamped(self, entry: _Pending, completed_ns: int | None) -> None:
+        """A call's completion, from a thread of `commbench.completion` (None: its Work
+        failed). The first to see it complete, this or `poll`, stamps it."""
+        with self.lock:
+            if not entry.done:
+                entry.completed_ns, entry.done = completed_ns, True
+                if completed_ns is None:
+                    entry.work = None
+                self._flush_done()
 
     def poll(self) -> None:
         """Mark each pending call whose Work has completed as complete now, and write the
@@ -398,11 +438,9 @@ class Capture:
         """Write one call (under the lock)."""
         if not entry.done:
             self.unfinished += 1
+        entry.work = None  # its tensors are the job's to free
         if self.writer is not None:
-            async_op = entry.call.async_op or entry.overlapped
-            self.writer.write(
-                replace(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
-            )
+            self.writer.write(replace(entry.call, completed_ns=entry.completed_ns))
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -490,6 +528,13 @@ class Capture:
         and close the rank's file. Idempotent: atexit and SIGTERM may both come."""
         with contextlib.suppress(Exception):
             self.poll()
+            # a call the job has just waited may be a moment from its stamp; one that has
+            # not completed by now (a job killed in it) is written without one
+            self.completions.drain(CLOSE_DRAIN_S)
+            if self.cuda is not None:
+                self.cuda.drain(CLOSE_DRAIN_S)
+            self.poll()
+            self.polled.close()
         with self.lock:
             while self.pending:
                 entry = self.pending.popleft()

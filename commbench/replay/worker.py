@@ -9,7 +9,7 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
    instances at once; rank 0 journals a row each, with its recorded `calls`;
 3. sequence: each rank issues its recorded calls step by step, a world barrier before each
    step, the whole sequence `repeats + 1` times (the first a warm-up); a step's time is
-   measured as the recording's was (the union of each call's [issued, seen complete], polled),
+   measured as the recording's was (the union of each call's [issued, completed]),
    the maximum over ranks, its median over the passes; with `pace`, each call is issued at its
    recorded offset from the step's start. The async
    rule: a call recorded async is issued async and waited at the end of its step (the trace
@@ -20,7 +20,9 @@ iteration planning, check and max over ranks: `Worker._measure`, `_exchange`,
 
 from __future__ import annotations
 
+import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,6 +42,7 @@ from commbench.collectives.ops import (
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, plan_size
+from commbench.completion import P2P_OPS, Completions
 from commbench.launch.worker import Worker, run_worker
 from commbench.replay import compiled
 from commbench.replay.buckets import assign_buckets
@@ -58,7 +61,7 @@ from commbench.traces.trace import Parameter
 ADVISOR_ROUNDS = 15
 """Rounds of the bucket advisor (each bucket list once a round) unless --iters asks more."""
 POLL_S = 50e-6
-"""How often a step polls the works in flight while it has nothing to issue."""
+"""The finest sleep of a paced step waiting for its next call's offset."""
 
 Issuer = Callable[[Buffers, Group, int | None], Any]
 """Issues one traced call asynchronously on its buffers and group: its Work."""
@@ -114,6 +117,10 @@ class ReplayWorker(Worker):
         self.r = r
         self.handles: list[Any] = []
         self.program: compiled.Compiled | None = None
+        self.stamps = threading.Lock()
+        self.completions: Completions[tuple[list[list[float]], int]] = Completions(
+            self._stamped, clock=time.perf_counter_ns
+        )
 
     # -- groups ----------------------------------------------------------------------------
 
@@ -228,10 +235,12 @@ class ReplayWorker(Worker):
 
     def _step(self, issues: Sequence[Issue], cache: dict[Any, Buffers]) -> list[float]:
         """One step of this rank's calls: [the time covered by the union of each call's
-        [issued, seen complete] (timed as the recording was: completion polled with
-        `Work.is_completed` while later calls are issued and until the last is done), the
-        span from the step's start to its last completion]. With `pace`, each call waits for
-        its recorded offset from the step's start, so the span holds the recorded gaps."""
+        [issued, completed], the span from the step's start to its last completion]. Timed
+        as the recording was (`commbench.completion`): a call waited at once ends when its
+        wait returns; an async one when a thread of ours waiting it sees it complete (send
+        and recv, which only their caller may wait, when the step's own wait returns). With
+        `pace`, each call waits for its recorded offset from the step's start, so the span
+        holds the recorded gaps."""
         dist.barrier()
         self._sync()
         if not issues:
@@ -242,48 +251,42 @@ class ReplayWorker(Worker):
         for issue in issues:
             if self.r.pace and issue.offset_s is not None:
                 while (late := origin + issue.offset_s - time.perf_counter()) > 0:
-                    pending = self._poll(pending, spans)
                     time.sleep(min(late, POLL_S))
-            pending = self._poll(pending, spans)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
             start = time.perf_counter()
             work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
             self.hb.tick()  # a paced step waits between calls: each call issued is progress
-            spans.append([start, start])
+            spans.append([start, math.inf])
+            index = len(spans) - 1
             if issue.async_op and work is not None:
-                pending.append((work, len(spans) - 1))
+                pending.append((work, index))
+                if self.device.type == "cpu" and issue.op not in P2P_OPS:
+                    self.completions.watch(str(issue.group), work, (spans, index))
             else:
                 if work is not None:
                     work.wait()
                 self._sync()
-                spans[-1][1] = time.perf_counter()
-        while pending:
-            pending = self._poll(pending, spans)
-            if pending:
-                # no Work is trusted to say it completed before it is waited (gloo's send,
-                # recv and reduce_scatter never do): wait the oldest, bounded by the process
-                # group's timeout (--timeout), and poll the rest again
-                work, index = pending.pop(0)
-                work.wait()
                 spans[index][1] = time.perf_counter()
+        # no Work is trusted to say it completed (gloo's send, recv and reduce_scatter never
+        # do before they are waited): each is waited, bounded by the process group's timeout
+        # (--timeout), oldest first
+        for work, index in pending:
+            work.wait()
+            waited = time.perf_counter()
+            with self.stamps:
+                spans[index][1] = min(spans[index][1], waited)
+        del pending
+        self.completions.drain()
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]
 
-    def _poll(
-        self, pending: list[tuple[Any, int]], spans: list[list[float]]
-    ) -> list[tuple[Any, int]]:
-        """The works still in flight; each one done is marked complete now."""
-        if not pending:
-            return pending
-        now = time.perf_counter()
-        left = []
-        for work, index in pending:
-            if work.is_completed():
-                spans[index][1] = now
-            else:
-                left.append((work, index))
-        return left
+    def _stamped(self, token: tuple[list[list[float]], int], ns: int | None) -> None:
+        """An async call's completion, from a thread of `commbench.completion`."""
+        if ns is not None:
+            spans, index = token
+            with self.stamps:
+                spans[index][1] = min(spans[index][1], ns / 1e9)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

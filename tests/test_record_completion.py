@@ -1,0 +1,132 @@
+"""A recorded call's time is its communication's, not the job's compute after it (issue 34,
+item 1), and no Work is trusted to report its own completion (item 2).
+
+tests/jobs/compute_gap_job.py makes every call gloo implements (list and tensor forms, sync
+and async, send and recv), waits each, then "computes" 100 ms; it times each call itself.
+Before `commbench.completion`, each call was recorded at the next point the job passed: 100
+ms or more for a call the job saw take 1 ms; and gloo's reduce_scatter, whose Work never
+reports completion, was recorded without one."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commbench.cli import app
+from commbench.completion import Completions, PolledCompletions
+from commbench.traces.trace import read_trace
+from tests.test_record import JOBS, record
+
+GAP_US = 100_000
+
+
+def _truth(stdout: str) -> dict[int, list[tuple[str, float]]]:
+    out: dict[int, list[tuple[str, float]]] = {0: [], 1: []}
+    for line in stdout.splitlines():
+        if line.startswith("truth: "):
+            _, rank, op, us = line.split()
+            out[int(rank)].append((op, float(us)))
+    return out
+
+
+@pytest.mark.integration
+def test_each_call_is_recorded_at_its_own_time_not_the_compute_after_it(
+    tmp_path: Path, free_port: int
+) -> None:
+    done = record(tmp_path, [str(JOBS / "compute_gap_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    truth = _truth(done.stdout)
+    trace = read_trace(tmp_path / "trace")
+    ratios = []
+    for rank in (0, 1):
+        calls = trace.calls[rank]
+        assert len(calls) == len(truth[rank]) == 42
+        for i, (call, (name, job_us)) in enumerate(zip(calls, truth[rank], strict=True)):
+            assert name.split("_list")[0] == call.op, (rank, i, call.op, name)
+            # every Work is timed, gloo's reduce_scatter and send/recv included
+            assert call.completed_ns is not None, (rank, i, name)
+            recorded_us = (call.completed_ns - call.issued_ns) / 1e3
+            # the job's own clock brackets the call; the recorder's may be late by a thread's
+            # wake-up, never by the 100 ms of compute the job did next
+            assert recorded_us < job_us + GAP_US / 4, (rank, i, name, recorded_us, job_us)
+            ratios.append(recorded_us / job_us)
+    # over all calls the recording tracks what the job saw (typically 0.6-1.2)
+    assert 0.25 < statistics.median(ratios) < 2, sorted(ratios)
+
+    # and the trace replays, every op, paced and not (every Work waited, none polled for ever)
+    for extra in ([], ["--pace"]):
+        out = tmp_path / f"out{len(extra)}"
+        result = CliRunner().invoke(
+            app,
+            ["replay", str(tmp_path / "trace"), "--device", "cpu", "--iters", "3",
+             "--warmup", "1", "--out", str(out), *extra],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stdout + result.stderr
+        (run_dir,) = out.iterdir()
+        replay = json.loads((run_dir / "run.json").read_text())["replay"]
+        assert replay["replayed_comm_s_per_step"] and all(
+            0 < s < GAP_US / 1e6 for s in replay["replayed_comm_s_per_step"]
+        )
+
+
+class _Work:
+    """A Work as `commbench.completion` sees one: `wait` blocks until it is completed."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.event = threading.Event()
+        self.fails = fails
+        self.waits = 0
+
+    def complete(self) -> None:
+        self.event.set()
+
+    def wait(self) -> bool:
+        self.waits += 1
+        self.event.wait()
+        if self.fails:
+            raise RuntimeError("peer gone")
+        return True
+
+    def is_completed(self) -> bool:
+        if self.fails and self.event.is_set():
+            raise RuntimeError("peer gone")
+        return self.event.is_set()
+
+
+def test_completions_stamp_each_work_when_it_completes_in_its_group() -> None:
+    stamps: dict[str, int | None] = {}
+    completions: Completions[str] = Completions(stamps.__setitem__, clock=time.monotonic_ns)
+    a, b, c = _Work(), _Work(), _Work(fails=True)
+    completions.watch("g1", a, "a")
+    completions.watch("g2", b, "b")  # another group: not behind a
+    completions.watch("g1", c, "c")
+    b.complete()
+    assert not completions.drain(timeout=0.05)  # a and c are still in flight
+    assert set(stamps) == {"b"}
+    before = time.monotonic_ns()
+    a.complete()
+    c.complete()
+    assert completions.drain(timeout=5)
+    assert stamps["a"] is not None and stamps["a"] >= before
+    assert stamps["c"] is None  # a failed Work: no completion time
+    assert a.waits == 1 and b.waits == 1
+    completions.close()
+
+
+def test_polled_completions_never_wait_a_work() -> None:
+    stamps: dict[str, int | None] = {}
+    polled: PolledCompletions[str] = PolledCompletions(stamps.__setitem__)
+    work = _Work()
+    polled.watch(work, "send")
+    time.sleep(0.01)
+    assert stamps == {}
+    work.complete()
+    assert polled.drain(timeout=5)
+    assert stamps["send"] is not None and work.waits == 0
+    polled.close()
