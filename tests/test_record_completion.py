@@ -130,3 +130,17 @@ def test_polled_completions_never_wait_a_work() -> None:
     assert polled.drain(timeout=5)
     assert stamps["send"] is not None and work.waits == 0
     polled.close()
+
+
+@pytest.mark.integration
+def test_symmetric_memory_calls_are_counted_and_named(tmp_path: Path, free_port: int) -> None:
+    """symm_mem ops are not c10d ops and the trace cannot hold them (issue 34, item 9): the
+    manifest names them with their number, and record says so."""
+    done = record(tmp_path, [str(JOBS / "symm_mem_job.py")], free_port)
+    assert done.returncode == 0, done.stderr
+    made = sum(int(line.split()[-1]) for line in done.stdout.splitlines() if "truth:" in line)
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.not_captured == (("symm_mem::one_shot_all_reduce", made),)
+    assert made == 6 and f"not captured: {made} call(s) of symm_mem::" in done.stderr
+    assert any("not captured" in note for note in trace.notes())
+    assert [c.op for c in trace.calls[0]] == ["all_reduce"]

@@ -115,6 +115,45 @@ OPS = (
     "recv_any_source_",
 )
 _PEER_ARGS = ("root_rank", "dst", "src")
+SYMM_MEM_OPS = (
+    "one_shot_all_reduce",
+    "one_shot_all_reduce_out",
+    "one_shot_all_reduce_copy",
+    "one_shot_all_reduce_copy_out",
+    "two_shot_all_reduce_",
+    "two_shot_all_reduce_out",
+    "multimem_all_reduce_",
+    "multimem_one_shot_all_reduce",
+    "multimem_one_shot_all_reduce_out",
+    "multimem_one_shot_reduce_out",
+    "multimem_all_gather_out",
+    "reduce_scatter_out",
+    "all_to_all_vdev",
+    "all_to_all_vdev_2d",
+    "all_to_all_vdev_2d_offset",
+    "tile_reduce",
+    "multi_root_tile_reduce",
+    "nvshmem_all_to_all",
+    "nvshmem_broadcast",
+    "nvshmem_put",
+    "nvshmem_get",
+    "nvshmem_put_with_signal",
+    "nccl_put",
+    "nccl_get",
+    "nccl_put_with_signal",
+    "nccl_reduce_scatter_offset",
+    "fused_all_gather_matmul",
+    "fused_all_gather_scaled_matmul",
+    "fused_matmul_reduce_scatter",
+    "fused_scaled_matmul_reduce_scatter",
+)
+"""The symmetric-memory operators (`torch.ops.symm_mem`) that move data between ranks. They
+are not c10d ops (no process group, no Work: a group name and device-side signals), so the
+trace cannot hold them; the capture counts each call at the same BackendSelect key and the
+manifest names them ("not captured: N calls of symm_mem::..."). Those defined only when
+`torch.distributed._symmetric_memory` is imported (the fused async-TP ops) are counted when
+it was imported before the capture started; async-TP's copy-engine all_gather moves data
+with plain copies between mapped buffers, which no dispatcher key tells from a local copy."""
 
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -205,6 +244,8 @@ class Capture:
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
         self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
+        self.not_captured: collections.Counter[str] = collections.Counter()
+        self.graph_captured = 0
         self.completions: Completions[_Pending] = Completions(self._stamped)
         self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
         self.cuda: CudaCompletions[_Pending] | None = None
@@ -228,6 +269,36 @@ class Capture:
         for op in self.ops.values():
             library.impl(op.name, self._kernel(op), "BackendSelect", with_keyset=True)
         self._library = library  # kept for the process's life: dropping it unregisters
+        self._symm_library = self._count_symm_mem()
+
+    def _count_symm_mem(self) -> Any:
+        """Count the calls of every symmetric-memory operator there is (`SYMM_MEM_OPS`)."""
+        namespace = torch.ops.symm_mem
+        library = None
+        for name in SYMM_MEM_OPS:
+            try:
+                overload = getattr(namespace, name).default
+            except (AttributeError, RuntimeError):  # not in this torch (or not imported)
+                continue
+            if library is None:
+                library = torch.library.Library("symm_mem", "IMPL")
+            with contextlib.suppress(RuntimeError):  # a key it already has: left alone
+                library.impl(
+                    name, self._counter(f"symm_mem::{name}", overload), "BackendSelect",
+                    with_keyset=True,
+                )  # fmt: skip
+        return library
+
+    def _counter(self, name: str, overload: Any) -> Any:
+        below = torch.DispatchKey.BackendSelect
+        meta = torch.DispatchKey.Meta
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.failed is None and not keyset.has(meta):
+                self.not_captured[name] += 1  # under the GIL: one increment at a time
+            return overload.redispatch(keyset.remove(below), *args, **kwargs)
+
+        return kernel
 
     def _guarded(self, hook: Any) -> Any:
         """`hook`, which never raises into the job: an error stops the capture instead."""
@@ -358,6 +429,7 @@ class Capture:
         if not entry.call.device.startswith("cuda"):
             return None
         if torch.cuda.is_current_stream_capturing():
+            self.graph_captured += 1
             return None
         if self.cuda is None:
             self.cuda = CudaCompletions(self._stamped)
@@ -516,6 +588,8 @@ class Capture:
             calls=self.calls,
             unfinished=self.unfinished,
             error=self.failed,
+            not_captured=tuple(sorted(self.not_captured.items())),
+            graph_captured=self.graph_captured,
             closed=closed,
         )
         path = self.directory / META_FILE.format(rank=meta.rank)

@@ -24,6 +24,7 @@ from commbench.traces.trace import (
     MAX_ARGV,
     MAX_BACKENDS,
     MAX_MANIFEST_BYTES,
+    MAX_NOT_CAPTURED,
     MAX_WORLD,
     Parameter,
     kept_parameters,
@@ -53,6 +54,10 @@ class RankMeta:
     """Calls written without having been seen complete."""
     error: str | None = None
     """Why the capture stopped noting calls early (the job itself went on)."""
+    not_captured: tuple[tuple[str, int], ...] = ()
+    """Calls of operators the trace cannot hold (`symm_mem::*`), by operator."""
+    graph_captured: int = 0
+    """Calls noted while a CUDA graph was being captured."""
     closed: bool = False
     """The process ended normally and its rank file is whole."""
 
@@ -72,6 +77,8 @@ class RankMeta:
             "calls": self.calls,
             "unfinished": self.unfinished,
             "error": self.error,
+            "not_captured": [{"op": op, "calls": n} for op, n in self.not_captured],
+            "graph_captured": self.graph_captured,
             "closed": self.closed,
         }
 
@@ -91,6 +98,14 @@ class RankMeta:
             calls=f.opt("calls", count) or 0,
             unfinished=f.opt("unfinished", count) or 0,
             error=f.opt("error", line),
+            not_captured=tuple(
+                (g.req("op", line), g.req("calls", count))
+                for g in (
+                    v.obj()
+                    for v in f.items("not_captured", required=False, max_items=MAX_NOT_CAPTURED)
+                )
+            ),
+            graph_captured=f.opt("graph_captured", count) or 0,
             closed=bool(f.opt("closed", boolean)),
         )
 

@@ -26,6 +26,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,7 @@ from commbench.traces.trace import (
     MAX_BACKENDS,
     MAX_HOSTS,
     MAX_MANIFEST_BYTES,
+    MAX_NOT_CAPTURED,
     MAX_PARAMETERS,
     MAX_WORLD,
     RANK_FILE,
@@ -315,7 +317,24 @@ class _Left:
                 f"the ranks name {len(hosts)} hosts and {len(backends)} backends: the manifest "
                 f"lists the first {MAX_HOSTS} and {MAX_BACKENDS}"
             )
+        not_captured: Counter[str] = Counter()
+        for m in metas:
+            not_captured.update(dict(m.not_captured))
+        graph_captured = sum(m.graph_captured for m in metas)
+        for op, n in sorted(not_captured.items()):
+            notes.append(
+                f"not captured: {n} call(s) of {op} (symmetric memory is not a c10d op: "
+                "these calls are not in the trace and are not replayed)"
+            )
+        if graph_captured:
+            notes.append(
+                f"{graph_captured} call(s) were made while capturing CUDA graphs: each is in "
+                "the trace once, marked `graph`; the graphs' replays never reach the "
+                "dispatcher and are not recorded"
+            )
         manifest = Manifest(
+            not_captured=tuple(sorted(not_captured.items()))[:MAX_NOT_CAPTURED],
+            graph_captured=graph_captured,
             argv=tuple(argv),
             world_size=world,
             hosts=tuple(hosts[:MAX_HOSTS]),

@@ -72,6 +72,8 @@ limit (ARG_MAX, 2 MiB, at 8 bytes of pointer and 2 of text and NUL at least each
 refuses a longer command before it runs it."""
 MAX_HOSTS = 1 << 17
 MAX_BACKENDS = 16
+MAX_NOT_CAPTURED = 256
+"""Operators a manifest names as not captured (symm_mem has a few dozen)."""
 MAX_BYTES = 1 << 50
 """Largest buffer a call may name (a petabyte): past it a byte count is corrupt."""
 _MAX_NS = (1 << 63) - 1
@@ -323,6 +325,12 @@ class Manifest:
     parameters_left_out: int = 0
     """Parameters the job stepped but the trace does not list (more than MAX_PARAMETERS, or
     more than a manifest holds): `replay --rebucket` says so instead of advising on none."""
+    not_captured: tuple[tuple[str, int], ...] = ()
+    """Calls the job made that the trace cannot hold, by operator, with their number over
+    all ranks: symmetric-memory ops (`symm_mem::*`: not c10d ops, no process group)."""
+    graph_captured: int = 0
+    """Calls made while a CUDA graph was being captured, over all ranks: each is in the
+    trace once (marked `graph`), but the graph's replays never reach the dispatcher."""
     tool: str = TOOL
     """Who wrote the trace: `commbench`, or the format a foreign trace was read from."""
     schema_version: int = SCHEMA_VERSION
@@ -341,6 +349,8 @@ class Manifest:
             "complete": self.complete,
             "parameters": [p.payload() for p in self.parameters],
             "parameters_left_out": self.parameters_left_out,
+            "not_captured": [{"op": op, "calls": n} for op, n in self.not_captured],
+            "graph_captured": self.graph_captured,
         }
 
     @classmethod
@@ -371,6 +381,14 @@ class Manifest:
             complete=bool(f.opt("complete", boolean)),
             parameters=Parameter.read_list(f, where),
             parameters_left_out=f.opt("parameters_left_out", integer_in(0, _MAX_NS)) or 0,
+            not_captured=tuple(
+                (g.req("op", line), g.req("calls", integer_in(1, _MAX_NS)))
+                for g in (
+                    v.obj()
+                    for v in f.items("not_captured", required=False, max_items=MAX_NOT_CAPTURED)
+                )
+            ),
+            graph_captured=f.opt("graph_captured", integer_in(0, _MAX_NS)) or 0,
         )
 
 
@@ -397,6 +415,14 @@ class Trace:
             out.append(
                 f"{self.source}: the trace is incomplete (recording was still running, or "
                 "the job failed or was killed): its last calls may be missing"
+            )
+        for op, n in self.manifest.not_captured:
+            out.append(f"{self.source}: not captured: {n} call(s) of {op} (not replayed)")
+        if self.manifest.graph_captured:
+            out.append(
+                f"{self.source}: {self.manifest.graph_captured} call(s) were captured into "
+                "CUDA graphs: each is in the trace once; the graphs' replays never reach the "
+                "dispatcher and are not recorded"
             )
         torn = sum(self.torn.values())
         if torn:
