@@ -474,8 +474,8 @@ class Capture:
         """Mark each pending call whose Work has completed as complete now, and write the
         ones whose predecessors are all written. Runs on the job's own threads, never on
         a backend's: no Python ever runs on gloo's or NCCL's threads."""
-        if not self.pending:
-            return
+        if not self.pending or (self.cuda is not None and torch.cuda.is_current_stream_capturing()):
+            return  # nothing to poll; or a CUDA graph being captured, which a query breaks
         now = time.time_ns()
         with self.lock:
             for entry in self.pending:
