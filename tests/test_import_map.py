@@ -16,7 +16,7 @@ from pathlib import Path
 import commbench
 
 FLOORS: list[set[str]] = [
-    {"errors", "stats", "timing", "version"},
+    {"errors", "stats", "timing", "version", "completion"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
     {"fields", "sizes", "processes", "heatmap", "tables", "options"},
     {"gpu_memory"},
