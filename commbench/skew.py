@@ -83,7 +83,7 @@ class Skew:
         name, colon, value = text.strip().partition(":")
         name = name.strip().lower()
         if name not in SKEWS:
-            near = difflib.get_close_matches(name, SKEWS, n=1, cutoff=0.6)
+            near = difflib.get_close_matches(name, SKEWS, n=1, cutoff=0.7)
             hint = f"; did you mean {near[0]}?" if near else ""
             raise UserError(
                 f"{flag}: unknown skew {quoted(text)}{hint} (choose from: {', '.join(SKEW_FORMS)})"
