@@ -308,3 +308,43 @@ def test_the_busiest_rank_is_what_the_preflight_holds_memory_for() -> None:
     busiest = Skew.parse("hot:1000").busiest((1 << 20) // 4, 4) * 4
     assert rank_buffers(hot, 4) == 2 * (1 << 20) + busiest > BUFFERS_PER_RANK << 20
     assert math.isclose(busiest / (1 << 20), 4 * 1000 / 1003, rel_tol=1e-3)
+
+
+def _run_of(tmp_path: Path, rows: list[ResultRow]) -> Any:
+    from commbench.results.runs import load_run
+    from tests.factories import write_run
+
+    record = {
+        "kind": "collectives",
+        "status": "complete",
+        "context": {"world_size": 2, "backend": "gloo", "device": "cpu"},
+    }
+    return load_run(write_run(tmp_path / "run", rows, record))
+
+
+def test_openmetrics_labels_a_skewed_series_with_its_skew(tmp_path: Path) -> None:
+    from commbench.results.openmetrics import point_families
+
+    a2a = make_row(4096, op="all_to_all", reduce_op="", busbw_factor=0.5)
+    run = _run_of(tmp_path, [a2a, _v_row(4096, "zipf:1.2 seed=0", 1.4)])
+    (busbw,) = [f for f in point_families(run) if f.name == "commbench_busbw_bytes_per_second"]
+    labels = [dict(s.labels) for s in busbw.samples]
+    assert [(d["op"], d.get("skew")) for d in labels] == [
+        ("all_to_all", None),  # an even op's series keeps the labels it always had
+        ("all_to_allv", "zipf:1.2 seed=0"),
+    ]
+
+
+def test_nccl_tests_json_refuses_uneven_splits_it_has_no_program_for(tmp_path: Path) -> None:
+    from commbench.importers.nccl_tests.export import to_nccl_tests_json
+
+    a2a = make_row(4096, op="all_to_all", reduce_op="", busbw_factor=0.5)
+    v = _v_row(4096, "zipf:1.2 seed=0", 1.4)
+    both = _run_of(tmp_path, [a2a, v])
+    assert '"alltoall_perf"' in to_nccl_tests_json(both)  # the even op alone: nothing to choose
+    with pytest.raises(
+        UserError, match=r"all_to_allv's splits are uneven \(skew zipf:1.2 seed=0\)"
+    ):
+        to_nccl_tests_json(both, "all_to_allv")
+    with pytest.raises(UserError, match="nccl-tests has no program for them"):
+        to_nccl_tests_json(_run_of(tmp_path / "v", [v]))
