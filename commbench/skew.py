@@ -22,9 +22,10 @@ exactly when n divides C (`plan_size` makes it so).
 
 The busiest rank (`Skew.busiest`) is the one that sends or receives the most elements; every
 rank sends exactly C, so it is the one receiving the most, and `ratio` = busiest / C is the
-skew's max/mean (the mean of what ranks send or receive is C). The costs are in Python: a
-rank's send and receive splits cost O(n^2) once per run (every source's permutation), the
-busiest rank O(n^2) per size on rank 0 (0.1 s at 256 ranks, about 2 s at 1,024).
+skew's max/mean (the mean of what ranks send or receive is C). The costs are in Python, on
+the host, never in a timed loop: what a rank receives costs O(n^2) once per run (every
+source's permutation: 0.5 s at 1,024 ranks), the busiest rank O(n^2) per size on rank 0 and
+the launcher (0.02 s at 256 ranks; 0.6 s at 1,024, after 1.4 s once).
 
 Torch-free: the settings check `--skew` with it, the worker splits with it, and the readers
 of stored rows check a row's `skew` label with it.
@@ -32,10 +33,8 @@ of stored rows check a row's `skew` label with it.
 
 from __future__ import annotations
 
-import difflib
 import random
 from dataclasses import dataclass
-from decimal import Context, Decimal
 from functools import lru_cache
 
 from commbench.errors import UserError, quoted
@@ -55,9 +54,9 @@ HOT_MAX = 1e6
 WEIGHT_SCALE = 10**15
 """A destination's weight at popularity 0 (zipf) or the ordinary weight (hot): zipf's
 weights as integers keep 15 significant digits."""
-_DECIMAL = Context(prec=40)
-"""zipf's powers: decimal arithmetic (libmpdec, integer code) is the same on every node,
-where a float pow from two libms may differ in its last bit."""
+DECIMAL_DIGITS = 40
+"""zipf's powers are decimal arithmetic to this precision (libmpdec, integer code): the same
+on every node, where a float pow from two libms may differ in its last bit."""
 _SEED_SEP = " seed="
 """Between a skew and its seed in a row's label: `zipf:1.2 seed=0`."""
 
@@ -83,6 +82,8 @@ class Skew:
         name, colon, value = text.strip().partition(":")
         name = name.strip().lower()
         if name not in SKEWS:
+            import difflib  # an error's hint: not on the path of every import
+
             near = difflib.get_close_matches(name, SKEWS, n=1, cutoff=0.7)
             hint = f"; did you mean {near[0]}?" if near else ""
             raise UserError(
@@ -185,10 +186,11 @@ def _order(skew: Skew, src: int, n: int) -> list[int]:
 @lru_cache(maxsize=16)
 def _zipf_weights(param: str, n: int) -> tuple[int, ...]:
     """10^15 / (k+1)^S for popularity k = 0..n-1, as integers (floored)."""
+    from decimal import Context, Decimal
+
+    exact = Context(prec=DECIMAL_DIGITS)
     s = Decimal(param)
-    return tuple(
-        int(_DECIMAL.divide(WEIGHT_SCALE, _DECIMAL.power(Decimal(k + 1), s))) for k in range(n)
-    )
+    return tuple(int(exact.divide(WEIGHT_SCALE, exact.power(Decimal(k + 1), s))) for k in range(n))
 
 
 def _hot(skew: Skew, n: int) -> int:
@@ -201,8 +203,10 @@ def weights(skew: Skew, src: int, n: int) -> list[int]:
     if skew.name == "uniform":
         return [1] * n
     if skew.name == "hot":
+        from decimal import Decimal
+
         out = [WEIGHT_SCALE] * n
-        out[_hot(skew, n)] = int(Decimal(skew.param) * WEIGHT_SCALE)
+        out[_hot(skew, n)] = int(Decimal(skew.param) * WEIGHT_SCALE)  # floored, as zipf's
         return out
     out = [0] * n
     for dst, w in zip(_order(skew, src, n), _zipf_weights(skew.param, n), strict=True):
