@@ -348,3 +348,19 @@ def test_nccl_tests_json_refuses_uneven_splits_it_has_no_program_for(tmp_path: P
         to_nccl_tests_json(both, "all_to_allv")
     with pytest.raises(UserError, match="nccl-tests has no program for them"):
         to_nccl_tests_json(_run_of(tmp_path / "v", [v]))
+
+
+def test_a_comparisons_csv_names_the_skew_of_each_point() -> None:
+    from commbench.compare import Comparison
+    from commbench.report.comparison import CSV_COLUMNS, render
+
+    uniform = [_v_row(4096, "uniform", 1.0)]
+    zipf = [_v_row(4096, "zipf:1.2 seed=0", 1.4)]
+    points, _, _ = compare_rows(uniform, zipf, GateSettings())
+    comparison = Comparison(baseline="a", new="b", settings=GateSettings(), points=points)
+    lines = render(comparison, Format.csv).splitlines()
+    assert lines[0].split(",")[6:8] == ["in_place", "skew"]
+    assert [ln.split(",")[7] for ln in lines[1:]] == ["uniform", "zipf:1.2 seed=0"]
+    plain, _, _ = compare_rows([make_row(4096)], [make_row(4096)], GateSettings())
+    even = Comparison(baseline="a", new="b", settings=GateSettings(), points=plain)
+    assert render(even, Format.csv).splitlines()[0].split(",") == CSV_COLUMNS  # as before
