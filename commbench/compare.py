@@ -1,6 +1,8 @@
 """The regression gate: compare two runs point by point and say whether the new one is worse.
 
-A point is keyed by (op, strategy, dtype, reduce op, world size, size, in-place). It
+A point is keyed by (op, strategy, dtype, reduce op, world size, size, in-place, skew): an
+all_to_allv point of one skew is never held to another's, and a row stored before rows named
+their skew has none, the key it always had. It
 regresses when its bus bandwidth drops by more than its limit AND a one-sided Mann-Whitney U
 test on the stored per-iteration samples says the drop is not chance. The limit is the
 largest of:
@@ -81,7 +83,16 @@ ISOLATED_RUN = 0.25
 """... and fewer than this fraction of all the points compared (`isolate`)."""
 
 PointKey = RowKey
-KEY_FIELDS = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes", "in_place")
+KEY_FIELDS = (
+    "op",
+    "strategy",
+    "dtype",
+    "reduce_op",
+    "world_size",
+    "size_bytes",
+    "in_place",
+    "skew",
+)
 
 # comparable() keys, as the refusal message names them.
 _CONTEXT_LABELS = {
@@ -331,6 +342,8 @@ class PointResult:
     in_place: bool
     mark: Mark
     reason: str
+    skew: str = ""
+    """The row's skew (`ResultRow.skew`): '' for every op but all_to_allv."""
     base_busbw_gbps: float | None = None
     new_busbw_gbps: float | None = None
     base_time_us: float | None = None

@@ -18,7 +18,7 @@ import commbench
 FLOORS: list[set[str]] = [
     {"errors", "stats", "timing", "version", "completion"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
-    {"fields", "sizes", "processes", "heatmap", "tables", "options"},
+    {"fields", "sizes", "skew", "processes", "heatmap", "tables", "options"},
     {"gpu_memory"},
     {"topology"},
     {"health"},

@@ -4,6 +4,8 @@ At world size 1 every op is a copy or identity, so a call that does nothing leav
 zeros of the timed iterations in place; the check must catch that for every op.
 """
 
+from typing import Any
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -11,6 +13,7 @@ import torch.distributed as dist
 from commbench.collectives import ops, pattern
 from commbench.collectives.registry import collective
 from commbench.collectives.specs import OPS
+from commbench.skew import Skew
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +149,7 @@ def _true_output(op: str, inputs: list[torch.Tensor], r: int, reduce_op: str) ->
         return inputs[0]
     if op in ("all_gather", "gather"):
         return torch.cat(inputs)
-    if op == "all_to_all":
+    if op in ("all_to_all", "all_to_allv"):  # the registry's all_to_allv splits evenly
         return torch.cat([x[r * chunk : (r + 1) * chunk] for x in inputs])
     if op == "scatter":
         return inputs[0][r * chunk : (r + 1) * chunk]
@@ -167,7 +170,7 @@ def _corruptions(
         bad[f"element {where} off by one"] = off
     half = good.numel() // 2
     bad["halves swapped"] = torch.cat((good[half:], good[:half]))
-    if op in ("all_gather", "gather", "all_to_all"):
+    if op in ("all_gather", "gather", "all_to_all", "all_to_allv"):
         parts = list(good.chunk(n))
         parts[0], parts[1] = parts[1], parts[0]
         bad["chunks 0 and 1 swapped"] = torch.cat(parts)
@@ -257,3 +260,76 @@ def test_avg_accepts_nccl_rounding(dtype: str) -> None:
 def test_large_worlds_keep_the_guarantees(op: str, dtype: str, reduce_op: str, n: int) -> None:
     # sums past the dtype's exact integers switch to 'ones' (1 or 2 ranks hold a 1 per index)
     _assert_guarantees(op, dtype, reduce_op, n, 64 * n, ranks=[0, n - 1])
+
+
+# --- all_to_allv with uneven splits ------------------------------------------------------------
+
+
+def _skewed_outputs(skew: Skew, count: int, n: int) -> tuple[list[torch.Tensor], list[Any]]:
+    """Each rank's true output under `skew`, and the entry; inputs as the check fills them."""
+    entry = collective("all_to_allv").for_skew(skew)
+    inputs = []
+    for q in range(n):
+        bufs = entry.buffers(count, torch.float32, torch.device("cpu"), _group(n, q), False)
+        seen: list[torch.Tensor] = []
+        entry.check(bufs, lambda b=bufs, s=seen: s.append(b.inp.clone()), _group(n, q), "sum")
+        inputs.append(seen[0])
+    sends = [skew.send(q, count, n) for q in range(n)]
+    outputs = []
+    for r in range(n):
+        pieces = []
+        for s in range(n):
+            start = sum(sends[s][:r])
+            pieces.append(inputs[s][start : start + sends[s][r]])
+        outputs.append(torch.cat(pieces))
+    return outputs, [entry, inputs, sends]
+
+
+@pytest.mark.parametrize("text", ["zipf:1.2", "zipf:4", "hot:3"])
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_a_skewed_all_to_allv_checks_every_received_element(text: str, n: int) -> None:
+    skew = Skew.parse(text, seed=1)
+    count = 1001 * n
+    outputs, (entry, inputs, sends) = _skewed_outputs(skew, count, n)
+
+    def passes(r: int, output: torch.Tensor) -> bool:
+        bufs = entry.buffers(count, torch.float32, torch.device("cpu"), _group(n, r), False)
+        assert bufs.out.numel() == output.numel() == sum(skew.recv(r, count, n))
+        return entry.check(bufs, lambda: bufs.out.copy_(output), _group(n, r), "sum")
+
+    for r in range(n):
+        good = outputs[r]
+        assert passes(r, good), r
+        bad = {"zeros": torch.zeros_like(good), "shifted": torch.roll(good, 1)}
+        for where in (0, good.numel() // 2, good.numel() - 1):
+            off = good.clone()
+            off[where] += 1
+            bad[f"element {where}"] = off
+        # the right length from the wrong place: the same source's chunk for another rank, and
+        # another source's chunk for this rank
+        s, d = (r + 1) % n, (r + 1) % n
+        start = sum(sends[s][:d])
+        length = sends[s][r]
+        other = inputs[s][start : start + length]
+        if other.numel() == length and length:
+            wrong = good.clone()
+            at = sum(sends[q][r] for q in range(s))
+            wrong[at : at + length] = other
+            bad["another destination's chunk"] = wrong
+        if sends[0][r] and sends[1][r] >= sends[0][r]:
+            wrong = good.clone()
+            wrong[: sends[0][r]] = inputs[1][sum(sends[1][:r]) :][: sends[0][r]]
+            bad["another source's chunk"] = wrong
+        for name, output in bad.items():
+            assert not torch.equal(output, good), (r, name)
+            assert not passes(r, output), (text, n, r, name)
+
+
+def test_an_all_to_allv_chunk_depends_on_source_destination_and_index() -> None:
+    """Chunk d of rank q is filled with its own table (q*n + d): two chunks of equal length
+    never hold the same values, even where splits land 8191 elements apart."""
+    skew, n = Skew.parse("uniform"), 2
+    count = 2 * pattern.PERIOD  # chunks of one whole period: all_to_all's pattern repeats here
+    _, (_, inputs, _) = _skewed_outputs(skew, count, n)
+    chunks = [c for x in inputs for c in x.split(pattern.PERIOD)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(chunks) for b in chunks[:i])

@@ -47,6 +47,8 @@ PERFORMANCE_MD: dict[str, Callable[[int], float] | None] = {
     # the later ops (alltoall.cu, gather.cu, scatter.cu, sendrecv.cu) follow the same rule:
     # the share of S that crosses a rank's link
     "all_to_all": lambda n: (n - 1) / n,
+    # an uneven all_to_all takes alltoall's factor; its algbw carries the skew (`commbench.skew`)
+    "all_to_allv": lambda n: (n - 1) / n,
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,
     "sendrecv": lambda n: 1.0,
@@ -62,6 +64,7 @@ BYTE_COUNTS: dict[str, Callable[[int, int], tuple[int, int]]] = {
     "broadcast": lambda c, n: (c, c),
     "reduce": lambda c, n: (c, c),
     "all_to_all": lambda c, n: (c, c),
+    "all_to_allv": lambda c, n: (c, c),  # the registry's entry: uniform splits
     "gather": lambda c, n: (c // n, c),
     "scatter": lambda c, n: (c, c // n),
     "sendrecv": lambda c, n: (c, c),

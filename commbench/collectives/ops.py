@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from commbench.collectives import pattern
 from commbench.collectives.specs import OPS, OpSpec
+from commbench.skew import Skew
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -90,7 +91,8 @@ class Expect:
     start: int
     """The global element index of its first element: where in the pattern it starts."""
     source: int | None
-    """The group rank whose input it holds, or None: the reduction of every rank's input."""
+    """The input table it holds: a group rank's (`Collective.inputs`), or None: the
+    reduction of every rank's input."""
 
 
 class Collective(ABC):
@@ -116,7 +118,20 @@ class Collective(ABC):
     @abstractmethod
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         """What this rank's output holds after a correct run on the check's inputs (rank q's
-        input is pattern table q from global index 0); [] where nothing is defined here."""
+        input is pattern table q from global index 0, unless `inputs` says otherwise); []
+        where nothing is defined here."""
+
+    def inputs(self, bufs: Buffers, group: Group) -> list[tuple[torch.Tensor, int]]:
+        """The pieces of this rank's input and the table the check fills each with, from its
+        first element: the whole input, this rank's table. An op whose pieces go to
+        different ranks may give each its own table, so a piece delivered to the wrong
+        place never matches (all_to_allv)."""
+        return [(bufs.inp, group.rank)]
+
+    def for_skew(self, skew: Skew) -> Collective:
+        """The entry that splits as `skew` says: this one, for every op whose splits are
+        even; a new one for an op that takes a skew (`OpSpec.skewed`)."""
+        return self
 
     def check(self, bufs: Buffers, call: Callable[[], None], group: Group, reduce_op: str) -> bool:
         """Fill the inputs with the check pattern, run `call` once, verify this rank's output.
@@ -128,7 +143,8 @@ class Collective(ABC):
             return True
         n = group.size
         kind = pattern.pattern_kind(self.spec.reduces, reduce_op, n, bufs.inp.dtype)
-        pattern.fill(bufs.inp, pattern.Table(kind, group.rank, n))
+        for piece, table in self.inputs(bufs, group):
+            pattern.fill(piece, pattern.Table(kind, table, n))
         call()
         if bufs.out.is_cuda:
             torch.cuda.synchronize(bufs.out.device)
@@ -170,6 +186,15 @@ def _pieces(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
     """The n equal chunks of `buf`, as views."""
     chunk = buf.numel() // n
     return [buf.narrow(0, s * chunk, chunk) for s in range(n)]
+
+
+def _cut(buf: torch.Tensor, splits: list[int]) -> list[torch.Tensor]:
+    """`buf` cut into consecutive pieces of `splits` elements, as views."""
+    pieces, at = [], 0
+    for size in splits:
+        pieces.append(buf.narrow(0, at, size))
+        at += size
+    return pieces
 
 
 # --- torch's own ops --------------------------------------------------------------------------
@@ -253,6 +278,57 @@ class AllToAll(Collective):
         # Output chunk s on rank r is rank s's input chunk r.
         start = group.rank * (bufs.inp.numel() // group.size)
         return [Expect(piece, start, s) for s, piece in enumerate(_pieces(bufs.out, group.size))]
+
+
+class AllToAllV(Collective):
+    """all_to_all with uneven splits, as a mixture-of-experts layer routes its tokens: rank r
+    sends `skew.send(r)` elements to each rank and receives `skew.recv(r)` from each, both
+    computed on every rank from (skew, seed, rank, world, S) without an exchange. S is what
+    each rank sends; what it receives varies, the busiest rank's most of all."""
+
+    spec = OPS["all_to_allv"]
+
+    def __init__(self, skew: Skew | None = None) -> None:
+        self.skew = skew or Skew("uniform")
+
+    def for_skew(self, skew: Skew) -> Collective:
+        return AllToAllV(skew)
+
+    def buffers(
+        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
+    ) -> Buffers:
+        received = sum(self.skew.recv(group.rank, count, group.size))
+        return Buffers(inp=_zeros(count, dtype, device), out=_zeros(received, dtype, device))
+
+    def call(
+        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
+    ) -> Callable[[], None]:
+        out, inp, pg = bufs.out, bufs.inp, group.handle
+        count, r, n = inp.numel(), group.rank, group.size
+        send, recv = self.skew.send(r, count, n), self.skew.recv(r, count, n)
+        return _waited(
+            lambda: dist.all_to_all_single(
+                out,
+                inp,
+                output_split_sizes=recv,
+                input_split_sizes=send,
+                group=pg,
+                async_op=async_op,
+            )
+        )
+
+    def inputs(self, bufs: Buffers, group: Group) -> list[tuple[torch.Tensor, int]]:
+        # Chunk d of rank r gets table r*n + d: its values depend on (source, destination,
+        # index), so a chunk from another source, for another destination, or shifted, fails.
+        r, n = group.rank, group.size
+        send = self.skew.send(r, bufs.inp.numel(), n)
+        return [(piece, r * n + d) for d, piece in enumerate(_cut(bufs.inp, send))]
+
+    def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
+        # Output piece s on rank r is rank s's input chunk r: table s*n + r from its start.
+        r, n = group.rank, group.size
+        recv = self.skew.recv(r, bufs.inp.numel(), n)
+        return [Expect(piece, 0, s * n + r) for s, piece in enumerate(_cut(bufs.out, recv))]
 
 
 class Broadcast(Collective):

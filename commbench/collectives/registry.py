@@ -19,6 +19,7 @@ from commbench.collectives.ops import (
     AllGather,
     AllReduce,
     AllToAll,
+    AllToAllV,
     Barrier,
     Broadcast,
     Collective,
@@ -37,6 +38,7 @@ COLLECTIVES: dict[tuple[str, str], Collective] = {
         AllGather(),
         ReduceScatter(),
         AllToAll(),
+        AllToAllV(),
         Broadcast(),
         Reduce(),
         Gather(),
@@ -50,7 +52,8 @@ COLLECTIVES: dict[tuple[str, str], Collective] = {
         RingNaive(),
     )
 }
-"""Each entry by its spec's key: (op, '') for an op, ('all_reduce', name) for a strategy."""
+"""Each entry by its spec's key: (op, '') for an op, ('all_reduce', name) for a strategy.
+An op that takes a skew is listed with uniform splits; `Collective.for_skew` gives it others."""
 
 
 def collective(op: str, strategy: str = "") -> Collective:

@@ -23,6 +23,7 @@ from commbench.results.names import (
     MIN_TIMEOUT,
 )
 from commbench.sizes import check_size
+from commbench.skew import DEFAULT_SEED, DEFAULT_SKEW, MAX_SEED, SKEW_FORMS, Skew
 
 # The defaults of a collectives run, written once: the CLI's help, a suite's timing section
 # and the Python API all read them from here.
@@ -80,6 +81,11 @@ class CollectivesSettings:
     """Seconds without progress before a run is declared hung."""
     profile: bool = False
     """Record a torch.profiler trace of a few untimed iterations per point (one file per rank)."""
+    skew: str = DEFAULT_SKEW
+    """How the ops that take a skew (all_to_allv) split each rank's S over its destinations:
+    uniform, zipf:S or hot:F (`commbench.skew`); settings stored before it read as uniform."""
+    seed: int = DEFAULT_SEED
+    """The draw of the skew's splits: the same skew and seed give the same splits."""
 
     def __post_init__(self) -> None:
         unknown = [op for op in self.ops if op not in OPS]
@@ -135,6 +141,24 @@ class CollectivesSettings:
         if self.ranks is not None:
             for rank in self.ranks:
                 check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise UserError(f"--seed must be a whole number, got {self.seed!r}")
+        if not isinstance(self.skew, str):
+            raise UserError(f"--skew must be one of {', '.join(SKEW_FORMS)}, got {self.skew!r}")
+        skew = Skew.parse(self.skew, self.seed)
+        self.skew = skew.spec
+        if (skew.name != DEFAULT_SKEW or self.seed != DEFAULT_SEED) and not any(
+            OPS[op].skewed for op in self.ops
+        ):
+            takes = ", ".join(name for name, spec in OPS.items() if spec.skewed)
+            raise UserError(
+                f"--skew and --seed shape the splits of {takes}, which --ops does not include"
+            )
+
+    @property
+    def splits(self) -> Skew:
+        """The skew and seed, as the ops that take them split with them."""
+        return Skew.parse(self.skew, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -262,6 +286,23 @@ class CollectivesRequest:
         default=False,
         metadata=cli(help="torch.profiler Chrome trace per rank (untimed iterations)."),
     )
+    skew: str = field(
+        default=DEFAULT_SKEW,
+        metadata=cli(
+            metavar="uniform|zipf:S|hot:F",
+            help="How all_to_allv splits each rank's message over its destinations, as MoE "
+            "routing does: evenly, by weights 1/(k+1)^S in a seeded order per source, or with "
+            "one destination F times the others'.",
+        ),
+    )
+    seed: int = field(
+        default=DEFAULT_SEED,
+        metadata=cli(
+            type=int,
+            maximum=MAX_SEED,
+            help="The draw of --skew's splits (recorded: the same seed, the same splits).",
+        ),
+    )
 
     def settings(self, place: Placement) -> CollectivesSettings:
         """The settings of this request on nodes placed as `place`: the defaults are filled
@@ -297,6 +338,8 @@ class CollectivesRequest:
             ranks=parse_ranks(self.ranks),
             timeout=self.timeout,
             profile=self.profile,
+            skew=self.skew,
+            seed=self.seed,
         )
 
 

@@ -3,9 +3,11 @@ splits across ranks, whether it reduces. One `OpSpec` per op and per all-reduce 
 the CLI and the settings validate names here without importing torch.
 
 Conventions follow nccl-tests (doc/PERFORMANCE.md): S is the per-rank buffer in bytes (for
-all_gather / gather the whole gathered buffer, for reduce_scatter / scatter / all_to_all
-the whole buffer before the split), algbw = S / t, busbw = algbw x factor(n). busbw is what
-makes numbers at different world sizes comparable to the hardware's link bandwidth.
+all_gather / gather the whole gathered buffer, for reduce_scatter / scatter / all_to_all /
+all_to_allv the whole buffer before the split), algbw = S / t, busbw = algbw x factor(n).
+busbw is what makes numbers at different world sizes comparable to the hardware's link
+bandwidth. all_to_allv's ranks move unequal amounts: its algbw is the busiest rank's bytes
+(S x the skew's max/mean) over t, with alltoall's factor (`OpSpec.skewed`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ class OpSpec:
     min_ranks: int = 1
     """The fewest ranks the op runs on (a send needs a receiver); a smaller group gets a row
     saying so instead of a measurement."""
+    skewed: bool = False
+    """True when `--skew` sets how each rank's S splits over its destinations (all_to_allv):
+    its rows carry the skew's label, and algbw is the busiest rank's bytes over the time
+    (`commbench.skew`)."""
     graph_capturable: bool = True
     """False for ops that synchronise the stream, which a CUDA graph capture forbids: timed
     eagerly under --graph."""
@@ -127,6 +133,15 @@ OPS: dict[str, OpSpec] = {
         OpSpec(op="all_gather", factor=_split, split=True, reduces=False, in_place="optional"),
         OpSpec(op="reduce_scatter", factor=_split, split=True, reduces=True, in_place="optional"),
         OpSpec(op="all_to_all", factor=_split, split=True, reduces=False, in_place="never"),
+        # split: sizes round as all_to_all's, so uniform moves exactly all_to_all's traffic
+        OpSpec(
+            op="all_to_allv",
+            factor=_split,
+            split=True,
+            reduces=False,
+            in_place="never",
+            skewed=True,
+        ),
         OpSpec(
             op="broadcast", factor=_one, split=False, reduces=False, in_place="always", rooted=True
         ),

@@ -230,7 +230,7 @@ def preflight(settings: CollectivesSettings, launch: LaunchOptions | None = None
     check_sysfs_root()
     validate_ranks(settings, settings.nproc * launch.nnodes)
     probe_info = probe(settings)
-    check_resources(settings, probe_info)
+    check_resources(settings, probe_info, settings.nproc * launch.nnodes)
     return probe_info
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings
+from commbench.collectives.specs import DTYPES, OPS, plan_size
 from commbench.errors import UserError
 from commbench.files import dump_json, load_json, parse_json
 from commbench.gpu_memory import COLLECTIVES_RESERVE, COLLECTIVES_RESERVE_FOR, refuse_if_short
@@ -235,18 +236,42 @@ MAX_CPU_RANKS_PER_CORE = 8
 BUFFERS_PER_RANK = 3
 
 
-def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -> None:
+def rank_buffers(settings: CollectivesSettings, world: int) -> int:
+    """The most bytes one rank's buffers hold at once: `BUFFERS_PER_RANK` of the largest
+    size, or more where an op that takes a skew makes the busiest rank receive more than S
+    (its input, the busiest output, and the check's room)."""
+    largest = max(settings.sizes)
+    most = BUFFERS_PER_RANK * largest
+    skewed = [op for op in settings.ops if OPS[op].skewed]
+    if skewed:
+        group = len(settings.ranks) if settings.ranks else world
+        splits = settings.splits
+        for op, dtype in ((op, dtype) for op in skewed for dtype in settings.dtypes):
+            plan = plan_size(op, largest, dtype, group)
+            busiest = splits.busiest(plan.count, group) * DTYPES[dtype]
+            most = max(most, (BUFFERS_PER_RANK - 1) * plan.size_bytes + busiest)
+    return most
+
+
+def check_resources(
+    settings: CollectivesSettings, probe_info: dict[str, Any], world: int | None = None
+) -> None:
     """Refuse, before launching, what this node cannot hold: too many ranks for its cores,
     buffers larger than its memory (host memory for CPU ranks; for GPU ranks, the free memory
-    of each GPU that holds buffers, less a reserve)."""
+    of each GPU that holds buffers, less a reserve). `world`: the job's ranks (default: this
+    node's)."""
     cores = os.cpu_count() or 1
     if settings.device == "cpu" and settings.nproc > MAX_CPU_RANKS_PER_CORE * cores:
         raise UserError(
             f"--nproc {settings.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
             f"({cores} cores here)"
         )
-    per_rank = BUFFERS_PER_RANK * max(settings.sizes)
+    per_rank = rank_buffers(settings, world or settings.nproc)
     request = f"--sizes up to {format_size(max(settings.sizes))}"
+    buffers = f"{BUFFERS_PER_RANK} buffers per rank"
+    if per_rank > BUFFERS_PER_RANK * max(settings.sizes):
+        request += f" with --skew {settings.skew}"
+        buffers = f"{format_amount(per_rank)} per rank: the busiest receives the most"
     if settings.device == "cuda":
         answer = ProbeAnswer.read(probe_info)
         memory = (answer.memory if answer is not None else None) or {}
@@ -254,7 +279,7 @@ def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -
             {gpu: per_rank for gpu in buffer_gpus(settings)},
             memory,
             COLLECTIVES_RESERVE,
-            f"{request} ({BUFFERS_PER_RANK} buffers per rank)",
+            f"{request} ({buffers})",
             COLLECTIVES_RESERVE_FOR,
         )
         return
@@ -262,6 +287,5 @@ def check_resources(settings: CollectivesSettings, probe_info: dict[str, Any]) -
     need = per_rank * settings.nproc
     if need > have:
         raise UserError(
-            f"{request} needs about {format_amount(need)} of buffers ({BUFFERS_PER_RANK} per "
-            f"rank), more than this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
+            f"{request} needs about {format_amount(need)} of buffers ({buffers}), more than this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
         )

@@ -142,6 +142,8 @@ class Worker:
         self.profile_parts: list[Path] = []
         self.warmed = False
         """Whether a point of this run has had the device's first, longer warm-up."""
+        self.splits = settings.splits
+        """How the ops that take a skew split (`--skew`, `--seed`)."""
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -408,7 +410,7 @@ class Worker:
         s = self.s
         for index, point in enumerate(plan_points(s, self.group_size)):
             self.hb.point, self.hb.iteration = index, 0
-            entry = collective(point.op, point.strategy)
+            entry = collective(point.op, point.strategy).for_skew(self.splits)
             spec = entry.spec
             plan = plan_size(spec.op, point.requested_bytes, point.dtype, self.group_size)
             common: dict[str, Any] = {
@@ -423,6 +425,7 @@ class Worker:
                 # nccl-tests' terms, so they join nccl-tests' in-place column in `compare`
                 "in_place": point.in_place,
                 "requested_bytes": plan.requested_bytes,
+                "skew": self.splits.label if spec.skewed else "",
             }
             too_few = spec.too_few_ranks(self.group_size)
             if too_few:
@@ -450,9 +453,12 @@ class Worker:
                 )
                 if failed:
                     notes = "; ".join(x for x in (notes, f"wrong result on rank(s) {failed}") if x)
+                # ranks that move unequal amounts: algbw from the busiest one's bytes
+                ratio = self.splits.ratio(plan.count, self.group_size) if spec.skewed else None
                 row = ResultRow.measured(
                     samples_us=samples,
                     busbw_factor=spec.busbw_factor(self.group_size),
+                    skew_ratio=ratio,
                     check=check,
                     warmup=warmup,
                     note=notes,

@@ -7,7 +7,7 @@ decision (every number the gate used), `csv` one line per point.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from commbench.compare import Comparison, Mark, PointResult, as_drop
 from commbench.escape import markdown_text
@@ -141,8 +141,18 @@ CSV_COLUMNS = [
 ]
 
 
+def csv_columns(points: Iterable[PointResult]) -> list[str]:
+    """`CSV_COLUMNS`, with `skew` after `in_place` where a point has one (all_to_allv's):
+    two points of one size and two skews are two rows that say which is which."""
+    if not any(p.skew for p in points):
+        return CSV_COLUMNS
+    at = CSV_COLUMNS.index("in_place") + 1
+    return [*CSV_COLUMNS[:at], "skew", *CSV_COLUMNS[at:]]
+
+
 def to_csv(comparison: Comparison) -> str:
-    return dicts_to_csv([p.to_dict() for p in comparison.points], CSV_COLUMNS)
+    points = comparison.points
+    return dicts_to_csv([p.to_dict() for p in points], csv_columns(points))
 
 
 RENDERERS: dict[Format, Callable[[Comparison], str]] = {
@@ -165,8 +175,9 @@ def render_many(results: list[tuple[str, Comparison]], fmt: Format) -> str:
     if fmt is Format.json:
         return dump_json({name: c.to_dict() for name, c in results})
     if fmt is Format.csv:
-        records = [{"entry": name, **p.to_dict()} for name, c in results for p in c.points]
-        return dicts_to_csv(records, ["entry", *CSV_COLUMNS])
+        points = [(name, p) for name, c in results for p in c.points]
+        records = [{"entry": name, **p.to_dict()} for name, p in points]
+        return dicts_to_csv(records, ["entry", *csv_columns(p for _, p in points)])
     if fmt is Format.md:
         return "\n".join(
             f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"

@@ -47,6 +47,7 @@ class Series(Protocol):
     reduce_op: str
     world_size: int
     in_place: bool
+    skew: str
 
 
 def group_title(row: Series) -> str:
@@ -60,6 +61,8 @@ def group_title(row: Series) -> str:
     parts.append(f"{row.world_size} rank" + ("s" if row.world_size != 1 else ""))
     if row.in_place:
         parts.append("in-place")
+    if row.skew:
+        parts.append(f"skew={row.skew}")
     return "  ".join(parts)
 
 
@@ -69,15 +72,23 @@ spread the noise warning and the gate judge by (IQR / 1.349 median, `Stats.sprea
 the timed iterations."""
 
 
+SKEW_HEADER = "max/mean"
+"""After `busbw_GB/s` in the table of an op that takes a skew (all_to_allv): the busiest rank's
+bytes over the mean (`ResultRow.skew_ratio`), the factor its algbw carries beside S / t."""
+
+
 def row_cells(row: ResultRow) -> list[str]:
-    """One point's cells under `HEADERS`."""
+    """One point's cells under `HEADERS` (with `SKEW_HEADER` after busbw when the row has
+    a skew)."""
     check = row.check + (" *" if row.note else "")
+    skew = [_num(row.skew_ratio) + "x" if row.skew_ratio is not None else "-"] if row.skew else []
     return [
         format_size(row.size_bytes) if row.op != "barrier" else "-",
         str(row.count),
         _num(row.time_us),
         _num(row.algbw_gbps),
         _num(row.busbw_gbps),
+        *skew,
         _spread(row),
         str(row.stats.n),
         check,
@@ -106,6 +117,8 @@ def point_line(row: ResultRow, *, two_forms: bool = False) -> str:
     parts = [title, size, f"time {format_time(row.time_us)}"]
     if row.busbw_gbps is not None:
         parts.append(f"busbw {_num(row.busbw_gbps)} GB/s")
+    if row.skew_ratio is not None:
+        parts.append(f"{SKEW_HEADER} {_num(row.skew_ratio)}x")
     parts += [f"spread {_spread(row)}", row.check + (f" ({row.note})" if row.note else "")]
     return "  ".join(parts)
 
@@ -140,14 +153,14 @@ def _form_cells(row: ResultRow | None) -> list[str]:
     return [cells[2], cells[3], cells[4], cells[5], cells[7]]
 
 
-def _series_key(row: ResultRow) -> tuple[str, str, str, str, int]:
-    return (row.op, row.strategy, row.dtype, row.reduce_op, row.world_size)
+def _series_key(row: ResultRow) -> tuple[str, str, str, str, int, str]:
+    return (row.op, row.strategy, row.dtype, row.reduce_op, row.world_size, row.skew)
 
 
 def build_tables(rows: list[ResultRow]) -> list[TableGroup]:
     """Rows -> one table per op/strategy/dtype group, in the order measured. An op measured
     both out of place and in place gets one table with the two forms side by side."""
-    forms: dict[tuple[str, str, str, str, int], set[bool]] = {}
+    forms: dict[tuple[str, str, str, str, int, str], set[bool]] = {}
     for row in rows:
         forms.setdefault(_series_key(row), set()).add(row.in_place)
     tables: dict[str, TableGroup] = {}
@@ -163,7 +176,8 @@ def build_tables(rows: list[ResultRow]) -> list[TableGroup]:
             continue
         title = group_title(row)
         if title not in tables:
-            tables[title] = TableGroup(title, list(HEADERS), [], row.op, row.strategy)
+            headers = [*HEADERS[:5], SKEW_HEADER, *HEADERS[5:]] if row.skew else list(HEADERS)
+            tables[title] = TableGroup(title, headers, [], row.op, row.strategy)
         tables[title].cells.append(row_cells(row))
     for title, by_size in paired.items():
         for both in by_size.values():

@@ -13,6 +13,7 @@ OP_NAMES = (
     "all_gather",
     "reduce_scatter",
     "all_to_all",
+    "all_to_allv",
     "broadcast",
     "reduce",
     "gather",

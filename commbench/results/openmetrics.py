@@ -247,10 +247,14 @@ class PointKey(Protocol):
     def world_size(self) -> int: ...
     @property
     def size_bytes(self) -> int: ...
+    @property
+    def skew(self) -> str: ...
 
 
 def point_labels(run: Mapping[str, str], point: PointKey) -> dict[str, str]:
-    return {
+    """A point's labels: what keys it (`ResultRow.key`), `skew` only on the points of an op
+    that takes one (all_to_allv), so every other series keeps the labels it always had."""
+    labels = {
         **run,
         "op": point.op,
         "strategy": point.strategy,
@@ -260,6 +264,9 @@ def point_labels(run: Mapping[str, str], point: PointKey) -> dict[str, str]:
         "world_size": str(point.world_size),
         "size_bytes": str(point.size_bytes),
     }
+    if point.skew:
+        labels["skew"] = point.skew
+    return labels
 
 
 def _row_labels(run: Mapping[str, str], row: ResultRow) -> dict[str, str]:

@@ -97,13 +97,15 @@ ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
 ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
 ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
 """'': an op that does not reduce."""
-RowKey = tuple[str, str, str, str, int, int, bool]
-"""`ResultRow.key`: (op, strategy, dtype, reduce_op, world_size, size_bytes, in_place)."""
+RowKey = tuple[str, str, str, str, int, int, bool, str]
+"""`ResultRow.key`: (op, strategy, dtype, reduce_op, world_size, size_bytes, in_place, skew)."""
 ROW_STRATEGIES = ("", *STRATEGY_NAMES)
 """'': the op itself; a p2p row's strategy is its copy's name (`P2PCopy.name`)."""
 CHECKS = (CHECK_OK, CHECK_FAILED, CHECK_SKIPPED, CHECK_NA)
 MOVES_NOTHING = ("barrier",)
 """Ops whose rows have 0 bytes (`OpSpec.latency_only`); every other row moves 1 byte or more."""
+SKEWED_OPS = ("all_to_allv",)
+"""Ops whose rows name their skew (`OpSpec.skewed`); no other row does."""
 
 # A p2p copy's words (`P2PCopy`), as `commbench.p2p` writes them.
 P2P_TESTS = ("bandwidth", "latency")
@@ -338,6 +340,13 @@ class ResultRow:
     """A replay's row: the recorded calls of this (op, size, dtype, group) over the replayed
     steps, so calls x size_bytes is the recorded traffic; None for every other row (and not
     written then)."""
+    skew: str = ""
+    """The splits of an op that takes a skew (all_to_allv), as `commbench.skew.Skew.label`
+    names them (`uniform`, `zipf:1.2 seed=0`); '' for every other row (and not written then).
+    Part of the key: the gate never pairs points of two skews."""
+    skew_ratio: float | None = None
+    """The busiest rank's bytes (sent or received) over the mean, S: algbw is S x this over
+    the time. None where every rank moves S (and not written then)."""
 
     @property
     def time_us(self) -> float:
@@ -359,7 +368,8 @@ class ResultRow:
     @property
     def key(self) -> RowKey:
         """What identifies a point across runs (the regression gate joins on it): in-place
-        too, since a run of `--in-place both` (or an imported nccl-tests log) holds both."""
+        too, since a run of `--in-place both` (or an imported nccl-tests log) holds both, and
+        the skew (a row stored without one, every op's but all_to_allv's, has '')."""
         return (
             self.op,
             self.strategy,
@@ -368,6 +378,7 @@ class ResultRow:
             self.world_size,
             self.size_bytes,
             self.in_place,
+            self.skew,
         )
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
@@ -385,6 +396,10 @@ class ResultRow:
             data["processes"] = self.processes.to_dict()
         if self.calls is not None:
             data["calls"] = self.calls
+        if self.skew:
+            data["skew"] = self.skew
+        if self.skew_ratio is not None:
+            data["skew_ratio"] = self.skew_ratio
         return data
 
     @classmethod
@@ -415,16 +430,19 @@ class ResultRow:
         samples_us: list[float],
         size_bytes: int,
         busbw_factor: float | None,
+        skew_ratio: float | None = None,
         **kw: Any,
     ) -> ResultRow:
-        """Build a row from raw samples: stats, algbw = S / t, busbw = algbw x factor."""
+        """Build a row from raw samples: stats, algbw = S / t (the busiest rank's bytes,
+        S x `skew_ratio`, where ranks move unequal amounts), busbw = algbw x factor."""
         stats = Stats.of(samples_us)
         algbw = busbw = None
         if busbw_factor is not None and stats.median > 0:
-            algbw = size_bytes / (stats.median * 1e-6) / 1e9
+            algbw = size_bytes * (skew_ratio or 1.0) / (stats.median * 1e-6) / 1e9
             busbw = algbw * busbw_factor
         return cls(
             size_bytes=size_bytes,
+            skew_ratio=skew_ratio,
             algbw_gbps=algbw,
             busbw_gbps=busbw,
             stats=stats,
@@ -462,6 +480,16 @@ def _read(f: Fields, readers: Mapping[str, Conv[Any]], required: tuple[str, ...]
     return kwargs
 
 
+def _skew_label(value: Any, path: str) -> str:
+    """A row's `skew`: a label commbench writes (`Skew.label`), or '' for no skew."""
+    from commbench.skew import Skew
+
+    label = line(value, path)
+    if label:
+        Skew.from_label(label, path)
+    return label
+
+
 _time = number_in(0, MAX_TIME_US)
 _bw = number_in(0, MAX_GBPS)
 _count = integer_in(0, MAX_COUNT)
@@ -486,6 +514,8 @@ _FIELD_READERS: dict[str, Conv[Any]] = {
     "note": line,
     "samples_us": list_of(_time, max_items=MAX_ITERATIONS),
     "calls": _count,
+    "skew": _skew_label,
+    "skew_ratio": number_in(1, MAX_WORLD_SIZE),  # the busiest rank gets at most n x S
 }
 _STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
@@ -577,6 +607,10 @@ def _check_row(row: ResultRow, f: Fields) -> ResultRow:
                 f"{f.at('strategy')}: {quoted(row.strategy)} is not a strategy of {row.op} "
                 f"(it has: {allowed})"
             )
+    if row.op in SKEWED_OPS and not row.skew:
+        raise UserError(f"{f.at('skew')}: missing ({row.op}'s rows name their skew)")
+    if row.skew and row.op not in SKEWED_OPS:
+        raise UserError(f"{f.at('skew')}: {quoted(row.skew)}, but {row.op} splits evenly")
     moves_nothing = row.op in MOVES_NOTHING
     if moves_nothing and row.size_bytes != 0:
         raise UserError(f"{f.at('size_bytes')}: {row.size_bytes}, but {row.op} moves no data")
@@ -608,11 +642,13 @@ _NULLABLE = {
     "efficiency",
     "peer_access",
     "calls",
+    "skew_ratio",
 }
 _TOP_NAMES = tuple(
     f.name
     for f in fields(ResultRow)
-    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls")
+    if f.name
+    not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls", "skew", "skew_ratio")
 )
 _P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
@@ -825,14 +861,18 @@ P2P_CSV_COLUMNS = [
 
 REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls"]
 """A replay's results.csv: the collectives columns, then the recorded calls of each row."""
+SKEW_CSV_COLUMNS = ["skew", "skew_ratio"]
+"""Added after the others where a row names its skew (all_to_allv)."""
 
 
 def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
     """The results.csv header of these rows: a p2p run's (also when it has no row yet), a
-    replay's when any row counts recorded calls."""
+    replay's when any row counts recorded calls, with the skew's columns when any row names
+    one."""
     if p2p or any(r.p2p is not None for r in rows):
         return P2P_CSV_COLUMNS
-    return REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
+    columns = REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
+    return [*columns, *SKEW_CSV_COLUMNS] if any(r.skew for r in rows) else columns
 
 
 def csv_record(row: ResultRow) -> dict[str, Any]:
@@ -848,6 +888,8 @@ def csv_record(row: ResultRow) -> dict[str, Any]:
             "n": s.n,
             "outliers": s.outliers,
             "calls": row.calls,
+            "skew": row.skew,
+            "skew_ratio": row.skew_ratio,
         }
     copy = row.p2p.to_dict()
     copy["p2p"] = copy.pop("peer_access")

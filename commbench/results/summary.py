@@ -3,7 +3,7 @@ bandwidth and the size it was reached at, the average over the bandwidth-bound s
 devices that took part ("Using devices").
 
 A series is one line of a plot: the points of one op (or all-reduce strategy), dtype, reduce
-op, world size and in-place flag, as the regression gate groups them.
+op, world size, in-place flag and skew (all_to_allv's), as the regression gate groups them.
 
 **Bandwidth-bound** is the gate's rule (`commbench.compare`), so a summary and a verdict never
 disagree on which points are which: a point is bandwidth-bound when its busbw is at least
@@ -39,12 +39,20 @@ LATENCY_BOUND_FRACTION = 0.5
 peak is where the fixed cost and the transfer take equal time (t = a + S/B at S = aB). The
 regression gate (`commbench.compare`) uses the same rule for its latency tolerance."""
 
-SeriesKey = tuple[str, str, str, str, int, bool]
-"""(op, strategy, dtype, reduce_op, world_size, in_place): one line of a plot."""
+SeriesKey = tuple[str, str, str, str, int, bool, str]
+"""(op, strategy, dtype, reduce_op, world_size, in_place, skew): one line of a plot."""
 
 
 def series_key(row: ResultRow) -> SeriesKey:
-    return (row.op, row.strategy, row.dtype, row.reduce_op, row.world_size, row.in_place)
+    return (
+        row.op,
+        row.strategy,
+        row.dtype,
+        row.reduce_op,
+        row.world_size,
+        row.in_place,
+        row.skew,
+    )
 
 
 def busbw_of(row: ResultRow) -> float | None:
@@ -95,6 +103,8 @@ class SeriesSummary:
     """Mean busbw over the bandwidth-bound points (`bandwidth_bound`)."""
     bandwidth_bound: tuple[int, ...]
     """Sizes of the bandwidth-bound points, ascending: what `avg_busbw_gbps` averages."""
+    skew: str = ""
+    """all_to_allv's skew (`ResultRow.skew`); '' for every other op."""
 
     @property
     def name(self) -> str:
@@ -135,7 +145,7 @@ def summarise_series(rows: Sequence[ResultRow]) -> list[SeriesSummary]:
     for row in rows:
         groups.setdefault(series_key(row), []).append(row)
     out = []
-    for (op, strategy, dtype, reduce_op, world_size, in_place), group in groups.items():
+    for (op, strategy, dtype, reduce_op, world_size, in_place, skew), group in groups.items():
         measured = [(r.size_bytes, bw) for r in group if (bw := busbw_of(r)) is not None]
         peak = peak_size = avg = None
         bound: list[int] = []
@@ -158,6 +168,7 @@ def summarise_series(rows: Sequence[ResultRow]) -> list[SeriesSummary]:
                 peak_size_bytes=peak_size,
                 avg_busbw_gbps=avg,
                 bandwidth_bound=tuple(bound),
+                skew=skew,
             )
         )
     return out
@@ -200,12 +211,13 @@ def series_label(s: SeriesSummary, *, two_forms: bool = False) -> str:
     one says so."""
     parts = [s.name, s.dtype, s.reduce_op, f"{s.world_size} rank{'s' if s.world_size != 1 else ''}"]
     parts += ["in-place"] if s.in_place else (["out-of-place"] if two_forms else [])
+    parts += [f"skew={s.skew}"] if s.skew else []
     return " ".join(p for p in parts if p)
 
 
-def _twin(s: SeriesSummary) -> tuple[str, str, str, str, int]:
+def _twin(s: SeriesSummary) -> tuple[str, str, str, str, int, str]:
     """What a series and its other form (in place or not) share."""
-    return (s.op, s.strategy, s.dtype, s.reduce_op, s.world_size)
+    return (s.op, s.strategy, s.dtype, s.reduce_op, s.world_size, s.skew)
 
 
 def _span(sizes: Sequence[int]) -> str:

@@ -148,8 +148,17 @@ def to_nccl_tests_json(run: Run, op: str | None = None) -> str:
 
 
 def _rows(run: Run, op: str | None) -> list[ResultRow]:
-    """The rows nccl-tests could have measured: an op's own (no strategy), which moves data."""
-    plain = [r for r in run.rows if not r.strategy and r.op not in MOVES_NOTHING]
+    """The rows nccl-tests could have measured: an op's own (no strategy), which moves data
+    evenly (nccl-tests' alltoall splits evenly: it has no program for a skewed all_to_allv,
+    whose rows would read as alltoall's)."""
+    plain = [r for r in run.rows if not r.strategy and r.op not in MOVES_NOTHING and not r.skew]
+    skewed = [r for r in run.rows if r.skew and (r.op == op if op else not plain)]
+    if skewed:
+        raise UserError(
+            f"{run.path}: {skewed[0].op}'s splits are uneven (skew {skewed[0].skew}): "
+            "nccl-tests has no program for them (its alltoall splits evenly), so its JSON "
+            "cannot hold these rows"
+        )
     ops = list(dict.fromkeys(r.op for r in plain))
     if op is None and len(ops) > 1:
         raise UserError(
