@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -394,29 +393,72 @@ def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_a_job_marks_its_own_steps(tmp_path: Path, free_port: int) -> None:
     """No module forward, no optimizer: `commbench.record.step()` alone makes the steps,
-    the calls before the first marker included; what follows the last is a step too."""
+    the calls before the first marker included. What follows the last marker (the final
+    barrier) belongs to no step, as it does after a job's last optimizer step: it was a step
+    of its own (step 4) when a step opened at any call after a marker and never closed."""
     done = record(tmp_path, [str(JOBS / "marked_job.py")], free_port)
     assert done.returncode == 0, done.stderr
     for calls in read_trace(tmp_path / "trace").calls.values():
         assert [(c.op, c.step) for c in calls] == [
             ("all_reduce", 1), ("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 2),
-            ("all_reduce", 3), ("all_reduce", 3), ("barrier", 4),
+            ("all_reduce", 3), ("all_reduce", 3), ("barrier", None),
         ]  # fmt: skip
+
+
+def printed_truth(stdout: str, fields: int) -> dict[int, list[tuple[str, ...]]]:
+    """A job's `truth: RANK FIELD...` lines, per rank."""
+    truth: dict[int, list[tuple[str, ...]]] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["truth:"] and len(words) == fields + 2:
+            truth.setdefault(int(words[1]), []).append(tuple(words[2:]))
+    return truth
+
+
+def maybe_int(text: str) -> int | None:
+    return None if text == "None" else int(text)
 
 
 @pytest.mark.integration
 def test_a_call_belongs_to_the_step_it_was_issued_in(tmp_path: Path, free_port: int) -> None:
-    """A broadcast issued before each step's forward belongs to that step (it fell outside
-    every step, and the replay left it out); the final barrier after the last optimizer step
-    belongs to none. The job prints its own truth."""
+    """A broadcast issued before each step's forward belongs to that step, the first step's
+    included: it is the start-up's last call, and step 2 issues the same before its forward
+    (it was start-up's, and the replayed step 1 lacked it); the final barrier after the last
+    optimizer step belongs to none. The job prints its own truth."""
     done = record(tmp_path, [str(JOBS / "prestep_job.py")], free_port)
     assert done.returncode == 0, done.stderr
-    truth: dict[int, list[tuple[str, int | None]]] = {}
-    for rank, op, step in re.findall(r"truth: (\d+) (\w+),(\w+)", done.stdout):
-        truth.setdefault(int(rank), []).append((op, None if step == "None" else int(step)))
+    truth = printed_truth(done.stdout, 1)
     assert sorted(truth) == [0, 1]
     for rank, calls in read_trace(tmp_path / "trace").calls.items():
-        assert [(c.op, c.step) for c in calls] == truth[rank]
+        expected = [(op, maybe_int(step)) for op, step in (t[0].split(",") for t in truth[rank])]
+        assert [(c.op, c.step) for c in calls] == expected
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("frontend", ["pipeline", "stage"])
+def test_a_pipelines_steps_pair_and_replay(tmp_path: Path, free_port: int, frontend: str) -> None:
+    """A GPipe pipeline of two stages (tests/jobs/pipeline_job.py, which prints the calls its
+    schedule makes): every call is in the step it was issued in, the first step's warm-up
+    and shape exchange in step 1 on both ranks (rank 1's went to start-up, issued before its
+    first forward, and a replay refused step 1: "rank 0 sends 6 time(s) to rank 1, which
+    receives 4"), and the paced replay runs every step."""
+    done = record(tmp_path, [str(JOBS / "pipeline_job.py"), "--frontend", frontend], free_port)
+    assert done.returncode == 0, done.stderr
+    truth = printed_truth(done.stdout, 4)
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.complete and sorted(truth) == sorted(trace.calls) == [0, 1]
+    for rank, calls in trace.calls.items():
+        assert len(calls) == len(truth[rank]), rank
+        for c, (op, peer, nbytes, step) in zip(calls, truth[rank], strict=True):
+            assert (c.op, c.peer, c.step) == (op, maybe_int(peer), maybe_int(step)), (rank, c.seq)
+            moved = c.in_bytes if c.op == "send" else c.out_bytes
+            assert nbytes == "None" or moved == int(nbytes), (rank, c.seq)  # None: a pickle's
+    out = tmp_path / "out"
+    replayed = runner.invoke(app, ["replay", str(tmp_path / "trace"), "--pace", "--device",
+                                   "cpu", "--iters", "2", "--warmup", "1", "--out", str(out)])  # fmt: skip
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["replay"]["step_numbers"] == [1, 2, 3]
 
 
 DAMAGES = {

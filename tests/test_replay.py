@@ -520,15 +520,30 @@ def test_a_rooted_op_is_replayed_from_its_recorded_root(tmp_path: Path) -> None:
 
 
 def test_a_send_without_its_recv_is_refused(tmp_path: Path) -> None:
-    """A replay would wait for ever on the send left over (a trace cut mid-step)."""
+    """A replay would wait for ever on the send left over (a trace cut mid-step). The refusal
+    names it (rank, seq, op, peer, bytes): c10d pairs sends and receives in order, so the
+    one left over is the last."""
     calls = {
-        0: [trace_call("send", KiB, peer=1, step=0), trace_call("send", KiB, peer=1, step=0)],
+        0: [trace_call("send", KiB, peer=1, step=0), trace_call("send", 2 * KiB, peer=1, step=0)],
         1: [trace_call("recv", KiB, peer=0, step=0)],
     }
     trace = load_any(write_trace(tmp_path, calls))
-    with pytest.raises(
-        UserError, match=r"step 0: rank 0 sends 2 time\(s\) to rank 1, which receives 1"
-    ):
+    with pytest.raises(UserError) as refused:
+        build_program(trace)
+    assert str(refused.value) == (
+        "step 0: rank 0 sends 2 time(s) to rank 1, which receives 1; left over: rank 0's call 1 "
+        "(send to rank 1, 2048 B): a replay would wait for ever on them (a trace cut in that "
+        "step? --steps K replays the steps before it)"
+    )
+
+
+def test_receives_left_over_are_named_and_counted(tmp_path: Path) -> None:
+    recv = trace_call("recv", 0, out_bytes=KiB, peer=0, step=0)
+    calls = {0: [trace_call("barrier", 0, step=0)], 1: [recv] * 5}
+    trace = load_any(write_trace(tmp_path, calls))
+    with pytest.raises(UserError, match=r"which receives 5; left over: rank 1's call 0 \(recv "
+                       r"from rank 0, 1024 B\), rank 1's call 1 .*, rank 1's call 2 .* and 2 "
+                       r"more: "):  # fmt: skip
         build_program(trace)
 
 

@@ -1,8 +1,9 @@
 """Each step broadcasts a 4 KiB tensor (a learning-rate schedule, a data-loader seed) before
 its forward, then averages its gradients by hand and steps its optimizer: 3 steps, then a
 final barrier. Prints its own truth, per rank: `truth: op,step` for every call it made, the
-step being the training step the call was issued in (None before the first forward and
-after the last optimizer step)."""
+step being the training step the call was issued in (None after the last optimizer step).
+The first step's broadcast is step 1's although nothing told it from start-up when it was
+issued: the second step's repeating it before its forward does."""
 
 import sys
 
@@ -19,8 +20,7 @@ def main() -> None:
     for step in (1, 2, 3):
         seed = torch.zeros(1024)
         dist.broadcast(seed, src=0)
-        # issued in step `step`, before its forward: step 1's cannot be told from start-up
-        truth.append(("broadcast", step if step > 1 else None))
+        truth.append(("broadcast", step))  # issued in step `step`, before its forward
         loss = model(torch.randn(8, 16)).sum()
         loss.backward()
         for p in model.parameters():
