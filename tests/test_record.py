@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.traces.plan import build_plan
 from commbench.traces.trace import read_trace
 
 JOBS = Path(__file__).parent / "jobs"
@@ -43,9 +44,9 @@ def run_record(
     )
 
 
-def torchrun(port: int) -> list[str]:
-    """torchrun on 2 ranks, at the rendezvous port `port`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+def torchrun(port: int, nproc: int = 2) -> list[str]:
+    """torchrun on `nproc` ranks, at the rendezvous port `port`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
             "--master-port", str(port)]  # fmt: skip
 
 
@@ -420,18 +421,28 @@ def maybe_int(text: str) -> int | None:
 
 
 @pytest.mark.integration
-def test_a_call_belongs_to_the_step_it_was_issued_in(tmp_path: Path, free_port: int) -> None:
+@pytest.mark.parametrize("subgroups", [False, True])
+def test_a_call_belongs_to_the_step_it_was_issued_in(
+    tmp_path: Path, free_port: int, subgroups: bool
+) -> None:
     """A broadcast issued before each step's forward belongs to that step, the first step's
     included: it is the start-up's last call, and step 2 issues the same before its forward
     (it was start-up's, and the replayed step 1 lacked it); the final barrier after the last
-    optimizer step belongs to none. The job prints its own truth."""
-    done = record(tmp_path, [str(JOBS / "prestep_job.py")], free_port)
+    optimizer step belongs to none. The job prints its own truth. With subgroups (4 ranks,
+    a broadcast per pair), every replayed step has the pairs' broadcast."""
+    job = [str(JOBS / "prestep_job.py"), *(["--subgroups"] if subgroups else [])]
+    done = run_record(tmp_path / "trace", [*torchrun(free_port, 4 if subgroups else 2), *job])
     assert done.returncode == 0, done.stderr
     truth = printed_truth(done.stdout, 1)
-    assert sorted(truth) == [0, 1]
-    for rank, calls in read_trace(tmp_path / "trace").calls.items():
+    trace = read_trace(tmp_path / "trace")
+    assert sorted(truth) == sorted(trace.calls) == list(range(4 if subgroups else 2))
+    for rank, calls in trace.calls.items():
         expected = [(op, maybe_int(step)) for op, step in (t[0].split(",") for t in truth[rank])]
         assert [(c.op, c.step) for c in calls] == expected
+    plan = build_plan(trace)
+    for section in plan.steps:
+        (broadcast,) = (r for r in section.rows if r.op == "broadcast")
+        assert (broadcast.group_size, broadcast.groups) == ((2, 2) if subgroups else (2, 1))
 
 
 @pytest.mark.integration
