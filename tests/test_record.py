@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -22,6 +23,8 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.replay.buckets import MIB as MiB
+from commbench.replay.buckets import Reducer, assign_buckets
 from commbench.traces.plan import build_plan
 from commbench.traces.trace import read_trace
 
@@ -470,6 +473,58 @@ def test_a_pipelines_steps_pair_and_replay(tmp_path: Path, free_port: int, front
     assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
     (run_dir,) = out.iterdir()
     assert json.loads((run_dir / "run.json").read_text())["replay"]["step_numbers"] == [1, 2, 3]
+
+
+@pytest.mark.integration
+def test_ddp_finding_unused_parameters_with_no_sync_and_its_buckets(
+    tmp_path: Path, free_port: int
+) -> None:
+    """tests/jobs/ddp_unused_job.py: find_unused_parameters, a branch unused on even steps,
+    2 micro-steps per optimizer step under no_sync(). Its trace matches the truth it prints
+    (each step: its buckets once, not per micro-step, then the int32 local-used map); the
+    advisor reads find_unused_parameters from that map, and its buckets at each cap are the
+    ones DDP itself all-reduces (the job's `--buckets`, through a comm hook), with
+    find_unused_parameters and without. The advisor knew only the rebuilt buckets, with a
+    1 MiB first bucket that a cap given does not make (torch 2.13), and no local-used map;
+    the replay's advisor times a step's all-reduces, the map included."""
+    done = record(tmp_path, [str(JOBS / "ddp_unused_job.py"), "--bucket-cap-mb", "2"], free_port)
+    assert done.returncode == 0, done.stderr
+    truth = printed_truth(done.stdout, 4)
+    trace = read_trace(tmp_path / "trace")
+    for rank, calls in trace.calls.items():
+        stepped = [(c.op, c.dtype or "-", c.in_bytes, c.step) for c in calls if c.step]
+        expected = [
+            (op, dtype, int(nbytes), maybe_int(step)) for op, dtype, nbytes, step in truth[rank]
+        ]
+        assert stepped == [e for e in expected if e[3] is not None]
+        assert calls[-1].op == "barrier" and calls[-1].step is None
+    reducer = Reducer.of(trace)
+    assert reducer.find_unused and len(reducer.parameters) == 10
+    for step in (1, 2, 3):
+        issued = [(c.dtype, c.in_bytes) for c in trace.calls[0] if c.step == step]
+        assert issued == reducer.reductions(2 * MiB)
+    caps = ["0.25", "0.5", "1", "2", "3", "4", "8", "32"]
+    probe = subprocess.run(
+        [sys.executable, str(JOBS / "ddp_unused_job.py"), "--buckets", ",".join(caps)],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    seen = re.findall(r"buckets: (True|False) ([\d.]+) ([\d,]+)", probe.stdout)
+    assert len(seen) == 2 * len(caps)
+    for find_unused, cap, sizes in seen:
+        ours = assign_buckets(
+            reducer.parameters, int(float(cap) * MiB), find_unused=find_unused == "True"
+        )
+        assert [b.nbytes for b in ours] == [int(x) for x in sizes.split(",")], (find_unused, cap)
+    out = tmp_path / "out"
+    replayed = runner.invoke(app, ["replay", str(tmp_path / "trace"), "--device", "cpu",
+                                   "--iters", "2", "--warmup", "1", "--out", str(out),
+                                   "--rebucket", "1M-4M:x2"])  # fmt: skip
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    (run_dir,) = out.iterdir()
+    rebucket = json.loads((run_dir / "run.json").read_text())["replay"]["rebucket"]
+    assert [c["buckets"] for c in rebucket] == [5, 3, 2]
+    assert all(c["measured_s_per_step"] > 0 for c in rebucket)
 
 
 DAMAGES = {

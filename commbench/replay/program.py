@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
@@ -209,6 +210,8 @@ class Program:
     plan: Plan
     elsewhere: Elsewhere | None = None
     """The bucket advisor's caps predicted on another fabric (`--bw`, `--latency`)."""
+    reducer: Reducer = field(default_factory=lambda: Reducer(parameters=()))
+    """The recorded job's DDP, for the bucket advisor (`Reducer.of`)."""
 
 
 def run_dtype(dtype: str) -> str:
@@ -320,6 +323,7 @@ def build_program(
         gaps=gaps,
         notes=(*notes, *plan.notes, *said, *(gaps.notes() if pace else ())),
         plan=plan,
+        reducer=Reducer.of(trace),
     )
 
 
