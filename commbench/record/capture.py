@@ -380,11 +380,13 @@ class Capture:
 
     def _restep(self, restep: Restep) -> None:
         """Give calls already issued the step the rule now says (under the lock): in the file
-        those written, in the queue the others."""
-        written = self.writer.written if self.writer is not None else 0
+        those written, in the queue the others; none if the file's cannot be (a first step
+        of more than MAX_RESTEP_BYTES keeps its start-up as written)."""
+        writer = self.writer
+        written = writer.written if writer is not None else 0
         on_file = range(restep.seqs.start, min(restep.seqs.stop, written))
-        if on_file and self.writer is not None:
-            self.writer.restep(Mark(offset=0, seq=0), on_file, restep.step)
+        if on_file and writer is not None and not writer.restep(Mark(0, 0), on_file, restep.step):
+            return
         for seq in range(max(restep.seqs.start, written), restep.seqs.stop):
             if seq - written < len(self.pending):
                 entry = self.pending[seq - written]
