@@ -533,7 +533,7 @@ def replay_trace(request: ReplayRun) -> Run | Program:
         from commbench.replay.explain import predict_elsewhere
 
         elsewhere = predict_elsewhere(
-            trace.manifest.parameters, settings.rebucket, program.world, request.bw, request.latency
+            program.reducer, settings.rebucket, program.world, request.bw, request.latency
         )
         program = dataclasses.replace(program, elsewhere=elsewhere)
     if request.dry_run:

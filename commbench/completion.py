@@ -41,8 +41,6 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-P2P_OPS = frozenset({"send", "recv"})
-"""Ops whose Work may be waited by its caller only: never waited here."""
 MAX_GROUPS = 64
 """Threads at most, one a process group; the groups past it share the last one (their stamps
 can then wait behind each other's calls, never be lost)."""

@@ -23,6 +23,9 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.errors import UserError
+from commbench.replay.buckets import MIB as MiB
+from commbench.replay.buckets import Reducer, assign_buckets
+from commbench.traces.plan import build_plan
 from commbench.traces.trace import read_trace
 
 JOBS = Path(__file__).parent / "jobs"
@@ -44,9 +47,9 @@ def run_record(
     )
 
 
-def torchrun(port: int) -> list[str]:
-    """torchrun on 2 ranks, at the rendezvous port `port`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+def torchrun(port: int, nproc: int = 2) -> list[str]:
+    """torchrun on `nproc` ranks, at the rendezvous port `port`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
             "--master-port", str(port)]  # fmt: skip
 
 
@@ -394,29 +397,134 @@ def test_the_jobs_path_is_its_own(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_a_job_marks_its_own_steps(tmp_path: Path, free_port: int) -> None:
     """No module forward, no optimizer: `commbench.record.step()` alone makes the steps,
-    the calls before the first marker included; what follows the last is a step too."""
+    the calls before the first marker included. What follows the last marker (the final
+    barrier) belongs to no step, as it does after a job's last optimizer step: it was a step
+    of its own (step 4) when a step opened at any call after a marker and never closed."""
     done = record(tmp_path, [str(JOBS / "marked_job.py")], free_port)
     assert done.returncode == 0, done.stderr
     for calls in read_trace(tmp_path / "trace").calls.values():
         assert [(c.op, c.step) for c in calls] == [
             ("all_reduce", 1), ("all_reduce", 1), ("all_reduce", 2), ("all_reduce", 2),
-            ("all_reduce", 3), ("all_reduce", 3), ("barrier", 4),
+            ("all_reduce", 3), ("all_reduce", 3), ("barrier", None),
         ]  # fmt: skip
 
 
+def printed_truth(stdout: str, fields: int) -> dict[int, list[tuple[str, ...]]]:
+    """A job's `truth: RANK FIELD...` lines, per rank."""
+    truth: dict[int, list[tuple[str, ...]]] = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["truth:"] and len(words) == fields + 2:
+            truth.setdefault(int(words[1]), []).append(tuple(words[2:]))
+    return truth
+
+
+def maybe_int(text: str) -> int | None:
+    return None if text == "None" else int(text)
+
+
 @pytest.mark.integration
-def test_a_call_belongs_to_the_step_it_was_issued_in(tmp_path: Path, free_port: int) -> None:
-    """A broadcast issued before each step's forward belongs to that step (it fell outside
-    every step, and the replay left it out); the final barrier after the last optimizer step
-    belongs to none. The job prints its own truth."""
-    done = record(tmp_path, [str(JOBS / "prestep_job.py")], free_port)
+@pytest.mark.parametrize("subgroups", [False, True])
+def test_a_call_belongs_to_the_step_it_was_issued_in(
+    tmp_path: Path, free_port: int, subgroups: bool
+) -> None:
+    """A broadcast issued before each step's forward belongs to that step, the first step's
+    included: it is the start-up's last call, and step 2 issues the same before its forward
+    (it was start-up's, and the replayed step 1 lacked it); the final barrier after the last
+    optimizer step belongs to none. The job prints its own truth. With subgroups (4 ranks,
+    a broadcast per pair), every replayed step has the pairs' broadcast."""
+    job = [str(JOBS / "prestep_job.py"), *(["--subgroups"] if subgroups else [])]
+    done = run_record(tmp_path / "trace", [*torchrun(free_port, 4 if subgroups else 2), *job])
     assert done.returncode == 0, done.stderr
-    truth: dict[int, list[tuple[str, int | None]]] = {}
-    for rank, op, step in re.findall(r"truth: (\d+) (\w+),(\w+)", done.stdout):
-        truth.setdefault(int(rank), []).append((op, None if step == "None" else int(step)))
-    assert sorted(truth) == [0, 1]
-    for rank, calls in read_trace(tmp_path / "trace").calls.items():
-        assert [(c.op, c.step) for c in calls] == truth[rank]
+    truth = printed_truth(done.stdout, 1)
+    trace = read_trace(tmp_path / "trace")
+    assert sorted(truth) == sorted(trace.calls) == list(range(4 if subgroups else 2))
+    for rank, calls in trace.calls.items():
+        expected = [(op, maybe_int(step)) for op, step in (t[0].split(",") for t in truth[rank])]
+        assert [(c.op, c.step) for c in calls] == expected
+    plan = build_plan(trace)
+    for section in plan.steps:
+        (broadcast,) = (r for r in section.rows if r.op == "broadcast")
+        assert (broadcast.group_size, broadcast.groups) == ((2, 2) if subgroups else (2, 1))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("frontend", ["pipeline", "stage"])
+def test_a_pipelines_steps_pair_and_replay(tmp_path: Path, free_port: int, frontend: str) -> None:
+    """A GPipe pipeline of two stages (tests/jobs/pipeline_job.py, which prints the calls its
+    schedule makes): every call is in the step it was issued in, the first step's warm-up
+    and shape exchange in step 1 on both ranks (rank 1's went to start-up, issued before its
+    first forward, and a replay refused step 1: "rank 0 sends 6 time(s) to rank 1, which
+    receives 4"), and the paced replay runs every step."""
+    done = record(tmp_path, [str(JOBS / "pipeline_job.py"), "--frontend", frontend], free_port)
+    assert done.returncode == 0, done.stderr
+    truth = printed_truth(done.stdout, 4)
+    trace = read_trace(tmp_path / "trace")
+    assert trace.manifest.complete and sorted(truth) == sorted(trace.calls) == [0, 1]
+    for rank, calls in trace.calls.items():
+        assert len(calls) == len(truth[rank]), rank
+        for c, (op, peer, nbytes, step) in zip(calls, truth[rank], strict=True):
+            assert (c.op, c.peer, c.step) == (op, maybe_int(peer), maybe_int(step)), (rank, c.seq)
+            moved = c.in_bytes if c.op == "send" else c.out_bytes
+            assert nbytes == "None" or moved == int(nbytes), (rank, c.seq)  # None: a pickle's
+    out = tmp_path / "out"
+    replayed = runner.invoke(app, ["replay", str(tmp_path / "trace"), "--pace", "--device",
+                                   "cpu", "--iters", "2", "--warmup", "1", "--out", str(out)])  # fmt: skip
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    (run_dir,) = out.iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["replay"]["step_numbers"] == [1, 2, 3]
+
+
+@pytest.mark.integration
+def test_ddp_finding_unused_parameters_with_no_sync_and_its_buckets(
+    tmp_path: Path, free_port: int
+) -> None:
+    """tests/jobs/ddp_unused_job.py: find_unused_parameters, a branch unused on even steps,
+    2 micro-steps per optimizer step under no_sync(). Its trace matches the truth it prints
+    (each step: its buckets once, not per micro-step, then the int32 local-used map); the
+    advisor reads find_unused_parameters from that map, and its buckets at each cap are the
+    ones DDP itself all-reduces (the job's `--buckets`, through a comm hook), with
+    find_unused_parameters and without. The advisor knew only the rebuilt buckets, with a
+    1 MiB first bucket that a cap given does not make (torch 2.13), and no local-used map;
+    the replay's advisor times a step's all-reduces, the map included."""
+    done = record(tmp_path, [str(JOBS / "ddp_unused_job.py"), "--bucket-cap-mb", "2"], free_port)
+    assert done.returncode == 0, done.stderr
+    truth = printed_truth(done.stdout, 4)
+    trace = read_trace(tmp_path / "trace")
+    for rank, calls in trace.calls.items():
+        stepped = [(c.op, c.dtype or "-", c.in_bytes, c.step) for c in calls if c.step]
+        expected = [
+            (op, dtype, int(nbytes), maybe_int(step)) for op, dtype, nbytes, step in truth[rank]
+        ]
+        assert stepped == [e for e in expected if e[3] is not None]
+        assert calls[-1].op == "barrier" and calls[-1].step is None
+    reducer = Reducer.of(trace)
+    assert reducer.find_unused and len(reducer.parameters) == 10
+    for step in (1, 2, 3):
+        issued = [(c.dtype, c.in_bytes) for c in trace.calls[0] if c.step == step]
+        assert issued == reducer.reductions(2 * MiB)
+    caps = ["0.25", "0.5", "1", "2", "3", "4", "8", "32"]
+    probe = subprocess.run(
+        [sys.executable, str(JOBS / "ddp_unused_job.py"), "--buckets", ",".join(caps)],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    seen = re.findall(r"buckets: (True|False) ([\d.]+) ([\d,]+)", probe.stdout)
+    assert len(seen) == 2 * len(caps)
+    for find_unused, cap, sizes in seen:
+        ours = assign_buckets(
+            reducer.parameters, int(float(cap) * MiB), find_unused=find_unused == "True"
+        )
+        assert [b.nbytes for b in ours] == [int(x) for x in sizes.split(",")], (find_unused, cap)
+    out = tmp_path / "out"
+    replayed = runner.invoke(app, ["replay", str(tmp_path / "trace"), "--device", "cpu",
+                                   "--iters", "2", "--warmup", "1", "--out", str(out),
+                                   "--rebucket", "1M-4M:x2"])  # fmt: skip
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    (run_dir,) = out.iterdir()
+    rebucket = json.loads((run_dir / "run.json").read_text())["replay"]["rebucket"]
+    assert [c["buckets"] for c in rebucket] == [5, 3, 2]
+    assert all(c["measured_s_per_step"] > 0 for c in rebucket)
 
 
 DAMAGES = {

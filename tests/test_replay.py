@@ -17,7 +17,7 @@ from commbench.cli import app
 from commbench.errors import UserError
 from commbench.replay import compiled
 from commbench.replay import program as program_module
-from commbench.replay.buckets import FIRST_BUCKET_BYTES, assign_buckets
+from commbench.replay.buckets import FIRST_BUCKET_BYTES, Reducer, assign_buckets
 from commbench.replay.explain import explain, fit_rows, op_cost, predict_buckets_s
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.replay.program import (
@@ -47,10 +47,21 @@ def f32(nbytes: int) -> Parameter:
 # -- DDP's buckets -----------------------------------------------------------------------------
 
 
-def test_first_bucket_is_capped_at_1_mib_then_the_cap_applies() -> None:
+def test_a_cap_given_is_the_first_buckets_limit_too() -> None:
+    """torch 2.13's `_BucketCapacityConfig`: a `bucket_cap_mb` given is the first bucket's
+    limit too (a DDP job of 4 x 1.05 MB layers at bucket_cap_mb=2 all-reduced 2.1 MB twice a
+    step, not 1.05, 2.1 and 1.05): the advisor, which tells a job the cap to give, assumed
+    a 1 MiB first bucket at every cap."""
+    layer = [f32(MiB), f32(2 * KiB)]
+    buckets = assign_buckets(layer * 4, 2 * MiB)
+    assert [b.nbytes for b in buckets] == [2 * (MiB + 2 * KiB)] * 2
+    assert [b.params for b in buckets] == [(7, 6, 5, 4), (3, 2, 1, 0)]
+
+
+def test_without_a_cap_the_first_bucket_is_1_mib_then_the_cap_applies() -> None:
     # reversed: 512K, 512K (1 MiB reached: the first bucket closes), 2M, 2M, 1M
     params = [f32(MiB), f32(2 * MiB), f32(2 * MiB), f32(512 * KiB), f32(512 * KiB)]
-    buckets = assign_buckets(params, 4 * MiB)
+    buckets = assign_buckets(params, 4 * MiB, first_bytes=FIRST_BUCKET_BYTES)
     assert [b.params for b in buckets] == [(4, 3), (2, 1), (0,)]
     assert [b.nbytes for b in buckets] == [MiB, 4 * MiB, MiB]
     assert [b.limit for b in buckets] == [FIRST_BUCKET_BYTES, 4 * MiB, 4 * MiB]
@@ -71,13 +82,48 @@ def test_dtypes_never_share_a_bucket() -> None:
         Parameter(numel=128 * KiB, dtype="bfloat16"),  # 256 KiB
         f32(256 * KiB),
     ]
-    buckets = assign_buckets(params, 25 * MiB)
+    buckets = assign_buckets(params, 25 * MiB, first_bytes=FIRST_BUCKET_BYTES)
     # reversed: f32 256K, bf16 256K, f32 256K, bf16 1M (bf16 reaches 1.25M: closed)
     assert [(b.dtype, b.params) for b in buckets] == [
         ("bfloat16", (2, 0)),
         ("float32", (3, 1)),
     ]
     assert [b.nbytes for b in buckets] == [MiB + 256 * KiB, 512 * KiB]
+
+
+def test_finding_unused_parameters_buckets_in_definition_order_then_reverses() -> None:
+    """find_unused_parameters: the constructor's buckets, never rebuilt: filled in
+    definition order, sorted by their first parameter, reversed (tests/jobs/ddp_unused_job.py
+    checks the rule against DDP's own buckets)."""
+    params = [f32(MiB), f32(2 * KiB)] * 4 + [f32(32 * KiB)]
+    buckets = assign_buckets(params, 2 * MiB, find_unused=True)
+    assert [b.params for b in buckets] == [(7, 8), (3, 4, 5, 6), (0, 1, 2)]
+    assert [b.nbytes for b in buckets] == [34 * KiB, 2 * MiB + 4 * KiB, 2 * MiB + 2 * KiB]
+    # without it, the rebuilt buckets fill from the last parameter
+    rebuilt = assign_buckets(params, 2 * MiB)
+    assert [b.params for b in rebuilt] == [(8, 7, 6, 5, 4), (3, 2, 1, 0)]
+
+
+def test_finding_unused_parameters_is_read_from_the_trace_and_adds_the_used_map(
+    tmp_path: Path,
+) -> None:
+    """DDP's local-used map, one int32 per parameter all-reduced each syncing step, is how a
+    trace shows find_unused_parameters; the advisor's step then has it after the buckets."""
+    params = [f32(MiB), f32(2 * KiB), f32(MiB)]
+    calls = [
+        trace_call("all_reduce", 2 * MiB + 2 * KiB, step=1),
+        trace_call("all_reduce", 12, dtype="int32", step=1),
+    ]
+    trace = load_any(_with_parameters(write_trace(tmp_path / "t", {0: calls, 1: calls}), params))
+    reducer = Reducer.of(trace)
+    assert reducer.find_unused and reducer.parameters == tuple(params)
+    assert reducer.reductions(MiB) == [("float32", MiB + 2 * KiB), ("float32", MiB),
+                                       ("int32", 12)]  # fmt: skip
+    assert len(reducer.buckets(MiB)) == 2
+    # 3 parameters, a map of 4: another int32 all-reduce, not DDP's map
+    other = [trace_call("all_reduce", 16, dtype="int32", step=1)]
+    trace = load_any(_with_parameters(write_trace(tmp_path / "u", {0: other, 1: other}), params))
+    assert not Reducer.of(trace).find_unused
 
 
 def test_a_cap_below_one_byte_is_refused() -> None:
@@ -520,15 +566,30 @@ def test_a_rooted_op_is_replayed_from_its_recorded_root(tmp_path: Path) -> None:
 
 
 def test_a_send_without_its_recv_is_refused(tmp_path: Path) -> None:
-    """A replay would wait for ever on the send left over (a trace cut mid-step)."""
+    """A replay would wait for ever on the send left over (a trace cut mid-step). The refusal
+    names it (rank, seq, op, peer, bytes): c10d pairs sends and receives in order, so the
+    one left over is the last."""
     calls = {
-        0: [trace_call("send", KiB, peer=1, step=0), trace_call("send", KiB, peer=1, step=0)],
+        0: [trace_call("send", KiB, peer=1, step=0), trace_call("send", 2 * KiB, peer=1, step=0)],
         1: [trace_call("recv", KiB, peer=0, step=0)],
     }
     trace = load_any(write_trace(tmp_path, calls))
-    with pytest.raises(
-        UserError, match=r"step 0: rank 0 sends 2 time\(s\) to rank 1, which receives 1"
-    ):
+    with pytest.raises(UserError) as refused:
+        build_program(trace)
+    assert str(refused.value) == (
+        "step 0: rank 0 sends 2 time(s) to rank 1, which receives 1; left over: rank 0's call 1 "
+        "(send to rank 1, 2048 B): a replay would wait for ever on them (a trace cut in that "
+        "step? --steps K replays the steps before it)"
+    )
+
+
+def test_receives_left_over_are_named_and_counted(tmp_path: Path) -> None:
+    recv = trace_call("recv", 0, out_bytes=KiB, peer=0, step=0)
+    calls = {0: [trace_call("barrier", 0, step=0)], 1: [recv] * 5}
+    trace = load_any(write_trace(tmp_path, calls))
+    with pytest.raises(UserError, match=r"which receives 5; left over: rank 1's call 0 \(recv "
+                       r"from rank 0, 1024 B\), rank 1's call 1 .*, rank 1's call 2 .* and 2 "
+                       r"more: "):  # fmt: skip
         build_program(trace)
 
 
@@ -546,7 +607,7 @@ def test_the_caps_are_predicted_on_another_fabric_without_launching(tmp_path: Pa
 
     params = [f32(MiB)] * 4 + [f32(4 * KiB)] * 4  # four 1 MiB weights, four small biases
     trace = _with_parameters(ddp_trace(tmp_path / "t", world=2), params)
-    e = predict_elsewhere(params, [MiB, 4 * MiB], 64, 100.0, 5.0)
+    e = predict_elsewhere(Reducer(parameters=tuple(params)), [MiB, 4 * MiB], 64, 100.0, 5.0)
     one = op_cost("all_reduce", 64)
     # each all_reduce: 2 x 63 latency steps of 5 us, plus its bytes at 100 GB/s per link
     expected = [

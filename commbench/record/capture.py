@@ -29,12 +29,10 @@ once, by the job; they show complete once the job has waited them). Not a comple
 callback: a Python callback runs on the backend's thread and must take the GIL there, which
 stalled gloo's worker (the next collective waits behind it) and cost DDP steps 6 to 166% on
 2 cores. The queue of calls not yet written is bounded (`MAX_PENDING`): past it the oldest
-is written as never seen complete. Steps: a step
-opens at the first module forward after the previous step (a global forward pre-hook), or
-at the first call after the previous step closed (held as `tentative` until a forward or
-the step's end shows the job went on), and closes at the optimizer's step (a global
-post-hook) or at `commbench.record.step()`; the calls outside every step (DDP's start-up
-broadcast, a final barrier) have none.
+is written as never seen complete. Steps (the rule is steps.py's): a step runs from one
+optimizer step (a global post-hook) or `commbench.record.step()` to the next; start-up (DDP's
+broadcast) is what a rank issues before its first module forward (a global forward
+pre-hook), send or recv; the calls after the last step (a final barrier) have none.
 
 Nothing here may break the job: an error while noting a call stops the capture (said in the
 rank's meta file), never the call.
@@ -58,15 +56,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.completion import P2P_OPS, Completions, CudaCompletions, PolledCompletions
+from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
 from commbench.record.meta import META_FILE, RankMeta, Stepped
-from commbench.traces.names import canonical_dtype, canonical_op
+from commbench.record.steps import Restep, Steps, signature
+from commbench.traces.names import P2P_OPS, canonical_dtype, canonical_op
 from commbench.traces.trace import (
     MAX_ARGV,
     MAX_BACKENDS,
     Call,
     Group,
+    Mark,
     Parameter,
     TraceWriter,
     read_manifest,
@@ -208,10 +208,6 @@ class _Pending:
     completed_ns: int | None = None
     done: bool = False
     """Seen complete, or never to be (no Work, a failed one)."""
-    tentative: bool = False
-    """Issued after a step closed and before anything else showed the next step begun (a
-    module's forward, the step's own end): its step is the next one if the job goes on,
-    and none if the job ends first (a final barrier). Held until it is known."""
 
 
 class Capture:
@@ -227,16 +223,12 @@ class Capture:
         self.groups: dict[str, Group] = {}
         self.backends: set[str] = set()
         self.host = socket.gethostname()
-        self.steps_done = 0
-        self.forward_seen = False
-        """A module's forward ran: steps open there. Until then (and for good in a job that
-        runs none, marking its steps with `commbench.record.step()`), the next call after a
-        marker opens the next step, and the calls before the first marker are step 1 if no
-        forward has run by then (held back until it is known)."""
-        self.step: int | None = None
-        self.unconfirmed = False
-        """The open step was opened by a call after a closed step (a pipeline stage's first
-        recv, a per-step broadcast before the forward): its calls are `tentative`."""
+        self.steps = Steps(keep=MAX_PENDING)
+        """The step of each call (steps.py). The start-up's calls are held until the rank
+        begins (they are step 1's if a marker comes first)."""
+        self.tail: Mark | None = None
+        """Where the first call written after the last marker is: those calls belong to no
+        step if the process ends before the next marker (`close`)."""
         self.failed: str | None = None
         self.calls = 0
         self.unfinished = 0
@@ -385,12 +377,7 @@ class Capture:
             peer = group.ranks[peer]  # c10d passes a group rank: the trace names global ranks
         elif not isinstance(peer, int) or peer < 0:
             peer = None
-        if self.step is None and self.steps_done:
-            # after a closed step, a call belongs to the next: issued in it before its
-            # forward; in a job that runs forwards, unless the job ends first (`close`: a
-            # final barrier); in one that runs none, the calls after its last marker are a
-            # step of their own, as they always were
-            self.step, self.unconfirmed = self.steps_done + 1, self.forward_seen
+        step, restep = self.steps.call(p2p=op.op in P2P_OPS)
         first = ins[0] if ins else (outs[0] if outs else None)
         data = op.op != "barrier" and first is not None
         in_bytes = _nbytes(ins) if data else 0
@@ -411,10 +398,15 @@ class Capture:
             issued_ns=issued,
             host=self.host,
             device=str(first.device) if first is not None else "",
-            step=self.step,
+            step=step,
             peer=peer,
         )
-        entry = _Pending(call, tentative=self.unconfirmed)
+        if self.steps.collecting:
+            self.steps.remember(signature(call))
+        if restep is not None:
+            with self.lock:
+                self._restep(restep)
+        entry = _Pending(call)
         with self.lock:
             self.calls += 1
             self.pending.append(entry)
@@ -494,17 +486,23 @@ class Capture:
             self._write(self.pending.popleft())
 
     def _held(self, entry: _Pending) -> bool:
-        """A call before any step whose step is not known yet: start-up if a forward runs
+        """A call of a rank that has not begun: start-up if a forward, send or recv comes
         before the first marker, step 1 otherwise (bounded by MAX_PENDING)."""
-        before_any = entry.call.step is None and self.steps_done == 0 and not self.forward_seen
-        return (before_any or entry.tentative) and len(self.pending) < MAX_PENDING
+        return not self.steps.began and len(self.pending) < MAX_PENDING
 
-    def _confirm(self) -> None:
-        """The open step goes on: the calls that opened it are its own (under the lock)."""
-        if self.unconfirmed:
-            self.unconfirmed = False
-            for entry in self.pending:
-                entry.tentative = False
+    def _restep(self, restep: Restep) -> None:
+        """Give calls already issued the step the rule now says (under the lock): in the file
+        those written, in the queue the others; none if the file's cannot be (a first step
+        of more than MAX_RESTEP_BYTES keeps its start-up as written)."""
+        writer = self.writer
+        written = writer.written if writer is not None else 0
+        on_file = range(restep.seqs.start, min(restep.seqs.stop, written))
+        if on_file and writer is not None and not writer.restep(Mark(0, 0), on_file, restep.step):
+            return
+        for seq in range(max(restep.seqs.start, written), restep.seqs.stop):
+            if seq - written < len(self.pending):
+                entry = self.pending[seq - written]
+                entry.call = replace(entry.call, step=restep.step)
 
     def _write(self, entry: _Pending) -> None:
         """Write one call (under the lock)."""
@@ -512,19 +510,19 @@ class Capture:
             self.unfinished += 1
         entry.work = None  # its tensors are the job's to free
         if self.writer is not None:
+            if self.tail is None and self.steps.after_last(entry.call.step):
+                self.tail = self.writer.mark()
             self.writer.write(replace(entry.call, completed_ns=entry.completed_ns))
 
     # -- steps ---------------------------------------------------------------------------
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
-        self.forward_seen = True
-        if self.unconfirmed:
+        restep = self.steps.begin()
+        if restep is not None:
             with self.lock:
-                self._confirm()
+                self._restep(restep)
         if self.pending:
             self.poll()
-        if self.step is None:
-            self.step = self.steps_done + 1
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.poll()  # the backward is over: DDP's reducer has waited for its buckets
@@ -543,18 +541,20 @@ class Capture:
                 ).write(self.directory)
         self.end_step()
 
+    @property
+    def steps_done(self) -> int:
+        return self.steps.done
+
     def end_step(self) -> None:
-        """Close the open step: the next call belongs to the next one (or to none, until a
-        module's forward opens it)."""
+        """Close the open step: the next call belongs to the next one (or to none, if no
+        marker follows it)."""
         self.poll()
         with self.lock:
-            self._confirm()
-            if self.steps_done == 0 and not self.forward_seen:
-                for entry in self.pending:  # no forward ran: the calls so far were step 1
+            if self.steps.end():  # nothing began before the first marker: no start-up
+                for entry in self.pending:
                     if entry.call.step is None:
                         entry.call = replace(entry.call, step=1)
-            self.steps_done += 1
-            self.step = None
+            self.tail = None
             self._flush_done()
             if self.writer is not None:
                 self.writer.flush()  # a killed job loses at most the step in flight
@@ -611,12 +611,12 @@ class Capture:
             self.polled.close()
         with self.lock:
             while self.pending:
-                entry = self.pending.popleft()
-                if entry.tentative:  # the job ended in the step they opened: no step's
-                    entry.call = replace(entry.call, step=None)
-                self._write(entry)
+                self._write(self.pending.popleft())
             writer, self.writer = self.writer, None
             if writer is not None:
+                if self.tail is not None:  # issued after the last marker: no step's
+                    with contextlib.suppress(Exception):
+                        writer.restep(self.tail, range(self.tail.seq, writer.written), None)
                 writer.close()
         if writer is not None:
             with contextlib.suppress(Exception):

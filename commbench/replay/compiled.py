@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.files import dump_json
+from commbench.replay.buckets import Reducer
 from commbench.replay.program import Groups, Issue, Program, RowSpec, in_copy, traced_sequence
 from commbench.traces.trace import Parameter, Trace
 
@@ -37,7 +38,8 @@ class Compiled:
     rows: tuple[RowSpec, ...]
     steps: int
     """Steps each rank's file holds."""
-    parameters: tuple[Parameter, ...]
+    reducer: Reducer
+    """The recorded job's DDP: what the bucket advisor regroups."""
     directory: Path
 
     def sequence(self, rank: int) -> list[list[Issue]]:
@@ -56,7 +58,7 @@ def write(trace: Trace, program: Program, directory: Path) -> None:
         "groups": program.groups.payload(),
         "rows": [asdict(r) for r in program.rows],
         "steps": len(program.steps),
-        "parameters": [p.payload() for p in trace.manifest.parameters],
+        "reducer": program.reducer.payload(),
     }
     (directory / PROGRAM_FILE).write_text(dump_json(head))
     for rank in range(min(program.traced_world, program.world)):  # the traced ranks replayed
@@ -78,7 +80,10 @@ def read(directory: Path) -> Compiled:
         groups=Groups(groups["traced"], groups["world"], tuple(map(tuple, groups["shapes"]))),
         rows=tuple(rows),
         steps=head["steps"],
-        parameters=tuple(Parameter(**p) for p in head["parameters"]),
+        reducer=Reducer(
+            parameters=tuple(Parameter(**p) for p in head["reducer"]["parameters"]),
+            find_unused=head["reducer"]["find_unused"],
+        ),
         directory=directory,
     )
 

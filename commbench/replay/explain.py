@@ -18,13 +18,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commbench.replay.buckets import assign_buckets
+from commbench.replay.buckets import Reducer
 from commbench.results.replay import Elsewhere, ReplayRecord, median_of
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from commbench.sizes import format_size
 from commbench.strategies.model import Cost, Params, least_squares
 from commbench.tables import text_table
-from commbench.traces.trace import Parameter
 
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
 TOP_ROWS = 10
@@ -111,19 +110,21 @@ def predict_buckets_s(bucket_bytes: Sequence[int], world: int, params: Params) -
 
 
 def predict_elsewhere(
-    parameters: Sequence[Parameter],
+    reducer: Reducer,
     caps: Sequence[int],
     world: int,
     bw_gbps: float,
     latency_us: float,
 ) -> Elsewhere:
-    """Each cap's DDP buckets predicted on a fabric of `bw_gbps` per link and `latency_us`
-    per step, at `world` ranks: the advisor's answer for a cluster this one is not."""
+    """Each cap's DDP all-reduces (its buckets, and the local-used map when it finds unused
+    parameters) predicted on a fabric of `bw_gbps` per link and `latency_us` per step, at
+    `world` ranks: the advisor's answer for a cluster this one is not."""
     params = Params(alpha_us=latency_us, bw_gbps=bw_gbps)
     rows = []
     for cap in caps:
-        buckets = [b.nbytes for b in assign_buckets(parameters, cap)]
-        rows.append((cap, len(buckets), predict_buckets_s(buckets, world, params)))
+        reductions = [nbytes for _, nbytes in reducer.reductions(cap)]
+        buckets = len(reducer.buckets(cap))
+        rows.append((cap, buckets, predict_buckets_s(reductions, world, params)))
     return Elsewhere(bw_gbps=bw_gbps, latency_us=latency_us, world=world, caps=tuple(rows))
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
@@ -209,6 +210,8 @@ class Program:
     plan: Plan
     elsewhere: Elsewhere | None = None
     """The bucket advisor's caps predicted on another fabric (`--bw`, `--latency`)."""
+    reducer: Reducer = field(default_factory=lambda: Reducer(parameters=()))
+    """The recorded job's DDP, for the bucket advisor (`Reducer.of`)."""
 
 
 def run_dtype(dtype: str) -> str:
@@ -320,6 +323,7 @@ def build_program(
         gaps=gaps,
         notes=(*notes, *plan.notes, *said, *(gaps.notes() if pace else ())),
         plan=plan,
+        reducer=Reducer.of(trace),
     )
 
 
@@ -359,27 +363,45 @@ def _peer(call: Call) -> int:
     return call.peer
 
 
+MAX_NAMED = 3
+"""Calls a refusal names before it counts the rest."""
+
+
 def _check_pairs(per_rank: StepCalls, step: int | None) -> None:
     """Refuse a step whose sends and receives do not pair up between each two ranks: its
     replay would wait for ever on the one left over (a trace cut in that step, a window of a
-    ring buffer)."""
-    sent: dict[tuple[int, int], int] = {}
-    received: dict[tuple[int, int], int] = {}
+    ring buffer). A send pairs with its peer's receive in their order (c10d matches the nth
+    send from a to b with b's nth receive from a), so those left over are the side's last,
+    and the refusal names them: rank, seq, op, peer and bytes, enough to find them in the
+    rank files."""
+    sent: dict[tuple[int, int], list[Call]] = {}
+    received: dict[tuple[int, int], list[Call]] = {}
     for rank, calls in per_rank.items():
         for c in calls:
             if c.op == "send" and c.peer is not None:
-                sent[(rank, c.peer)] = sent.get((rank, c.peer), 0) + 1
+                sent.setdefault((rank, c.peer), []).append(c)
             elif c.op == "recv" and c.peer is not None:
-                received[(c.peer, rank)] = received.get((c.peer, rank), 0) + 1
+                received.setdefault((c.peer, rank), []).append(c)
     for pair in sorted(set(sent) | set(received)):
-        a, b = sent.get(pair, 0), received.get(pair, 0)
-        if a != b:
+        sends, recvs = sent.get(pair, []), received.get(pair, [])
+        if len(sends) != len(recvs):
             where = "the trace" if step is None else f"step {step}"
+            longer, shorter = (sends, recvs) if len(sends) > len(recvs) else (recvs, sends)
+            left = longer[len(shorter) :]
+            named = ", ".join(_named(c) for c in left[:MAX_NAMED])
+            more = f" and {len(left) - MAX_NAMED} more" if len(left) > MAX_NAMED else ""
             raise UserError(
-                f"{where}: rank {pair[0]} sends {a} time(s) to rank {pair[1]}, which receives "
-                f"{b}: a replay would wait for ever on the one left over (a trace cut in that "
-                "step? --steps K replays the steps before it)"
+                f"{where}: rank {pair[0]} sends {len(sends)} time(s) to rank {pair[1]}, which "
+                f"receives {len(recvs)}; left over: {named}{more}: a replay would wait for "
+                "ever on them (a trace cut in that step? --steps K replays the steps before it)"
             )
+
+
+def _named(call: Call) -> str:
+    """`rank 0's call 12 (send to rank 1, 512 B)`: a call as a refusal names it."""
+    way = "to" if call.op == "send" else "from"
+    nbytes = call.in_bytes if call.op == "send" else call.out_bytes
+    return f"rank {call.rank}'s call {call.seq} ({call.op} {way} rank {call.peer}, {nbytes} B)"
 
 
 class _Shapes:

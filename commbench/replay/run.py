@@ -16,7 +16,7 @@ from commbench.collectives.settings import CollectivesSettings, Point
 from commbench.launch.launcher import LaunchOptions, preflight, run_collectives
 from commbench.launch.protocol import EVENTS_FILE
 from commbench.replay import compiled
-from commbench.replay.buckets import assign_buckets, cap_mb
+from commbench.replay.buckets import cap_mb
 from commbench.replay.events import CapTimes, SequenceTimes
 from commbench.replay.explain import fit_rows, predict_buckets_s
 from commbench.replay.program import Program
@@ -111,18 +111,16 @@ def conclude(
     params, _ = fit_rows(rows, collectives.backend)
     rebucket = []
     for cap in settings.rebucket:
-        buckets = assign_buckets(trace.manifest.parameters, cap)
+        reductions = [nbytes for _, nbytes in program.reducer.reductions(cap)]
         got = caps.get(cap)
         measured = statistics.median(got.samples_s) if got and got.samples_s else None
         predicted = (
-            predict_buckets_s([b.nbytes for b in buckets], program.world, params)
-            if params is not None
-            else None
+            predict_buckets_s(reductions, program.world, params) if params is not None else None
         )
         rebucket.append(
             RebucketCap(
                 cap_bytes=cap,
-                buckets=len(buckets),
+                buckets=len(program.reducer.buckets(cap)),
                 measured_s_per_step=measured,
                 predicted_s_per_step=predicted,
             )

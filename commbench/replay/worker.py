@@ -42,10 +42,10 @@ from commbench.collectives.ops import (
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, plan_size
-from commbench.completion import P2P_OPS, Completions
+from commbench.completion import Completions
 from commbench.launch.worker import Worker, run_worker
 from commbench.replay import compiled
-from commbench.replay.buckets import assign_buckets
+from commbench.replay.buckets import Reducer
 from commbench.replay.events import CapTimes, SequenceTimes
 from commbench.replay.program import (
     WORLD,
@@ -56,7 +56,7 @@ from commbench.replay.program import (
 )
 from commbench.replay.settings import ReplaySettings
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
-from commbench.traces.trace import Parameter
+from commbench.traces.names import P2P_OPS
 
 ADVISOR_ROUNDS = 15
 """Rounds of the bucket advisor (each bucket list once a round) unless --iters asks more."""
@@ -294,16 +294,16 @@ class ReplayWorker(Worker):
 
     # -- the bucket advisor ----------------------------------------------------------------
 
-    def _rebucket(self, parameters: Sequence[Parameter], point: int) -> None:
-        """Time each distinct bucket list once per round, the lists interleaved round by
+    def _rebucket(self, reducer: Reducer, point: int) -> None:
+        """Time each distinct list of a step's all-reduces (the buckets, and DDP's local-used
+        map when it finds unused parameters) once per round, the lists interleaved round by
         round (drift hits all alike), the first round a warm-up; caps that make the same
         buckets share their samples (DDP behaves the same at each)."""
         self.hb.point, self.hb.iteration = point, 0
         self.hb.phase = "rebucket"
         lists: dict[tuple[tuple[str, int], ...], list[int]] = {}
         for cap in self.r.rebucket:
-            key = tuple((b.dtype, b.nbytes) for b in assign_buckets(parameters, cap))
-            lists.setdefault(key, []).append(cap)
+            lists.setdefault(tuple(reducer.reductions(cap)), []).append(cap)
         buffers = {
             key: [
                 torch.zeros(
@@ -333,7 +333,8 @@ class ReplayWorker(Worker):
             worst = self._agree_max(own[key], None)
             for cap in caps:
                 if self.journal is not None:
-                    event = CapTimes(cap_bytes=cap, buckets=len(key), samples_s=tuple(worst))
+                    buckets = len(reducer.buckets(cap))
+                    event = CapTimes(cap_bytes=cap, buckets=buckets, samples_s=tuple(worst))
                     self.journal.write(event.to_dict())
         del buffers
 
@@ -352,7 +353,7 @@ class ReplayWorker(Worker):
         point = len(self.program.rows)
         self._sequence(self.program.sequence(self.rank), point)
         if self.r.rebucket:
-            self._rebucket(self.program.parameters, point + 1)
+            self._rebucket(self.program.reducer, point + 1)
         self.finish()
 
 

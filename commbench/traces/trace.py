@@ -17,6 +17,7 @@ loaded), a missing rank, and groups whose ranks or call sequences disagree betwe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import stat
@@ -79,6 +80,9 @@ MAX_BYTES = 1 << 50
 _MAX_NS = (1 << 63) - 1
 _MAX_TIME = 1e11  # seconds since the epoch, past year 5000
 FLUSH_EVERY = 256
+MAX_RESTEP_BYTES = 64 << 20
+"""Most bytes of a rank file `TraceWriter.restep` rewrites (read whole): the calls after a
+job's last optimizer step, or the start-up and step 1, are a few lines in every job seen."""
 
 PICKLE_PROTOCOLS = range(2, 6)
 
@@ -152,8 +156,8 @@ class Call:
     device: str = ""
     """`cuda:0`, `cpu`."""
     step: int | None = None
-    """The training step it belongs to (steps are counted by the optimizer); None before
-    the first step or without step markers."""
+    """The training step it belongs to (steps are counted by the optimizer); None in the
+    start-up, after the last step, or without step markers."""
     group_seq: int | None = None
     """Its place among its group's collectives, from 0 (every member counts the same
     calls); None for a send or recv, and when the producer did not say."""
@@ -478,6 +482,14 @@ def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
     return manifest
 
 
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A place in a rank file being written: the byte offset of a line and its call's seq."""
+
+    offset: int
+    seq: int
+
+
 class TraceWriter:
     """Streams one rank's calls into `rank-<N>.jsonl`. The writer given the `manifest` (one
     process of the job, rank 0's) writes it first with complete=false, and at `close` with
@@ -491,10 +503,12 @@ class TraceWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         if manifest is not None:
             write_manifest(self.directory, replace(manifest, complete=False, ended=None))
-        self._fh: IO[str] | None = open(  # noqa: SIM115 (closed by close())
-            self.directory / RANK_FILE.format(rank=rank), "w", encoding="utf-8"
+        # read back too, by `restep`; every line is ASCII (strict JSON, ensure_ascii)
+        self._fh: IO[bytes] | None = open(  # noqa: SIM115 (closed by close())
+            self.directory / RANK_FILE.format(rank=rank), "w+b"
         )
         self._seq = 0
+        self._offset = 0
         self._group_seq: dict[str, int] = {}
         self._unflushed = 0
 
@@ -508,7 +522,9 @@ class TraceWriter:
             group_seq = self._group_seq.get(call.group.name, 0)
             self._group_seq[call.group.name] = group_seq + 1
         written = replace(call, rank=self.rank, seq=self._seq, group_seq=group_seq)
-        self._fh.write(written.to_line())
+        data = written.to_line().encode("ascii")
+        self._fh.write(data)
+        self._offset += len(data)
         self._seq += 1
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
@@ -519,6 +535,45 @@ class TraceWriter:
         if self._fh is not None:
             self._fh.flush()
             self._unflushed = 0
+
+    @property
+    def written(self) -> int:
+        """Calls written so far: the next call's `seq`."""
+        return self._seq
+
+    def mark(self) -> Mark:
+        """Where the next call will be written, for `restep`."""
+        return Mark(offset=self._offset, seq=self._seq)
+
+    def restep(self, start: Mark, seqs: range, step: int | None) -> bool:
+        """Give the calls of `seqs`, written at or after `start`, the step `step`: the capture
+        learns a call's step after writing it (the last calls of the start-up repeat step 2's
+        first ones: they were step 1's; the calls after the job's last optimizer step belong to
+        none). Rewrites the file from `start` on, the other calls byte for byte, through the
+        handle it writes with (a job that moved or removed its trace directory changes
+        nothing here). False, and nothing changed, when more than MAX_RESTEP_BYTES follow
+        `start`: the calls keep the step they were written with."""
+        if self._fh is None:
+            raise ValueError("the trace writer is closed")
+        if not seqs or self._offset - start.offset > MAX_RESTEP_BYTES:
+            return False
+        self._fh.flush()
+        self._fh.seek(start.offset)
+        lines = self._fh.read(self._offset - start.offset).splitlines(keepends=True)
+        out = []
+        for seq, raw in enumerate(lines, start.seq):
+            if seq in seqs:
+                payload = json.loads(raw)
+                payload["step"] = step
+                raw = dump_json(payload, indent=None).encode("ascii")
+            out.append(raw)
+        data = b"".join(out)
+        self._fh.seek(start.offset)
+        self._fh.write(data)
+        self._fh.truncate()
+        self._fh.flush()
+        self._offset = start.offset + len(data)
+        return True
 
     def close(self, *, complete: bool = True) -> None:
         if self._fh is None:

@@ -1,0 +1,145 @@
+"""Which training step a recorded call belongs to: the capture's rule, in pure Python so that
+it is tested without torch (docs/traces.md, "Steps").
+
+A step runs from one optimizer step to the next: the markers are the optimizer's steps (a
+global post-hook) and `commbench.record.step()`, and step k holds the calls a rank issues
+after its (k-1)th marker, up to its kth. Around them:
+
+- **start-up**, before step 1: the calls a rank issues before it *began* training, that is
+  before its first module forward, its first send or recv, and its first marker. DDP's
+  broadcast of the parameters and its check of their shapes come from its constructor,
+  before any forward: start-up. A pipeline stage begins its first step by exchanging with
+  its neighbours (torch.distributed.pipelining's warm-up and shape exchange, then the
+  activations), sends and recvs that no start-up of torch's makes: they open step 1, on
+  both ends alike, so that step 1's sends and recvs pair up. A job that began nothing before
+  its first marker (no module, marking its steps with `commbench.record.step()`) has no
+  start-up: its calls before the first marker are step 1.
+- **step 1's calls before the job began**: the start-up's last calls, when step 2 issues the
+  same calls (op, name, dtype, bytes, group, peer) before it begins (its first forward or
+  send/recv). A per-step broadcast issued before the forward (a learning-rate schedule, a
+  data loader's seed) is start-up by the rule above in step 1 only; step 2 shows that the
+  job repeats it, so it is step 1's as it is every later step's. DDP's start-up is repeated
+  by no step and stays start-up. A job of one step cannot tell, and keeps it in start-up.
+- **after the last marker**: no step (a final barrier, an evaluation after training). The
+  capture cannot know a marker is the last until the process ends, so the calls after a
+  marker are written as the next step's and given none when the process ends (`tail`).
+
+The capture applies what this module decides (`Capture` in capture.py): it holds the
+start-up's calls until the job begins (they are step 1's if a marker comes first), and
+rewrites the lines it has written already when the rule moves them (`TraceWriter.restep`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from commbench.traces.trace import Call
+
+Signature = tuple[object, ...]
+"""What makes two calls the same call of two steps."""
+
+
+def signature(call: Call) -> Signature:
+    """The call without its rank, place or times."""
+    return (
+        call.op,
+        call.name,
+        call.dtype,
+        call.in_bytes,
+        call.out_bytes,
+        call.group.name,
+        call.group.ranks,
+        call.peer,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Restep:
+    """Calls already issued whose step the rule has changed."""
+
+    seqs: range
+    """Their places among the rank's calls."""
+    step: int | None
+
+
+def common_suffix(a: deque[Signature], b: deque[Signature]) -> int:
+    """How many calls `a` and `b` end with alike."""
+    n = 0
+    for x, y in zip(reversed(a), reversed(b), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Steps:
+    """One rank's steps, fed the events its capture sees: a call issued (`call`, then
+    `remember` its signature while `collecting`), a module forward (`begin`), a marker
+    (`end`)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        """Most start-up calls whose signatures are kept (the capture holds no more)."""
+        self.done = 0
+        """Markers seen: steps closed."""
+        self.began = False
+        """The rank began training (a forward, a send or recv, a marker): calls are no
+        longer start-up."""
+        self.startup: deque[Signature] = deque(maxlen=keep)
+        self.startup_calls = 0
+        """Start-up calls: seqs 0 to startup_calls - 1."""
+        self.prologue: deque[Signature] | None = None
+        """Step 2's calls before it began, while they are collected (after the first marker,
+        when there was a start-up, until step 2 begins or ends)."""
+
+    @property
+    def collecting(self) -> bool:
+        """The signature of the call just issued is wanted (`remember`)."""
+        return not self.began or self.prologue is not None
+
+    def call(self, *, p2p: bool) -> tuple[int | None, Restep | None]:
+        """A call issued: its step (None in start-up, and for now in the step after a marker
+        if none follows), and what the rule changed if the call begins a step (a send or
+        recv)."""
+        restep = self.begin() if p2p else None
+        if not self.began:
+            self.startup_calls += 1
+            return None, restep
+        return self.done + 1, restep
+
+    def remember(self, sig: Signature) -> None:
+        """The signature of the call just issued (`call`), when `collecting`."""
+        if not self.began:
+            self.startup.append(sig)
+        elif self.prologue is not None:
+            self.prologue.append(sig)
+
+    def begin(self) -> Restep | None:
+        """A module forward or a send/recv: the rank is training. The first ends start-up;
+        the one that begins step 2 compares its prologue with the start-up's end."""
+        if not self.began:
+            self.began = True
+            return None
+        if self.prologue is None:
+            return None
+        repeated = common_suffix(self.startup, self.prologue)
+        self.prologue = None
+        if not repeated:
+            return None
+        return Restep(range(self.startup_calls - repeated, self.startup_calls), 1)
+
+    def end(self) -> bool:
+        """A marker: the open step closes. True when the rank had not begun (no forward, no
+        send or recv): the calls held so far are step 1, not start-up."""
+        first = not self.began
+        self.began = True
+        self.done += 1
+        collect = self.done == 1 and bool(self.startup)
+        self.prologue = deque(maxlen=len(self.startup)) if collect else None
+        return first
+
+    def after_last(self, step: int | None) -> bool:
+        """A call of `step` belongs to no step if the process ends now: it was issued after
+        the last marker."""
+        return step is not None and self.done > 0 and step > self.done
