@@ -185,14 +185,17 @@ def test_a_paced_replay_waits_for_each_calls_recorded_offset(tmp_path: Path) -> 
                 call["issued_ns"] += late
                 call["completed_ns"] += late
         path.write_text("".join(json.dumps(c) + "\n" for c in lines))
-    paced = replay(trace, tmp_path / "paced", "--pace")
-    rep = json.loads((paced / "run.json").read_text())["replay"]
-    assert json.loads((paced / "settings.json").read_text())["replay"]["pace"] is True
-    # each step's last call waits 100 ms after its first: the span holds the gaps
-    assert all(s >= 0.1 for s in rep["replayed_span_s_per_step"])
-    assert all(s > 0 for s in rep["replayed_comm_s_per_step"])
-    assert len(rep["replayed_passes_s"]) >= 1
-    assert rep["step_numbers"] == [0, 1]
+    for flag, gaps_as in (("--pace", "idle"), ("--pace-compute", "compute")):
+        paced = replay(trace, tmp_path / flag, flag)
+        rep = json.loads((paced / "run.json").read_text())["replay"]
+        settings = json.loads((paced / "settings.json").read_text())["replay"]
+        assert settings["pace"] is True and settings["pace_compute"] is (gaps_as == "compute")
+        assert rep["gaps_as"] == gaps_as
+        # each step's last call waits 100 ms after its first: the span holds the gaps
+        assert all(s >= 0.1 for s in rep["replayed_span_s_per_step"])
+        assert all(s > 0 for s in rep["replayed_comm_s_per_step"])
+        assert len(rep["replayed_passes_s"]) >= 1
+        assert rep["step_numbers"] == [0, 1]
 
 
 def test_a_paced_replay_of_calls_days_apart_caps_the_gap(tmp_path: Path) -> None:

@@ -152,4 +152,5 @@ def conclude(
         max_gap_s=program.gaps.max_gap_s if settings.pace else None,
         gaps_capped=program.gaps.capped if settings.pace else 0,
         gaps_backwards=program.gaps.backwards if settings.pace else 0,
+        gaps_as=("compute" if settings.pace_compute else "idle") if settings.pace else None,
     )

@@ -38,6 +38,8 @@ class ReplaySettings:
     repeats: int = DEFAULT_REPEATS
     pace: bool = False
     """Issue each call at its recorded time after the step's start (see `ReplayRequest`)."""
+    pace_compute: bool = False
+    """With `pace`, the gaps are busy compute on the device, not idle."""
     program: str = ""
     """The directory of the compiled program (`replay.compiled`) the workers read."""
 
@@ -103,6 +105,15 @@ class ReplayRequest:
             "as soon as the one before allows."
         ),
     )
+    pace_compute: bool = field(
+        default=False,
+        metadata=cli(
+            help="--pace, with each recorded gap replayed as busy compute on the device (a "
+            "loop of small matrix products, as long as the gap) instead of idle: the job's "
+            "compute competing with its communication for the cores, memory and, on a GPU, "
+            "the device's streaming multiprocessors.",
+        ),
+    )
     max_gap: float | None = field(
         default=None,
         metadata=cli(
@@ -164,7 +175,11 @@ def prepare(
     max_gap = max_gap_for(request.max_gap, request.timeout)
     trace = load_any(Path(request.trace))
     program = build_program(
-        trace, world=request.world, steps=request.steps, max_gap_s=max_gap, pace=request.pace
+        trace,
+        world=request.world,
+        steps=request.steps,
+        max_gap_s=max_gap,
+        pace=request.pace or request.pace_compute,
     )
     caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
     if (request.bw is None) != (request.latency is None):
@@ -205,7 +220,8 @@ def prepare(
         steps=request.steps,
         rebucket=caps,
         repeats=request.iters or DEFAULT_REPEATS,
-        pace=request.pace,
+        pace=request.pace or request.pace_compute,
+        pace_compute=request.pace_compute,
     )
     return trace, program, settings, collectives
 

@@ -62,6 +62,10 @@ ADVISOR_ROUNDS = 15
 """Rounds of the bucket advisor (each bucket list once a round) unless --iters asks more."""
 POLL_S = 50e-6
 """The finest sleep of a paced step waiting for its next call's offset."""
+COMPUTE_N_CPU = 64
+COMPUTE_N = 1024
+"""`--pace-compute`'s products: n x n float32 matrices (64 on a CPU: about 6 us a product,
+so a gap ends within that of its time; 1024 on a GPU: tens of microseconds each)."""
 
 Issuer = Callable[[Buffers, Group, int | None], Any]
 """Issues one traced call asynchronously on its buffers and group: its Work."""
@@ -118,6 +122,8 @@ class ReplayWorker(Worker):
         self.handles: list[Any] = []
         self.program: compiled.Compiled | None = None
         self.stamps = threading.Lock()
+        self._operands: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._product: float | None = None
         self.completions: Completions[tuple[list[list[float]], int]] = Completions(
             self._stamped, clock=time.perf_counter_ns
         )
@@ -250,8 +256,7 @@ class ReplayWorker(Worker):
         pending: list[tuple[Any, int]] = []
         for issue in issues:
             if self.r.pace and issue.offset_s is not None:
-                while (late := origin + issue.offset_s - time.perf_counter()) > 0:
-                    time.sleep(min(late, POLL_S))
+                self._gap(origin + issue.offset_s)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
             start = time.perf_counter()
@@ -280,6 +285,50 @@ class ReplayWorker(Worker):
         self.completions.drain()
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]
+
+    def _gap(self, until: float) -> None:
+        """Wait for `until` (perf_counter): idle, or with `pace_compute` busy computing on the
+        device. On the CPU the products run until then; on a GPU as many are queued as fill
+        the gap (the device's rate of them measured once), so that the next call, queued
+        behind them in stream order as the job's was behind its compute, starts when they
+        end."""
+        if not self.r.pace_compute:
+            while (late := until - time.perf_counter()) > 0:
+                time.sleep(min(late, POLL_S))
+            return
+        if self.device.type != "cuda":
+            a, out = self._compute_operands()
+            while time.perf_counter() < until:
+                torch.mm(a, a, out=out)
+            return
+        left = until - time.perf_counter()
+        if left > 0:
+            a, out = self._compute_operands()
+            for _ in range(int(left / self._product_s())):
+                torch.mm(a, a, out=out)
+        while (late := until - time.perf_counter()) > 0:
+            time.sleep(min(late, POLL_S))
+
+    def _compute_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._operands is None:
+            n = COMPUTE_N if self.device.type == "cuda" else COMPUTE_N_CPU
+            a = torch.rand(n, n, device=self.device)
+            self._operands = (a, torch.empty_like(a))
+        return self._operands
+
+    def _product_s(self) -> float:
+        """Seconds of one product on the GPU, timed once with events (20 of them)."""
+        if self._product is None:
+            a, out = self._compute_operands()
+            torch.mm(a, a, out=out)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(20):
+                torch.mm(a, a, out=out)
+            end.record()
+            end.synchronize()
+            self._product = max(1e-6, start.elapsed_time(end) / 1e3 / 20)
+        return self._product
 
     def _stamped(self, token: tuple[list[list[float]], int], ns: int | None) -> None:
         """An async call's completion, from a thread of `commbench.completion`."""

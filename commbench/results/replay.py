@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.fields import Fields, boolean, integer_in, list_of, number_in, text
+from commbench.fields import Fields, boolean, integer_in, list_of, number_in, one_of, text
 from commbench.results.schema import MAX_COUNT, MAX_SIZE_BYTES, MAX_WORLD_SIZE
 
 MAX_SECONDS = 1e10
@@ -155,6 +155,9 @@ class ReplayRecord:
     gaps_backwards: int = 0
     """With `--pace`, calls recorded as issued before the call before them on their rank (a
     clock that stepped back), each issued right after it."""
+    gaps_as: str | None = None
+    """With `--pace`, what filled the recorded gaps: `idle` (waiting) or `compute` (busy
+    compute on the device, `--pace-compute`); null without `--pace`."""
 
     @property
     def recorded_comm_s(self) -> float | None:
@@ -189,6 +192,7 @@ class ReplayRecord:
             "max_gap_s": self.max_gap_s,
             "gaps_capped": self.gaps_capped,
             "gaps_backwards": self.gaps_backwards,
+            "gaps_as": self.gaps_as,
         }
         if self.rebucket:
             data["rebucket"] = [c.to_dict() for c in self.rebucket]
@@ -226,4 +230,5 @@ class ReplayRecord:
             max_gap_s=f.opt("max_gap_s", _seconds),
             gaps_capped=f.opt("gaps_capped", integer_in(0, MAX_COUNT)) or 0,
             gaps_backwards=f.opt("gaps_backwards", integer_in(0, MAX_COUNT)) or 0,
+            gaps_as=f.opt("gaps_as", one_of(("idle", "compute"))),
         )
