@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,7 +182,8 @@ def compare(trace: Trace, truth: dict[int, list[Truth]]) -> list[Mismatch]:
     issue order; a rank the trace or the truth lacks is a difference too."""
     out: list[Mismatch] = []
     for rank in sorted(set(trace.calls) | set(truth)):
-        calls, said = trace.calls.get(rank, []), truth.get(rank, [])
+        calls: Sequence[Call] = trace.calls.get(rank, ())
+        said = truth.get(rank, [])
         for i in range(max(len(calls), len(said))):
             if i >= len(calls):
                 out.append(Mismatch(rank, i, "missing", "(none)", str(said[i]), said[i]))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,25 +94,31 @@ REPLAY_FAILS = {
 }
 
 
-def _cases(test: str) -> list[object]:
-    cases = []
-    for spec in JOBS:
-        reason = KNOWN[spec.name].reason if test == "record" and spec.name in KNOWN else None
-        if test == "replay":
-            reason = REPLAY_FAILS.get(spec.name)
-        marks = (
-            [
-                pytest.mark.xfail(
-                    strict=True,
-                    reason=reason,
-                    raises=KnownMismatch if test == "record" else AssertionError,
-                )
-            ]
-            if reason
-            else []
+def _record_cases() -> list[Any]:
+    """Each job; one KNOWN explains is expected to fail with KnownMismatch alone."""
+    return [
+        pytest.param(
+            spec,
+            id=spec.name,
+            marks=[pytest.mark.xfail(strict=True, reason=known.reason, raises=KnownMismatch)]
+            if (known := KNOWN.get(spec.name))
+            else [],
         )
-        cases.append(pytest.param(spec, id=spec.name, marks=marks))
-    return cases
+        for spec in JOBS
+    ]
+
+
+def _replay_cases() -> list[Any]:
+    return [
+        pytest.param(
+            spec,
+            id=spec.name,
+            marks=[pytest.mark.xfail(strict=True, reason=reason)]
+            if (reason := REPLAY_FAILS.get(spec.name))
+            else [],
+        )
+        for spec in JOBS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +147,7 @@ def _listed(mismatches: list[Mismatch], most: int = 12) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("spec", _cases("record"))
+@pytest.mark.parametrize("spec", _record_cases())
 def test_the_recording_matches_the_jobs_truth(
     spec: JobSpec, recorded: Callable[[JobSpec], Recorded]
 ) -> None:
@@ -156,7 +163,7 @@ def test_the_recording_matches_the_jobs_truth(
         raise KnownMismatch(f"{spec.name}: {len(mismatches)} known:\n{_listed(mismatches)}")
 
 
-@pytest.mark.parametrize("spec", _cases("replay"))
+@pytest.mark.parametrize("spec", _replay_cases())
 def test_the_paced_replay_runs_to_the_end(
     spec: JobSpec, recorded: Callable[[JobSpec], Recorded], tmp_path: Path
 ) -> None:
