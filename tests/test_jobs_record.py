@@ -91,6 +91,10 @@ KNOWN: dict[str, Known] = {
 REPLAY_FAILS = {
     "async_objects_uneven": "issue 34: replay issues an all_to_all with even splits of each "
     "rank's bytes: ranks sending different sizes abort in gloo (SIGABRT)",
+    "coalesced_ring4": "issue 34: the rows phase's sendrecv of a pair in a 4-rank world, with "
+    "replay's own warm-up and iteration counts, aborts in gloo ('Received data size doesn't "
+    "match expected size. 256 vs 8'): the pair's two ranks run different counts (with "
+    "--iters 3 --warmup 1 it runs)",
 }
 
 
@@ -170,8 +174,8 @@ def test_the_paced_replay_runs_to_the_end(
     job = recorded(spec)
     assert job.returncode == 0, job.stderr[-4000:]
     out = tmp_path / "out"
-    run = replay(job.trace_dir, out, "--iters", "3", "--warmup", "1", "--timeout", "120",
-                 timeout=REPLAY_TIMEOUT)  # fmt: skip
+    # replay's own iteration counts, as a user runs it (fixed counts hide a bug: REPLAY_FAILS)
+    run = replay(job.trace_dir, out, "--timeout", "120", timeout=REPLAY_TIMEOUT)
     ratio = "-" if run.ratio is None else f"{run.ratio:.2f}"
     print(f"\n{spec.name}: replayed in {run.seconds:.1f} s, replayed/recorded median {ratio}")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
