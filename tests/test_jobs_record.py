@@ -89,12 +89,14 @@ KNOWN: dict[str, Known] = {
     ),
 }
 REPLAY_FAILS = {
-    "async_objects_uneven": "issue 34: replay issues an all_to_all with even splits of each "
-    "rank's bytes: ranks sending different sizes abort in gloo (SIGABRT)",
-    "coalesced_ring4": "issue 34: the rows phase's sendrecv of a pair in a 4-rank world, with "
-    "replay's own warm-up and iteration counts, aborts in gloo ('Received data size doesn't "
-    "match expected size. 256 vs 8'): the pair's two ranks run different counts (with "
-    "--iters 3 --warmup 1 it runs)",
+    "async_objects_uneven": "issue 34: the sequence replays each rank's uneven all_to_all as "
+    "its own bytes split evenly (rank 0 16 B, rank 1 24 B): rank 0 gets 12 B where it expects "
+    "8 B and aborts in gloo (SIGABRT)",
+    "coalesced_ring4": "issue 34: with replay's own warm-up and iteration counts, the rows "
+    "phase of a 4-rank ring (sendrecv rows of 256, 512, 768, 1024 B on pairs) aborts in gloo on "
+    "rank 1 ('Received data size doesn't match expected size. 256 vs 8': a 256 B sendrecv "
+    "message where an 8 B float64 is expected) after the sendrecv 256B row; with --iters 3 "
+    "--warmup 1 it completes",
 }
 
 
