@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from commbench.tables import text_table  # noqa: E402
+from commbench.tables import fixed, text_table  # noqa: E402
 from tests.job_truth import JOBS, JobSpec, compare, record, replay  # noqa: E402
 
 BOUND = (0.5, 2.0)
@@ -69,16 +69,12 @@ class Row:
             "-" if self.exact is None else "yes" if self.exact else f"no ({len(self.mismatches)})"
         )
         return [self.job, str(self.ranks), _text(self.calls), exact, _text(self.replay_exit),
-                _fmt(self.ratio), self.within, _fmt(self.ratio_less_waiting),
-                f"{self.record_s:.1f}", _fmt(self.replay_s, 1)]  # fmt: skip
+                fixed(self.ratio), self.within, fixed(self.ratio_less_waiting),
+                f"{self.record_s:.1f}", fixed(self.replay_s, 1)]  # fmt: skip
 
 
 HEADERS = ["job", "ranks", "calls", "record exact", "replay exit", "replayed/recorded",
            "within 0.5..2", "vs recorded-waiting", "record s", "replay s"]  # fmt: skip
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _text(value: int | None) -> str:
