@@ -49,17 +49,6 @@ def _unsplit(m: Mismatch) -> bool:
     return m.field in ("in_splits", "out_splits") and m.recorded.startswith(f"{m.field}=None")
 
 
-def _first_step_prelude(m: Mismatch) -> bool:
-    """A call of step 1 issued before its first forward, recorded as start-up."""
-    return (
-        m.field == "step"
-        and m.truth_call is not None
-        and m.truth_call.step == 1
-        and m.call is not None
-        and m.call.step is None
-    )
-
-
 def _start_up_in_step_1(m: Mismatch) -> bool:
     """A start-up call recorded in step 1."""
     return (
@@ -72,11 +61,6 @@ def _start_up_in_step_1(m: Mismatch) -> bool:
 
 
 KNOWN: dict[str, Known] = {
-    "subgroups": Known(
-        "issue 34: the world broadcast each step makes before its forward is recorded in "
-        "its step from step 2 on, but step 1's is recorded as start-up (step null)",
-        _first_step_prelude,
-    ),
     "async_objects_uneven": Known(
         "issue 34: the trace keeps no all_to_all splits (the uneven all_to_all_single's "
         "in_splits/out_splits are not recorded)",
@@ -93,12 +77,6 @@ REPLAY_FAILS = {
     "async_objects_uneven": "issue 34: the sequence replays each rank's uneven all_to_all as "
     "its own bytes split evenly (rank 0 16 B, rank 1 24 B): rank 0 gets 12 B where it expects "
     "8 B and aborts in gloo (SIGABRT)",
-    "coalesced_ring4": "issue 34: with replay's own warm-up and iteration counts, the rows "
-    "phase of a 4-rank ring (sendrecv rows of 256, 512, 768, 1024 B on pairs) aborts in gloo on "
-    "rank 1 ('Received data size doesn't match expected size. 256 vs 8': a 256 B sendrecv "
-    "message where an 8 B float64 is expected) after the sendrecv 256B row; with --iters 3 "
-    "--warmup 1 the rows run, and the sequence hangs as the 2-rank job's does (each rank's "
-    "send recorded sync, so waited before its recv is posted)",
 }
 
 

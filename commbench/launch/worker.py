@@ -299,8 +299,11 @@ class Worker:
         self.hb.phase = "warmup"
         if s.warmup is None:
             first = self._timer(call, WARMUP_MIN)
-            (pace,) = self._agree_max(first[-1:], grp.handle)
-            warmup = plan_warmup(pace, first_point=not self.warmed)
+            # a rank's first point warms longer; the group agrees on whether this is one, or
+            # a rank that has already measured (another row of a replay) stops short of its
+            # peer and the next collective gets its message
+            pace, cold = self._agree_max([first[-1], 0.0 if self.warmed else 1.0], grp.handle)
+            warmup = plan_warmup(pace, first_point=cold > 0)
             rest = self._timer(call, warmup - WARMUP_MIN) or first[-1:]
             self.warmed = True
         else:

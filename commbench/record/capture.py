@@ -183,6 +183,9 @@ class _Op:
         self.input = next((n for n in _INPUT_ARGS if n in self.index), None)
         self.output = next((n for n in _OUTPUT_ARGS if n in self.index), None)
         self.peer = next((n for n in _PEER_ARGS if n in self.index), None)
+        self.says_async = "async_op" in self.index
+        """send and recv have no async_op: `dist.send` waits at once, `isend` (and
+        `batch_isend_irecv`) does not, and only what the rank did next tells them apart."""
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
 
@@ -208,6 +211,12 @@ class _Pending:
     completed_ns: int | None = None
     done: bool = False
     """Seen complete, or never to be (no Work, a failed one)."""
+    says_async: bool = True
+    """Its op has an async_op argument (send and recv have none)."""
+    overlapped: bool = False
+    """A call whose op has no async_op (send, recv) still in flight when its rank issued
+    the next call: an isend or irecv, async. (A `dist.send` is waited by the job before it
+    goes on, and seen complete by the poll that precedes the next call.)"""
 
 
 class Capture:
@@ -406,8 +415,11 @@ class Capture:
         if restep is not None:
             with self.lock:
                 self._restep(restep)
-        entry = _Pending(call)
+        entry = _Pending(call, says_async=op.says_async)
         with self.lock:
+            for earlier in self.pending:
+                if not earlier.done and not earlier.says_async:
+                    earlier.overlapped = True
             self.calls += 1
             self.pending.append(entry)
             while len(self.pending) > MAX_PENDING:
@@ -512,7 +524,10 @@ class Capture:
         if self.writer is not None:
             if self.tail is None and self.steps.after_last(entry.call.step):
                 self.tail = self.writer.mark()
-            self.writer.write(replace(entry.call, completed_ns=entry.completed_ns))
+            async_op = entry.call.async_op or entry.overlapped
+            self.writer.write(
+                replace(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
+            )
 
     # -- steps ---------------------------------------------------------------------------
 
