@@ -34,6 +34,7 @@ from commbench.results.record import RunKind, RunRecord, RunStatus
 from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.schema import ResultRow, csv_columns, csv_record
 from commbench.traces.formats import load_any
+from commbench.traces.splits import Exchanges
 from commbench.traces.trace import MANIFEST_FILE, Call, Parameter, Trace
 from tests.factories import ddp_trace, make_row, trace_call, write_trace
 
@@ -195,9 +196,9 @@ def test_a_huge_world_is_built_per_call_not_per_rank(
     mapped: list[int] = []
     real_map = program_module.map_call
 
-    def counted_map(call: Call, groups: Groups) -> Issue | None:
+    def counted_map(call: Call, groups: Groups, table: Exchanges) -> Issue | None:
         mapped.append(call.rank)
-        return real_map(call, groups)
+        return real_map(call, groups, table)
 
     monkeypatch.setattr(program_module, "map_call", counted_map)
     tracemalloc.start()
@@ -420,7 +421,7 @@ def test_calls_round_trip_and_add_a_csv_column() -> None:
     row = make_row(calls=7)
     again = ResultRow.from_dict(json.loads(json.dumps(row.to_dict())))
     assert again.calls == 7
-    assert csv_columns([row])[-1] == "calls" and csv_record(row)["calls"] == 7
+    assert csv_columns([row])[-2:] == ["calls", "skew"] and csv_record(row)["calls"] == 7
     plain = make_row()
     assert "calls" not in plain.to_dict() and "calls" not in csv_columns([plain])
 

@@ -338,6 +338,10 @@ class ResultRow:
     """A replay's row: the recorded calls of this (op, size, dtype, group) over the replayed
     steps, so calls x size_bytes is the recorded traffic; None for every other row (and not
     written then)."""
+    skew: float | None = None
+    """A replay's all_to_allv row (an all_to_all timed with a trace's uneven splits): its
+    busiest rank's bytes (`size_bytes`) over the mean rank's, 1 or more; None for every
+    other row (and not written then)."""
 
     @property
     def time_us(self) -> float:
@@ -385,6 +389,8 @@ class ResultRow:
             data["processes"] = self.processes.to_dict()
         if self.calls is not None:
             data["calls"] = self.calls
+        if self.skew is not None:
+            data["skew"] = self.skew
         return data
 
     @classmethod
@@ -486,6 +492,7 @@ _FIELD_READERS: dict[str, Conv[Any]] = {
     "note": line,
     "samples_us": list_of(_time, max_items=MAX_ITERATIONS),
     "calls": _count,
+    "skew": number_in(1, MAX_COUNT),
 }
 _STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
@@ -608,11 +615,12 @@ _NULLABLE = {
     "efficiency",
     "peer_access",
     "calls",
+    "skew",
 }
 _TOP_NAMES = tuple(
     f.name
     for f in fields(ResultRow)
-    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls")
+    if f.name not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls", "skew")
 )
 _P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
@@ -823,8 +831,9 @@ P2P_CSV_COLUMNS = [
 ]
 
 
-REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls"]
-"""A replay's results.csv: the collectives columns, then the recorded calls of each row."""
+REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls", "skew"]
+"""A replay's results.csv: the collectives columns, then the recorded calls of each row and
+an all_to_allv's skew (empty for the other rows)."""
 
 
 def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
@@ -848,6 +857,7 @@ def csv_record(row: ResultRow) -> dict[str, Any]:
             "n": s.n,
             "outliers": s.outliers,
             "calls": row.calls,
+            "skew": row.skew,
         }
     copy = row.p2p.to_dict()
     copy["p2p"] = copy.pop("peer_access")
