@@ -77,6 +77,8 @@ class RowSpec:
     skew: float | None = None
     """An all_to_allv's: its busiest member's bytes over the mean member's (`size_bytes` is
     the busiest's)."""
+    patterns: int = 0
+    """An all_to_allv's: the distinct splits among the calls it stands for (one is timed)."""
 
     @property
     def label(self) -> str:
@@ -266,6 +268,7 @@ def build_program(
     shapes = _Shapes(traced, new_world)
     found: dict[tuple[str, int, str, int, bool, bool], set[int]] = {}
     timed_with: dict[tuple[str, int, str, int, bool, bool], Exchange] = {}
+    patterns: dict[tuple[str, int, str, int, bool, bool], set[Matrix | None]] = {}
     skipped: set[str] = set()
     for call, n in _counted(trace, {None, *kept}):
         if call.op == "other":
@@ -278,6 +281,7 @@ def build_program(
         exchange = table.of(call)
         if uneven and exchange is not None:
             timed_with.setdefault(key, exchange)  # the row's first call: its splits are timed
+            patterns.setdefault(key, set()).add(exchange.sends)
         if spans:
             found.setdefault(key, set()).add(WORLD)
         elif call.op == "send":
@@ -316,6 +320,7 @@ def build_program(
                 calls=calls.get(key, 0),
                 splits=exchange.sends if exchange is not None else None,
                 skew=exchange.skew if exchange is not None else None,
+                patterns=len(patterns.get(key, ())),
             )
         )
     if skipped:

@@ -160,6 +160,8 @@ class ReplayWorker(Worker):
                 f"all_to_allv: the recorded uneven splits; size is the busiest rank's bytes, "
                 f"skew {row.skew or 1:.2f} (busiest / mean rank's bytes)"
             )
+            if row.patterns > 1:
+                uneven += f"; timed with the first of {row.patterns} splits of this size"
         spec = entry.spec
         assert self.program is not None
         found = self.program.groups.mine(row.shapes, self.rank)

@@ -189,11 +189,33 @@ def _exchange(
     present = [members[r] for r in ranks if r in members]
     loads = tuple(max(c.in_bytes, c.out_bytes) for c in present)
     sizes_differ = len({c.in_bytes for c in present} | {c.out_bytes for c in present}) > 1
-    sends = _matrix(ranks, members) if recorded and len(present) == len(ranks) else None
-    if sends is not None:
+    sends = None
+    if recorded and len(present) == len(ranks):
+        sends = tuple(
+            _in_order(c, _recorded(c, key, "input", len(ranks), where), ranks) for c in present
+        )
         _check_agree(key, ranks, sends, members, where)
     uneven = sizes_differ or (sends is not None and len({s for row in sends for s in row}) > 1)
     return Exchange(loads=loads, sends=sends, uneven=uneven)
+
+
+def _recorded(call: Call, key: Key, side: str, n: int, where: str) -> Splits:
+    """A member's splits of one side as its trace says them: given, or even (left out),
+    which needs a side that n ranks divide (torch refuses any other)."""
+    given = call.in_splits if side == "input" else call.out_splits
+    if given is not None:
+        return given
+    size = call_element(call)
+    nbytes = call.in_bytes if side == "input" else call.out_bytes
+    splits = even(nbytes // size, n) if size and nbytes % size == 0 else None
+    if splits is None:
+        name = "in_splits" if side == "input" else "out_splits"
+        raise UserError(
+            f"{where}: group {quoted(key[0])}'s all_to_all {key[1]} on rank {call.rank}: no "
+            f"{name} (an even split), but its {side} of {nbytes} bytes does not split evenly "
+            f"over {n} ranks"
+        )
+    return splits
 
 
 def _in_order(call: Call, splits: Splits, ranks: Sequence[int]) -> Splits:
@@ -203,30 +225,13 @@ def _in_order(call: Call, splits: Splits, ranks: Sequence[int]) -> Splits:
     return tuple(splits[place[r]] for r in ranks)
 
 
-def _matrix(ranks: Sequence[int], members: Mapping[int, Call]) -> Matrix | None:
-    """Each member's input splits, rows and columns in sorted-rank order; None where a
-    member's even split cannot be told (a size that is no multiple of the group's)."""
-    rows = []
-    for r in ranks:
-        call = members[r]
-        splits = call.in_splits or even(call.count, len(ranks))
-        if splits is None:
-            return None
-        rows.append(_in_order(call, splits, ranks))
-    return tuple(rows)
-
-
 def _check_agree(
     key: Key, ranks: Sequence[int], sends: Matrix, members: Mapping[int, Call], where: str
 ) -> None:
     """What each member receives from each other is what that one sends it."""
     for j, r in enumerate(ranks):
         call = members[r]
-        size = call_element(call)
-        got = call.out_splits or (even(call.out_bytes // size, len(ranks)) if size else None)
-        if got is None:
-            continue
-        got = _in_order(call, got, ranks)
+        got = _in_order(call, _recorded(call, key, "output", len(ranks), where), ranks)
         for i, source in enumerate(ranks):
             if sends[i][j] != got[i]:
                 raise UserError(
