@@ -25,6 +25,7 @@ from commbench.cli import app
 from commbench.errors import UserError
 from commbench.replay.buckets import MIB as MiB
 from commbench.replay.buckets import Reducer, assign_buckets
+from commbench.traces import splits
 from commbench.traces.plan import build_plan
 from commbench.traces.trace import read_trace
 
@@ -651,3 +652,51 @@ def test_records_started_together_each_write_their_own_trace(tmp_path: Path) -> 
     traces = sorted((tmp_path / "results").iterdir())
     assert len(traces) == 3
     assert all((t / "manifest.json").is_file() for t in traces)
+
+
+@pytest.mark.integration
+def test_uneven_all_to_all_splits_are_recorded_and_replayed(tmp_path: Path, free_port: int) -> None:
+    """A mixture-of-experts job (tests/jobs/moe_uneven_job.py) routes tokens with uneven
+    all_to_all splits that change every step: each recorded all_to_all holds the splits the
+    job printed as its truth, and the trace replays (and with --pace) without the size
+    error gloo aborted with when each rank split its own total evenly."""
+    done = record(tmp_path, [str(JOBS / "moe_uneven_job.py"), "--steps", "3"], free_port)
+    assert done.returncode == 0, done.stderr
+    truth: dict[int, list[tuple[int, tuple[int, ...], tuple[int, ...]]]] = {0: [], 1: []}
+    for rank, op, step, ins, outs in re.findall(
+        r"^truth: (\d+) (\w+),(\d+),([\d-]+),([\d-]+)$", done.stdout, re.MULTILINE
+    ):
+        assert op == "all_to_all"
+        as_splits = [tuple(int(s) for s in x.split("-")) for x in (ins, outs)]
+        truth[int(rank)].append((int(step), as_splits[0], as_splits[1]))
+    trace = read_trace(tmp_path / "trace")
+    uneven = 0
+    for rank in (0, 1):
+        recorded = []
+        for c in trace.calls[rank]:
+            if c.op != "all_to_all":
+                continue
+            element = splits.call_element(c) or 1
+            ins = c.in_splits or splits.even(c.count, 2)
+            outs = c.out_splits or splits.even(c.out_bytes // element, 2)
+            recorded.append((c.step, ins, outs))
+            uneven += c.in_splits is not None
+        assert recorded == truth[rank] and len(recorded) == 9  # 3 steps x 3 all_to_alls
+    assert uneven >= 6  # the dispatches and combines (a count exchange is even)
+    for pace in ([], ["--pace"]):
+        out = tmp_path / f"replay{len(pace)}"
+        replayed = subprocess.run(
+            [sys.executable, "-m", "commbench", "replay", str(tmp_path / "trace"),
+             "--device", "cpu", "--iters", "3", "--warmup", "1", "--out", str(out), *pace],
+            capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
+        assert replayed.returncode == 0, replayed.stderr[-3000:]
+        assert "doesn't match expected size" not in replayed.stderr
+        (run,) = out.iterdir()
+        record_ = json.loads((run / "run.json").read_text())
+        assert record_["status"] == "complete"
+        assert any("all_to_allv" in n for n in record_["replay"]["notes"])
+        rows = json.loads((run / "results.json").read_text())["rows"]
+        skewed = [r for r in rows if r.get("skew_ratio") is not None]
+        assert skewed and all(r["op"] == "all_to_all" and r["check"] == "ok" for r in skewed)
+        assert all(r["skew_ratio"] > 1 and "busiest" in r["note"] for r in skewed)

@@ -34,6 +34,7 @@ from commbench.results.record import RunKind, RunRecord, RunStatus
 from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.schema import ResultRow, csv_columns, csv_record
 from commbench.traces.formats import load_any
+from commbench.traces.splits import Exchanges
 from commbench.traces.trace import MANIFEST_FILE, Call, Parameter, Trace
 from tests.factories import ddp_trace, make_row, trace_call, write_trace
 
@@ -241,9 +242,9 @@ def test_a_huge_world_is_built_per_call_not_per_rank(
     mapped: list[int] = []
     real_map = program_module.map_call
 
-    def counted_map(call: Call, groups: Groups) -> Issue | None:
+    def counted_map(call: Call, groups: Groups, table: Exchanges) -> Issue | None:
         mapped.append(call.rank)
-        return real_map(call, groups)
+        return real_map(call, groups, table)
 
     monkeypatch.setattr(program_module, "map_call", counted_map)
     tracemalloc.start()

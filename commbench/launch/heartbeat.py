@@ -105,6 +105,13 @@ class Heartbeat:
     def tick(self) -> None:
         self.ticks += 1
 
+    def write_now(self) -> None:
+        """Write the beat now, not at the thread's next turn: for a phase a rank may die in
+        at once (killed by its backend, no Python left to say where), so that its last beat
+        names that phase and not the one before."""
+        with contextlib.suppress(Exception):  # a heartbeat must never kill the worker
+            self._write()
+
     def stop(self, error: str = "") -> None:
         """Record the end. A rank whose peer noticed the vanished launcher first dies of a
         reset connection before its own thread looks: the launcher is then still the cause,

@@ -334,7 +334,12 @@ class Watch:
             return f"phase {beat.phase}"
         p = self.points[beat.point]
         what = p.strategy or p.op
-        size = "" if p.op == "barrier" else f" {format_size(p.requested_bytes)}"
+        # no size for what moves no data: a barrier, a phase of its own (a replay's sequence)
+        size = (
+            ""
+            if p.op == "barrier" or not p.requested_bytes
+            else f" {format_size(p.requested_bytes)}"
+        )
         return f"{what}{size} ({beat.phase}, iteration {beat.iteration})"
 
 

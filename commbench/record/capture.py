@@ -60,6 +60,7 @@ from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.steps import Restep, Steps, signature
+from commbench.traces import splits
 from commbench.traces.names import P2P_OPS, canonical_dtype, canonical_op
 from commbench.traces.trace import (
     MAX_ARGV,
@@ -167,6 +168,36 @@ def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _split_elements(tensor: torch.Tensor | None, rows: Any) -> tuple[int, ...] | None:
+    """`all_to_all_single`'s split sizes (rows of dim 0; an empty list: even) in elements,
+    stored only where uneven (`splits.compact`)."""
+    if tensor is None or not rows:
+        return None
+    per_row = tensor.numel() // tensor.shape[0] if tensor.dim() and tensor.shape[0] else 1
+    return splits.compact([int(r) * per_row for r in rows], tensor.numel())
+
+
+def _all_to_all_splits(
+    op: _Op,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    ins: list[torch.Tensor],
+    outs: list[torch.Tensor],
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """An all_to_all's (in_splits, out_splits) in elements, None where even: `alltoall_`
+    (the list form) from its tensors, one per member; `alltoall_base_` from its split
+    sizes."""
+    if op.name == "alltoall_":
+        return (
+            splits.compact([t.numel() for t in ins], sum(t.numel() for t in ins)),
+            splits.compact([t.numel() for t in outs], sum(t.numel() for t in outs)),
+        )
+    return (
+        _split_elements(ins[0] if ins else None, op.arg("input_split_sizes", args, kwargs)),
+        _split_elements(outs[0] if outs else None, op.arg("output_split_sizes", args, kwargs)),
+    )
 
 
 class _Op:
@@ -393,6 +424,9 @@ class Capture:
         if op.op == "recv":
             in_bytes = 0
         is_async = op.arg("async_op", args, kwargs)
+        in_splits = out_splits = None
+        if op.op == "all_to_all" and data:
+            in_splits, out_splits = _all_to_all_splits(op, args, kwargs, ins, outs)
         call = Call(
             rank=0,
             seq=0,
@@ -409,6 +443,8 @@ class Capture:
             device=str(first.device) if first is not None else "",
             step=step,
             peer=peer,
+            in_splits=in_splits,
+            out_splits=out_splits,
         )
         if self.steps.collecting:
             self.steps.remember(signature(call))

@@ -26,7 +26,17 @@ from commbench.traces.trace import Parameter, Trace
 
 PROGRAM_FILE = "program.json"
 RANK_FILE = "rank-{rank}.jsonl"
-_ISSUE_FIELDS = ("op", "size_bytes", "dtype", "group", "async_op", "peer", "offset_s")
+_ISSUE_FIELDS = (
+    "op",
+    "size_bytes",
+    "dtype",
+    "group",
+    "async_op",
+    "peer",
+    "offset_s",
+    "in_splits",
+    "out_splits",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +83,8 @@ def read(directory: Path) -> Compiled:
     rows = []
     for r in head["rows"]:
         r["shapes"] = tuple(r["shapes"])
+        if r["splits"] is not None:
+            r["splits"] = tuple(map(tuple, r["splits"]))
         rows.append(RowSpec(**r))
     groups = head["groups"]
     return Compiled(
@@ -91,6 +103,12 @@ def read(directory: Path) -> Compiled:
 def _read_steps(path: Path) -> Iterator[list[Issue]]:
     with open(path, encoding="utf-8") as fh:
         for line in fh:
-            yield [
-                Issue(**dict(zip(_ISSUE_FIELDS, item, strict=True))) for item in json.loads(line)
-            ]
+            yield [_issue(item) for item in json.loads(line)]
+
+
+def _issue(item: list[Any]) -> Issue:
+    fields = dict(zip(_ISSUE_FIELDS, item, strict=True))
+    for name in ("in_splits", "out_splits"):
+        if fields[name] is not None:
+            fields[name] = tuple(fields[name])
+    return Issue(**fields)

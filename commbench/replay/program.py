@@ -34,7 +34,8 @@ from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
-from commbench.traces.plan import Plan, build_plan, rescaled, size_bytes
+from commbench.traces.plan import Plan, build_plan, size_bytes, sized, trace_exchanges
+from commbench.traces.splits import Exchange, Exchanges, Matrix
 from commbench.traces.trace import Call, Trace
 
 WORLD = -1
@@ -70,6 +71,15 @@ class RowSpec:
     """Group instances making these calls in the replayed job."""
     calls: int
     """Recorded calls of this row over the replayed steps and the start-up (the plan's)."""
+    splits: Matrix | None = None
+    """An all_to_allv's: the recorded splits it is timed with (elements each group rank
+    sends each, `traces.splits.Exchange.sends`), the first of the calls the row stands for;
+    None for every other row (an even all_to_all included)."""
+    skew: float | None = None
+    """An all_to_allv's: its busiest member's bytes over the mean member's (`size_bytes` is
+    the busiest's)."""
+    patterns: int = 0
+    """An all_to_allv's: the distinct splits among the calls it stands for (one is timed)."""
 
     @property
     def label(self) -> str:
@@ -99,6 +109,11 @@ class Issue:
     offset_s: float | None = None
     """When it was issued, in seconds after its step's first call on any rank, its idle
     gaps capped (`StepClock`, for `--pace`); None without recorded times."""
+    in_splits: tuple[int, ...] | None = None
+    """An all_to_allv's elements sent to each member (in the replay's group order, its
+    sorted ranks); None: even (`size_bytes` split n ways)."""
+    out_splits: tuple[int, ...] | None = None
+    """An all_to_allv's elements received from each member; None: even."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +227,8 @@ class Program:
     """The bucket advisor's caps predicted on another fabric (`--bw`, `--latency`)."""
     reducer: Reducer = field(default_factory=lambda: Reducer(parameters=()))
     """The recorded job's DDP, for the bucket advisor (`Reducer.of`)."""
+    exchanges: Exchanges = field(default_factory=Exchanges)
+    """The trace's all_to_alls over their members: their sizes and splits."""
 
 
 def run_dtype(dtype: str) -> str:
@@ -246,12 +263,15 @@ def build_program(
             f"the trace holds {len(markers)} steps: the first {DEFAULT_STEPS} are replayed "
             "(--steps K for more)"
         )
-    plan = build_plan(trace, world=world, steps=wanted)
+    table = trace_exchanges(trace)
+    plan = build_plan(trace, world=world, steps=wanted, table=table)
     new_world = plan.world_size
     kept: tuple[int | None, ...] = tuple(s.step for s in plan.steps) if markers else (None,)
     by_step = calls_by_step(trace, kept)
     shapes = _Shapes(traced, new_world)
-    found: dict[tuple[str, int, str, int, bool], set[int]] = {}
+    found: dict[tuple[str, int, str, int, bool, bool], set[int]] = {}
+    timed_with: dict[tuple[str, int, str, int, bool, bool], Exchange] = {}
+    patterns: dict[tuple[str, int, str, int, bool, bool], set[Matrix | None]] = {}
     skipped: set[str] = set()
     for call, n in _counted(trace, {None, *kept}):
         if call.op == "other":
@@ -259,8 +279,12 @@ def build_program(
             continue
         spans = n >= traced and call.op not in P2P_OPS
         new_n = new_world if spans else n
-        size = rescaled(call.op, size_bytes(call, n), n, new_n)
-        key = (call.op, size, call.dtype, new_n, spans)
+        size, uneven = sized(call, n, new_n, table)
+        key = (call.op, size, call.dtype, new_n, spans, uneven)
+        exchange = table.of(call)
+        if uneven and exchange is not None:
+            timed_with.setdefault(key, exchange)  # the row's first call: its splits are timed
+            patterns.setdefault(key, set()).add(exchange.sends)
         if spans:
             found.setdefault(key, set()).add(WORLD)
         elif call.op == "send":
@@ -275,15 +299,16 @@ def build_program(
             for call in per_rank.get(rank, ()):
                 _check_maps(call, traced, shapes)
     groups = shapes.groups()
-    calls: dict[tuple[str, int, str, int, bool], int] = {}
+    calls: dict[tuple[str, int, str, int, bool, bool], int] = {}
     for section in plan.sections:
         for r in section.rows:
-            key = (r.op, r.size_bytes, r.dtype, r.group_size, r.spans_world)
+            key = (r.op, r.size_bytes, r.dtype, r.group_size, r.spans_world, r.uneven)
             calls[key] = calls.get(key, 0) + r.calls
     rows = []
     for key, made in found.items():
-        op, size, dtype, n, spans = key
+        op, size, dtype, n, spans, _ = key
         timed = _disjoint(sorted(made), groups)
+        exchange = timed_with.get(key)
         rows.append(
             RowSpec(
                 op="sendrecv" if op == "send" else op,
@@ -296,6 +321,9 @@ def build_program(
                 timed=groups.total(timed),
                 groups=groups.total(made),
                 calls=calls.get(key, 0),
+                splits=exchange.sends if exchange is not None else None,
+                skew=exchange.skew if exchange is not None else None,
+                patterns=len(patterns.get(key, ())),
             )
         )
     if skipped:
@@ -324,6 +352,7 @@ def build_program(
         notes=(*notes, *plan.notes, *said, *(gaps.notes() if pace else ())),
         plan=plan,
         reducer=Reducer.of(trace),
+        exchanges=table,
     )
 
 
@@ -451,28 +480,37 @@ def _check_maps(call: Call, traced: int, shapes: _Shapes) -> None:
         shapes.add(call.group.ranks, f"group {quoted(call.group.name)}")
 
 
-def map_call(call: Call, groups: Groups) -> Issue | None:
+def map_call(call: Call, groups: Groups, table: Exchanges) -> Issue | None:
     """`call` as its traced rank issues it in the replay (copy 0 of the traced job; `in_copy`
-    moves it to another); None for `other`. Work per call, never per rank of the world."""
+    moves it to another); None for `other`. Work per call, never per rank of the world. An
+    all_to_all is issued at its busiest member's size (`plan.sized`), with this rank's
+    recorded splits where it keeps them (`table`)."""
     if call.op == "other":
         return None
     traced = groups.traced
     ranks = call.group.ranks
     n = len(ranks) if ranks else traced
     peer = None
+    uneven = False
     if call.op in P2P_OPS:
         group, peer, size = WORLD, _peer(call), size_bytes(call, 2)
     elif n >= traced:
         group = WORLD
-        size = rescaled(call.op, size_bytes(call, n), n, groups.world)
+        size, uneven = sized(call, n, groups.world, table)
         if call.op in ROOTED and call.peer is not None:
             peer = call.peer  # a world group's root is the same rank of the replay
     else:
         index = groups.instance(groups.shape_of(ranks), 0)
         assert index is not None  # this rank is replayed, so is its group's copy
-        group, size = index, size_bytes(call, n)
+        group = index
+        size, uneven = sized(call, n, n, table)
         if call.op in ROOTED and call.peer is not None and call.peer in ranks:
             peer = call.peer  # the root of this rank's instance
+    in_splits = out_splits = None
+    exchange = table.of(call) if uneven else None
+    if exchange is not None:
+        member = table.member(call)
+        in_splits, out_splits = exchange.sent(member), exchange.received(member)
     return Issue(
         op=call.op,
         size_bytes=size,
@@ -480,6 +518,8 @@ def map_call(call: Call, groups: Groups) -> Issue | None:
         group=group,
         async_op=call.async_op,
         peer=peer,
+        in_splits=in_splits,
+        out_splits=out_splits,
     )
 
 
@@ -524,7 +564,7 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
         i = 0 if whole else position.get(call.step) if call.step is not None else None
         if i is None:
             continue
-        issue = map_call(call, program.groups)
+        issue = map_call(call, program.groups, program.exchanges)
         if issue is None:
             continue
         clock = program.clocks[i] if program.clocks else None

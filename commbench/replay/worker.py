@@ -35,13 +35,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from commbench.collectives.ops import (
     TORCH_DTYPES,
     Buffers,
+    Collective,
     Group,
     all_gather_tensor,
     reduce_scatter_tensor,
 )
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
-from commbench.collectives.specs import DTYPES, plan_size
+from commbench.collectives.specs import DTYPES, SizePlan, plan_size
 from commbench.completion import Completions
 from commbench.launch.worker import Worker, run_worker
 from commbench.replay import compiled
@@ -55,6 +56,7 @@ from commbench.replay.program import (
     run_dtype,
 )
 from commbench.replay.settings import ReplaySettings
+from commbench.replay.uneven import UnevenAllToAll
 from commbench.results.schema import CHECK_FAILED, CHECK_NA, CHECK_OK, CHECK_SKIPPED, ResultRow
 from commbench.traces.names import P2P_OPS
 
@@ -67,7 +69,7 @@ COMPUTE_N = 1024
 """`--pace-compute`'s products: n x n float32 matrices (64 on a CPU: about 6 us a product,
 so a gap ends within that of its time; 1024 on a GPU: tens of microseconds each)."""
 
-Issuer = Callable[[Buffers, Group, int | None], Any]
+Issuer = Callable[[Buffers, Group, Issue], Any]
 """Issues one traced call asynchronously on its buffers and group: its Work."""
 
 
@@ -80,36 +82,50 @@ def _root(group: Group, recorded: int | None) -> int:
     return group.root if recorded is None else recorded
 
 
-_ISSUE: dict[str, Issuer] = {
-    "all_reduce": lambda b, g, p: dist.all_reduce(b.inp, group=g.handle, async_op=True),
-    "all_gather": lambda b, g, p: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
-    "reduce_scatter": lambda b, g, p: reduce_scatter_tensor(
-        b.out, b.inp, group=g.handle, async_op=True
-    ),
-    "all_to_all": lambda b, g, p: dist.all_to_all_single(
-        b.out, b.inp, group=g.handle, async_op=True
-    ),
-    "broadcast": lambda b, g, p: dist.broadcast(
-        b.inp, src=_root(g, p), group=g.handle, async_op=True
-    ),
-    "reduce": lambda b, g, p: dist.reduce(b.inp, dst=_root(g, p), group=g.handle, async_op=True),
-    "gather": lambda b, g, p: dist.gather(
-        b.inp,
-        _pieces(b.out, g.size) if dist.get_rank() == _root(g, p) else None,
-        dst=_root(g, p),
-        group=g.handle,
-        async_op=True,
-    ),
-    "scatter": lambda b, g, p: dist.scatter(
+def _all_to_all(b: Buffers, g: Group, i: Issue) -> Any:
+    """Even, or with the rank's recorded splits (an all_to_allv: `Issue.in_splits`)."""
+    if i.in_splits is None or i.out_splits is None:
+        return dist.all_to_all_single(b.out, b.inp, group=g.handle, async_op=True)
+    return dist.all_to_all_single(
         b.out,
-        _pieces(b.inp, g.size) if dist.get_rank() == _root(g, p) else None,
-        src=_root(g, p),
+        b.inp,
+        output_split_sizes=list(i.out_splits),
+        input_split_sizes=list(i.in_splits),
+        group=g.handle,
+        async_op=True,
+    )
+
+
+_ISSUE: dict[str, Issuer] = {
+    "all_reduce": lambda b, g, i: dist.all_reduce(b.inp, group=g.handle, async_op=True),
+    "all_gather": lambda b, g, i: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
+    "reduce_scatter": lambda b, g, i: reduce_scatter_tensor(
+        b.out, b.inp, group=g.handle, async_op=True
+    ),
+    "all_to_all": _all_to_all,
+    "broadcast": lambda b, g, i: dist.broadcast(
+        b.inp, src=_root(g, i.peer), group=g.handle, async_op=True
+    ),
+    "reduce": lambda b, g, i: dist.reduce(
+        b.inp, dst=_root(g, i.peer), group=g.handle, async_op=True
+    ),
+    "gather": lambda b, g, i: dist.gather(
+        b.inp,
+        _pieces(b.out, g.size) if dist.get_rank() == _root(g, i.peer) else None,
+        dst=_root(g, i.peer),
         group=g.handle,
         async_op=True,
     ),
-    "barrier": lambda b, g, p: dist.barrier(group=g.handle, async_op=True),
-    "send": lambda b, g, p: dist.isend(b.inp, dst=p),
-    "recv": lambda b, g, p: dist.irecv(b.out, src=p),
+    "scatter": lambda b, g, i: dist.scatter(
+        b.out,
+        _pieces(b.inp, g.size) if dist.get_rank() == _root(g, i.peer) else None,
+        src=_root(g, i.peer),
+        group=g.handle,
+        async_op=True,
+    ),
+    "barrier": lambda b, g, i: dist.barrier(group=g.handle, async_op=True),
+    "send": lambda b, g, i: dist.isend(b.inp, dst=i.peer),
+    "recv": lambda b, g, i: dist.irecv(b.out, src=i.peer),
 }
 """How the sequence issues each traced op: asynchronously, so that the async rule (the
 module's) decides when it is waited. The rows phase times the registry's own calls."""
@@ -144,9 +160,23 @@ class ReplayWorker(Worker):
 
     def _row(self, index: int, row: RowSpec) -> None:
         self.hb.point, self.hb.iteration = index, 0
-        entry = collective(row.op)
-        spec = entry.spec
+        entry: Collective = collective(row.op)
         plan = plan_size(row.op, row.size_bytes, row.dtype, row.group_size)
+        uneven = ""
+        if row.splits is not None:  # an all_to_allv: its recorded splits, its busiest rank's size
+            entry = UnevenAllToAll(row.splits)
+            count = row.size_bytes // DTYPES[row.dtype]
+            plan = SizePlan(
+                requested_bytes=row.size_bytes, size_bytes=row.size_bytes, count=count, note=""
+            )
+            uneven = (
+                f"all_to_allv: the recorded uneven splits; size is the mean rank's bytes, the "
+                f"busiest rank's {row.size_bytes} B are {row.skew or 1:.2f} x it (algbw: the "
+                "busiest rank's bytes over the time, as collectives' all_to_allv)"
+            )
+            if row.patterns > 1:
+                uneven += f"; timed with the first of {row.patterns} splits of this size"
+        spec = entry.spec
         assert self.program is not None
         found = self.program.groups.mine(row.shapes, self.rank)
         mine = None if found is None else self._group(found)
@@ -171,17 +201,23 @@ class ReplayWorker(Worker):
         if not row.spans_world and row.timed < row.groups:
             where += f", {row.timed} timed at once"
         extra = f"traced as {row.traced_dtype}" if row.traced_dtype not in ("", row.dtype) else ""
-        notes = "; ".join(x for x in (where, plan.note, note, extra) if x)
+        notes = "; ".join(x for x in (uneven, where, plan.note, note, extra) if x)
         if failed:
             notes += f"; wrong result on rank(s) {failed}"
+        size, count, skew = plan.size_bytes, plan.count, None
+        if row.splits is not None and row.skew:  # S: the mean rank's bytes, as a sweep's
+            skew = row.skew
+            count = max(1, round(plan.count / skew))
+            size = count * DTYPES[row.dtype]
         result = ResultRow.measured(
             op=spec.op,
             strategy="",
             dtype=row.dtype,
             reduce_op=self.s.reduce_op if spec.reduces else "",
             world_size=row.group_size,
-            size_bytes=plan.size_bytes,
-            count=plan.count,
+            size_bytes=size,
+            count=count,
+            skew_ratio=skew,
             in_place=in_place,
             requested_bytes=row.size_bytes,
             samples_us=samples,
@@ -197,11 +233,17 @@ class ReplayWorker(Worker):
     # -- the sequence ----------------------------------------------------------------------
 
     def _buffers(self, issue: Issue, grp: Group, cache: dict[Any, Buffers]) -> Buffers:
-        key = (issue.op, issue.size_bytes, issue.dtype, issue.group)
+        sums = (sum(issue.in_splits or ()), sum(issue.out_splits or ()))
+        key = (issue.op, issue.size_bytes, issue.dtype, issue.group, sums)
         if key not in cache:
             dtype = TORCH_DTYPES[issue.dtype]
             count = max(1, issue.size_bytes // DTYPES[issue.dtype])
-            if issue.op in ("send", "recv", "barrier"):
+            if issue.in_splits is not None:  # an all_to_allv: this rank's own sizes
+                cache[key] = Buffers(
+                    inp=torch.zeros(sums[0], dtype=dtype, device=self.device),
+                    out=torch.zeros(sums[1], dtype=dtype, device=self.device),
+                )
+            elif issue.op in ("send", "recv", "barrier"):
                 buf = torch.zeros(count, dtype=dtype, device=self.device)
                 cache[key] = Buffers(inp=buf, out=buf)
             else:
@@ -216,6 +258,9 @@ class ReplayWorker(Worker):
         the passes."""
         self.hb.point, self.hb.iteration = point, 0
         self.hb.phase = "sequence"
+        # on file before the first call: a rank the backend aborts at once (a size its peers
+        # disagree with) beats no more, and its last beat would name the last row instead
+        self.hb.write_now()
         cache: dict[Any, Buffers] = {}
         passes: list[list[float]] = []
         spans: list[list[float]] = []
@@ -260,7 +305,7 @@ class ReplayWorker(Worker):
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
             start = time.perf_counter()
-            work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue.peer)
+            work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue)
             self.hb.tick()  # a paced step waits between calls: each call issued is progress
             spans.append([start, math.inf])
             index = len(spans) - 1

@@ -868,11 +868,12 @@ SKEW_CSV_COLUMNS = ["skew", "skew_ratio"]
 def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
     """The results.csv header of these rows: a p2p run's (also when it has no row yet), a
     replay's when any row counts recorded calls, with the skew's columns when any row names
-    one."""
+    one or has uneven ranks (a replay's all_to_allv)."""
     if p2p or any(r.p2p is not None for r in rows):
         return P2P_CSV_COLUMNS
     columns = REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
-    return [*columns, *SKEW_CSV_COLUMNS] if any(r.skew for r in rows) else columns
+    skewed = any(r.skew or r.skew_ratio is not None for r in rows)
+    return [*columns, *SKEW_CSV_COLUMNS] if skewed else columns
 
 
 def csv_record(row: ResultRow) -> dict[str, Any]:

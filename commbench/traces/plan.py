@@ -21,11 +21,17 @@ first K steps. Without markers it has one section, the whole trace.
 - a smaller group (tensor- or pipeline-parallel) keeps its size and its S, and is
   replicated: its instances scale with the world (instances x N / W, at least one);
 - a world smaller than a subgroup, or that the subgroups do not tile, is refused.
+
+An all_to_all's S is the busiest member's bytes (its members may move different amounts:
+`traces.splits`); one replayed with its recorded uneven splits is a row of its own
+(`uneven`, shown as all_to_allv). A group over the whole traced world replayed on another
+world keeps no splits (they name the traced ranks): it is replayed even, at the busiest
+member's size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from commbench.collectives.specs import OPS as SPECS
@@ -33,6 +39,7 @@ from commbench.errors import UserError, quoted
 from commbench.sizes import format_amount, format_size
 from commbench.tables import text_table
 from commbench.traces.names import P2P_OPS
+from commbench.traces.splits import Exchanges, exchanges
 from commbench.traces.trace import MAX_WORLD, Call, Trace
 
 
@@ -51,6 +58,14 @@ class PlanRow:
     """Group instances making these calls (sender->receiver pairs for a send)."""
     calls: int
     """Calls, over all those instances."""
+    uneven: bool = False
+    """An all_to_all replayed with its recorded uneven splits (an all_to_allv): S is its
+    busiest member's bytes."""
+
+    @property
+    def label(self) -> str:
+        """The op as the plan shows it: all_to_allv for an uneven all_to_all."""
+        return "all_to_allv" if self.uneven else self.op
 
     @property
     def traffic_bytes(self) -> int:
@@ -132,6 +147,28 @@ def rescaled(op: str, size: int, n: int, new_n: int) -> int:
     return size // n * new_n
 
 
+def trace_exchanges(trace: Trace) -> Exchanges:
+    """The all_to_alls of `trace`, matched over their members (`splits.exchanges`)."""
+    return exchanges(
+        trace.calls,
+        trace.world_size,
+        recorded=trace.manifest.records_splits,
+        where=trace.source,
+    )
+
+
+def sized(call: Call, n: int, new_n: int, table: Exchanges) -> tuple[int, bool]:
+    """S of `call`, made in a group of `n` ranks, on `new_n` (`rescaled`), and whether it is
+    replayed with its recorded uneven splits. An all_to_all's S is its busiest member's
+    bytes, the same on every member (the replay's buffers must agree); its splits are kept
+    where the group keeps its ranks (n == new_n)."""
+    exchange = table.of(call)
+    if exchange is None:
+        return rescaled(call.op, size_bytes(call, n), n, new_n), False
+    size = rescaled(call.op, exchange.busiest_bytes, n, new_n)
+    return size, exchange.uneven and exchange.exact(n == new_n)
+
+
 def _counted(trace: Trace) -> list[tuple[Call, str, int]]:
     """(call, the instance it is counted for, its group's size) for every call counted:
     each collective from its group's lowest rank, each send from its sender."""
@@ -153,9 +190,15 @@ def _counted(trace: Trace) -> list[tuple[Call, str, int]]:
     return out
 
 
-def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = None) -> Plan:
+def build_plan(
+    trace: Trace,
+    *,
+    world: int | None = None,
+    steps: int | None = None,
+    table: Exchanges | None = None,
+) -> Plan:
     """The plan of `trace`, replayed on `world` ranks (the trace's when None), its first
-    `steps` steps (all when None)."""
+    `steps` steps (all when None); `table`: its `trace_exchanges`, when the caller has it."""
     traced = trace.world_size
     new_world = traced if world is None else world
     if not 1 <= new_world <= MAX_WORLD:
@@ -175,9 +218,11 @@ def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = No
     for x in counted:  # one pass, not one per step
         if (into := per_step.get(x[0].step)) is not None:
             into.append(x)
+    if table is None:
+        table = trace_exchanges(trace)
     sections: list[PlanStep] = []
     for step, of_step in per_step.items():
-        rows = _rows(of_step, traced, new_world)
+        rows = _rows(of_step, traced, new_world, table)
         if rows or (step is None and not markers):
             sections.append(PlanStep(step=step, rows=rows))
     notes = []
@@ -185,6 +230,8 @@ def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = No
         notes.append(f"--steps {steps}: the trace holds {len(markers)} steps, all replayed")
     if any(not r.replayable for s in sections for r in s.rows):
         notes.append("calls of op `other` (no commbench op) are listed but not replayed")
+    kept_calls = (x for of_step in per_step.values() for x in of_step)
+    notes += _split_notes(kept_calls, traced, new_world, table)
     return Plan(
         world_size=new_world,
         traced_world=traced,
@@ -192,6 +239,51 @@ def build_plan(trace: Trace, *, world: int | None = None, steps: int | None = No
         total_steps=len(markers),
         notes=tuple(notes),
     )
+
+
+def _split_notes(
+    counted: Iterable[tuple[Call, str, int]], traced: int, new_world: int, table: Exchanges
+) -> list[str]:
+    """What the plan says of its all_to_alls' splits: the uneven ones replayed as recorded,
+    and why others are replayed even."""
+    total = exact = unknown = unmapped = 0
+    for call, _, n in counted:
+        exchange = table.of(call)
+        if call.op != "all_to_all":
+            continue
+        total += 1
+        if exchange is None or not exchange.uneven:
+            continue
+        spans = n >= traced
+        if exchange.exact(not spans or new_world == traced):
+            exact += 1
+        elif exchange.sends is not None:
+            unmapped += 1
+        else:
+            unknown += 1
+    even = "replayed with even splits, at the busiest member's size"
+    notes = []
+    if exact:
+        notes.append(
+            f"all_to_allv: {exact} all_to_all call(s) with uneven splits, replayed with "
+            "them; the size is the busiest member's bytes"
+        )
+    if total and not table.recorded:
+        notes.append(
+            "the trace records no all_to_all splits (written before commbench's trace schema "
+            f"2, or by another tool): its {total} all_to_all call(s) are {even}"
+        )
+    elif unknown:
+        notes.append(
+            f"{unknown} all_to_all call(s) with uneven sizes lack a member's call in the trace "
+            f"(its last calls missing?): {even}"
+        )
+    if unmapped:
+        notes.append(
+            f"--world {new_world}: the splits of {unmapped} uneven all_to_all call(s) over "
+            f"the whole traced world name its {traced} ranks: {even}"
+        )
+    return notes
 
 
 def _check_world(counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int) -> None:
@@ -215,21 +307,21 @@ def _check_world(counted: Sequence[tuple[Call, str, int]], traced: int, new_worl
 
 
 def _rows(
-    counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int
+    counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int, table: Exchanges
 ) -> tuple[PlanRow, ...]:
-    key_t = tuple[str, int, str, int, bool]
+    key_t = tuple[str, int, str, int, bool, bool]
     instances: dict[key_t, set[str]] = {}
     calls: dict[key_t, int] = {}
     for call, instance, n in counted:
         spans = n >= traced and call.op not in P2P_OPS
         new_n = new_world if spans else n
-        size = rescaled(call.op, size_bytes(call, n), n, new_n)
-        key = (call.op, size, call.dtype, new_n, spans)
+        size, uneven = sized(call, n, new_n, table)
+        key = (call.op, size, call.dtype, new_n, spans, uneven)
         instances.setdefault(key, set()).add(instance)
         calls[key] = calls.get(key, 0) + 1
     rows = []
     for key, names in instances.items():
-        op, size, dtype, n, spans = key
+        op, size, dtype, n, spans, uneven = key
         groups = len(names)
         total = calls[key]
         if not spans and new_world != traced:
@@ -245,6 +337,7 @@ def _rows(
                 spans_world=spans,
                 groups=groups,
                 calls=total,
+                uneven=uneven,
             )
         )
     return tuple(rows)
@@ -279,7 +372,7 @@ def render_plan(plan: Plan) -> str:
         )
         cells = [
             [
-                r.op,
+                r.label,
                 format_size(r.size_bytes),
                 r.dtype or "-",
                 f"all {r.group_size}" if r.spans_world else str(r.group_size),

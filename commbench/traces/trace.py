@@ -42,10 +42,15 @@ from commbench.fields import (
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
+from commbench.traces import splits
 from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
 
-SCHEMA_VERSION = 1
-"""The version of the trace directory's files this commbench writes and reads (and older)."""
+SCHEMA_VERSION = 2
+"""The version of the trace directory's files this commbench writes and reads (and older).
+2: an all_to_all's splits (`Call.in_splits`, `out_splits`), left out when even; a trace of
+1 recorded none, and its all_to_alls are replayed even (`splits`)."""
+SPLITS_SINCE = 2
+"""The first version whose all_to_all without splits was even (before it: not recorded)."""
 TOOL = "commbench"
 MANIFEST_FILE = "manifest.json"
 RANK_FILE = "rank-{rank}.jsonl"
@@ -164,6 +169,11 @@ class Call:
     peer: int | None = None
     """The other rank of a send or recv (global), or the root of a rooted op; None
     otherwise or when not said."""
+    in_splits: tuple[int, ...] | None = None
+    """An all_to_all's elements (of `dtype`) sent to each member of its group, in group-rank
+    order (`traces.splits`); None when even (total / n each), or not recorded."""
+    out_splits: tuple[int, ...] | None = None
+    """An all_to_all's elements received from each member; None when even, or not recorded."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -190,6 +200,9 @@ class Call:
             "step": self.step,
             "group_seq": self.group_seq,
             "peer": self.peer,
+            # written only where uneven: most calls have none, and a line stays short
+            **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
+            **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
         }
 
     def to_line(self) -> str:
@@ -201,7 +214,7 @@ class Call:
         group = f.sub("group")
         if group is None:
             raise UserError(f"{f.at('group')}: missing")
-        return cls(
+        call = cls(
             rank=f.req("rank", integer_in(0, MAX_WORLD - 1)),
             seq=f.req("seq", integer_in(0, MAX_CALLS)),
             op=f.req("op", one_of(OPS)),
@@ -219,7 +232,37 @@ class Call:
             step=f.opt("step", integer_in(0, _MAX_NS)),
             group_seq=f.opt("group_seq", integer_in(0, _MAX_NS)),
             peer=f.opt("peer", integer_in(0, MAX_WORLD - 1)),
+            in_splits=_splits(f, "in_splits"),
+            out_splits=_splits(f, "out_splits"),
         )
+        call.check_splits(f.where, len(call.group.ranks) or None)
+        return call
+
+    def check_splits(self, where: str, members: int | None) -> None:
+        """Refuse splits this call cannot hold (`splits.check_call`): on another op than
+        all_to_all, not one per member of a group of `members` ranks (None: not known), or
+        not summing to its input's or output's bytes. `where` names the line (`FILE: line
+        3:`), which the message follows with the field."""
+        element = splits.call_element(self)
+        for name, side, nbytes, value in (
+            ("in_splits", "input", self.in_bytes, self.in_splits),
+            ("out_splits", "output", self.out_bytes, self.out_splits),
+        ):
+            splits.check_call(
+                value,
+                where=f"{where} {name}",
+                side=side,
+                op=self.op,
+                nbytes=nbytes,
+                element=element,
+                members=members,
+            )
+
+
+def _splits(f: Fields, name: str) -> tuple[int, ...] | None:
+    """A split list: a count of elements (0 or more) per member of the group."""
+    value = f.opt(name, list_of(integer_in(0, MAX_BYTES), max_items=MAX_WORLD))
+    return None if value is None else tuple(value)
 
 
 def _issued_ns(f: Fields) -> int:
@@ -338,6 +381,13 @@ class Manifest:
     tool: str = TOOL
     """Who wrote the trace: `commbench`, or the format a foreign trace was read from."""
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def records_splits(self) -> bool:
+        """Its all_to_alls' splits are recorded (an all_to_all without them was even):
+        commbench's own, from schema 2 on. Other tools' traces and older ones say nothing
+        of them."""
+        return self.tool == TOOL and self.schema_version >= SPLITS_SINCE
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -644,16 +694,19 @@ def read_manifest(directory: Path) -> Manifest:
     return Manifest.read(parse_json(text, shown(path)), shown(path))
 
 
-def read_rank(path: Path, rank: int, *, complete: bool, budget: int) -> tuple[list[Call], int]:
+def read_rank(
+    path: Path, rank: int, *, complete: bool, budget: int, world: int | None = None
+) -> tuple[list[Call], int]:
     """Rank `rank`'s calls from `path`, and how many torn last lines were skipped. At most
-    `budget` calls (the trace's remaining share of MAX_CALLS)."""
+    `budget` calls (the trace's remaining share of MAX_CALLS); `world`, the trace's world
+    size, is the size of a group whose ranks are not said (for its splits)."""
     where = shown(path)
     calls: list[Call] = []
     torn = 0
     pending: tuple[int, bytes] | None = None  # the line read last, checked once we know
     for number, raw in read_lines(path, "trace rank file"):
         if pending is not None:
-            calls.append(_call(pending[1], f"{where}: line {pending[0]}", rank, len(calls)))
+            calls.append(_call(pending[1], f"{where}: line {pending[0]}", rank, len(calls), world))
         if not raw.strip():
             pending = None
             continue
@@ -665,16 +718,16 @@ def read_rank(path: Path, rank: int, *, complete: bool, budget: int) -> tuple[li
     if pending is not None:
         number, raw = pending
         if raw.endswith(b"\n") or complete:
-            calls.append(_call(raw, f"{where}: line {number}", rank, len(calls)))
+            calls.append(_call(raw, f"{where}: line {number}", rank, len(calls), world))
         else:
             try:
-                calls.append(_call(raw, f"{where}: line {number}", rank, len(calls)))
+                calls.append(_call(raw, f"{where}: line {number}", rank, len(calls), world))
             except UserError:
                 torn = 1  # a killed writer's half line: the journal's rule
     return calls, torn
 
 
-def _call(raw: bytes, where: str, rank: int, seq: int) -> Call:
+def _call(raw: bytes, where: str, rank: int, seq: int, world: int | None) -> Call:
     text = decode(raw, where, "trace line")
     if not text.strip().startswith("{"):
         raise UserError(f"{where}: not a call (a trace line is a JSON object)")
@@ -687,6 +740,8 @@ def _call(raw: bytes, where: str, rank: int, seq: int) -> Call:
         raise UserError(
             f"{where}: rank {rank} is not in its call's group {quoted(call.group.name)}"
         )
+    if not call.group.ranks and world is not None:  # the whole world: its size is the trace's
+        call.check_splits(f"{where}:", world)
     return call
 
 
@@ -709,7 +764,11 @@ def read_trace(directory: Path | str) -> Trace:
                 f"of world size {manifest.world_size} has a file for every rank"
             )
         rank_calls, rank_torn = read_rank(
-            path, rank, complete=manifest.complete, budget=MAX_CALLS - total
+            path,
+            rank,
+            complete=manifest.complete,
+            budget=MAX_CALLS - total,
+            world=manifest.world_size,
         )
         calls[rank] = tuple(rank_calls)
         total += len(rank_calls)
@@ -718,6 +777,8 @@ def read_trace(directory: Path | str) -> Trace:
     check_no_rank_past_world(directory, manifest.world_size)
     check_ranks(calls, manifest.world_size, shown(directory))
     check_groups(calls, shown(directory))
+    if manifest.records_splits:  # members that disagree on what they exchange: refused here
+        splits.exchanges(calls, manifest.world_size, recorded=True, where=shown(directory))
     return Trace(manifest=manifest, calls=calls, torn=torn, source=shown(directory))
 
 
