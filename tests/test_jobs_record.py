@@ -45,10 +45,6 @@ class Known:
     matches: Callable[[Mismatch], bool]
 
 
-def _unsplit(m: Mismatch) -> bool:
-    return m.field in ("in_splits", "out_splits") and m.recorded.startswith(f"{m.field}=None")
-
-
 def _start_up_in_step_1(m: Mismatch) -> bool:
     """A start-up call recorded in step 1."""
     return (
@@ -61,11 +57,6 @@ def _start_up_in_step_1(m: Mismatch) -> bool:
 
 
 KNOWN: dict[str, Known] = {
-    "async_objects_uneven": Known(
-        "issue 34: the trace keeps no all_to_all splits (the uneven all_to_all_single's "
-        "in_splits/out_splits are not recorded)",
-        _unsplit,
-    ),
     "functional_aot_eager": Known(
         "issue 34: the start-up call of a function compiled with backend aot_eager is "
         "recorded in step 1: the fx GraphModule it runs is an nn.Module, whose forward "
@@ -73,11 +64,7 @@ KNOWN: dict[str, Known] = {
         _start_up_in_step_1,
     ),
 }
-REPLAY_FAILS = {
-    "async_objects_uneven": "issue 34: the sequence replays each rank's uneven all_to_all as "
-    "its own bytes split evenly (rank 0 16 B, rank 1 24 B): rank 0 gets 12 B where it expects "
-    "8 B and aborts in gloo (SIGABRT)",
-}
+REPLAY_FAILS = {}
 
 
 def _record_cases() -> list[Any]:
