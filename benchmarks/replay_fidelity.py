@@ -53,7 +53,13 @@ def main() -> None:
     parser.add_argument(
         "--pace", action="store_true", help="replay with --pace (the recorded gaps)"
     )
+    parser.add_argument(
+        "--pace-compute",
+        action="store_true",
+        help="replay with --pace-compute (the recorded gaps as busy compute)",
+    )
     args = parser.parse_args()
+    pace = ["--pace-compute"] if args.pace_compute else ["--pace"] if args.pace else []
     with tempfile.TemporaryDirectory() as tmp, Cluster(2, prefix="cf") as cluster:
         for node in (0, 1):
             cluster.shape(node, rate_mbit=args.rate_mbit)
@@ -77,7 +83,7 @@ def main() -> None:
                 sys.executable, "-m", "commbench", "replay", str(trace), "--device", "cpu",
                 "--nproc", "1", "--nnodes", "2", "--node-rank", str(n), "--rdzv-endpoint",
                 f"{cluster.addresses[0]}:{PORTS[1]}", "--out", f"{tmp}/out{n}",
-                "--iters", str(args.repeats), *(["--pace"] if args.pace else []),
+                "--iters", str(args.repeats), *pace,
             ]  # fmt: skip
             procs.append(cluster.popen(n, replay, stdout=subprocess.PIPE, text=True))
         for p in procs:
@@ -102,7 +108,7 @@ def main() -> None:
         )
     summary = {
         "link": f"2 netns nodes, tc tbf {args.rate_mbit:g} Mbit/s each way",
-        "pace": args.pace,
+        "pace": "compute" if args.pace_compute else args.pace,
         "job": f"DDP MLP 4 x Linear(512), bucket_cap_mb {args.bucket_cap_mb}, 1 rank per node",
         "steps": numbers,
         "recorded_s": recorded,

@@ -508,7 +508,8 @@ class Capture:
                 entry.completed_ns, entry.done = completed_ns, True
                 if completed_ns is None:
                     entry.work = None
-                self._flush_done()
+        # written by the job's own thread at its next point (`poll`): this thread holds the
+        # GIL a few microseconds, not the time to format and write a line
 
     def poll(self) -> None:
         """Mark each pending call whose Work has completed as complete now, and write the
