@@ -38,6 +38,7 @@ def test_an_nccl_ddp_job_records_and_replays(tmp_path: Path, free_port: int) -> 
     trace = read_trace(tmp_path / "trace")
     assert trace.manifest.backends == ("nccl",)
     assert trace.manifest.graph_captured == n  # the captured all_reduce, once per rank
+    assert [c.op for r in range(n) for c in trace.calls[r] if c.graph] == ["all_reduce"] * n
     assert "captured into CUDA graphs" in done.stderr
     for rank in range(n):
         calls = [c for c in trace.calls[rank] if c.device.startswith("cuda")]

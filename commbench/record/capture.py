@@ -470,6 +470,7 @@ class Capture:
             return None
         if torch.cuda.is_current_stream_capturing():
             self.graph_captured += 1
+            entry.call = replace(entry.call, graph=True)
             return None
         if self.cuda is None:
             self.cuda = CudaCompletions(self._stamped)

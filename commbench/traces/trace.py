@@ -174,6 +174,9 @@ class Call:
     order (`traces.splits`); None when even (total / n each), or not recorded."""
     out_splits: tuple[int, ...] | None = None
     """An all_to_all's elements received from each member; None when even, or not recorded."""
+    graph: bool = False
+    """Made while a CUDA graph was being captured: in the trace once, though every replay of
+    the graph makes it again without reaching the dispatcher (the manifest counts them)."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -203,6 +206,7 @@ class Call:
             # written only where uneven: most calls have none, and a line stays short
             **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
             **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
+            **({"graph": True} if self.graph else {}),
         }
 
     def to_line(self) -> str:
@@ -234,6 +238,7 @@ class Call:
             peer=f.opt("peer", integer_in(0, MAX_WORLD - 1)),
             in_splits=_splits(f, "in_splits"),
             out_splits=_splits(f, "out_splits"),
+            graph=bool(f.opt("graph", boolean)),
         )
         call.check_splits(f.where, len(call.group.ranks) or None)
         return call
