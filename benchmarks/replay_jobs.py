@@ -125,12 +125,16 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="replay --timeout: seconds without progress"
     )
+    parser.add_argument(
+        "--pace-compute", action="store_true", help="replay --pace-compute (gaps as compute)"
+    )
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--keep", type=Path, help="keep each job's trace and replay here")
     args = parser.parse_args()
     specs = [] if args.only_given else [s for s in JOBS if not args.only or s.name in args.only]
     specs += [JobSpec.parse(text) for text in args.job]
     replay_args = ["--timeout", str(args.timeout),
+                   *(["--pace-compute"] if args.pace_compute else []),
                    *(["--iters", str(args.iters)] if args.iters else []),
                    *(["--warmup", str(args.warmup)] if args.warmup is not None else [])]  # fmt: skip
     rows = []

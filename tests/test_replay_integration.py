@@ -289,6 +289,34 @@ def test_a_trace_with_send_and_recv_is_replayed(tmp_path: Path) -> None:
     assert record["replay"]["replayed_comm_s_per_step"][0] > 0
 
 
+def test_a_batch_of_sends_and_receives_replays_as_one_batch(tmp_path: Path) -> None:
+    """batch_isend_irecv's exchange, each rank sending first and receiving second: were a
+    send waited before the receive after it is posted, both ranks would wait in their sends.
+    A run of async sends and receives goes as one batch (`dist.batch_isend_irecv`: one NCCL
+    group on a GPU, the calls one by one on gloo), paced or not."""
+    per_rank: dict[int, list] = {}
+    for rank in (0, 1):
+        peer = 1 - rank
+        per_rank[rank] = [
+            call
+            for step in (0, 1)
+            for call in (
+                trace_call("send", 4 * KiB, peer=peer, async_op=True, step=step),
+                replace(
+                    trace_call("recv", 0, out_bytes=4 * KiB, peer=peer, async_op=True, step=step),
+                    count=KiB,
+                ),
+                trace_call(step=step),
+            )
+        ]
+    trace = write_trace(tmp_path / "trace", per_rank)
+    for flag in ((), ("--pace",)):
+        run_dir = replay(trace, tmp_path / f"out{len(flag)}", *flag)
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["status"] == "complete"
+        assert len(record["replay"]["replayed_comm_s_per_step"]) == 2
+
+
 def test_every_op_issued_async_is_waited_not_polled_for_ever(tmp_path: Path) -> None:
     """Every op the replay issues, each async and left in flight to the step's end: no Work
     is trusted to say it completed before it is waited (gloo's reduce_scatter never does,

@@ -131,6 +131,19 @@ _ISSUE: dict[str, Issuer] = {
 module's) decides when it is waited. The rows phase times the registry's own calls."""
 
 
+def _p2p_run(issues: Sequence[Issue], i: int) -> list[Issue]:
+    """The async sends and receives issued one after the other from `issues[i]` on, in one
+    group: a batch (`dist.batch_isend_irecv`); one call or none otherwise."""
+    run: list[Issue] = []
+    for issue in issues[i:]:
+        if issue.op not in P2P_OPS or not issue.async_op or issue.peer is None:
+            break
+        if run and issue.group != run[0].group:
+            break
+        run.append(issue)
+    return run
+
+
 class ReplayWorker(Worker):
     def __init__(self, run_dir: Path, settings: CollectivesSettings, r: ReplaySettings) -> None:
         super().__init__(run_dir, settings)
@@ -299,11 +312,35 @@ class ReplayWorker(Worker):
         origin = time.perf_counter()
         spans: list[list[float]] = []
         pending: list[tuple[Any, int]] = []
-        for issue in issues:
+        i = 0
+        while i < len(issues):
+            issue = issues[i]
             if self.r.pace and issue.offset_s is not None:
                 self._gap(origin + issue.offset_s)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
+            run = _p2p_run(issues, i)
+            if len(run) > 1:
+                # consecutive async sends and receives (batch_isend_irecv's, a pipeline's)
+                # go as one batch: one NCCL group, as the job's coalesced calls went
+                start = time.perf_counter()
+                ops = [
+                    dist.P2POp(
+                        dist.isend if r.op == "send" else dist.irecv,
+                        (b := self._buffers(r, grp, cache)).inp if r.op == "send" else b.out,
+                        r.peer,
+                    )
+                    for r in run
+                ]
+                works = dist.batch_isend_irecv(ops)
+                self.hb.tick()
+                first = len(spans)
+                for k in range(len(run)):
+                    spans.append([start, math.inf])
+                    # one Work a call, or one for the whole group (NCCL's coalesced)
+                    pending.append((works[k] if len(works) == len(run) else works[-1], first + k))
+                i += len(run)
+                continue
             start = time.perf_counter()
             work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue)
             self.hb.tick()  # a paced step waits between calls: each call issued is progress
@@ -318,6 +355,7 @@ class ReplayWorker(Worker):
                     work.wait()
                 self._sync()
                 spans[index][1] = time.perf_counter()
+            i += 1
         # no Work is trusted to say it completed (gloo's send, recv and reduce_scatter never
         # do before they are waited): each is waited, bounded by the process group's timeout
         # (--timeout), oldest first
