@@ -44,6 +44,7 @@ from commbench.launch.protocol import (
     MAX_LISTED,
     PREFIX,
     FleetSummary,
+    HeartbeatReader,
     NodeDigest,
     NodeSilence,
     ProtocolError,
@@ -52,7 +53,6 @@ from commbench.launch.protocol import (
     RollCallResult,
     Sighting,
     Skips,
-    read_heartbeats,
 )
 
 STEADY_BUDGET = 500.0
@@ -264,6 +264,14 @@ class StoreLink:
     @property
     def total_requests(self) -> int:
         return sum(self.requests.values())
+
+    def close(self) -> None:
+        """Drop the connection and end the courier thread (a request in flight ends it when
+        it returns)."""
+        self._store = None
+        if self._courier is not None:
+            self._courier.close()
+            self._courier = None
 
 
 def _size(values: Iterable[Any]) -> int:
@@ -579,7 +587,12 @@ class ControlPlane:
 
     The launcher's poll loop hands it its workers' pids (`offer`) and, when its ranks stall,
     asks for the summary (`want_summary`); it reads `fleet` and never waits. The thread does
-    every store request, each with its own timeout."""
+    every store request, each with its own timeout.
+
+    When the thread steps is one decision, `next_step`, and a step is `turn`: the thread
+    follows them on the real clock, and benchmarks/control_plane.py follows the same two on
+    a simulated one (`clock`, `wall`), with each node's view of the job given (`find_view`)
+    and its heartbeats in memory (`beats`)."""
 
     def __init__(
         self,
@@ -587,24 +600,36 @@ class ControlPlane:
         *,
         factory: Callable[[str, int], Callable[[], Any]] = tcp_store_factory,
         hostname: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        find_view: Callable[[Iterable[int]], JobView | None] = job_view,
+        beats: Callable[[], dict[int, Sighting]] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self._factory = factory
         self.hostname = hostname or socket.gethostname()
+        self.clock = clock
+        """Seconds for the pace (monotonic)."""
+        self.wall = wall
+        """The time of day the heartbeats' mtimes are on."""
+        self._find_view = find_view
         self.skips = Skips()
+        self._beats = beats or HeartbeatReader(run_dir, self.skips).read
         self.fleet: FleetSummary | None = None
         self.fleet_at: float | None = None
-        """When `fleet` was read or made (monotonic)."""
+        """When `fleet` was read or made (`clock`)."""
         self.view: JobView | None = None
         self.link: StoreLink | None = None
         self.interval = MIN_INTERVAL
         self._pids: frozenset[int] = frozenset()
         self._want = threading.Event()
+        self._due = -float("inf")
+        """When the next regular step is due: one interval after the last one began."""
         self._woken_at = -float("inf")
-        """When a want last woke the thread (monotonic): at most once per interval."""
+        """When a want last woke the thread (`clock`): at most once per interval."""
         self.steps = 0
         self.watched: tuple[float, float] | None = None
-        """The first and the last step's time (monotonic): the span the requests were for."""
+        """The first and the last step's time (`clock`): the span the requests were for."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.agent: NodeAgent | None = None
@@ -623,8 +648,17 @@ class ControlPlane:
 
     def want_summary(self) -> None:
         """The launcher's ranks stalled: a summary, soon. Wakes the thread at most once per
-        interval (`_wait_next`); otherwise the next regular step serves it."""
+        interval (`next_step`); otherwise the next regular step serves it."""
         self._want.set()
+
+    @property
+    def wanted(self) -> bool:
+        """Whether a want is pending (the next step reads the summary)."""
+        return self._want.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def start(self) -> None:
         # not a daemon: the interpreter must never exit under a thread inside torch's C++
@@ -637,12 +671,19 @@ class ControlPlane:
         self._want.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * SLOW_CALL + 1)
+        if self._thread is None or not self._thread.is_alive():
+            self.close()
+
+    def close(self) -> None:
+        """Let go of the store (its connection and the link's courier thread)."""
+        if self.link is not None:
+            self.link.close()
 
     def refresh(self, wait: float) -> FleetSummary | None:
         """A summary newer than now, waiting at most `wait` seconds (to explain a crash)."""
-        asked = time.monotonic()
+        asked = self.clock()
         self._want.set()
-        deadline = asked + wait
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self._stop.is_set():
             if self.fleet_at is not None and self.fleet_at >= asked:
                 break
@@ -660,7 +701,7 @@ class ControlPlane:
         ended = self.ended_at if self.ended_at is not None else float("inf")
         episodes = [e.to_dict() for e in link.episodes if e.since < ended]
         busy = link.busy_since
-        if busy is not None and time.time() - busy > SLOW_CALL and link.degraded is None:
+        if busy is not None and self.wall() - busy > SLOW_CALL and link.degraded is None:
             episodes.append({"since": busy, "until": None, "reason": "a request is hanging"})
         return episodes
 
@@ -683,56 +724,69 @@ class ControlPlane:
             "skipped": list(self.skips.warnings),
         }
 
-    # -- the thread
+    # -- the pace: one step per interval, and at most one wake-up
+    def next_step(self, now: float) -> float:
+        """When the next step is, as of `now` (on `clock`): one interval after the last one
+        began, or sooner where the launcher asked for the summary and no want woke a step in
+        the last interval. One step per interval is the model (docs/scale.md): a stalled
+        launcher that asks on every 0.1 s poll must not turn that into ten."""
+        if not self._want.is_set():
+            return self._due
+        return min(self._due, max(now, self._woken_at + self.interval))
+
+    def turn(self) -> None:
+        """One step, at the time `next_step` said, and what the pace keeps of it."""
+        began = self.clock()
+        if began < self._due:  # a want brought it forward
+            self._woken_at = began
+        with contextlib.suppress(StoreDown):
+            self.step()
+        self.steps += 1
+        self.watched = ((self.watched or (began, 0.0))[0], began)
+        self._due = began + self.interval
+
     def _run(self) -> None:
         if self._factory is tcp_store_factory:  # torch's import, done while workers start
             with contextlib.suppress(Exception):
                 _store_class()
         while not self._stop.is_set():
-            began = time.monotonic()
-            with contextlib.suppress(StoreDown):
-                self.step()
-            self.steps += 1
-            self.watched = ((self.watched or (began, 0.0))[0], began)
-            self._wait_next(began + self.interval)
+            self.turn()
+            self._wait_next()
 
-    def _wait_next(self, due: float) -> None:
-        """Sleep until `due`, or until a want, where no want woke the thread in the last
-        interval. One step per interval is the model (docs/scale.md); a stalled launcher that
-        asks on every 0.1 s poll must not turn that into ten."""
+    def _wait_next(self) -> None:
+        """Sleep until `next_step`; a want can bring it forward only while none is pending."""
         while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= due:
+            now = self.clock()
+            at = self.next_step(now)
+            if at <= now:
                 return
-            wake_allowed_at = self._woken_at + self.interval
-            if now < wake_allowed_at:
-                self._stop.wait(min(due, wake_allowed_at) - now)
-            elif self._want.wait(due - now):
-                self._woken_at = time.monotonic()
-                return
+            if self._want.is_set():
+                self._stop.wait(at - now)
+            else:
+                self._want.wait(at - now)
 
     def step(self) -> None:
         """One interval's work; raises StoreDown when the store failed (already recorded)."""
         wanted = self._want.is_set()
         self._want.clear()
         if self.view is None:
-            self.view = job_view(self._pids)
+            self.view = self._find_view(self._pids)
             if self.view is None or self.view.nnodes < 2:
                 self.view = None
                 return
             self.interval = plan_interval(self.view.nnodes)
-            self.link = StoreLink(self._factory(self.view.host, self.view.port))
+            self.link = StoreLink(self._factory(self.view.host, self.view.port), self.wall)
             keys = Keys()
             self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname)
             if self.view.writer:
                 self.aggregator = Aggregator(
-                    self.link, keys, self.view.nnodes, self.interval, self.skips
+                    self.link, keys, self.view.nnodes, self.interval, self.skips, clock=self.clock
                 )
             else:
                 self.follower = Follower(self.link, keys, self.skips)
         assert self.agent is not None
-        now = time.time()
-        beats = read_heartbeats(self.run_dir, self.skips)
+        now = self.wall()
+        beats = self._beats()
         if beats and all(seen.beat.phase == "done" for seen in beats.values()):
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
@@ -741,10 +795,10 @@ class ControlPlane:
         if self.aggregator is not None:
             self.aggregator.hosts = self.hosts
             self.fleet = self.aggregator.step()
-            self.fleet_at = time.monotonic()
+            self.fleet_at = self.clock()
         elif self.follower is not None and wanted:
             fleet = self.follower.read()
-            self.fleet_at = time.monotonic()
+            self.fleet_at = self.clock()
             if fleet is not None:
                 self.fleet = fleet
 
@@ -802,6 +856,10 @@ class RollCall:
                     raise
                 time.sleep(min(left, rollcall_poll(self.nnodes)))
 
+    def all_answered(self) -> bool:
+        """One look at the count (the counter's poll): one request."""
+        return int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes
+
     def answered(self) -> list[int]:
         raw = peek(self.link, self.keys.rollcall("answers")) or b""
         nodes = set()
@@ -824,7 +882,7 @@ class RollCall:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with contextlib.suppress(StoreDown):  # a slow poll: the next one may answer
-                if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
+                if self.all_answered():
                     break
             sleep(rollcall_poll(self.nnodes))
         late = time.monotonic() + SLOW_CALL + RECONNECT_AFTER
