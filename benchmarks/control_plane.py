@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -299,11 +300,12 @@ class RollCallRun:
             roll.link.call("set", roll.keys.rollcall("result"), result.to_json())
 
 
-def shard_main(argv: list[str]) -> int:
-    """A part of the cluster: nodes lo..hi-1 of nnodes, driven by lines on stdin."""
+def shard_main(spec: dict[str, Any]) -> int:
+    """A part of the cluster (`Shard`'s spec), driven by lines on stdin."""
     import gc
 
-    nnodes, lo, hi, port, pid = (int(v) for v in argv)
+    nnodes, lo, hi, port = spec["nnodes"], spec["lo"], spec["hi"], spec["port"]
+    stopped = {int(rank): pid for rank, pid in spec["stopped"].items()}
 
     def connect() -> Any:
         from torch.distributed import TCPStore
@@ -317,7 +319,15 @@ def shard_main(argv: list[str]) -> int:
         )
 
     with tempfile.TemporaryDirectory(prefix="commbench-sim-") as tmp:
-        cluster = Cluster(nnodes, connect, Path(tmp), pid=pid, nodes=range(lo, hi))
+        cluster = Cluster(
+            nnodes,
+            connect,
+            Path(tmp),
+            pid=spec["pid"],
+            pids=stopped,
+            nodes=range(lo, hi),
+            every_poll=spec["every_poll"],
+        )
         if lo == 0:
             cluster.time_steps(0)
         gc.collect()
@@ -329,6 +339,16 @@ def shard_main(argv: list[str]) -> int:
             reply: dict[str, Any] = {}
             if cmd["op"] == "until":
                 cluster.run_until(cmd["t"])
+                reply = {"named": len(cluster.named)}
+            elif cmd["op"] == "stop":  # its process was sent SIGSTOP
+                cluster.watch_for(cmd["rank"])
+                cluster.stop_rank(cmd["rank"])
+            elif cmd["op"] == "named":
+                mine = {n.node for n in cluster.nodes}
+                reply = {
+                    "named": cluster.named,
+                    "accounts": {n: cluster.account(n) for n in cmd["nodes"] if n in mine},
+                }
             elif cmd["op"] == "totals":
                 links = cluster.links() + (rollcall.links() if rollcall else [])
                 reply = {
@@ -351,10 +371,9 @@ def shard_main(argv: list[str]) -> int:
 class Shard:
     """The coordinator's end of a part of the cluster."""
 
-    def __init__(self, nnodes: int, nodes: range, port: int, pid: int) -> None:
-        argv = [str(v) for v in (nnodes, nodes.start, nodes.stop, port, pid)]
+    def __init__(self, spec: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--shard", *argv],
+            [sys.executable, __file__, "--shard", json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -391,13 +410,23 @@ class Shard:
 class Fleet:
     """A simulated cluster of `nnodes`, in parts, advanced together."""
 
-    def __init__(self, nnodes: int, procs: int, port: int, pid: int) -> None:
+    def __init__(self, nnodes: int, procs: int, port: int, pids: Pids, every_poll: bool) -> None:
         parts = max(1, min(procs, nnodes // NODES_PER_PROCESS))
         bounds = [nnodes * i // parts for i in range(parts + 1)]
+        self.nnodes = nnodes
         self.shards: list[Shard] = []
+        self.named = 0
+        self.stopped = stopped_rank(nnodes)
+        spec = {
+            "nnodes": nnodes,
+            "port": port,
+            "pid": pids.running,
+            "stopped": {self.stopped: pids.stopped},
+            "every_poll": every_poll,
+        }
         try:
             for lo, hi in itertools.pairwise(bounds):
-                self.shards.append(Shard(nnodes, range(lo, hi), port, pid))
+                self.shards.append(Shard({**spec, "lo": lo, "hi": hi}))
             self._all()
         except BaseException:
             self.close()
@@ -410,11 +439,27 @@ class Fleet:
                 shard.send(**cmd)
         return [shard.recv() for shard in self.shards]
 
-    def run_until(self, until: float) -> None:
-        """Every part to `until`, a poll period at a time (each waits for the others)."""
+    def run_until(self, until: float, *, named: bool = False) -> None:
+        """Every part to `until`, a poll period at a time (each waits for the others); with
+        `named`, no further than every node naming the stopped rank."""
         while self.now < until:
             self.now = min(until, self.now + POLL)
-            self._all(op="until", t=self.now)
+            self.named = sum(r["named"] for r in self._all(op="until", t=self.now))
+            if named and self.named == self.nnodes:
+                return
+
+    def stop(self) -> None:
+        """The stopped rank's process was stopped: every node from now on looks for it."""
+        self._all(op="stop", rank=self.stopped)
+
+    def named_at(self, nodes: list[int]) -> tuple[dict[int, float], dict[int, str]]:
+        """When each node named the stopped rank; and how `nodes` account for the stall."""
+        named: dict[int, float] = {}
+        accounts: dict[int, str] = {}
+        for reply in self._all(op="named", nodes=nodes):
+            named.update({int(n): t for n, t in reply["named"].items()})
+            accounts.update({int(n): a for n, a in reply["accounts"].items()})
+        return named, accounts
 
     def totals(self) -> tuple[Totals, dict[str, Any]]:
         replies = self._all(op="totals")
@@ -440,6 +485,22 @@ class Fleet:
 
 
 @dataclass
+class Naming:
+    """How long after its process stopped each node named the stopped rank (the launcher's
+    own account of the stall, `describe_hang`), and how some of them put it."""
+
+    nnodes: int
+    rank: int
+    host: str
+    named: dict[int, float]
+    accounts: dict[int, str]
+
+    @property
+    def worst(self) -> float:
+        return max(self.named.values()) if len(self.named) == self.nnodes else float("inf")
+
+
+@dataclass
 class Size:
     """One size's rows and what else it told."""
 
@@ -449,36 +510,48 @@ class Size:
     polls: int
     degraded: int
     seconds: float
+    naming: Naming | None = None
 
 
-def run_nodes(nnodes: int, procs: int, pid: int) -> Size:
+def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids) -> Size:
     began = time.monotonic()
-    rows = [muster(nnodes)]
+    rows: list[Row] = []
+    naming = None
     server = Server()
+    interval = plan_interval(nnodes)
     try:
-        fleet = Fleet(nnodes, procs, server.port, pid)
+        fleet = Fleet(nnodes, args.procs, server.port, pids, args.every_poll)
         try:
-            interval = plan_interval(nnodes)
             fleet.run_until(interval)  # every launcher started; the aggregators placed
-            spent0, _ = fleet.totals()
-            cpu0 = server.cpu()
-            window = STEADY_INTERVALS * interval
-            fleet.run_until(interval + window)
-            spent1, _ = fleet.totals()
-            cpu1 = server.cpu()
-            rows.insert(0, Row.of(nnodes, "steady", spent1 - spent0, cpu1 - cpu0, window))
+            spent, extra = fleet.totals()
+            cpu = server.cpu()
 
-            window = 2 * rollcall_poll(nnodes)
-            fleet.failure(fleet.now, window)
-            fleet.run_until(fleet.now + window)
-            spent2, extra = fleet.totals()
-            cpu2 = server.cpu()
-            rows.insert(1, Row.of(nnodes, "failure", spent2 - spent1, cpu2 - cpu1, window))
+            def measure(phase: str, window: float) -> None:
+                nonlocal spent, cpu, extra
+                fleet.run_until(fleet.now + window)
+                now_spent, extra = fleet.totals()
+                now_cpu = server.cpu()
+                rows.append(Row.of(nnodes, phase, now_spent - spent, now_cpu - cpu, window))
+                spent, cpu = now_spent, now_cpu
+
+            if "steady" in args.phases:
+                measure("steady", STEADY_INTERVALS * interval)
+            if "naming" in args.phases:
+                naming = name_stopped(fleet, pids)
+                spent, extra = fleet.totals()
+                cpu = server.cpu()
+            if "failure" in args.phases:
+                window = 2 * rollcall_poll(nnodes)
+                fleet.failure(fleet.now, window)
+                measure("failure", window)
         finally:
             fleet.close()
     finally:
         server.close()
-    rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
+    if "muster" in args.phases:
+        rows.append(muster(nnodes))
+    if "steady" in args.phases:
+        rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
     steps = extra["step_cpu"][1:] or [0.0]
     return Size(
         rows=rows,
@@ -487,7 +560,39 @@ def run_nodes(nnodes: int, procs: int, pid: int) -> Size:
         polls=extra["polls"],
         degraded=extra["degraded"],
         seconds=time.monotonic() - began,
+        naming=naming,
     )
+
+
+NAMING_LIMIT = 60.0
+"""Simulated seconds the naming phase waits for every node at most."""
+
+
+def name_stopped(fleet: Fleet, pids: Pids) -> Naming:
+    """The stopped rank's process gets SIGSTOP; every rank stalls behind it. Until every node
+    names it (or NAMING_LIMIT), each node's watch is asked after each poll."""
+    node = fleet.stopped // RANKS_PER_NODE
+    shown = sorted({0, node, (node + 1) % fleet.nnodes, fleet.nnodes - 1})
+    os.kill(pids.stopped, signal.SIGSTOP)
+    try:
+        stopped_at = fleet.now
+        fleet.stop()
+        fleet.run_until(stopped_at + NAMING_LIMIT, named=True)
+        named, accounts = fleet.named_at(shown)  # while it is still stopped
+    finally:
+        os.kill(pids.stopped, signal.SIGCONT)
+    return Naming(
+        nnodes=fleet.nnodes,
+        rank=fleet.stopped,
+        host=host_of(node),
+        named={n: round(t - stopped_at, 3) for n, t in named.items()},
+        accounts=accounts,
+    )
+
+
+def stopped_rank(nnodes: int) -> int:
+    """The rank whose process the naming phase stops: local rank 2 of a node three fifths in."""
+    return nnodes * 3 // 5 * RANKS_PER_NODE + 2
 
 
 def muster(nnodes: int) -> Row:
@@ -539,21 +644,32 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GB/s"
 
 
+@dataclass(frozen=True)
+class Pids:
+    """Live processes for the ranks' heartbeats to name (their state is read from /proc): one
+    every rank runs as, one the naming phase stops."""
+
+    running: int
+    stopped: int
+
+
 @contextlib.contextmanager
-def helper_process() -> Iterator[int]:
-    """A live process for the ranks' heartbeats to name (its state is read from /proc)."""
-    proc = subprocess.Popen(["sleep", "3600"])
+def helper_processes() -> Iterator[Pids]:
+    procs = [subprocess.Popen(["sleep", "3600"]) for _ in range(2)]
     try:
-        yield proc.pid
+        yield Pids(running=procs[0].pid, stopped=procs[1].pid)
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--shard"]:
-        return shard_main(argv[1:])
+        return shard_main(json.loads(argv[1]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="8,64,256,1024,16384")
     parser.add_argument(
@@ -562,8 +678,20 @@ def main(argv: list[str] | None = None) -> int:
         default=os.cpu_count() or 1,
         help="processes a large cluster is simulated in (one per core)",
     )
+    parser.add_argument(
+        "--phases",
+        default="steady,failure,muster",
+        help="of steady, failure, muster, naming (a stopped rank named by every node: its "
+        "time, not a load)",
+    )
+    parser.add_argument(
+        "--every-poll",
+        action="store_true",
+        help="run every launcher's every poll, also those that would find nothing new",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    args.phases = set(args.phases.split(","))
     os.environ.update({**QUICK_DNS, "TORCH_CPP_LOG_LEVEL": "FATAL"})  # before torch loads
     nodes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
@@ -578,9 +706,9 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     sizes: dict[int, Size] = {}
-    with helper_process() as pid:
+    with helper_processes() as pids:
         for n in nodes:
-            sizes[n] = run_nodes(n, args.procs, pid)
+            sizes[n] = run_nodes(n, args, pids)
             print(f"  {n} nodes done ({time.monotonic() - started:.0f} s)", file=sys.stderr)
     took = time.monotonic() - started
     rows = [r for size in sizes.values() for r in size.rows]
@@ -591,6 +719,14 @@ def main(argv: list[str] | None = None) -> int:
             f"  {n} nodes: {size.step_cpu * 1e3:.0f} ms every {size.interval:.2f} s "
             f"({size.step_cpu / size.interval:.1%} of a core)"
         )
+    for n, size in sizes.items():
+        if (naming := size.naming) is not None:
+            times = sorted(naming.named.values())
+            print(
+                f"\n{n} nodes: rank {naming.rank} (host {naming.host}) stopped; named by "
+                f"{len(times)} of {n} nodes, the last after {naming.worst:.1f} s (median "
+                f"{statistics.median(times) if times else float('nan'):.1f} s)"
+            )
     degraded = {n: s.degraded for n, s in sizes.items() if s.degraded}
     if degraded:
         print(f"\nstore requests past their deadline (the watch degraded): {degraded}")
@@ -606,6 +742,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": [asdict(r) for r in rows],
             "aggregator_cpu_s": {str(n): s.step_cpu for n, s in sizes.items()},
             "polls": {str(n): s.polls for n, s in sizes.items()},
+            "naming": {str(n): asdict(s.naming) for n, s in sizes.items() if s.naming},
         }
         args.json.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     misses = [

@@ -4,9 +4,14 @@ TCPStore, with simulated nodes. And the roll call names the lost nodes at 1,024 
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,9 +180,10 @@ def test_a_lost_store_degrades_the_link_and_it_recovers(store: object) -> None:
     assert link.degraded is None and link.episodes[0].until is not None
 
 
-def test_a_stopped_rank_among_1024_nodes_is_named_within_10_s(store: object) -> None:
-    """At 1,024 nodes a stopped rank reaches every launcher within three intervals: its node's
-    next digest, the aggregator's next step, the stalled follower's next read."""
+def test_the_summary_names_a_stopped_rank_among_1024_nodes(store: object) -> None:
+    """At 1,024 nodes a stopped rank reaches the fleet summary by its node's digest and the
+    aggregator's read: one problem, named by rank, host and phase (how soon every launcher
+    knows, the loop itself measures: `test_every_node_names_a_stopped_rank_within_10_s`)."""
     nnodes = 1024
     keys = Keys("big")
     link = StoreLink(lambda: store)
@@ -195,7 +201,60 @@ def test_a_stopped_rank_among_1024_nodes_is_named_within_10_s(store: object) -> 
     assert summary is not None and summary.reporting == nnodes
     (named,) = summary.problems
     assert (named.rank, named.host, named.phase) == (613 * RANKS_PER_NODE + 2, "n613", "timed")
-    assert 3 * plan_interval(nnodes) <= 10
+
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "control_plane.py"
+
+
+def _simulate(tmp_path: Path, *flags: str) -> dict[str, Any]:
+    """benchmarks/control_plane.py's simulated cluster (its own processes: the store's, and
+    the cluster's, whose thousands of connections need QUICK_DNS before c10d's first
+    lookup), one part, its JSON."""
+    out = tmp_path / f"sim{len(list(tmp_path.iterdir()))}.json"
+    subprocess.run(
+        [sys.executable, str(BENCHMARK), "--procs", "1", "--json", str(out), *flags],
+        check=True,
+        timeout=240,
+        stdout=subprocess.DEVNULL,
+    )
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+@pytest.mark.integration
+def test_every_node_names_a_stopped_rank_within_10_s(tmp_path: Path) -> None:
+    """1,024 simulated nodes, each running its launcher's real loop (its Watch polled every
+    0.1 s, every poll run; its ControlPlane stepped when its own pacing says; its own store
+    connection): one rank's process gets SIGSTOP, its heartbeat stops, every other rank
+    waits. Every node's launcher names it, by rank, host and phase, in its own account of
+    the stall (`describe_hang`), within 10 s, measured on the clock those loops ran on
+    (commbench.launch.simulate: simulated, so that 1,024 launchers' polls fit this machine;
+    a store request takes none of it, ~0.1 ms in a run). The model says three intervals:
+    6.2 s."""
+    doc = _simulate(tmp_path, "--nodes", "1024", "--phases", "naming", "--every-poll")
+    naming = doc["naming"]["1024"]
+    assert len(naming["named"]) == 1024, sorted(set(map(str, range(1024))) - set(naming["named"]))
+    worst = max(naming["named"].values())
+    assert worst <= 10.0, worst
+    rank, host = naming["rank"], naming["host"]
+    assert naming["accounts"]
+    for node, account in naming["accounts"].items():
+        assert f"rank {rank} (host {host}, pid " in account, (node, account)
+        assert "is stopped (SIGSTOP or a debugger)" in account and "phase timed" in account
+
+
+@pytest.mark.integration
+def test_the_simulation_leaves_out_only_polls_that_change_nothing(tmp_path: Path) -> None:
+    """The benchmark runs a poll only where it can find something new (`Cluster._news`); run
+    every poll instead and the store sees the same requests, and the stopped rank is named
+    by every node at the same simulated moments."""
+    flags = ("--nodes", "64", "--phases", "steady,naming,failure")
+    every = _simulate(tmp_path, *flags, "--every-poll")
+    some = _simulate(tmp_path, *flags)
+    assert some["polls"]["64"] < every["polls"]["64"] / 2
+    assert some["naming"]["64"]["named"] == every["naming"]["64"]["named"]
+    requests = [[(r["phase"], r["requests"]) for r in doc["rows"]] for doc in (some, every)]
+    assert requests[0] == requests[1]
 
 
 def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(

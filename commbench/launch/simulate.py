@@ -137,7 +137,7 @@ class Cluster:
             find_view=lambda pids: view,
             beats=lambda: holder[0].beats,
         )
-        watch = Watch(run_dir, [], clock=self.clock, beats=lambda: holder[0].beats)
+        watch = Watch(run_dir, [], clock=self.clock, wall=self.wall, beats=lambda: holder[0].beats)
         watch.control = plane
         holder.append(Node(node=n, host=host_of(n), watch=watch, plane=plane, client=client))
         return holder[0]

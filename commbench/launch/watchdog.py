@@ -138,6 +138,7 @@ class Watch:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         beats: Callable[[], dict[int, Sighting]] | None = None,
     ) -> None:
         self.run_dir = run_dir
@@ -145,6 +146,8 @@ class Watch:
         self.clock = clock
         """Seconds for stalls and progress (monotonic; benchmarks/control_plane.py gives a
         simulated one, and this node's heartbeats in memory: `beats`)."""
+        self.wall = wall
+        """The time of day the heartbeats' mtimes are on."""
         self.skips = Skips()
         self._beats = beats or HeartbeatReader(run_dir, self.skips).read
         """Gets the journal's events of other types than the sweep's own (a run kind's)."""
@@ -221,7 +224,7 @@ class Watch:
             fleet = self.control.fleet
         shown = (local, fleet, self.roll)
         if any(a is not b for a, b in zip(shown, self._shown)):
-            self.heartbeats = {**remote_beats(fleet, shown[2]), **local}
+            self.heartbeats = {**remote_beats(fleet, shown[2], self.wall()), **local}
             self._shown = shown
         signature = (len(self.rows), local_signature, fleet.progress if fleet else None)
         if signature != self.last_signature:
@@ -288,7 +291,7 @@ class Watch:
             return
         fleet = self.control.refresh(wait)
         local = {r: b for r, b in self.heartbeats.items() if not b.remote}
-        self.heartbeats = {**remote_beats(fleet, self.roll), **local}
+        self.heartbeats = {**remote_beats(fleet, self.roll, self.wall()), **local}
 
     @property
     def roll(self) -> tuple[RankEntry, ...]:
@@ -388,14 +391,15 @@ def _remote(r: RankState, mtime: float, state: str | None = None) -> Seen:
     )
 
 
-def remote_beats(fleet: FleetSummary | None, roll: tuple[RankEntry, ...]) -> dict[int, Seen]:
+def remote_beats(
+    fleet: FleetSummary | None, roll: tuple[RankEntry, ...], now: float
+) -> dict[int, Seen]:
     """The other nodes' ranks the fleet summary names, as heartbeat entries (`remote`, with
     their `state` as their own node's launcher saw it and an mtime by this node's clock). A
     node silent as a whole lends its state to every rank it last reported, and one never
     heard from is named by the ranks the writer's roll gives it, where this is the writer."""
     if fleet is None:
         return {}
-    now = time.time()
     out: dict[int, Seen] = {}
     for r in fleet.behind:
         out[r.rank] = _remote(r, now - r.quiet_s, "behind")
@@ -444,7 +448,7 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     """Name the rank(s) that stopped the run: stopped processes first, then silent ones, then
     ranks that are gone, then ranks behind the others; if every rank waits at the same
     place, say so."""
-    now = time.time()
+    now = watch.wall()
     beats = watch.heartbeats
     silent_after = _silent_after(timeout)
     dead: dict[int, tuple[int, str]] = {}
@@ -599,7 +603,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     parts = []
     culprits = []
     if all(is_consequence(info) for info in failures.values()):
-        now = time.time()
+        now = watch.wall()
         for r in _silent_remotes(watch, _silent_after(timeout)):
             b = watch.heartbeats[r]
             culprits.append(r)
