@@ -18,18 +18,30 @@ import pytest
 torch_distributed = pytest.importorskip("torch.distributed")
 
 from commbench.launch.control import (  # noqa: E402
+    GROUP_NODES,
+    ONE_TIER_NODES,
     ROLLCALL_POLL,
     Aggregator,
+    FleetAggregator,
     Follower,
+    GroupAggregator,
     Keys,
     NodeAgent,
     RollCall,
     StoreDown,
     StoreLink,
+    group_count,
     plan_interval,
+    silence_after,
     steady_requests,
 )
-from commbench.launch.protocol import PREFIX, NodeDigest, RankState, Skips  # noqa: E402
+from commbench.launch.protocol import (  # noqa: E402
+    PREFIX,
+    GroupSummary,
+    NodeDigest,
+    RankState,
+    Skips,
+)
 
 RANKS_PER_NODE = 8
 
@@ -92,6 +104,96 @@ def test_steady_requests_grow_linearly_with_the_nodes(store: object) -> None:
     # and per second, held to the budget by the interval
     assert steady64 / plan_interval(64) <= 500
     assert steady_requests(1024) / plan_interval(1024) <= 500.001 < steady_requests(1024) / 0.5
+
+
+def _stopped(ranks: tuple[RankState, ...], local_rank: int) -> tuple[RankState, ...]:
+    return tuple(
+        RankState(**{**r.payload(), "state": "stopped"}) if r.local_rank == local_rank else r
+        for r in ranks
+    )
+
+
+def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
+    store: object,
+) -> None:
+    """Past ONE_TIER_NODES the first node of each group reads its 128 digests and the writer
+    merges the groups' summaries: the fleet summary says what one aggregator reading every
+    digest says (who is stopped, who is behind and how many, how far the furthest got), for
+    N + 2 G + 2 requests per interval (G groups), and every later wake-up within the interval
+    costs nothing."""
+    nnodes = ONE_TIER_NODES + 2 * GROUP_NODES + 5  # a last group of 5
+    keys = Keys("tiers")
+    link = StoreLink(lambda: store)
+    now = [0.0]
+    interval = plan_interval(nnodes)
+    groups = [
+        GroupAggregator(link, keys, nnodes, interval, g, clock=lambda: now[0])
+        for g in range(group_count(nnodes))
+    ]
+    top = FleetAggregator(link, keys, nnodes, interval, clock=lambda: now[0])
+    flat = Aggregator(link, Keys("tiers"), nnodes, interval, clock=lambda: now[0])
+    agents = [NodeAgent(link, keys, node, f"n{node}") for node in range(nnodes)]
+    for step in range(2):
+        before = link.total_requests
+        for node, agent in enumerate(agents):
+            ranks = _ranks(node, 7 + step - (node in (17, 2100)))  # two nodes one point behind
+            agent.publish(_stopped(ranks, 3) if node in (600, 2200) else ranks)
+        for group in groups:
+            group.step()
+        fleet = top.step()
+        if step:  # the first interval also places every key once
+            assert link.total_requests - before == steady_requests(nnodes)
+        before = link.total_requests
+        assert top.step() is fleet and link.total_requests == before
+        now[0] += interval
+    expected = flat.step()
+    assert [(r.rank, r.host, r.state) for r in fleet.problems] == [
+        (600 * 8 + 3, "n600", "stopped"),
+        (2200 * 8 + 3, "n2200", "stopped"),
+    ]
+    for name in ("reporting", "furthest", "problems", "silent_nodes", "behind", "behind_count"):
+        assert getattr(fleet, name) == getattr(expected, name), name
+    assert fleet.behind_count == 16 and {r.node for r in fleet.behind} == {17}
+
+
+def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> None:
+    """A group's aggregator (its first node's launcher) dies or freezes: its summary stops
+    changing, and after the silence limit the writer reads that group's digests itself, so a
+    rank stopped there is still named (and a value of another kind or place under a group's
+    key is skipped with one warning, never taken for the group)."""
+    nnodes = ONE_TIER_NODES + GROUP_NODES
+    keys = Keys("orphan")
+    link = StoreLink(lambda: store)
+    now = [0.0]
+    interval = plan_interval(nnodes)
+    skips = Skips()
+    groups = [
+        GroupAggregator(link, keys, nnodes, interval, g, clock=lambda: now[0])
+        for g in range(group_count(nnodes))
+    ]
+    top = FleetAggregator(link, keys, nnodes, interval, skips, clock=lambda: now[0])
+    agents = [NodeAgent(link, keys, node, f"n{node}") for node in range(nnodes)]
+    for step in range(6):
+        for node, agent in enumerate(agents):
+            ranks = _ranks(node, step)
+            agent.publish(
+                _stopped(ranks, 1) if step >= 3 and node == 5 * GROUP_NODES + 9 else ranks
+            )
+        for group in groups:
+            if group.group != 5 or step < 2:  # group 5's aggregator stops after two steps
+                group.step()
+        if step == 2:  # someone else's value under a group's key
+            wrong = GroupSummary(group=3, first=3 * GROUP_NODES, nnodes=128, seq=1, time=1.0,
+                                 reporting=0, progress=0)  # fmt: skip
+            store.set(keys.group(7), wrong.to_json())  # type: ignore[attr-defined]
+        fleet = top.step()
+        now[0] += interval
+    assert 4 * interval > silence_after(interval)
+    assert [(r.rank, r.state) for r in fleet.problems] == [
+        ((5 * GROUP_NODES + 9) * 8 + 1, "stopped")
+    ]
+    assert fleet.reporting == nnodes and not fleet.silent_nodes
+    assert [w.split(" (")[1].split(")")[0] for w in skips.warnings] == ["misplaced"]
 
 
 def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:

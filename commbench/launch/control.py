@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from commbench.launch.protocol import (
     MAX_LISTED,
     PREFIX,
     FleetSummary,
+    GroupSummary,
     HeartbeatReader,
     NodeDigest,
     NodeSilence,
@@ -71,10 +72,34 @@ DIGESTS_PER_READ = 128
 8,192 nodes' (14 MB) took 1.7 s, holding the store from everyone else and past SLOW_CALL."""
 
 
+ONE_TIER_NODES = 2048
+"""Nodes whose digests one aggregator reads itself: decoding them costs its launcher ~0.2 ms
+each, 0.4 s of a core per 4.1 s interval at 2,048 nodes (3.3 s per 5 s at 16,384). Past it,
+the first node of each GROUP_NODES reads its group's and the writer merges their summaries."""
+GROUP_NODES = DIGESTS_PER_READ
+"""Nodes per group past ONE_TIER_NODES: one request reads a group's digests."""
+
+
+def tiered(nnodes: int) -> bool:
+    return nnodes > ONE_TIER_NODES
+
+
+def group_count(nnodes: int) -> int:
+    return -(-nnodes // GROUP_NODES)
+
+
+def group_nodes(group: int, nnodes: int) -> range:
+    return range(group * GROUP_NODES, min(nnodes, (group + 1) * GROUP_NODES))
+
+
 def steady_requests(nnodes: int) -> int:
-    """Store requests per interval of the steady watch: each node's digest, the aggregator's
-    reads of them (DIGESTS_PER_READ per request) and its summary."""
-    return nnodes + -(-nnodes // DIGESTS_PER_READ) + 1
+    """Store requests per interval of the steady watch: each node's digest; the aggregator's
+    reads of them (DIGESTS_PER_READ per request) and its summary; past ONE_TIER_NODES, each
+    group aggregator's read and summary, and the writer's read of those and its summary."""
+    if not tiered(nnodes):
+        return nnodes + -(-nnodes // DIGESTS_PER_READ) + 1
+    groups = group_count(nnodes)
+    return nnodes + 2 * groups + -(-groups // DIGESTS_PER_READ) + 1
 
 
 def plan_interval(nnodes: int) -> float:
@@ -101,6 +126,9 @@ class Keys:
     @property
     def fleet(self) -> str:
         return f"{self.base}fleet"
+
+    def group(self, group: int) -> str:
+        return f"{self.base}group/{group}"
 
     def rollcall(self, what: str) -> str:
         return f"{self.base}rollcall/{what}"
@@ -397,9 +425,13 @@ class NodeAgent:
         self.link.call("set", self.keys.digest(self.node), digest.to_json())
 
 
-# -- the aggregator -----------------------------------------------------------------------------
+# -- the aggregators ----------------------------------------------------------------------------
 
 _SEVERITY = {"stopped": 0, "silent": 1, "error": 2, "gone": 3, "unknown": 4}
+
+
+def _by_severity(r: RankState) -> tuple[int, float, int]:
+    return (_SEVERITY[r.state], -r.quiet_s, r.rank)
 
 
 @dataclass(slots=True)
@@ -410,34 +442,26 @@ class _Seen:
 
 
 @dataclass(slots=True)
-class Aggregator:
-    """Reads every node's digest in one request and publishes the fleet summary."""
+class _Nodes:
+    """What a range of nodes last said (their digests, read DIGESTS_PER_READ a request) and
+    since when each said something new: the part every aggregator shares."""
 
     link: StoreLink
     keys: Keys
-    nnodes: int
+    nodes: range
     interval: float
-    skips: Skips = field(default_factory=Skips)
-    hosts: dict[int, str] = field(default_factory=dict)
-    """Host by node, where known (the writer's roll): names a node never heard from."""
-    clock: Callable[[], float] = time.monotonic
+    skips: Skips
+    group: int = 0
     _seen: dict[int, _Seen] = field(default_factory=dict)
     _placed: bool = False
     _started: float | None = None
-    _seq: int = 0
     _progress: int = 0
-    _last: tuple[float, FleetSummary] | None = None
-    """When the digests were last read, and the summary made of them."""
+    _seq: int = 0
 
-    def step(self) -> FleetSummary:
-        """Read every digest and publish the summary; at most once per interval (a stalled
-        node's wake-up between two steps gets the summary of the last one, for no request)."""
-        now = self.clock()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self._last[1]
+    def read(self, now: float) -> None:
         if self._started is None:
             self._started = now
-        keys = [self.keys.digest(n) for n in range(self.nnodes)]
+        keys = [self.keys.digest(n) for n in self.nodes]
         if not self._placed:  # once: multi_get must not block on a node not yet published
             for key in keys:
                 peek(self.link, key)
@@ -446,7 +470,7 @@ class Aggregator:
         for at in range(0, len(keys), DIGESTS_PER_READ):
             values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
         changed = False
-        for node, raw in enumerate(values):
+        for node, raw in zip(self.nodes, values):
             if bytes(raw) == PLACEHOLDER:
                 continue
             digest = self.skips.decode(NodeDigest, bytes(raw))
@@ -466,29 +490,19 @@ class Aggregator:
             seen.digest = digest
         if changed:
             self._progress += 1
-        summary = self.summarise(now)
-        self.link.call("set", self.keys.fleet, summary.to_json())
-        self._last = (now, summary)
-        return summary
 
-    def summarise(self, now: float) -> FleetSummary:
+    def summary(self, now: float) -> GroupSummary:
+        """These nodes as the fleet summary needs them (`merge`)."""
         quiet_limit = silence_after(self.interval)
         problems: list[RankState] = []
         running: list[RankState] = []
         silent: list[NodeSilence] = []
-        for node in range(self.nnodes):
+        for node in self.nodes:
             seen = self._seen.get(node)
             if seen is None or seen.digest is None:
                 waited = now - (self._started or now)
                 if waited > 2 * quiet_limit:
-                    silent.append(
-                        NodeSilence(
-                            node=node,
-                            host=self.hosts.get(node),
-                            quiet_s=round(waited, 1),
-                            never=True,
-                        )
-                    )
+                    silent.append(NodeSilence(node=node, quiet_s=round(waited, 1), never=True))
                 continue
             quiet = now - seen.changed_at
             if quiet > quiet_limit:
@@ -506,27 +520,215 @@ class Aggregator:
                     problems.append(r)
                 elif r.state == "running":
                     running.append(r)
-        problems.sort(key=lambda r: (_SEVERITY[r.state], -r.quiet_s, r.rank))
+        problems.sort(key=_by_severity)
         furthest = max((r.position for r in running), default=(-1, 0))
-        behind = sorted(
-            (r for r in running if r.position < furthest), key=lambda r: (r.position, r.rank)
-        )
-        truncated = max(0, len(problems) - MAX_LISTED) + max(0, len(silent) - MAX_LISTED)
         self._seq += 1
-        return FleetSummary(
+        return GroupSummary(
+            group=self.group,
+            first=self.nodes.start,
+            nnodes=len(self.nodes),
             seq=self._seq,
             time=time.time(),
-            interval=self.interval,
-            nnodes=self.nnodes,
             reporting=sum(1 for s in self._seen.values() if s.digest is not None),
             progress=self._progress,
             furthest=furthest,
+            running=len(running),
+            behind_count=sum(1 for r in running if r.position < furthest),
             problems=tuple(problems[:MAX_LISTED]),
             silent_nodes=tuple(silent[:MAX_LISTED]),
-            behind=tuple(behind[:MAX_BEHIND]),
-            behind_count=len(behind),
-            truncated=truncated,
+            slowest=tuple(sorted(running, key=lambda r: (r.position, r.rank))[:MAX_BEHIND]),
+            truncated=max(0, len(problems) - MAX_LISTED) + max(0, len(silent) - MAX_LISTED),
         )
+
+
+def merge(
+    parts: Iterable[GroupSummary], *, seq: int, interval: float, nnodes: int, hosts: dict[int, str]
+) -> FleetSummary:
+    """The fleet summary of the groups' summaries: their lists merged and cut as one list of
+    the whole fleet would be (each group's is the head of its part of it), the fleet's
+    furthest position and who is behind it from each group's furthest and slowest. A node
+    never heard from is named by its host where the writer's roll gives one (`hosts`)."""
+    parts = list(parts)
+    active = [p for p in parts if p.running]
+    furthest = max((p.furthest for p in active), default=(-1, 0))
+    problems = sorted((r for p in parts for r in p.problems), key=_by_severity)
+    silent = sorted((s for p in parts for s in p.silent_nodes), key=lambda s: s.node)
+    behind = sorted(
+        (r for p in active for r in p.slowest if r.position < furthest),
+        key=lambda r: (r.position, r.rank),
+    )
+    return FleetSummary(
+        seq=seq,
+        time=time.time(),
+        interval=interval,
+        nnodes=nnodes,
+        reporting=sum(p.reporting for p in parts),
+        progress=sum(p.progress for p in parts),
+        furthest=furthest,
+        problems=tuple(problems[:MAX_LISTED]),
+        silent_nodes=tuple(
+            replace(s, host=hosts.get(s.node)) if s.host is None else s for s in silent[:MAX_LISTED]
+        ),
+        behind=tuple(behind[:MAX_BEHIND]),
+        behind_count=sum(p.running if p.furthest < furthest else p.behind_count for p in active),
+        truncated=sum(p.truncated for p in parts)
+        + max(0, len(problems) - MAX_LISTED)
+        + max(0, len(silent) - MAX_LISTED),
+    )
+
+
+@dataclass(slots=True)
+class Aggregator:
+    """Up to ONE_TIER_NODES nodes: reads every node's digest (DIGESTS_PER_READ a request)
+    and publishes the fleet summary, at most once per interval."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    skips: Skips = field(default_factory=Skips)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Host by node, where known (the writer's roll): names a node never heard from."""
+    clock: Callable[[], float] = time.monotonic
+    _nodes: _Nodes | None = None
+    _seq: int = 0
+    _last: tuple[float, FleetSummary] | None = None
+    """When the digests were last read, and the summary made of them."""
+
+    def step(self) -> FleetSummary:
+        """Read every digest and publish the summary; at most once per interval (a stalled
+        node's wake-up between two steps gets the summary of the last one, for no request)."""
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._nodes is None:
+            self._nodes = _Nodes(
+                self.link, self.keys, range(self.nnodes), self.interval, self.skips
+            )
+        self._nodes.read(now)
+        self._seq += 1
+        summary = merge(
+            [self._nodes.summary(now)],
+            seq=self._seq,
+            interval=self.interval,
+            nnodes=self.nnodes,
+            hosts=self.hosts,
+        )
+        self.link.call("set", self.keys.fleet, summary.to_json())
+        self._last = (now, summary)
+        return summary
+
+
+@dataclass(slots=True)
+class GroupAggregator:
+    """Past ONE_TIER_NODES, the launcher of each group's first node: reads its group's
+    digests (one request) and publishes the group's summary, at most once per interval."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    group: int
+    skips: Skips = field(default_factory=Skips)
+    clock: Callable[[], float] = time.monotonic
+    _nodes: _Nodes | None = None
+    _last: tuple[float, GroupSummary] | None = None
+
+    def step(self) -> GroupSummary:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._nodes is None:
+            nodes = group_nodes(self.group, self.nnodes)
+            self._nodes = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, self.group)
+        self._nodes.read(now)
+        summary = self._nodes.summary(now)
+        self.link.call("set", self.keys.group(self.group), summary.to_json())
+        self._last = (now, summary)
+        return summary
+
+
+@dataclass(slots=True)
+class _GroupSeen:
+    summary: GroupSummary | None = None
+    changed_at: float = 0.0
+
+
+@dataclass(slots=True)
+class FleetAggregator:
+    """Past ONE_TIER_NODES, the writer's launcher: reads every group's summary
+    (DIGESTS_PER_READ a request) and publishes their merge as the fleet summary, at most
+    once per interval. A group whose aggregator stopped publishing (its launcher is gone or
+    frozen) is read here from its digests, until it publishes again."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    skips: Skips = field(default_factory=Skips)
+    hosts: dict[int, str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    _groups: dict[int, _GroupSeen] = field(default_factory=dict)
+    _orphans: dict[int, _Nodes] = field(default_factory=dict)
+    """Groups read here, from their digests."""
+    _placed: bool = False
+    _started: float | None = None
+    _seq: int = 0
+    _last: tuple[float, FleetSummary] | None = None
+
+    def step(self) -> FleetSummary:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._started is None:
+            self._started = now
+        keys = [self.keys.group(g) for g in range(group_count(self.nnodes))]
+        if not self._placed:
+            for key in keys:
+                peek(self.link, key)
+            self._placed = True
+        values = []
+        for at in range(0, len(keys), DIGESTS_PER_READ):
+            values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
+        quiet_limit = silence_after(self.interval)
+        parts = []
+        for group, raw in enumerate(values):
+            seen = self._groups.setdefault(group, _GroupSeen(changed_at=now))
+            summary = self._decode(group, bytes(raw))
+            if summary is not None and (seen.summary is None or summary.seq != seen.summary.seq):
+                seen.summary, seen.changed_at = summary, now
+            if seen.summary is not None and now - seen.changed_at <= quiet_limit:
+                self._orphans.pop(group, None)
+                parts.append(seen.summary)
+            elif seen.summary is not None or now - self._started > 2 * quiet_limit:
+                orphan = self._orphans.get(group)
+                if orphan is None:
+                    nodes = group_nodes(group, self.nnodes)
+                    orphan = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, group)
+                    self._orphans[group] = orphan
+                orphan.read(now)
+                parts.append(orphan.summary(now))
+        self._seq += 1
+        fleet = merge(
+            parts, seq=self._seq, interval=self.interval, nnodes=self.nnodes, hosts=self.hosts
+        )
+        self.link.call("set", self.keys.fleet, fleet.to_json())
+        self._last = (now, fleet)
+        return fleet
+
+    def _decode(self, group: int, raw: bytes) -> GroupSummary | None:
+        if raw == PLACEHOLDER:
+            return None
+        summary = self.skips.decode(GroupSummary, raw)
+        if summary is None:
+            return None
+        nodes = group_nodes(group, self.nnodes)
+        if (summary.group, summary.first, summary.nnodes) != (group, nodes.start, len(nodes)):
+            self.skips.note(
+                ProtocolError("group", "misplaced", f"group {summary.group} under {group}")
+            )
+            return None
+        return summary
 
 
 class Follower:
@@ -633,7 +835,9 @@ class ControlPlane:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.agent: NodeAgent | None = None
-        self.aggregator: Aggregator | None = None
+        self.group: GroupAggregator | None = None
+        """Past ONE_TIER_NODES, on the first node of each group: its group's aggregator."""
+        self.aggregator: Aggregator | FleetAggregator | None = None
         self.follower: Follower | None = None
         self.hosts: dict[int, str] = {}
         self.ended_at: float | None = None
@@ -713,6 +917,7 @@ class ControlPlane:
             "node": self.view.node,
             "nnodes": self.view.nnodes,
             "aggregator": self.view.writer,
+            "group": None if self.group is None else self.group.group,
             "interval_s": self.interval,
             "steps": self.steps,
             "watched_s": round(self.watched[1] - self.watched[0], 3) if self.watched else 0.0,
@@ -777,10 +982,22 @@ class ControlPlane:
             self.interval = plan_interval(self.view.nnodes)
             self.link = StoreLink(self._factory(self.view.host, self.view.port), self.wall)
             keys = Keys()
+            nnodes = self.view.nnodes
             self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname)
+            if tiered(nnodes) and self.view.node % GROUP_NODES == 0:
+                self.group = GroupAggregator(
+                    self.link,
+                    keys,
+                    nnodes,
+                    self.interval,
+                    self.view.node // GROUP_NODES,
+                    self.skips,
+                    clock=self.clock,
+                )
             if self.view.writer:
-                self.aggregator = Aggregator(
-                    self.link, keys, self.view.nnodes, self.interval, self.skips, clock=self.clock
+                top = FleetAggregator if tiered(nnodes) else Aggregator
+                self.aggregator = top(
+                    self.link, keys, nnodes, self.interval, self.skips, clock=self.clock
                 )
             else:
                 self.follower = Follower(self.link, keys, self.skips)
@@ -792,6 +1009,8 @@ class ControlPlane:
             self._stop.set()
             return
         self.agent.publish(rank_states(beats, now, silence_after(self.interval)), now)
+        if self.group is not None:
+            self.group.step()
         if self.aggregator is not None:
             self.aggregator.hosts = self.hosts
             self.fleet = self.aggregator.step()
