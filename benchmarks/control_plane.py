@@ -577,6 +577,8 @@ class Size:
     degraded: int
     seconds: float
     naming: Naming | None = None
+    connect_cpu: float = 0.0
+    """The muster store's CPU seconds for the nodes' connections."""
     late: float = 0.0
     """How late the replay of a window ran at most (seconds): a replay that cannot keep
     the loop's pace sends its requests closer together than the loop did."""
@@ -587,20 +589,50 @@ def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids) -> Size:
     rows: list[Row] = []
     naming = None
     late = 0.0
-    server = Server()
+    extra: dict[str, Any] = {"step_cpu": [], "polls": 0, "degraded": 0}
+    if args.phases & {"steady", "naming", "failure"}:
+        naming, late = simulate(nnodes, args, pids, rows, extra)
+    connect_cpu = 0.0
+    if "muster" in args.phases:
+        row, connect_cpu = muster(nnodes)
+        rows.append(row)
+    if "steady" in args.phases:
+        rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
+    steps = extra["step_cpu"][1:] or [0.0]
+    return Size(
+        rows=rows,
+        interval=plan_interval(nnodes),
+        step_cpu=statistics.median(steps),
+        polls=extra["polls"],
+        degraded=extra["degraded"],
+        seconds=time.monotonic() - began,
+        naming=naming,
+        late=late,
+        connect_cpu=connect_cpu,
+    )
+
+
+def simulate(
+    nnodes: int, args: argparse.Namespace, pids: Pids, rows: list[Row], extra: dict[str, Any]
+) -> tuple[Naming | None, float]:
+    """The phases of a running job, on a simulated cluster: their rows, `extra`'s counts, the
+    naming and how late a replay ran."""
+    naming = None
+    late = 0.0
     interval = plan_interval(nnodes)
+    server = Server()
     try:
         fleet = Fleet(nnodes, args.procs, server.port, pids, args.every_poll)
         try:
             fleet.run_until(interval)  # every launcher started; the aggregators placed
-            spent, extra = fleet.totals()
+            spent, _ = fleet.totals()
 
             def measure(phase: str, window: float) -> None:
-                nonlocal spent, extra, late
+                nonlocal spent, late
                 since = fleet.now
                 fleet.tape()
                 fleet.run_until(since + window)
-                now_spent, extra = fleet.totals()
+                now_spent, _ = fleet.totals()
                 cpu, behind = fleet.replay(server, since)
                 late = max(late, behind)
                 rows.append(Row.of(nnodes, phase, now_spent - spent, cpu, window))
@@ -610,30 +642,17 @@ def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids) -> Size:
                 measure("steady", STEADY_INTERVALS * interval)
             if "naming" in args.phases:
                 naming = name_stopped(fleet, pids)
-                spent, extra = fleet.totals()
+                spent, _ = fleet.totals()
             if "failure" in args.phases:
                 window = 2 * rollcall_poll(nnodes)
                 fleet.failure(fleet.now, window)
                 measure("failure", window)
+            extra.update(fleet.totals()[1])
         finally:
             fleet.close()
     finally:
         server.close()
-    if "muster" in args.phases:
-        rows.append(muster(nnodes))
-    if "steady" in args.phases:
-        rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
-    steps = extra["step_cpu"][1:] or [0.0]
-    return Size(
-        rows=rows,
-        interval=interval,
-        step_cpu=statistics.median(steps),
-        polls=extra["polls"],
-        degraded=extra["degraded"],
-        seconds=time.monotonic() - began,
-        naming=naming,
-        late=late,
-    )
+    return naming, late
 
 
 NAMING_LIMIT = 60.0
@@ -667,14 +686,18 @@ def stopped_rank(nnodes: int) -> int:
     return nnodes * 3 // 5 * RANKS_PER_NODE + 2
 
 
-def muster(nnodes: int) -> Row:
-    """Every node signs in at node rank 0's store, one new connection each; node 0 publishes
-    who came and every other node reads it."""
+def muster(nnodes: int) -> tuple[Row, float]:
+    """Every node signs in at node rank 0's store (a second server: it runs before the job's),
+    one new connection each; node 0 publishes who came and every other node reads it
+    (`MusterRoll`). The row: the sign-in's requests; beside it, the store's CPU seconds for
+    the connections (each node's one, spread over their arrival in a run)."""
     server = Server()
     links: list[StoreLink] = []
     try:
+        first = server.client()  # its first connection readies it (and times out on DNS)
         cpu0 = server.cpu()
-        clients = [server.client() for _ in range(nnodes)]
+        clients = [first] + [server.client() for _ in range(nnodes - 1)]
+        cpu1 = server.cpu()
         links = [StoreLink(lambda c=c: c, slow_after=None) for c in clients]
         rolls = [MusterRoll(links[n], f"bench{nnodes}", nnodes) for n in range(nnodes)]
         for n in range(nnodes):
@@ -682,14 +705,16 @@ def muster(nnodes: int) -> Row:
         master = threading.Thread(target=rolls[0].publish, args=(5.0,))
         master.start()
         for n in range(1, nnodes):
-            rolls[n].read(5.0)
+            rolls[n].read()
         master.join()
-        cpu = server.cpu() - cpu0
+        cpu = server.cpu() - cpu1
         spent = Totals.of(links)
-        del clients, links, rolls
+        del first, clients, links, rolls
     finally:
         server.close()
-    return Row.of(nnodes, "muster", spent, cpu, MUSTER_WINDOW)
+    return Row.of(nnodes, "muster", spent, cpu, MUSTER_WINDOW), (cpu1 - cpu0) * nnodes / (
+        nnodes - 1
+    )
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -799,6 +824,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(times)} of {n} nodes, the last after {naming.worst:.1f} s (median "
                 f"{statistics.median(times) if times else float('nan'):.1f} s)"
             )
+    connects = {n: s.connect_cpu for n, s in sizes.items() if s.connect_cpu}
+    if connects:
+        print("\nmuster: node rank 0's store's CPU for the nodes' connections (not in the row):")
+        for n, cpu in connects.items():
+            print(f"  {n} nodes: {cpu:.3f} s ({cpu / n * 1e6:.0f} us a node)")
     late = {n: round(s.late, 2) for n, s in sizes.items() if s.late > 0.05}
     if late:
         print(f"\nreplays behind the loop's pace by up to (s): {late}")

@@ -5,6 +5,7 @@ TCPStore, with simulated nodes. And the roll call names the lost nodes at 1,024 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -234,6 +235,44 @@ def test_a_value_from_other_software_is_skipped_once_never_fatal(store: object) 
     reasons = sorted(w.split(" (")[1].split(")")[0] for w in skips.warnings)
     assert reasons == ["malformed", "misplaced", "newer"], skips.warnings
     assert all(k.startswith(PREFIX) for k in (keys.digest(0), keys.fleet))
+
+
+def test_the_muster_costs_two_requests_a_node(store: object) -> None:
+    """diagnose's sign-in: each node appends itself to the roll and reads node rank 0's
+    result in one request that waits for it; node rank 0 reads the roll once per POLL and
+    publishes who is missing. Nobody acknowledges the read (node rank 0's store stays up
+    READ_WAIT in the background instead)."""
+    import threading
+
+    from commbench.diagnose.muster import POLL, MusterRoll
+
+    nnodes, missing = 300, 123
+    own = torch_distributed.TCPStore(  # node rank 0's: the others' reads block theirs
+        "127.0.0.1",
+        store.port,
+        is_master=False,
+        wait_for_workers=False,  # type: ignore[attr-defined]
+    )
+    links = [
+        StoreLink(lambda n=n: own if n == 0 else store, slow_after=None) for n in range(nnodes)
+    ]
+    rolls = [MusterRoll(links[n], "muster-test", nnodes) for n in range(nnodes)]
+    for n in range(nnodes):
+        if n != missing:
+            rolls[n].sign_in(n, f"n{n}")
+    published: list[object] = []
+    master = threading.Thread(target=lambda: published.append(rolls[0].publish(0.5)))
+    master.start()
+    try:
+        results = [rolls[n].read() for n in range(1, nnodes) if n != missing]
+    finally:
+        master.join()
+    assert all(r == published[0] for r in results)
+    assert results[0] is not None and results[0].missing == (missing,)
+    assert rolls[0].hosts[5] == "n5" and missing not in rolls[0].hosts
+    assert {links[n].total_requests for n in range(1, nnodes) if n != missing} == {2}
+    # its sign-in, a read of the roll at once and after each POLL of the wait, the result
+    assert links[0].total_requests <= 1 + (1 + math.ceil(0.5 / POLL)) + 1
 
 
 @pytest.mark.parametrize("lost", [[], [7], [3, 512, 1023]])
