@@ -45,6 +45,7 @@ import contextlib
 import glob
 import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -79,7 +80,9 @@ JUDGED = (1024, 16384)
 """The sizes the targets are judged at (issue 35)."""
 NODES_PER_PROCESS = 2048
 """Fewest simulated nodes worth a process of their own (each imports torch: ~2 s)."""
-STEADY_INTERVALS = 2
+STEADY_WINDOW = 1.0
+"""The steady window: whole intervals, at least this long (one from 1,024 nodes up: each
+node's digest and each aggregator's read, once)."""
 MUSTER_WINDOW = 1.0
 ENV = {**os.environ, **QUICK_DNS, "TORCH_CPP_LOG_LEVEL": "FATAL"}
 
@@ -584,7 +587,7 @@ class Size:
     the loop's pace sends its requests closer together than the loop did."""
 
 
-def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids) -> Size:
+def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids, rank0: Server) -> Size:
     began = time.monotonic()
     rows: list[Row] = []
     naming = None
@@ -594,7 +597,7 @@ def run_nodes(nnodes: int, args: argparse.Namespace, pids: Pids) -> Size:
         naming, late = simulate(nnodes, args, pids, rows, extra)
     connect_cpu = 0.0
     if "muster" in args.phases:
-        row, connect_cpu = muster(nnodes)
+        row, connect_cpu = muster(nnodes, rank0)
         rows.append(row)
     if "steady" in args.phases:
         rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
@@ -639,7 +642,7 @@ def simulate(
                 spent = now_spent
 
             if "steady" in args.phases:
-                measure("steady", STEADY_INTERVALS * interval)
+                measure("steady", math.ceil(STEADY_WINDOW / interval) * interval)
             if "naming" in args.phases:
                 naming = name_stopped(fleet, pids)
                 spent, _ = fleet.totals()
@@ -686,17 +689,14 @@ def stopped_rank(nnodes: int) -> int:
     return nnodes * 3 // 5 * RANKS_PER_NODE + 2
 
 
-def muster(nnodes: int) -> tuple[Row, float]:
-    """Every node signs in at node rank 0's store (a second server: it runs before the job's),
-    one new connection each; node 0 publishes who came and every other node reads it
+def muster(nnodes: int, server: Server) -> tuple[Row, float]:
+    """Every node signs in at node rank 0's store (`server`: not the job's, which comes
+    later), one new connection each; node 0 publishes who came and every other node reads it
     (`MusterRoll`). The row: the sign-in's requests; beside it, the store's CPU seconds for
     the connections (each node's one, spread over their arrival in a run)."""
-    server = Server()
-    links: list[StoreLink] = []
+    cpu0 = server.cpu()
+    clients = [server.client() for _ in range(nnodes)]
     try:
-        first = server.client()  # its first connection readies it (and times out on DNS)
-        cpu0 = server.cpu()
-        clients = [first] + [server.client() for _ in range(nnodes - 1)]
         cpu1 = server.cpu()
         links = [StoreLink(lambda c=c: c, slow_after=None) for c in clients]
         rolls = [MusterRoll(links[n], f"bench{nnodes}", nnodes) for n in range(nnodes)]
@@ -709,12 +709,10 @@ def muster(nnodes: int) -> tuple[Row, float]:
         master.join()
         cpu = server.cpu() - cpu1
         spent = Totals.of(links)
-        del first, clients, links, rolls
     finally:
-        server.close()
-    return Row.of(nnodes, "muster", spent, cpu, MUSTER_WINDOW), (cpu1 - cpu0) * nnodes / (
-        nnodes - 1
-    )
+        clients.clear()  # every connection closed: the next size opens its own
+        links = rolls = []
+    return Row.of(nnodes, "muster", spent, cpu, MUSTER_WINDOW), cpu1 - cpu0
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -792,21 +790,25 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({**QUICK_DNS, "TORCH_CPP_LOG_LEVEL": "FATAL"})  # before torch loads
     nodes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
-    server = Server()
+    rank0 = Server()  # node rank 0's store of every size's muster; first, the calibration
     try:
-        per_get, share = calibrate(server)
-    finally:
-        server.close()
+        per_get, share = calibrate(rank0)
+    except BaseException:
+        rank0.close()
+        raise
     print(
         f"store: one event-loop thread; a get costs it {per_get:.1f} us of CPU "
         f"(one client's get loop takes {share:.0%} of its core)",
         flush=True,
     )
     sizes: dict[int, Size] = {}
-    with helper_processes() as pids:
-        for n in nodes:
-            sizes[n] = run_nodes(n, args, pids)
-            print(f"  {n} nodes done ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+    try:
+        with helper_processes() as pids:
+            for n in nodes:
+                sizes[n] = run_nodes(n, args, pids, rank0)
+                print(f"  {n} nodes done ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+    finally:
+        rank0.close()
     took = time.monotonic() - started
     rows = [r for size in sizes.values() for r in size.rows]
     print(table(rows))

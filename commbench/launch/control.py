@@ -412,8 +412,17 @@ class NodeAgent:
         self.node = node
         self.host = host
         self.seq = 0
+        self._states: tuple[tuple[int, str], ...] | None = None
 
-    def publish(self, ranks: tuple[RankState, ...], now: float | None = None) -> None:
+    def publish(
+        self, ranks: tuple[RankState, ...], now: float | None = None, *, on_change: bool = False
+    ) -> bool:
+        """One `set`; with `on_change`, only if a rank's state changed since the last one (a
+        wake-up's step: the positions wait for the regular one). Whether it published."""
+        states = tuple((r.rank, r.state) for r in ranks)
+        if on_change and states == self._states:
+            return False
+        self._states = states
         self.seq += 1
         digest = NodeDigest(
             node=self.node,
@@ -423,6 +432,7 @@ class NodeAgent:
             ranks=ranks,
         )
         self.link.call("set", self.keys.digest(self.node), digest.to_json())
+        return True
 
 
 # -- the aggregators ----------------------------------------------------------------------------
@@ -829,6 +839,8 @@ class ControlPlane:
         """When the next regular step is due: one interval after the last one began."""
         self._woken_at = -float("inf")
         """When a want last woke the thread (`clock`): at most once per interval."""
+        self._woken = False
+        """Whether the step now running was brought forward by a want."""
         self.steps = 0
         self.watched: tuple[float, float] | None = None
         """The first and the last step's time (`clock`): the span the requests were for."""
@@ -942,7 +954,8 @@ class ControlPlane:
     def turn(self) -> None:
         """One step, at the time `next_step` said, and what the pace keeps of it."""
         began = self.clock()
-        if began < self._due:  # a want brought it forward
+        self._woken = began < self._due
+        if self._woken:  # a want brought it forward
             self._woken_at = began
         with contextlib.suppress(StoreDown):
             self.step()
@@ -1008,7 +1021,9 @@ class ControlPlane:
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
             return
-        self.agent.publish(rank_states(beats, now, silence_after(self.interval)), now)
+        # a wake-up is for the summary: the digest too only if this node's ranks changed state
+        states = rank_states(beats, now, silence_after(self.interval))
+        self.agent.publish(states, now, on_change=self._woken)
         if self.group is not None:
             self.group.step()
         if self.aggregator is not None:

@@ -36,6 +36,9 @@ from commbench.launch.watchdog import Watch, describe_hang
 POLL = 0.1
 """The launcher's poll period (launch.launcher.POLL, not imported: the launcher pulls in the
 whole run machinery)."""
+SLOTS = 100
+"""The phases a launcher's polls may take within POLL (each node's at random): the nodes of
+one phase are polled by one event."""
 EPOCH = 1.8e9
 """The simulated time of day at `now` = 0."""
 QUICK_DNS = {"RES_OPTIONS": "timeout:1 attempts:1"}
@@ -60,7 +63,11 @@ class Node:
     client: Any
     """Its connection to the store."""
     beats: dict[int, Sighting] = field(default_factory=dict)
+    ranks: tuple[RankBeat, ...] = ()
+    """Its ranks' last heartbeats (rewritten unchanged while they make no progress)."""
     iteration: int = 0
+    started: float = 0.0
+    """When its launcher started."""
     step_at: float = float("inf")
     """When its control plane's next step is scheduled."""
     polled: tuple[Any, Any] = (None, None)
@@ -115,14 +122,18 @@ class Cluster:
         phases = [(rng.random(), rng.random(), rng.random()) for _ in range(nnodes)]
         run_dir.mkdir(parents=True, exist_ok=True)
         self.nodes = [self._node(n, run_dir) for n in nodes or range(nnodes)]
+        slots: list[list[Node]] = [[] for _ in range(SLOTS)]
         for node in self.nodes:  # its launcher starts: a first step, then polls
             start, beat, poll = phases[node.node]
-            start *= self.interval
+            node.started = start * self.interval
             self._beat_now(node)
-            self.at(start + beat * HEARTBEAT_INTERVAL, self._beat, node)
-            node.step_at = start
-            self.at(start, self._step, node)
-            self.at(start + poll * POLL, self._poll, node)
+            self.at(node.started + beat * HEARTBEAT_INTERVAL, self._beat, node)
+            node.step_at = node.started
+            self.at(node.started, self._step, node)
+            slots[int(poll * SLOTS)].append(node)
+        for slot, polled in enumerate(slots):
+            if polled:
+                self.at(slot * POLL / SLOTS, self._poll, polled)
 
     def _node(self, n: int, run_dir: Path) -> Node:
         view = JobView(host="sim", port=0, node=n, nnodes=self.nnodes, writer=n == 0)
@@ -179,26 +190,27 @@ class Cluster:
         self.stall()
 
     def _beat_now(self, node: Node) -> None:
-        if self._progressing:
-            node.iteration += 1
         mtime = self.wall()
-        beats = dict(node.beats)  # a new dict: what a HeartbeatReader gives when a file changed
-        for local in range(self.ranks):
-            rank = node.node * self.ranks + local
-            if rank in self._stopped and rank in beats:
-                continue
-            beat = RankBeat(
-                rank=rank,
-                local_rank=local,
-                node=node.node,
-                host=node.host,
-                pid=self.pids.get(rank, self.pid),
-                point=0,
-                phase="timed",
-                iteration=node.iteration,
-                time=mtime,
+        if self._progressing or not node.ranks:
+            node.iteration += 1
+            node.ranks = tuple(
+                RankBeat(
+                    rank=node.node * self.ranks + local,
+                    local_rank=local,
+                    node=node.node,
+                    host=node.host,
+                    pid=self.pids.get(node.node * self.ranks + local, self.pid),
+                    point=0,
+                    phase="timed",
+                    iteration=node.iteration,
+                    time=mtime,  # kept while they stall: only their files' mtimes move on
+                )
+                for local in range(self.ranks)
             )
-            beats[rank] = Sighting(beat, mtime)
+        beats = dict(node.beats)  # a new dict: what a HeartbeatReader gives when a file changed
+        for beat in node.ranks:
+            if beat.rank not in self._stopped or beat.rank not in beats:
+                beats[beat.rank] = Sighting(beat, mtime)
         node.beats = beats
 
     def _beat(self, node: Node) -> None:
@@ -206,10 +218,13 @@ class Cluster:
         self.at(self.now + HEARTBEAT_INTERVAL, self._beat, node)
 
     # -- the launcher
-    def _poll(self, node: Node) -> None:
-        if self.every_poll or self._news(node):
-            self._poll_now(node)
-        self.at(self.now + POLL, self._poll, node)
+    def _poll(self, nodes: list[Node]) -> None:
+        """The polls of the nodes whose launchers poll at this phase."""
+        now = self.now
+        for node in nodes:
+            if node.started <= now and (self.every_poll or self._news(node)):
+                self._poll_now(node)
+        self.at(now + POLL, self._poll, nodes)
 
     def _news(self, node: Node) -> bool:
         """Whether this poll can change anything: the watch reads new heartbeats, a new
