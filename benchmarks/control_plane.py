@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench.diagnose.muster import MusterRoll
 from commbench.launch.control import (
+    KEEPALIVE_INTERVALS,
     Keys,
     RollCall,
     StoreLink,
@@ -81,8 +82,8 @@ JUDGED = (1024, 16384)
 NODES_PER_PROCESS = 2048
 """Fewest simulated nodes worth a process of their own (each imports torch: ~2 s)."""
 STEADY_WINDOW = 1.0
-"""The steady window: whole intervals, at least this long (one from 1,024 nodes up: each
-node's digest and each aggregator's read, once)."""
+"""The steady window: whole keep-alive periods (KEEPALIVE_INTERVALS intervals: each node's
+digest once, each aggregator's read once an interval), at least this long."""
 MUSTER_WINDOW = 1.0
 ENV = {**os.environ, **QUICK_DNS, "TORCH_CPP_LOG_LEVEL": "FATAL"}
 
@@ -642,7 +643,8 @@ def simulate(
                 spent = now_spent
 
             if "steady" in args.phases:
-                measure("steady", math.ceil(STEADY_WINDOW / interval) * interval)
+                period = KEEPALIVE_INTERVALS * interval
+                measure("steady", math.ceil(STEADY_WINDOW / period) * period)
             if "naming" in args.phases:
                 naming = name_stopped(fleet, pids)
                 spent, _ = fleet.totals()
@@ -689,6 +691,29 @@ def stopped_rank(nnodes: int) -> int:
     return nnodes * 3 // 5 * RANKS_PER_NODE + 2
 
 
+MUSTER_THREADS = 8
+
+
+def in_parallel(work: Callable[[int], Any], nodes: range) -> None:
+    """`work(n)` for every node, MUSTER_THREADS nodes at a time (each its own connection)."""
+    errors: list[BaseException] = []
+
+    def part(i: int) -> None:
+        try:
+            for n in nodes[i::MUSTER_THREADS]:
+                work(n)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=part, args=(i,)) for i in range(MUSTER_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def muster(nnodes: int, server: Server) -> tuple[Row, float]:
     """Every node signs in at node rank 0's store (`server`: not the job's, which comes
     later), one new connection each; node 0 publishes who came and every other node reads it
@@ -700,12 +725,11 @@ def muster(nnodes: int, server: Server) -> tuple[Row, float]:
         cpu1 = server.cpu()
         links = [StoreLink(lambda c=c: c, slow_after=None) for c in clients]
         rolls = [MusterRoll(links[n], f"bench{nnodes}", nnodes) for n in range(nnodes)]
-        for n in range(nnodes):
-            rolls[n].sign_in(n, host_of(n))
+        # the nodes come at once (the window is a second), so many at a time
+        in_parallel(lambda n: rolls[n].sign_in(n, host_of(n)), range(nnodes))
         master = threading.Thread(target=rolls[0].publish, args=(5.0,))
         master.start()
-        for n in range(1, nnodes):
-            rolls[n].read()
+        in_parallel(lambda n: rolls[n].read(), range(1, nnodes))
         master.join()
         cpu = server.cpu() - cpu1
         spent = Totals.of(links)

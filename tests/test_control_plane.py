@@ -20,6 +20,7 @@ torch_distributed = pytest.importorskip("torch.distributed")
 
 from commbench.launch.control import (  # noqa: E402
     GROUP_NODES,
+    KEEPALIVE_INTERVALS,
     ONE_TIER_NODES,
     ROLLCALL_POLL,
     Aggregator,
@@ -31,6 +32,7 @@ from commbench.launch.control import (  # noqa: E402
     RollCall,
     StoreDown,
     StoreLink,
+    aggregation_requests,
     group_count,
     plan_interval,
     silence_after,
@@ -100,8 +102,10 @@ def test_steady_requests_grow_linearly_with_the_nodes(store: object) -> None:
     first8, steady8 = _interval_requests(store, 8)
     first64, steady64 = _interval_requests(store, 64)
     # one digest per node, the aggregator's multi_get and its summary
-    assert steady8 == 8 + 2 and steady64 == 64 + 2 == steady_requests(64)
+    assert steady8 == 8 + 2 and steady64 == 64 + 2 == 64 + aggregation_requests(64)
     assert steady64 <= 8.5 * steady8 and first64 <= 8.5 * first8
+    # the launchers publish every KEEPALIVE_INTERVALS while their ranks' states hold
+    assert steady_requests(64) == 64 / KEEPALIVE_INTERVALS + aggregation_requests(64)
     # and per second, held to the budget by the interval
     assert steady64 / plan_interval(64) <= 500
     assert steady_requests(1024) / plan_interval(1024) <= 500.001 < steady_requests(1024) / 0.5
@@ -120,8 +124,8 @@ def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
     """Past ONE_TIER_NODES the first node of each group reads its 128 digests and the writer
     merges the groups' summaries: the fleet summary says what one aggregator reading every
     digest says (who is stopped, who is behind and how many, how far the furthest got), for
-    N + 2 G + 2 requests per interval (G groups), and every later wake-up within the interval
-    costs nothing."""
+    2 G + 2 requests per interval beside the digests (G groups), and every later wake-up
+    within the interval costs nothing."""
     nnodes = ONE_TIER_NODES + 2 * GROUP_NODES + 5  # a last group of 5
     keys = Keys("tiers")
     link = StoreLink(lambda: store)
@@ -143,7 +147,7 @@ def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
             group.step()
         fleet = top.step()
         if step:  # the first interval also places every key once
-            assert link.total_requests - before == steady_requests(nnodes)
+            assert link.total_requests - before == nnodes + aggregation_requests(nnodes)
         before = link.total_requests
         assert top.step() is fleet and link.total_requests == before
         now[0] += interval
@@ -195,6 +199,19 @@ def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> 
     ]
     assert fleet.reporting == nnodes and not fleet.silent_nodes
     assert [w.split(" (")[1].split(")")[0] for w in skips.warnings] == ["misplaced"]
+
+
+def test_a_launcher_publishes_on_a_change_and_else_every_other_interval(store: object) -> None:
+    """A node's digest is its steady cost: its launcher sends it when a rank's state changed,
+    otherwise once per keep-alive (`unless` seconds); positions alone wait for that."""
+    link = StoreLink(lambda: store)
+    agent = NodeAgent(link, Keys("keepalive"), 3, "n3")
+    assert agent.publish(_ranks(3, 1), 100.0, unless=7.5)  # the first one
+    assert not agent.publish(_ranks(3, 2), 105.0, unless=7.5)  # moved on: not yet
+    assert agent.publish(_stopped(_ranks(3, 2), 4), 106.0, unless=float("inf"))  # one stopped
+    assert not agent.publish(_stopped(_ranks(3, 2), 4), 107.0, unless=float("inf"))
+    assert agent.publish(_stopped(_ranks(3, 3), 4), 113.6, unless=7.5)  # kept alive
+    assert link.requests == {"set": 3} and agent.seq == 3
 
 
 def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:

@@ -57,10 +57,14 @@ from commbench.launch.protocol import (
 )
 
 STEADY_BUDGET = 500.0
-"""Store requests per second the steady watch may cost in all: 2% of the ~25,000 a c10d
-TCPStore serves on one core (measured by benchmarks/control_plane.py)."""
+"""Store requests per second the steady watch may cost in all: at the ~13 us of the store's
+CPU a digest's `set` costs it (benchmarks/control_plane.py), under 1% of its core."""
 MIN_INTERVAL = 0.5
 MAX_INTERVAL = 5.0
+KEEPALIVE_INTERVALS = 2
+"""A node whose ranks' states did not change publishes its digest (their positions, and that
+its launcher lives) every this many intervals: the digests are the steady watch's cost, one
+request per node, and 16,384 nodes' every 5 s took 4.5% of the store's core."""
 SLOW_CALL = 1.0
 """Seconds after which a store request counts as failed: the watch degrades, the run goes on."""
 RECONNECT_AFTER = 5.0
@@ -92,14 +96,20 @@ def group_nodes(group: int, nnodes: int) -> range:
     return range(group * GROUP_NODES, min(nnodes, (group + 1) * GROUP_NODES))
 
 
-def steady_requests(nnodes: int) -> int:
-    """Store requests per interval of the steady watch: each node's digest; the aggregator's
-    reads of them (DIGESTS_PER_READ per request) and its summary; past ONE_TIER_NODES, each
-    group aggregator's read and summary, and the writer's read of those and its summary."""
+def aggregation_requests(nnodes: int) -> int:
+    """Store requests per interval of the aggregators: the aggregator's reads of the digests
+    (DIGESTS_PER_READ per request) and its summary; past ONE_TIER_NODES, each group
+    aggregator's read and summary, and the writer's read of those and its summary."""
     if not tiered(nnodes):
-        return nnodes + -(-nnodes // DIGESTS_PER_READ) + 1
+        return -(-nnodes // DIGESTS_PER_READ) + 1
     groups = group_count(nnodes)
-    return nnodes + 2 * groups + -(-groups // DIGESTS_PER_READ) + 1
+    return 2 * groups + -(-groups // DIGESTS_PER_READ) + 1
+
+
+def steady_requests(nnodes: int) -> float:
+    """Store requests per interval of the steady watch: a digest from each node every
+    KEEPALIVE_INTERVALS, and the aggregators' (`aggregation_requests`)."""
+    return nnodes / KEEPALIVE_INTERVALS + aggregation_requests(nnodes)
 
 
 def plan_interval(nnodes: int) -> float:
@@ -110,8 +120,15 @@ def plan_interval(nnodes: int) -> float:
 
 
 def silence_after(interval: float) -> float:
-    """Seconds without a new digest that make a node silent: a few intervals, at least 5 s."""
+    """Seconds without a sign of life that make a rank (its heartbeat) or a group's
+    aggregator (its summary) silent: a few intervals, at least 5 s."""
     return max(5.0, 3 * interval)
+
+
+def node_silence_after(interval: float) -> float:
+    """Seconds without a new digest that make a node silent: its keep-alive's period and
+    two intervals more (the aggregator reads once per interval, and a step may come late)."""
+    return max(5.0, (KEEPALIVE_INTERVALS + 2) * interval)
 
 
 class Keys:
@@ -413,22 +430,24 @@ class NodeAgent:
         self.host = host
         self.seq = 0
         self._states: tuple[tuple[int, str], ...] | None = None
+        self._published_at = -float("inf")
 
     def publish(
-        self, ranks: tuple[RankState, ...], now: float | None = None, *, on_change: bool = False
+        self, ranks: tuple[RankState, ...], now: float | None = None, *, unless: float = 0.0
     ) -> bool:
-        """One `set`; with `on_change`, only if a rank's state changed since the last one (a
-        wake-up's step: the positions wait for the regular one). Whether it published."""
+        """One `set`, unless no rank's state changed since the last one and that was less
+        than `unless` seconds ago. Whether it published."""
+        now = time.time() if now is None else now
         states = tuple((r.rank, r.state) for r in ranks)
-        if on_change and states == self._states:
+        if states == self._states and now - self._published_at < unless:
             return False
-        self._states = states
+        self._states, self._published_at = states, now
         self.seq += 1
         digest = NodeDigest(
             node=self.node,
             host=self.host,
             seq=self.seq,
-            time=time.time() if now is None else now,
+            time=now,
             ranks=ranks,
         )
         self.link.call("set", self.keys.digest(self.node), digest.to_json())
@@ -503,7 +522,7 @@ class _Nodes:
 
     def summary(self, now: float) -> GroupSummary:
         """These nodes as the fleet summary needs them (`merge`)."""
-        quiet_limit = silence_after(self.interval)
+        quiet_limit = node_silence_after(self.interval)
         problems: list[RankState] = []
         running: list[RankState] = []
         silent: list[NodeSilence] = []
@@ -1021,9 +1040,12 @@ class ControlPlane:
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
             return
-        # a wake-up is for the summary: the digest too only if this node's ranks changed state
+        # the digest when a rank's state changed; else every KEEPALIVE_INTERVALS regular steps
+        # (half an interval's slack for a late step), never on a wake-up, which is for the
+        # summary
+        keepalive = (KEEPALIVE_INTERVALS - 0.5) * self.interval
         states = rank_states(beats, now, silence_after(self.interval))
-        self.agent.publish(states, now, on_change=self._woken)
+        self.agent.publish(states, now, unless=float("inf") if self._woken else keepalive)
         if self.group is not None:
             self.group.step()
         if self.aggregator is not None:
@@ -1040,9 +1062,12 @@ class ControlPlane:
 # -- the roll call ------------------------------------------------------------------------------
 
 ROLLCALL_POLL = 0.5
-ROLLCALL_BUDGET = 2000.0
+ROLLCALL_BUDGET = 8000.0
 """Polls per second the waiting nodes may make in all: the poll period grows past
-ROLLCALL_POLL beyond 1,000 nodes (`rollcall_poll`)."""
+ROLLCALL_POLL beyond 4,000 nodes (`rollcall_poll`). A poll (`peek`) costs the store ~6-13 us
+of its CPU (benchmarks/control_plane.py): 5-10% of its core, for the seconds a roll call
+lasts. (It was 2,000, against a capacity of 17,000 requests/s as a client timed them: the
+survivors of 16,384 nodes then learnt the result 8 s apart.)"""
 
 
 def rollcall_poll(nnodes: int) -> float:
