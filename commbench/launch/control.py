@@ -468,6 +468,9 @@ class _Seen:
     digest: NodeDigest | None = None
     changed_at: float = 0.0
     positions: int = 0
+    raw: bytes = b""
+    """The digest as last read: the same bytes again are decoded no more (a node publishes
+    every KEEPALIVE_INTERVALS while its ranks' states hold)."""
 
 
 @dataclass(slots=True)
@@ -499,10 +502,11 @@ class _Nodes:
         for at in range(0, len(keys), DIGESTS_PER_READ):
             values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
         changed = False
-        for node, raw in zip(self.nodes, values):
-            if bytes(raw) == PLACEHOLDER:
+        for node, value in zip(self.nodes, values):
+            raw = bytes(value)
+            if raw == PLACEHOLDER or (node in self._seen and self._seen[node].raw == raw):
                 continue
-            digest = self.skips.decode(NodeDigest, bytes(raw))
+            digest = self.skips.decode(NodeDigest, raw)
             if digest is None or digest.node != node:
                 if digest is not None:
                     self.skips.note(
@@ -510,6 +514,7 @@ class _Nodes:
                     )
                 continue
             seen = self._seen.setdefault(node, _Seen(changed_at=now))
+            seen.raw = raw
             if seen.digest is None or digest.seq != seen.digest.seq:
                 seen.changed_at = now
             positions = hash(tuple((r.rank, r.point, r.iteration, r.ticks) for r in digest.ranks))
