@@ -10,15 +10,20 @@ the job's store. The clock is simulated: the nodes' events run in time order as 
 go, and the store's load is reported per second of that clock. A large cluster is run in
 parts, one process each (`--procs`), advanced together a poll period at a time.
 
-The store's share is its own CPU: the seconds its process spent (/proc/<pid>/task/*/schedstat)
-per second of the simulated window, of the one core its event loop runs on. What the clients
-see (`capacity_share`: their seconds inside store requests per second, round trips and this
-machine's load included) is kept beside it; it swings with the load, the store's CPU does not.
+The share that counts, `store_cpu_share`, is the store process's CPU seconds
+(/proc/<pid>/task/*/schedstat) per second of the window, of the one core its event loop runs
+on. The simulation runs slower than its clock, and an idle store woken for a request costs
+more the longer it slept; so each window's requests are noted as the nodes make them (`Tape`)
+and made again afterwards at the pace the loop made them, and the store's CPU is measured
+over that replay. What the clients saw (`capacity_share`: their seconds inside requests per
+second of the window, round trips and this machine's load included) is kept beside it: it
+swings with the load, the store's CPU does not.
 
 Phases, per N:
 
-- **steady**: two intervals (`plan_interval(N)`) after a first one in which every launcher
-  starts (and the aggregators place their keys).
+- **steady**: whole keep-alive periods (a node publishes its digest every KEEPALIVE_INTERVALS
+  intervals while its ranks' states hold), at least 1 s, after a first interval in which
+  every launcher starts (and the aggregators place their keys).
 - **failure**: a failed diagnosis round. Every rank stalls (so every launcher, after
   STALL_AFTER, asks for the fleet summary: its control plane wakes at most once per interval
   to read it), and every surviving node answers the roll call (1 in 512 nodes lost, at least
@@ -26,16 +31,20 @@ Phases, per N:
   Window: two poll periods, at whose end the counter reads the answers and publishes
   (pessimistically compressed: in a run it waits for the lost ones first).
 - **muster**: diagnose's sign-in before a multi-node run, at node rank 0's own store (a second
-  server), one new connection per node. Window: 1 s, into which every node's connection,
-  sign-in, wait and read are compressed (torchrun's nodes start seconds apart in practice).
+  server), one new connection per node (their cost is printed beside the table). Window: 1 s,
+  into which every node's sign-in and read are compressed (torchrun's nodes start seconds
+  apart in practice): they run 8 at a time.
 - **health gather**: the link health snapshots travel to the writer through the process
   group (`gather_object` to rank 0), not the store: no store request, by construction.
+- **naming** (`--phases naming`, not a row): one rank's process gets SIGSTOP; when each node's
+  launcher names it in its own account of the stall.
 
 Targets at 1,024 and 16,384 nodes: steady <= 0.05 of the store, failure <= 0.5, muster <=
-0.5. docs/scale.md keeps a recorded table and the model behind it.
+0.5 (exit 1 if one is missed). docs/scale.md keeps a recorded table and the model behind it.
 
     python benchmarks/control_plane.py                    # 8 to 16,384 nodes
     python benchmarks/control_plane.py --nodes 8,64 --json out.json
+    python benchmarks/control_plane.py --nodes 1024 --phases naming --every-poll
 """
 
 from __future__ import annotations
@@ -159,22 +168,6 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def calibrate(server: Server, seconds: float = 1.0) -> tuple[float, float]:
-    """The store's CPU per request of a plain `get` loop from one client (microseconds), and
-    the share of its core that loop takes (one client does not saturate it)."""
-    store = server.client()
-    store.set("capacity/probe", b"x" * 64)
-    for _ in range(200):
-        store.get("capacity/probe")
-    cpu0, n, began = server.cpu(), 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - began) < seconds:
-        for _ in range(100):
-            store.get("capacity/probe")
-        n += 100
-    cpu = server.cpu() - cpu0
-    return cpu / n * 1e6, cpu / elapsed
 
 
 @dataclass
@@ -814,17 +807,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update({**QUICK_DNS, "TORCH_CPP_LOG_LEVEL": "FATAL"})  # before torch loads
     nodes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
-    rank0 = Server()  # node rank 0's store of every size's muster; first, the calibration
-    try:
-        per_get, share = calibrate(rank0)
-    except BaseException:
-        rank0.close()
-        raise
     print(
-        f"store: one event-loop thread; a get costs it {per_get:.1f} us of CPU "
-        f"(one client's get loop takes {share:.0%} of its core)",
+        "store_cpu_share: the store's CPU seconds per second of the window, of the one core "
+        "its event loop runs on",
         flush=True,
     )
+    rank0 = Server()  # node rank 0's store of every size's muster
+    rank0.client()  # its first connection readies it (and waits out a DNS lookup)
     sizes: dict[int, Size] = {}
     try:
         with helper_processes() as pids:
@@ -867,7 +856,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         doc = {
-            "store_cpu_per_get_us": per_get,
             "seconds": took,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "rows": [asdict(r) for r in rows],

@@ -5,11 +5,13 @@ so commbench's traffic there must stay a small share of what it serves however l
 cluster. The shape (docs/scale.md has the formulas and the measurements):
 
 - each node's **launcher** (never a worker: no timed loop ever waits on the store) reads its
-  own ranks' heartbeat files and /proc, and publishes one `NodeDigest` per interval: one
-  request per node;
+  own ranks' heartbeat files and /proc, and publishes its `NodeDigest` when a rank changed
+  state, else every KEEPALIVE_INTERVALS intervals: one request per node;
 - one **aggregator**, the launcher of the node that runs global rank 0 (the run's writer),
-  reads every digest (`multi_get`, DIGESTS_PER_READ at a time) and publishes one small `FleetSummary`: who is
-  stopped, silent, gone or behind, where, since when;
+  reads every digest (`multi_get`, DIGESTS_PER_READ at a time) once per interval and
+  publishes one small `FleetSummary`: who is stopped, silent, gone or behind, where, since
+  when. Past ONE_TIER_NODES the launcher of the first node of each GROUP_NODES reads its
+  group's digests and publishes a `GroupSummary`, and the writer's merges those;
 - every other launcher reads that summary only when it needs it: when its own ranks stopped
   making progress, or to explain a crash;
 - the interval grows with the cluster (`plan_interval`) so that the steady load stays within
@@ -115,7 +117,7 @@ def steady_requests(nnodes: int) -> float:
 def plan_interval(nnodes: int) -> float:
     """Seconds between digests: `steady_requests` per interval held to STEADY_BUDGET per
     second; never below MIN_INTERVAL (local watchdogs poll faster anyway) nor above
-    MAX_INTERVAL (a stuck rank is named within three intervals)."""
+    MAX_INTERVAL (a stuck rank is named within three intervals, four past ONE_TIER_NODES)."""
     return min(MAX_INTERVAL, max(MIN_INTERVAL, steady_requests(nnodes) / STEADY_BUDGET))
 
 

@@ -143,6 +143,7 @@ class Watch:
     ) -> None:
         self.run_dir = run_dir
         self.on_event = on_event
+        """Gets the journal's events of other types than the sweep's own (a run kind's)."""
         self.clock = clock
         """Seconds for stalls and progress (monotonic; benchmarks/control_plane.py gives a
         simulated one, and this node's heartbeats in memory: `beats`)."""
@@ -150,7 +151,6 @@ class Watch:
         """The time of day the heartbeats' mtimes are on."""
         self.skips = Skips()
         self._beats = beats or HeartbeatReader(run_dir, self.skips).read
-        """Gets the journal's events of other types than the sweep's own (a run kind's)."""
         self._dir_identity = _identity(run_dir)
         self.agent_pid: int | None = None
         """torchrun's own pid: a stopped agent is not a stopped rank (its workers go on)."""
@@ -174,6 +174,8 @@ class Watch:
         self.last_signature: Any = None
         self.last_progress = clock()
         self.heartbeats: dict[int, Seen] = {}
+        """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
+        the fleet summary names: stopped, silent, gone or behind."""
         self._sightings: dict[int, Sighting] | None = None
         self._local: dict[int, Seen] = {}
         self._local_pids: frozenset[int] = frozenset()
@@ -183,8 +185,6 @@ class Watch:
         self._hosts: tuple[tuple[RankEntry, ...], dict[int, str]] = ((), {})
         self._local_signature: Any = None
         self._local_changed = clock()
-        """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
-        the fleet summary names: stopped, silent, gone or behind."""
         self.control: ControlPlane | None = None
         """The cross-node watch of a multi-node run (its own thread; read, never waited on)."""
 
