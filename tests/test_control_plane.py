@@ -164,8 +164,8 @@ def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
 def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> None:
     """A group's aggregator (its first node's launcher) dies or freezes: its summary stops
     changing, and after the silence limit the writer reads that group's digests itself, so a
-    rank stopped there is still named (and a value of another kind or place under a group's
-    key is skipped with one warning, never taken for the group)."""
+    rank stopped there is still named (and a value of another place, a newer commbench or
+    too big under a group's key is skipped with one warning each, never taken for a group)."""
     nnodes = ONE_TIER_NODES + GROUP_NODES
     keys = Keys("orphan")
     link = StoreLink(lambda: store)
@@ -187,10 +187,12 @@ def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> 
         for group in groups:
             if group.group != 5 or step < 2:  # group 5's aggregator stops after two steps
                 group.step()
-        if step == 2:  # someone else's value under a group's key
+        if step == 2:  # values of other software under groups' keys
             wrong = GroupSummary(group=3, first=3 * GROUP_NODES, nnodes=128, seq=1, time=1.0,
                                  reporting=0, progress=0)  # fmt: skip
             store.set(keys.group(7), wrong.to_json())  # type: ignore[attr-defined]
+            store.set(keys.group(8), b'{"type": "group", "version": 9}')  # type: ignore[attr-defined]
+            store.set(keys.group(9), b"\x00" * (300 << 10))  # type: ignore[attr-defined]
         fleet = top.step()
         now[0] += interval
     assert 4 * interval > silence_after(interval)
@@ -198,7 +200,8 @@ def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> 
         ((5 * GROUP_NODES + 9) * 8 + 1, "stopped")
     ]
     assert fleet.reporting == nnodes and not fleet.silent_nodes
-    assert [w.split(" (")[1].split(")")[0] for w in skips.warnings] == ["misplaced"]
+    reasons = sorted(w.split(" (")[1].split(")")[0] for w in skips.warnings)
+    assert reasons == ["misplaced", "newer", "oversized"], skips.warnings
 
 
 def test_a_launcher_publishes_on_a_change_and_else_every_other_interval(store: object) -> None:
