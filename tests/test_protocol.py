@@ -16,8 +16,10 @@ from commbench.launch.protocol import (
     Done,
     Failed,
     FleetSummary,
+    GroupSummary,
     Health,
     HealthGathered,
+    HeartbeatReader,
     Message,
     MusterResult,
     MusterSignIn,
@@ -33,6 +35,7 @@ from commbench.launch.protocol import (
     read_beat,
     read_heartbeats,
 )
+from commbench.results.store import atomic_write
 
 RANK = RankState(
     rank=9, local_rank=1, node=1, host="n1", pid=42, point=3, phase="timed",
@@ -50,6 +53,11 @@ SAMPLES: list[Message] = [
         seq=3, time=1.7e9, interval=0.5, nnodes=4, reporting=3, progress=9, furthest=(3, 8),
         problems=(RANK,), silent_nodes=(NodeSilence(node=3, host="n3", quiet_s=9, never=True),),
         behind=(RankState(rank=4, node=2, point=2),), behind_count=1, truncated=0,
+    ),
+    GroupSummary(
+        group=2, first=256, nnodes=128, seq=5, time=1.7e9, reporting=127, progress=4,
+        furthest=(3, 8), running=1015, behind_count=2, problems=(RANK,),
+        silent_nodes=(NodeSilence(node=300, quiet_s=20),), slowest=(RankState(rank=4, point=2),),
     ),
     RollCallAnswer(node=5, host="n5", rank=40),
     RollCallResult(nnodes=8, missing=(3,), counter=0),
@@ -155,6 +163,25 @@ def test_heartbeat_files_are_read_bounded_and_refused_quietly(tmp_path: Path) ->
     assert sorted(beats) == [0] and beats[0].beat.point == 4 and beats[0].mtime > 0
     assert {w.split(" (")[1].split(")")[0] for w in skips.warnings} == {"oversized", "malformed"}
     os.unlink(huge)
+
+
+def test_a_poll_decodes_only_the_heartbeats_that_changed(tmp_path: Path) -> None:
+    """The launcher reads its ranks' heartbeats every 0.1 s and they change every 0.5 s: a
+    read that finds no file changed gives the same dict, a rewritten file (replaced whole,
+    as a rank writes it) a new `Sighting` for it and the same for the others."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in range(3):
+        atomic_write(ranks / f"rank{r}.json", RankBeat(rank=r, point=1).to_json(), durable=False)
+    reader = HeartbeatReader(tmp_path)
+    first = reader.read()
+    assert sorted(first) == [0, 1, 2] and reader.read() is first
+    atomic_write(ranks / "rank1.json", RankBeat(rank=1, point=2).to_json(), durable=False)
+    second = reader.read()
+    assert second is not first and second[1].beat.point == 2
+    assert second[0] is first[0] and second[2] is first[2]
+    (ranks / "rank2.json").unlink()
+    assert sorted(reader.read()) == [0, 1]
 
 
 def test_the_fast_rank_reader_agrees_with_the_checked_one(monkeypatch: pytest.MonkeyPatch) -> None:

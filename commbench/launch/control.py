@@ -5,11 +5,13 @@ so commbench's traffic there must stay a small share of what it serves however l
 cluster. The shape (docs/scale.md has the formulas and the measurements):
 
 - each node's **launcher** (never a worker: no timed loop ever waits on the store) reads its
-  own ranks' heartbeat files and /proc, and publishes one `NodeDigest` per interval: one
-  request per node;
+  own ranks' heartbeat files and /proc, and publishes its `NodeDigest` when a rank changed
+  state, else every KEEPALIVE_INTERVALS intervals: one request per node;
 - one **aggregator**, the launcher of the node that runs global rank 0 (the run's writer),
-  reads every digest (`multi_get`, DIGESTS_PER_READ at a time) and publishes one small `FleetSummary`: who is
-  stopped, silent, gone or behind, where, since when;
+  reads every digest (`multi_get`, DIGESTS_PER_READ at a time) once per interval and
+  publishes one small `FleetSummary`: who is stopped, silent, gone or behind, where, since
+  when. Past ONE_TIER_NODES the launcher of the first node of each GROUP_NODES reads its
+  group's digests and publishes a `GroupSummary`, and the writer's merges those;
 - every other launcher reads that summary only when it needs it: when its own ranks stopped
   making progress, or to explain a crash;
 - the interval grows with the cluster (`plan_interval`) so that the steady load stays within
@@ -34,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ from commbench.launch.protocol import (
     MAX_LISTED,
     PREFIX,
     FleetSummary,
+    GroupSummary,
+    HeartbeatReader,
     NodeDigest,
     NodeSilence,
     ProtocolError,
@@ -52,14 +56,17 @@ from commbench.launch.protocol import (
     RollCallResult,
     Sighting,
     Skips,
-    read_heartbeats,
 )
 
 STEADY_BUDGET = 500.0
-"""Store requests per second the steady watch may cost in all: 2% of the ~25,000 a c10d
-TCPStore serves on one core (measured by benchmarks/control_plane.py)."""
+"""Store requests per second the steady watch may cost in all: at the ~13 us of the store's
+CPU a digest's `set` costs it (benchmarks/control_plane.py), under 1% of its core."""
 MIN_INTERVAL = 0.5
 MAX_INTERVAL = 5.0
+KEEPALIVE_INTERVALS = 2
+"""A node whose ranks' states did not change publishes its digest (their positions, and that
+its launcher lives) every this many intervals: the digests are the steady watch's cost, one
+request per node, and 16,384 nodes' every 5 s took 4.5% of the store's core."""
 SLOW_CALL = 1.0
 """Seconds after which a store request counts as failed: the watch degrades, the run goes on."""
 RECONNECT_AFTER = 5.0
@@ -71,22 +78,59 @@ DIGESTS_PER_READ = 128
 8,192 nodes' (14 MB) took 1.7 s, holding the store from everyone else and past SLOW_CALL."""
 
 
-def steady_requests(nnodes: int) -> int:
-    """Store requests per interval of the steady watch: each node's digest, the aggregator's
-    reads of them (DIGESTS_PER_READ per request) and its summary."""
-    return nnodes + -(-nnodes // DIGESTS_PER_READ) + 1
+ONE_TIER_NODES = 2048
+"""Nodes whose digests one aggregator reads itself: decoding them costs its launcher ~0.2 ms
+each, 0.4 s of a core per 4.1 s interval at 2,048 nodes (3.3 s per 5 s at 16,384). Past it,
+the first node of each GROUP_NODES reads its group's and the writer merges their summaries."""
+GROUP_NODES = DIGESTS_PER_READ
+"""Nodes per group past ONE_TIER_NODES: one request reads a group's digests."""
+
+
+def tiered(nnodes: int) -> bool:
+    return nnodes > ONE_TIER_NODES
+
+
+def group_count(nnodes: int) -> int:
+    return -(-nnodes // GROUP_NODES)
+
+
+def group_nodes(group: int, nnodes: int) -> range:
+    return range(group * GROUP_NODES, min(nnodes, (group + 1) * GROUP_NODES))
+
+
+def aggregation_requests(nnodes: int) -> int:
+    """Store requests per interval of the aggregators: the aggregator's reads of the digests
+    (DIGESTS_PER_READ per request) and its summary; past ONE_TIER_NODES, each group
+    aggregator's read and summary, and the writer's read of those and its summary."""
+    if not tiered(nnodes):
+        return -(-nnodes // DIGESTS_PER_READ) + 1
+    groups = group_count(nnodes)
+    return 2 * groups + -(-groups // DIGESTS_PER_READ) + 1
+
+
+def steady_requests(nnodes: int) -> float:
+    """Store requests per interval of the steady watch: a digest from each node every
+    KEEPALIVE_INTERVALS, and the aggregators' (`aggregation_requests`)."""
+    return nnodes / KEEPALIVE_INTERVALS + aggregation_requests(nnodes)
 
 
 def plan_interval(nnodes: int) -> float:
     """Seconds between digests: `steady_requests` per interval held to STEADY_BUDGET per
     second; never below MIN_INTERVAL (local watchdogs poll faster anyway) nor above
-    MAX_INTERVAL (a stuck rank is named within three intervals)."""
+    MAX_INTERVAL (a stuck rank is named within three intervals, four past ONE_TIER_NODES)."""
     return min(MAX_INTERVAL, max(MIN_INTERVAL, steady_requests(nnodes) / STEADY_BUDGET))
 
 
 def silence_after(interval: float) -> float:
-    """Seconds without a new digest that make a node silent: a few intervals, at least 5 s."""
+    """Seconds without a sign of life that make a rank (its heartbeat) or a group's
+    aggregator (its summary) silent: a few intervals, at least 5 s."""
     return max(5.0, 3 * interval)
+
+
+def node_silence_after(interval: float) -> float:
+    """Seconds without a new digest that make a node silent: its keep-alive's period and
+    two intervals more (the aggregator reads once per interval, and a step may come late)."""
+    return max(5.0, (KEEPALIVE_INTERVALS + 2) * interval)
 
 
 class Keys:
@@ -101,6 +145,9 @@ class Keys:
     @property
     def fleet(self) -> str:
         return f"{self.base}fleet"
+
+    def group(self, group: int) -> str:
+        return f"{self.base}group/{group}"
 
     def rollcall(self, what: str) -> str:
         return f"{self.base}rollcall/{what}"
@@ -265,6 +312,14 @@ class StoreLink:
     def total_requests(self) -> int:
         return sum(self.requests.values())
 
+    def close(self) -> None:
+        """Drop the connection and end the courier thread (a request in flight ends it when
+        it returns)."""
+        self._store = None
+        if self._courier is not None:
+            self._courier.close()
+            self._courier = None
+
 
 def _size(values: Iterable[Any]) -> int:
     n = 0
@@ -376,22 +431,38 @@ class NodeAgent:
         self.node = node
         self.host = host
         self.seq = 0
+        self._states: tuple[tuple[int, str], ...] | None = None
+        self._published_at = -float("inf")
 
-    def publish(self, ranks: tuple[RankState, ...], now: float | None = None) -> None:
+    def publish(
+        self, ranks: tuple[RankState, ...], now: float | None = None, *, unless: float = 0.0
+    ) -> bool:
+        """One `set`, unless no rank's state changed since the last one and that was less
+        than `unless` seconds ago. Whether it published."""
+        now = time.time() if now is None else now
+        states = tuple((r.rank, r.state) for r in ranks)
+        if states == self._states and now - self._published_at < unless:
+            return False
+        self._states, self._published_at = states, now
         self.seq += 1
         digest = NodeDigest(
             node=self.node,
             host=self.host,
             seq=self.seq,
-            time=time.time() if now is None else now,
+            time=now,
             ranks=ranks,
         )
         self.link.call("set", self.keys.digest(self.node), digest.to_json())
+        return True
 
 
-# -- the aggregator -----------------------------------------------------------------------------
+# -- the aggregators ----------------------------------------------------------------------------
 
 _SEVERITY = {"stopped": 0, "silent": 1, "error": 2, "gone": 3, "unknown": 4}
+
+
+def _by_severity(r: RankState) -> tuple[int, float, int]:
+    return (_SEVERITY[r.state], -r.quiet_s, r.rank)
 
 
 @dataclass(slots=True)
@@ -399,37 +470,32 @@ class _Seen:
     digest: NodeDigest | None = None
     changed_at: float = 0.0
     positions: int = 0
+    raw: bytes = b""
+    """The digest as last read: the same bytes again are decoded no more (a node publishes
+    every KEEPALIVE_INTERVALS while its ranks' states hold)."""
 
 
 @dataclass(slots=True)
-class Aggregator:
-    """Reads every node's digest in one request and publishes the fleet summary."""
+class _Nodes:
+    """What a range of nodes last said (their digests, read DIGESTS_PER_READ a request) and
+    since when each said something new: the part every aggregator shares."""
 
     link: StoreLink
     keys: Keys
-    nnodes: int
+    nodes: range
     interval: float
-    skips: Skips = field(default_factory=Skips)
-    hosts: dict[int, str] = field(default_factory=dict)
-    """Host by node, where known (the writer's roll): names a node never heard from."""
-    clock: Callable[[], float] = time.monotonic
+    skips: Skips
+    group: int = 0
     _seen: dict[int, _Seen] = field(default_factory=dict)
     _placed: bool = False
     _started: float | None = None
-    _seq: int = 0
     _progress: int = 0
-    _last: tuple[float, FleetSummary] | None = None
-    """When the digests were last read, and the summary made of them."""
+    _seq: int = 0
 
-    def step(self) -> FleetSummary:
-        """Read every digest and publish the summary; at most once per interval (a stalled
-        node's wake-up between two steps gets the summary of the last one, for no request)."""
-        now = self.clock()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self._last[1]
+    def read(self, now: float) -> None:
         if self._started is None:
             self._started = now
-        keys = [self.keys.digest(n) for n in range(self.nnodes)]
+        keys = [self.keys.digest(n) for n in self.nodes]
         if not self._placed:  # once: multi_get must not block on a node not yet published
             for key in keys:
                 peek(self.link, key)
@@ -438,10 +504,11 @@ class Aggregator:
         for at in range(0, len(keys), DIGESTS_PER_READ):
             values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
         changed = False
-        for node, raw in enumerate(values):
-            if bytes(raw) == PLACEHOLDER:
+        for node, value in zip(self.nodes, values):
+            raw = bytes(value)
+            if raw == PLACEHOLDER or (node in self._seen and self._seen[node].raw == raw):
                 continue
-            digest = self.skips.decode(NodeDigest, bytes(raw))
+            digest = self.skips.decode(NodeDigest, raw)
             if digest is None or digest.node != node:
                 if digest is not None:
                     self.skips.note(
@@ -449,6 +516,7 @@ class Aggregator:
                     )
                 continue
             seen = self._seen.setdefault(node, _Seen(changed_at=now))
+            seen.raw = raw
             if seen.digest is None or digest.seq != seen.digest.seq:
                 seen.changed_at = now
             positions = hash(tuple((r.rank, r.point, r.iteration, r.ticks) for r in digest.ranks))
@@ -458,29 +526,19 @@ class Aggregator:
             seen.digest = digest
         if changed:
             self._progress += 1
-        summary = self.summarise(now)
-        self.link.call("set", self.keys.fleet, summary.to_json())
-        self._last = (now, summary)
-        return summary
 
-    def summarise(self, now: float) -> FleetSummary:
-        quiet_limit = silence_after(self.interval)
+    def summary(self, now: float) -> GroupSummary:
+        """These nodes as the fleet summary needs them (`merge`)."""
+        quiet_limit = node_silence_after(self.interval)
         problems: list[RankState] = []
         running: list[RankState] = []
         silent: list[NodeSilence] = []
-        for node in range(self.nnodes):
+        for node in self.nodes:
             seen = self._seen.get(node)
             if seen is None or seen.digest is None:
                 waited = now - (self._started or now)
                 if waited > 2 * quiet_limit:
-                    silent.append(
-                        NodeSilence(
-                            node=node,
-                            host=self.hosts.get(node),
-                            quiet_s=round(waited, 1),
-                            never=True,
-                        )
-                    )
+                    silent.append(NodeSilence(node=node, quiet_s=round(waited, 1), never=True))
                 continue
             quiet = now - seen.changed_at
             if quiet > quiet_limit:
@@ -498,27 +556,215 @@ class Aggregator:
                     problems.append(r)
                 elif r.state == "running":
                     running.append(r)
-        problems.sort(key=lambda r: (_SEVERITY[r.state], -r.quiet_s, r.rank))
+        problems.sort(key=_by_severity)
         furthest = max((r.position for r in running), default=(-1, 0))
-        behind = sorted(
-            (r for r in running if r.position < furthest), key=lambda r: (r.position, r.rank)
-        )
-        truncated = max(0, len(problems) - MAX_LISTED) + max(0, len(silent) - MAX_LISTED)
         self._seq += 1
-        return FleetSummary(
+        return GroupSummary(
+            group=self.group,
+            first=self.nodes.start,
+            nnodes=len(self.nodes),
             seq=self._seq,
             time=time.time(),
-            interval=self.interval,
-            nnodes=self.nnodes,
             reporting=sum(1 for s in self._seen.values() if s.digest is not None),
             progress=self._progress,
             furthest=furthest,
+            running=len(running),
+            behind_count=sum(1 for r in running if r.position < furthest),
             problems=tuple(problems[:MAX_LISTED]),
             silent_nodes=tuple(silent[:MAX_LISTED]),
-            behind=tuple(behind[:MAX_BEHIND]),
-            behind_count=len(behind),
-            truncated=truncated,
+            slowest=tuple(sorted(running, key=lambda r: (r.position, r.rank))[:MAX_BEHIND]),
+            truncated=max(0, len(problems) - MAX_LISTED) + max(0, len(silent) - MAX_LISTED),
         )
+
+
+def merge(
+    parts: Iterable[GroupSummary], *, seq: int, interval: float, nnodes: int, hosts: dict[int, str]
+) -> FleetSummary:
+    """The fleet summary of the groups' summaries: their lists merged and cut as one list of
+    the whole fleet would be (each group's is the head of its part of it), the fleet's
+    furthest position and who is behind it from each group's furthest and slowest. A node
+    never heard from is named by its host where the writer's roll gives one (`hosts`)."""
+    parts = list(parts)
+    active = [p for p in parts if p.running]
+    furthest = max((p.furthest for p in active), default=(-1, 0))
+    problems = sorted((r for p in parts for r in p.problems), key=_by_severity)
+    silent = sorted((s for p in parts for s in p.silent_nodes), key=lambda s: s.node)
+    behind = sorted(
+        (r for p in active for r in p.slowest if r.position < furthest),
+        key=lambda r: (r.position, r.rank),
+    )
+    return FleetSummary(
+        seq=seq,
+        time=time.time(),
+        interval=interval,
+        nnodes=nnodes,
+        reporting=sum(p.reporting for p in parts),
+        progress=sum(p.progress for p in parts),
+        furthest=furthest,
+        problems=tuple(problems[:MAX_LISTED]),
+        silent_nodes=tuple(
+            replace(s, host=hosts.get(s.node)) if s.host is None else s for s in silent[:MAX_LISTED]
+        ),
+        behind=tuple(behind[:MAX_BEHIND]),
+        behind_count=sum(p.running if p.furthest < furthest else p.behind_count for p in active),
+        truncated=sum(p.truncated for p in parts)
+        + max(0, len(problems) - MAX_LISTED)
+        + max(0, len(silent) - MAX_LISTED),
+    )
+
+
+@dataclass(slots=True)
+class Aggregator:
+    """Up to ONE_TIER_NODES nodes: reads every node's digest (DIGESTS_PER_READ a request)
+    and publishes the fleet summary, at most once per interval."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    skips: Skips = field(default_factory=Skips)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Host by node, where known (the writer's roll): names a node never heard from."""
+    clock: Callable[[], float] = time.monotonic
+    _nodes: _Nodes | None = None
+    _seq: int = 0
+    _last: tuple[float, FleetSummary] | None = None
+    """When the digests were last read, and the summary made of them."""
+
+    def step(self) -> FleetSummary:
+        """Read every digest and publish the summary; at most once per interval (a stalled
+        node's wake-up between two steps gets the summary of the last one, for no request)."""
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._nodes is None:
+            self._nodes = _Nodes(
+                self.link, self.keys, range(self.nnodes), self.interval, self.skips
+            )
+        self._nodes.read(now)
+        self._seq += 1
+        summary = merge(
+            [self._nodes.summary(now)],
+            seq=self._seq,
+            interval=self.interval,
+            nnodes=self.nnodes,
+            hosts=self.hosts,
+        )
+        self.link.call("set", self.keys.fleet, summary.to_json())
+        self._last = (now, summary)
+        return summary
+
+
+@dataclass(slots=True)
+class GroupAggregator:
+    """Past ONE_TIER_NODES, the launcher of each group's first node: reads its group's
+    digests (one request) and publishes the group's summary, at most once per interval."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    group: int
+    skips: Skips = field(default_factory=Skips)
+    clock: Callable[[], float] = time.monotonic
+    _nodes: _Nodes | None = None
+    _last: tuple[float, GroupSummary] | None = None
+
+    def step(self) -> GroupSummary:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._nodes is None:
+            nodes = group_nodes(self.group, self.nnodes)
+            self._nodes = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, self.group)
+        self._nodes.read(now)
+        summary = self._nodes.summary(now)
+        self.link.call("set", self.keys.group(self.group), summary.to_json())
+        self._last = (now, summary)
+        return summary
+
+
+@dataclass(slots=True)
+class _GroupSeen:
+    summary: GroupSummary | None = None
+    changed_at: float = 0.0
+
+
+@dataclass(slots=True)
+class FleetAggregator:
+    """Past ONE_TIER_NODES, the writer's launcher: reads every group's summary
+    (DIGESTS_PER_READ a request) and publishes their merge as the fleet summary, at most
+    once per interval. A group whose aggregator stopped publishing (its launcher is gone or
+    frozen) is read here from its digests, until it publishes again."""
+
+    link: StoreLink
+    keys: Keys
+    nnodes: int
+    interval: float
+    skips: Skips = field(default_factory=Skips)
+    hosts: dict[int, str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    _groups: dict[int, _GroupSeen] = field(default_factory=dict)
+    _orphans: dict[int, _Nodes] = field(default_factory=dict)
+    """Groups read here, from their digests."""
+    _placed: bool = False
+    _started: float | None = None
+    _seq: int = 0
+    _last: tuple[float, FleetSummary] | None = None
+
+    def step(self) -> FleetSummary:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        if self._started is None:
+            self._started = now
+        keys = [self.keys.group(g) for g in range(group_count(self.nnodes))]
+        if not self._placed:
+            for key in keys:
+                peek(self.link, key)
+            self._placed = True
+        values = []
+        for at in range(0, len(keys), DIGESTS_PER_READ):
+            values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
+        quiet_limit = silence_after(self.interval)
+        parts = []
+        for group, raw in enumerate(values):
+            seen = self._groups.setdefault(group, _GroupSeen(changed_at=now))
+            summary = self._decode(group, bytes(raw))
+            if summary is not None and (seen.summary is None or summary.seq != seen.summary.seq):
+                seen.summary, seen.changed_at = summary, now
+            if seen.summary is not None and now - seen.changed_at <= quiet_limit:
+                self._orphans.pop(group, None)
+                parts.append(seen.summary)
+            elif seen.summary is not None or now - self._started > 2 * quiet_limit:
+                orphan = self._orphans.get(group)
+                if orphan is None:
+                    nodes = group_nodes(group, self.nnodes)
+                    orphan = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, group)
+                    self._orphans[group] = orphan
+                orphan.read(now)
+                parts.append(orphan.summary(now))
+        self._seq += 1
+        fleet = merge(
+            parts, seq=self._seq, interval=self.interval, nnodes=self.nnodes, hosts=self.hosts
+        )
+        self.link.call("set", self.keys.fleet, fleet.to_json())
+        self._last = (now, fleet)
+        return fleet
+
+    def _decode(self, group: int, raw: bytes) -> GroupSummary | None:
+        if raw == PLACEHOLDER:
+            return None
+        summary = self.skips.decode(GroupSummary, raw)
+        if summary is None:
+            return None
+        nodes = group_nodes(group, self.nnodes)
+        if (summary.group, summary.first, summary.nnodes) != (group, nodes.start, len(nodes)):
+            self.skips.note(
+                ProtocolError("group", "misplaced", f"group {summary.group} under {group}")
+            )
+            return None
+        return summary
 
 
 class Follower:
@@ -579,7 +825,12 @@ class ControlPlane:
 
     The launcher's poll loop hands it its workers' pids (`offer`) and, when its ranks stall,
     asks for the summary (`want_summary`); it reads `fleet` and never waits. The thread does
-    every store request, each with its own timeout."""
+    every store request, each with its own timeout.
+
+    When the thread steps is one decision, `next_step`, and a step is `turn`: the thread
+    follows them on the real clock, and benchmarks/control_plane.py follows the same two on
+    a simulated one (`clock`, `wall`), with each node's view of the job given (`find_view`)
+    and its heartbeats in memory (`beats`)."""
 
     def __init__(
         self,
@@ -587,28 +838,44 @@ class ControlPlane:
         *,
         factory: Callable[[str, int], Callable[[], Any]] = tcp_store_factory,
         hostname: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        find_view: Callable[[Iterable[int]], JobView | None] = job_view,
+        beats: Callable[[], dict[int, Sighting]] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self._factory = factory
         self.hostname = hostname or socket.gethostname()
+        self.clock = clock
+        """Seconds for the pace (monotonic)."""
+        self.wall = wall
+        """The time of day the heartbeats' mtimes are on."""
+        self._find_view = find_view
         self.skips = Skips()
+        self._beats = beats or HeartbeatReader(run_dir, self.skips).read
         self.fleet: FleetSummary | None = None
         self.fleet_at: float | None = None
-        """When `fleet` was read or made (monotonic)."""
+        """When `fleet` was read or made (`clock`)."""
         self.view: JobView | None = None
         self.link: StoreLink | None = None
         self.interval = MIN_INTERVAL
         self._pids: frozenset[int] = frozenset()
         self._want = threading.Event()
+        self._due = -float("inf")
+        """When the next regular step is due: one interval after the last one began."""
         self._woken_at = -float("inf")
-        """When a want last woke the thread (monotonic): at most once per interval."""
+        """When a want last woke the thread (`clock`): at most once per interval."""
+        self._woken = False
+        """Whether the step now running was brought forward by a want."""
         self.steps = 0
         self.watched: tuple[float, float] | None = None
-        """The first and the last step's time (monotonic): the span the requests were for."""
+        """The first and the last step's time (`clock`): the span the requests were for."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.agent: NodeAgent | None = None
-        self.aggregator: Aggregator | None = None
+        self.group: GroupAggregator | None = None
+        """Past ONE_TIER_NODES, on the first node of each group: its group's aggregator."""
+        self.aggregator: Aggregator | FleetAggregator | None = None
         self.follower: Follower | None = None
         self.hosts: dict[int, str] = {}
         self.ended_at: float | None = None
@@ -623,8 +890,17 @@ class ControlPlane:
 
     def want_summary(self) -> None:
         """The launcher's ranks stalled: a summary, soon. Wakes the thread at most once per
-        interval (`_wait_next`); otherwise the next regular step serves it."""
+        interval (`next_step`); otherwise the next regular step serves it."""
         self._want.set()
+
+    @property
+    def wanted(self) -> bool:
+        """Whether a want is pending (the next step reads the summary)."""
+        return self._want.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def start(self) -> None:
         # not a daemon: the interpreter must never exit under a thread inside torch's C++
@@ -637,12 +913,19 @@ class ControlPlane:
         self._want.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * SLOW_CALL + 1)
+        if self._thread is None or not self._thread.is_alive():
+            self.close()
+
+    def close(self) -> None:
+        """Let go of the store (its connection and the link's courier thread)."""
+        if self.link is not None:
+            self.link.close()
 
     def refresh(self, wait: float) -> FleetSummary | None:
         """A summary newer than now, waiting at most `wait` seconds (to explain a crash)."""
-        asked = time.monotonic()
+        asked = self.clock()
         self._want.set()
-        deadline = asked + wait
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self._stop.is_set():
             if self.fleet_at is not None and self.fleet_at >= asked:
                 break
@@ -660,7 +943,7 @@ class ControlPlane:
         ended = self.ended_at if self.ended_at is not None else float("inf")
         episodes = [e.to_dict() for e in link.episodes if e.since < ended]
         busy = link.busy_since
-        if busy is not None and time.time() - busy > SLOW_CALL and link.degraded is None:
+        if busy is not None and self.wall() - busy > SLOW_CALL and link.degraded is None:
             episodes.append({"since": busy, "until": None, "reason": "a request is hanging"})
         return episodes
 
@@ -672,6 +955,7 @@ class ControlPlane:
             "node": self.view.node,
             "nnodes": self.view.nnodes,
             "aggregator": self.view.writer,
+            "group": None if self.group is None else self.group.group,
             "interval_s": self.interval,
             "steps": self.steps,
             "watched_s": round(self.watched[1] - self.watched[0], 3) if self.watched else 0.0,
@@ -683,68 +967,101 @@ class ControlPlane:
             "skipped": list(self.skips.warnings),
         }
 
-    # -- the thread
+    # -- the pace: one step per interval, and at most one wake-up
+    def next_step(self, now: float) -> float:
+        """When the next step is, as of `now` (on `clock`): one interval after the last one
+        began, or sooner where the launcher asked for the summary and no want woke a step in
+        the last interval. One step per interval is the model (docs/scale.md): a stalled
+        launcher that asks on every 0.1 s poll must not turn that into ten."""
+        if not self._want.is_set():
+            return self._due
+        return min(self._due, max(now, self._woken_at + self.interval))
+
+    def turn(self) -> None:
+        """One step, at the time `next_step` said, and what the pace keeps of it."""
+        began = self.clock()
+        self._woken = began < self._due
+        if self._woken:  # a want brought it forward
+            self._woken_at = began
+        with contextlib.suppress(StoreDown):
+            self.step()
+        self.steps += 1
+        self.watched = ((self.watched or (began, 0.0))[0], began)
+        self._due = began + self.interval
+
     def _run(self) -> None:
         if self._factory is tcp_store_factory:  # torch's import, done while workers start
             with contextlib.suppress(Exception):
                 _store_class()
         while not self._stop.is_set():
-            began = time.monotonic()
-            with contextlib.suppress(StoreDown):
-                self.step()
-            self.steps += 1
-            self.watched = ((self.watched or (began, 0.0))[0], began)
-            self._wait_next(began + self.interval)
+            self.turn()
+            self._wait_next()
 
-    def _wait_next(self, due: float) -> None:
-        """Sleep until `due`, or until a want, where no want woke the thread in the last
-        interval. One step per interval is the model (docs/scale.md); a stalled launcher that
-        asks on every 0.1 s poll must not turn that into ten."""
+    def _wait_next(self) -> None:
+        """Sleep until `next_step`; a want can bring it forward only while none is pending."""
         while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= due:
+            now = self.clock()
+            at = self.next_step(now)
+            if at <= now:
                 return
-            wake_allowed_at = self._woken_at + self.interval
-            if now < wake_allowed_at:
-                self._stop.wait(min(due, wake_allowed_at) - now)
-            elif self._want.wait(due - now):
-                self._woken_at = time.monotonic()
-                return
+            if self._want.is_set():
+                self._stop.wait(at - now)
+            else:
+                self._want.wait(at - now)
 
     def step(self) -> None:
         """One interval's work; raises StoreDown when the store failed (already recorded)."""
         wanted = self._want.is_set()
         self._want.clear()
         if self.view is None:
-            self.view = job_view(self._pids)
+            self.view = self._find_view(self._pids)
             if self.view is None or self.view.nnodes < 2:
                 self.view = None
                 return
             self.interval = plan_interval(self.view.nnodes)
-            self.link = StoreLink(self._factory(self.view.host, self.view.port))
+            self.link = StoreLink(self._factory(self.view.host, self.view.port), self.wall)
             keys = Keys()
+            nnodes = self.view.nnodes
             self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname)
+            if tiered(nnodes) and self.view.node % GROUP_NODES == 0:
+                self.group = GroupAggregator(
+                    self.link,
+                    keys,
+                    nnodes,
+                    self.interval,
+                    self.view.node // GROUP_NODES,
+                    self.skips,
+                    clock=self.clock,
+                )
             if self.view.writer:
-                self.aggregator = Aggregator(
-                    self.link, keys, self.view.nnodes, self.interval, self.skips
+                top = FleetAggregator if tiered(nnodes) else Aggregator
+                self.aggregator = top(
+                    self.link, keys, nnodes, self.interval, self.skips, clock=self.clock
                 )
             else:
                 self.follower = Follower(self.link, keys, self.skips)
         assert self.agent is not None
-        now = time.time()
-        beats = read_heartbeats(self.run_dir, self.skips)
+        now = self.wall()
+        beats = self._beats()
         if beats and all(seen.beat.phase == "done" for seen in beats.values()):
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
             return
-        self.agent.publish(rank_states(beats, now, silence_after(self.interval)), now)
+        # the digest when a rank's state changed; else every KEEPALIVE_INTERVALS regular steps
+        # (half an interval's slack for a late step), never on a wake-up, which is for the
+        # summary
+        keepalive = (KEEPALIVE_INTERVALS - 0.5) * self.interval
+        states = rank_states(beats, now, silence_after(self.interval))
+        self.agent.publish(states, now, unless=float("inf") if self._woken else keepalive)
+        if self.group is not None:
+            self.group.step()
         if self.aggregator is not None:
             self.aggregator.hosts = self.hosts
             self.fleet = self.aggregator.step()
-            self.fleet_at = time.monotonic()
+            self.fleet_at = self.clock()
         elif self.follower is not None and wanted:
             fleet = self.follower.read()
-            self.fleet_at = time.monotonic()
+            self.fleet_at = self.clock()
             if fleet is not None:
                 self.fleet = fleet
 
@@ -752,9 +1069,12 @@ class ControlPlane:
 # -- the roll call ------------------------------------------------------------------------------
 
 ROLLCALL_POLL = 0.5
-ROLLCALL_BUDGET = 2000.0
+ROLLCALL_BUDGET = 8000.0
 """Polls per second the waiting nodes may make in all: the poll period grows past
-ROLLCALL_POLL beyond 1,000 nodes (`rollcall_poll`)."""
+ROLLCALL_POLL beyond 4,000 nodes (`rollcall_poll`). A poll (`peek`) costs the store ~6-13 us
+of its CPU (benchmarks/control_plane.py): 5-10% of its core, for the seconds a roll call
+lasts. (It was 2,000, against a capacity of 17,000 requests/s as a client timed them: the
+survivors of 16,384 nodes then learnt the result 8 s apart.)"""
 
 
 def rollcall_poll(nnodes: int) -> float:
@@ -802,6 +1122,10 @@ class RollCall:
                     raise
                 time.sleep(min(left, rollcall_poll(self.nnodes)))
 
+    def all_answered(self) -> bool:
+        """One look at the count (the counter's poll): one request."""
+        return int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes
+
     def answered(self) -> list[int]:
         raw = peek(self.link, self.keys.rollcall("answers")) or b""
         nodes = set()
@@ -824,7 +1148,7 @@ class RollCall:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with contextlib.suppress(StoreDown):  # a slow poll: the next one may answer
-                if int(self.link.call("add", self.keys.rollcall("count"), 0)) >= self.nnodes:
+                if self.all_answered():
                     break
             sleep(rollcall_poll(self.nnodes))
         late = time.monotonic() + SLOW_CALL + RECONNECT_AFTER

@@ -527,6 +527,61 @@ class FleetSummary(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSummary(Message):
+    """What a group's aggregator (the launcher of the first of each GROUP_NODES nodes, past
+    ONE_TIER_NODES: launch.control) publishes once per interval for the fleet's aggregator
+    to merge: its nodes' problems and silences, and enough of their positions for the
+    fleet's furthest and behind (its `slowest` running ranks, how many run, how many are
+    behind its own furthest). Bounded like the fleet summary."""
+
+    KIND: ClassVar[str] = "group"
+    MAX_BYTES: ClassVar[int] = 256 << 10
+
+    group: int
+    first: int
+    """Its first node: the group holds nodes first .. first + nnodes - 1."""
+    nnodes: int
+    seq: int
+    time: float
+    reporting: int
+    progress: int
+    furthest: tuple[int, int] = (-1, 0)
+    running: int = 0
+    behind_count: int = 0
+    """Its running ranks behind its own furthest position."""
+    problems: tuple[RankState, ...] = ()
+    silent_nodes: tuple[NodeSilence, ...] = ()
+    slowest: tuple[RankState, ...] = ()
+    """Its least advanced running ranks (MAX_BEHIND), whatever the others' positions."""
+    truncated: int = 0
+
+    @classmethod
+    def _read(cls, f: Fields) -> GroupSummary:
+        furthest = f.opt("furthest", list_of(integer_in(-1, _BIG), max_items=2)) or [-1, 0]
+        if len(furthest) != 2:
+            raise UserError(f"{f.at('furthest')}: expected [point, iteration]")
+        ranks = list_of(_nested(RankState), max_items=MAX_LISTED)
+        return cls(
+            group=f.req("group", integer_in(0, MAX_NODES)),
+            first=f.req("first", integer_in(0, MAX_NODES)),
+            nnodes=f.req("nnodes", integer_in(1, MAX_NODES)),
+            seq=f.req("seq", integer_in(0, _BIG)),
+            time=f.req("time", _TIME),
+            reporting=f.req("reporting", integer_in(0, MAX_NODES)),
+            progress=f.req("progress", integer_in(0, _BIG)),
+            furthest=(furthest[0], furthest[1]),
+            running=f.opt("running", integer_in(0, _BIG)) or 0,
+            behind_count=f.opt("behind_count", integer_in(0, _BIG)) or 0,
+            problems=tuple(f.opt("problems", ranks) or ()),
+            silent_nodes=tuple(
+                f.opt("silent_nodes", list_of(_nested(NodeSilence), max_items=MAX_LISTED)) or ()
+            ),
+            slowest=tuple(f.opt("slowest", ranks) or ()),
+            truncated=f.opt("truncated", integer_in(0, _BIG)) or 0,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RollCallAnswer(Message):
     """A surviving node's one answer after a failed round (its first rank there answers)."""
 
@@ -660,6 +715,7 @@ MESSAGES: dict[str, type[Message]] = {
         Failed,
         NodeDigest,
         FleetSummary,
+        GroupSummary,
         RollCallAnswer,
         RollCallResult,
         RollCallView,
@@ -753,11 +809,51 @@ class Sighting:
 
 def read_heartbeats(run_dir: Path, skips: Skips | None = None) -> dict[int, Sighting]:
     """This node's heartbeats by rank, as the watchdog and the digest read them."""
-    beats: dict[int, Sighting] = {}
-    for path in (run_dir / RANKS_DIR).glob("rank*.json"):
-        got = read_beat(path, skips)
-        if got is None:
-            continue
-        beat, mtime = got
-        beats[beat.rank] = Sighting(beat, mtime)
-    return beats
+    return HeartbeatReader(run_dir, skips).read()
+
+
+class HeartbeatReader:
+    """This node's heartbeats by rank, read again and again (`read`): a file is decoded only
+    when it changed since the last read, and otherwise gives the same `Sighting`; when no
+    file changed, the same dict comes back. The launcher polls every 0.1 s and a rank
+    rewrites its file every HEARTBEAT_INTERVAL, so most polls decode nothing (eight files
+    cost ~0.7 ms a poll here to decode). A heartbeat is replaced whole, by a rename: a
+    rewrite is a new inode, with its own times."""
+
+    def __init__(self, run_dir: Path, skips: Skips | None = None) -> None:
+        self.dir = run_dir / RANKS_DIR
+        self.skips = skips
+        self._files: dict[str, tuple[tuple[int, int, int, int], Sighting | None]] = {}
+        self._beats: dict[int, Sighting] = {}
+
+    def read(self) -> dict[int, Sighting]:
+        files: dict[str, tuple[tuple[int, int, int, int], Sighting | None]] = {}
+        changed = False
+        try:
+            entries = list(os.scandir(self.dir))
+        except OSError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith("rank") and name.endswith(".json")):
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._files.get(name)
+            if known is not None and known[0] == key:
+                files[name] = known
+                continue
+            got = read_beat(Path(entry.path), self.skips)
+            files[name] = (key, None if got is None else Sighting(*got))
+            changed = True
+        if changed or files.keys() != self._files.keys():
+            beats: dict[int, Sighting] = {}
+            for _, sighting in files.values():
+                if sighting is not None:
+                    beats[sighting.beat.rank] = sighting
+            self._beats = beats
+        self._files = files
+        return self._beats

@@ -27,12 +27,12 @@ from commbench.launch.protocol import (
     STARTUP_TIMEOUT,
     FleetSummary,
     HealthGathered,
+    HeartbeatReader,
     JournalReader,
     ProtocolError,
     RankState,
     Sighting,
     Skips,
-    read_heartbeats,
 )
 from commbench.results.journal import RowEvent, event_type
 from commbench.results.ranks import RankEntry
@@ -136,10 +136,21 @@ class Watch:
         run_dir: Path,
         points: list[Point],
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        beats: Callable[[], dict[int, Sighting]] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.on_event = on_event
         """Gets the journal's events of other types than the sweep's own (a run kind's)."""
+        self.clock = clock
+        """Seconds for stalls and progress (monotonic; benchmarks/control_plane.py gives a
+        simulated one, and this node's heartbeats in memory: `beats`)."""
+        self.wall = wall
+        """The time of day the heartbeats' mtimes are on."""
+        self.skips = Skips()
+        self._beats = beats or HeartbeatReader(run_dir, self.skips).read
         self._dir_identity = _identity(run_dir)
         self.agent_pid: int | None = None
         """torchrun's own pid: a stopped agent is not a stopped rank (its workers go on)."""
@@ -161,15 +172,21 @@ class Watch:
         self.failed_checks: list[int] = []
         self.pids: set[int] = set()
         self.last_signature: Any = None
-        self.last_progress = time.monotonic()
+        self.last_progress = clock()
         self.heartbeats: dict[int, Seen] = {}
-        self._local_signature: Any = None
-        self._local_changed = time.monotonic()
         """This node's ranks by their heartbeat files, and (`remote`) the other nodes' ranks
         the fleet summary names: stopped, silent, gone or behind."""
+        self._sightings: dict[int, Sighting] | None = None
+        self._local: dict[int, Seen] = {}
+        self._local_pids: frozenset[int] = frozenset()
+        self._local_now: tuple[Any, ...] = ()
+        self._shown: tuple[Any, ...] = (None, None, None)
+        """What `heartbeats` was last made of: this node's, the fleet summary, the roll."""
+        self._hosts: tuple[tuple[RankEntry, ...], dict[int, str]] = ((), {})
+        self._local_signature: Any = None
+        self._local_changed = clock()
         self.control: ControlPlane | None = None
         """The cross-node watch of a multi-node run (its own thread; read, never waited on)."""
-        self.skips = Skips()
 
     def run_dir_problem(self) -> str | None:
         """Why the run directory is no longer the one this launch created, if it is not.
@@ -185,35 +202,48 @@ class Watch:
         return None if same else f"the run directory {self.run_dir} was deleted or replaced"
 
     def poll(self, on_row: Callable[[ResultRow], None]) -> None:
+        """One look at the run: the journal, this node's heartbeats, the fleet summary. What
+        did not change since the last poll is not taken apart again (the heartbeats come back
+        as the same dict when no file changed): most polls fall between two heartbeats."""
         self.read_journal(on_row)
-        local = {r: Seen.local(b) for r, b in read_heartbeats(self.run_dir, self.skips).items()}
-        for beat in local.values():
-            if beat.pid:
-                self.pids.add(beat.pid)
-        local_signature = tuple(
-            sorted((r, b.point, b.phase, b.iteration, b.ticks) for r, b in local.items())
-        )
+        sightings = self._beats()
+        if sightings is not self._sightings:
+            self._sightings = sightings
+            self._local = {r: Seen.local(b) for r, b in sightings.items()}
+            self._local_pids = frozenset(b.pid for b in self._local.values() if b.pid)
+            self.pids |= self._local_pids
+            self._local_now = tuple(
+                sorted((r, b.point, b.phase, b.iteration, b.ticks) for r, b in self._local.items())
+            )
+        local, local_signature = self._local, self._local_now
         fleet = None
         if self.control is not None:
-            self.control.offer((b.pid for b in local.values() if b.pid), self._hosts_by_node())
+            self.control.offer(self._local_pids, self._hosts_by_node())
             if self._stalled(local_signature):
                 self.control.want_summary()  # our ranks wait: who on the other nodes stalled?
             fleet = self.control.fleet
-        self.heartbeats = {**remote_beats(fleet, self.roll), **local}
+        shown = (local, fleet, self.roll)
+        if any(a is not b for a, b in zip(shown, self._shown)):
+            self.heartbeats = {**remote_beats(fleet, shown[2], self.wall()), **local}
+            self._shown = shown
         signature = (len(self.rows), local_signature, fleet.progress if fleet else None)
         if signature != self.last_signature:
             self.last_signature = signature
-            self.last_progress = time.monotonic()
+            self.last_progress = self.clock()
         self._note_stopped()
 
     def _stalled(self, local_signature: Any) -> bool:
-        """Whether this node's ranks made no progress for STALL_AFTER: a real stall, not the
-        unchanged file that most 0.1 s polls see between two heartbeats."""
-        now = time.monotonic()
         if local_signature != self._local_signature:
-            self._local_signature, self._local_changed = local_signature, now
+            self._local_signature, self._local_changed = local_signature, self.clock()
             return False
-        return now - self._local_changed > STALL_AFTER
+        return self.stalled
+
+    @property
+    def stalled(self) -> bool:
+        """Whether this node's ranks made no progress for STALL_AFTER (as the last poll saw
+        them): a real stall, not the unchanged file that most 0.1 s polls see between two
+        heartbeats. A poll that finds them so asks the cross-node watch who stalled."""
+        return self.clock() - self._local_changed > STALL_AFTER
 
     def read_journal(self, on_row: Callable[[ResultRow], None], *, final: bool = False) -> None:
         """Take in what rank 0 journaled since the last read, rewriting the result files
@@ -261,7 +291,7 @@ class Watch:
             return
         fleet = self.control.refresh(wait)
         local = {r: b for r, b in self.heartbeats.items() if not b.remote}
-        self.heartbeats = {**remote_beats(fleet, self.roll), **local}
+        self.heartbeats = {**remote_beats(fleet, self.roll, self.wall()), **local}
 
     @property
     def roll(self) -> tuple[RankEntry, ...]:
@@ -272,14 +302,17 @@ class Watch:
 
     def _hosts_by_node(self) -> dict[int, str]:
         """Each node's host from rank 0's roll (the writer's launcher only)."""
-        hosts: dict[int, str] = {}
-        for r in self.roll:
-            if r.node is not None:
-                hosts.setdefault(r.node, str(r.host))
-        return hosts
+        roll = self.roll
+        if roll is not self._hosts[0]:
+            hosts: dict[int, str] = {}
+            for r in roll:
+                if r.node is not None:
+                    hosts.setdefault(r.node, str(r.host))
+            self._hosts = (roll, hosts)
+        return self._hosts[1]
 
     def _note_stopped(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         for pid in self.pids - {self.agent_pid}:
             if procs.state(pid) in ("T", "t"):
                 self.stopped_since.setdefault(pid, now)
@@ -301,7 +334,7 @@ class Watch:
 
     def stopped_ranks(self, longer_than: float = 0.0) -> dict[int, int]:
         """rank -> pid of this node's workers stopped for more than `longer_than` seconds."""
-        now = time.monotonic()
+        now = self.clock()
         out: dict[int, int] = {}
         for pid, since in sorted(self.stopped_since.items(), key=lambda kv: kv[1]):
             rank = self.rank_of(pid)
@@ -363,14 +396,15 @@ def _remote(r: RankState, mtime: float, state: str | None = None) -> Seen:
     )
 
 
-def remote_beats(fleet: FleetSummary | None, roll: tuple[RankEntry, ...]) -> dict[int, Seen]:
+def remote_beats(
+    fleet: FleetSummary | None, roll: tuple[RankEntry, ...], now: float
+) -> dict[int, Seen]:
     """The other nodes' ranks the fleet summary names, as heartbeat entries (`remote`, with
     their `state` as their own node's launcher saw it and an mtime by this node's clock). A
     node silent as a whole lends its state to every rank it last reported, and one never
     heard from is named by the ranks the writer's roll gives it, where this is the writer."""
     if fleet is None:
         return {}
-    now = time.time()
     out: dict[int, Seen] = {}
     for r in fleet.behind:
         out[r.rank] = _remote(r, now - r.quiet_s, "behind")
@@ -419,7 +453,7 @@ def describe_hang(watch: Watch, timeout: float) -> tuple[str, list[int]]:
     """Name the rank(s) that stopped the run: stopped processes first, then silent ones, then
     ranks that are gone, then ranks behind the others; if every rank waits at the same
     place, say so."""
-    now = time.time()
+    now = watch.wall()
     beats = watch.heartbeats
     silent_after = _silent_after(timeout)
     dead: dict[int, tuple[int, str]] = {}
@@ -574,7 +608,7 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     parts = []
     culprits = []
     if all(is_consequence(info) for info in failures.values()):
-        now = time.time()
+        now = watch.wall()
         for r in _silent_remotes(watch, _silent_after(timeout)):
             b = watch.heartbeats[r]
             culprits.append(r)
