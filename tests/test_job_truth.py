@@ -64,10 +64,10 @@ def test_every_difference_names_rank_call_recorded_and_truth(tmp_path: Path) -> 
 
 
 def test_splits_are_compared_where_the_truth_says_them(tmp_path: Path) -> None:
-    calls = [trace_call("all_to_all", 16, out_bytes=12, step=1)]
+    calls = [trace_call("all_to_all", 16, out_bytes=16, step=1)]  # recorded even
     trace = read_trace(write_trace(tmp_path / "t", {0: calls, 1: calls}))
-    uneven = line(0, "all_to_all", bytes=16, out_bytes=12, in_splits=[1, 3], out_splits=[1, 2])
-    even = line(1, "all_to_all", bytes=16, out_bytes=12)
+    uneven = line(0, "all_to_all", bytes=16, out_bytes=16, in_splits=[1, 3], out_splits=[3, 1])
+    even = line(1, "all_to_all", bytes=16, out_bytes=16)
     found = compare(trace, parse_truth(uneven + "\n" + even))
     assert [(m.rank, m.field) for m in found] == [(0, "in_splits"), (0, "out_splits")]
 
