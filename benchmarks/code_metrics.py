@@ -12,6 +12,13 @@ before and after each step, from the code's own syntax trees (stdlib only):
   number of files that declare its Python name (a def parameter with a default, an annotated
   class field, a schema's `.get("name")`): its command's module, the Python API, the
   settings records and a suite's schema (see `declarations`);
+* flag declarations: every flag spelled in the package's syntax tree, as a `cli(...)` field
+  of a request record (its names, else the field's name in kebab case) or a
+  `typer.Option(...)` typed into a command's body; "flags declared more than once" names the
+  flags spelled in more than one place (a shared record or option declares its flag once,
+  wherever it is composed);
+* duplicate-code pairs: what the `duplicates` tool finds in the package, when it is on PATH
+  (skipped, as null, when it is not);
 * import time: the median of fresh `python -c "import commbench"` and `commbench --help`.
 
     python benchmarks/code_metrics.py            # a table
@@ -310,6 +317,97 @@ def declarations(package_dir: Path) -> dict[str, Any]:
     }
 
 
+def _flag_names(call: ast.Call) -> list[str]:
+    """The flags a `cli(...)` / `typer.Option(...)` call spells out: string arguments that
+    start with a dash, a `--check/--no-check` pair as both."""
+    names: list[str] = []
+    for a in call.args:
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
+            names += [n for n in a.value.split("/") if n]
+    return names
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def flag_declarations(package_dir: Path) -> dict[str, Any]:
+    """Every flag declaration in the package's syntax tree: a `cli(...)` call (the metadata
+    of a record's field; without names the flag is the field's name, `--min-time` of
+    `min_time`), a shared `flag(...)` (`commbench.flags`: its uses, `WARMUP.field(...)`,
+    declare nothing) or a `typer.Option(...)` call with its flag spelled out. A flag spelled in
+    more than one place is declared more than once: a newcomer who changes it must find the
+    others."""
+    where: dict[str, list[str]] = defaultdict(list)
+
+    def declare(call: ast.Call, rel: str, field_name: str | None) -> None:
+        names = _flag_names(call)
+        longs = [n for n in names if n.startswith("--")]
+        if longs:  # a declaration counts once, under its long name (`-o` goes with `--out`)
+            where[longs[0]].append(f"{rel}:{call.lineno}")
+        elif names:
+            where[names[0]].append(f"{rel}:{call.lineno}")
+        elif field_name is not None:
+            where["--" + field_name.replace("_", "-")].append(f"{rel}:{call.lineno}")
+
+    for path in sorted(package_dir.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        rel = str(path.relative_to(package_dir.parent))
+        in_field: dict[ast.Call, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                for call in ast.walk(node):
+                    if isinstance(call, ast.Call):
+                        in_field[call] = node.target.id
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = _callee(node)
+            if callee == "cli":  # a record's field: its names, else the field's name
+                declare(node, rel, in_field.get(node))
+            elif callee in ("flag", "Option"):  # a shared flag, or one typed into a body
+                declare(node, rel, None)
+    twice = {k: v for k, v in sorted(where.items()) if len(v) > 1}
+    return {
+        "declarations": sum(len(v) for v in where.values()),
+        "flags": len(where),
+        "flags_declared_more_than_once": len(twice),
+        "declared_more_than_once": [f"{k}: {', '.join(v)}" for k, v in twice.items()],
+    }
+
+
+DUPLICATES_SECONDS = 120
+
+
+def duplicate_pairs(package_dir: Path) -> int | None:
+    """The duplicate-code pairs the `duplicates` tool finds in the package (its first line
+    says `N pairs of places ...`); None when the tool is not on PATH or says nothing we can
+    read."""
+    import re
+    import shutil
+
+    tool = shutil.which("duplicates")
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run(
+            [tool, "--most", "200", "--seconds", str(DUPLICATES_SECONDS)],
+            cwd=package_dir,
+            capture_output=True,
+            text=True,
+            timeout=DUPLICATES_SECONDS + 60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"^(\d+) pairs? of places", done.stdout, re.MULTILINE)
+    return int(found.group(1)) if found else None
+
+
 def _median_seconds(argv: list[str], runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -373,7 +471,9 @@ def record_declared() -> dict[str, Any]:
     }
 
 
-def measure(package_dir: Path, *, runs: int = 7, timings: bool = True) -> dict[str, Any]:
+def measure(
+    package_dir: Path, *, runs: int = 7, timings: bool = True, duplicates: bool = True
+) -> dict[str, Any]:
     mods = modules(package_dir)
     lines = sum(len(p.read_text().splitlines()) for p in mods.values())
     funcs = sorted(
@@ -398,7 +498,10 @@ def measure(package_dir: Path, *, runs: int = 7, timings: bool = True) -> dict[s
         "get_reads_by_file": {k: v for k, v in sorted(reads.items(), key=lambda kv: -kv[1]) if v},
         "declarations_per_option": declarations(package_dir),
         "options_declared_by_a_record": record_declared(),
+        "flag_declarations": flag_declarations(package_dir),
     }
+    if duplicates:
+        out["duplicate_pairs"] = duplicate_pairs(package_dir)
     if timings:
         out.update(import_times(runs))
     return out
@@ -409,9 +512,15 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="strict JSON on stdout")
     parser.add_argument("--runs", type=int, default=7, help="runs per import timing")
     parser.add_argument("--no-timings", action="store_true", help="skip the import timings")
+    parser.add_argument("--no-duplicates", action="store_true", help="skip the duplicate-code scan")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to measure")
     args = parser.parse_args()
-    result = measure(args.root / "commbench", runs=args.runs, timings=not args.no_timings)
+    result = measure(
+        args.root / "commbench",
+        runs=args.runs,
+        timings=not args.no_timings,
+        duplicates=not args.no_duplicates,
+    )
     if args.json:
         print(json.dumps(result, indent=2, allow_nan=False))
         return

@@ -26,6 +26,7 @@ from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.collectives.settings import GPU_DEFAULT_SIZES, CollectivesRequest
 from commbench.diagnose.settings import DiagnoseRequest
+from commbench.flags import ALLOW_MISMATCH
 from commbench.launch.request import LaunchRequest
 from commbench.options import arg, cli, verb
 from commbench.p2p.settings import P2PRequest
@@ -72,6 +73,9 @@ MAX_WORLD = 1 << 24
 """More ranks than any machine runs: a `model --world` beyond it is a typo, not a world."""
 MAX_WORLDS = 256
 """World sizes one `model` call tabulates: a table each."""
+_MISMATCH_WITH_BASELINE = (
+    "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
+)
 
 
 @dataclass(kw_only=True)
@@ -235,9 +239,8 @@ class SuiteRun(LaunchRequest, Request):
             "--tolerance", "-t", type=str, help="Override the suite's compare.tolerance, e.g. 5%."
         ),
     )
-    allow_mismatch: bool = field(
-        default=False,
-        metadata=cli(help="Compare with a baseline from a different machine."),
+    allow_mismatch: bool = ALLOW_MISMATCH.field(
+        default=False, help="Compare with a baseline from a different machine."
     )
     no_plot: bool = field(default=False, metadata=cli(help="Do not write plots after each run."))
     on_event: Callable[[str], None] | None = None
@@ -355,9 +358,9 @@ class CompareRequest(Request):
             "limits). Default 0.2.",
         ),
     )
-    allow_mismatch: bool = field(
+    allow_mismatch: bool = ALLOW_MISMATCH.field(
         default=False,
-        metadata=cli(help="Compare runs whose GPU model, world size, backend or topology differ."),
+        help="Compare runs whose GPU model, world size, backend or topology differ.",
     )
 
 
@@ -803,13 +806,7 @@ class ReportRequest(Request):
         default=None,
         metadata=cli(type=Path, help="Add the regression gate against this run or suite."),
     )
-    allow_mismatch: bool = field(
-        default=False,
-        metadata=cli(
-            help="With --baseline: compare runs whose GPU model, world size, backend or "
-            "topology differ."
-        ),
-    )
+    allow_mismatch: bool = ALLOW_MISMATCH.field(default=False, help=_MISMATCH_WITH_BASELINE)
     images: str | None = field(
         default=None,
         metadata=cli(
@@ -920,13 +917,7 @@ class ExportRequest(Request):
             help="Add the regression gate against this run: each point's verdict and speed ratio.",
         ),
     )
-    allow_mismatch: bool = field(
-        default=False,
-        metadata=cli(
-            help="With --baseline: compare runs whose GPU model, world size, backend or "
-            "topology differ."
-        ),
-    )
+    allow_mismatch: bool = ALLOW_MISMATCH.field(default=False, help=_MISMATCH_WITH_BASELINE)
     op: str | None = field(
         default=None,
         metadata=cli(

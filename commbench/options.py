@@ -79,6 +79,58 @@ def cli(
     return {KEY: Declared(names, help, metavar, type, False, suite, late, minimum, maximum)}
 
 
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A flag that several records take, declared once (`commbench.flags`): its spellings,
+    the type it is parsed into, its metavar and its range. Each record that takes it says,
+    with `.field(...)`, what it means there (its help), its default and whether a suite file
+    takes it; a record whose command shows another metavar or checks another range says so
+    there too. Renaming the flag, or changing its type, is one edit."""
+
+    names: tuple[str, ...]
+    type: Any = None
+    metavar: str | None = None
+    minimum: float = 0
+    maximum: float | None = None
+
+    def field(
+        self,
+        *,
+        help: str,
+        default: Any = None,
+        suite: bool = False,
+        late: bool = False,
+        kw_only: bool = True,
+        metavar: str | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> Any:
+        """A dataclass field declared as this flag, with this record's help and default."""
+        declared = Declared(
+            self.names,
+            help,
+            metavar or self.metavar,
+            self.type,
+            False,
+            suite,
+            late,
+            self.minimum if minimum is None else minimum,
+            self.maximum if maximum is None else maximum,
+        )
+        return dataclasses.field(default=default, kw_only=kw_only, metadata={KEY: declared})
+
+
+def flag(
+    *names: str,
+    type: Any = None,
+    metavar: str | None = None,
+    minimum: float = 0,
+    maximum: float | None = None,
+) -> Flag:
+    """A flag several records share: `WARMUP = flag("--warmup", type=int)`."""
+    return Flag(names, type, metavar, minimum, maximum)
+
+
 def arg(
     *,
     help: str,

@@ -74,3 +74,49 @@ def test_commbench_has_no_import_circles() -> None:
     metrics = _metrics()
     found = metrics.circles(metrics.import_graph(ROOT / "commbench"), "commbench")
     assert found == {"inside_packages": [], "between_packages": []}
+
+
+def test_flag_declarations_count_each_spelling_where_it_is_declared(tmp_path: Path) -> None:
+    """A `cli(...)` field declares its names (or its field's, in kebab case), a shared
+    `flag(...)` declares its own and its `.field(...)` uses declare nothing, a
+    `typer.Option(...)` in a body declares its flags; a short alias goes with its long name."""
+    metrics = _metrics()
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "a.py").write_text(
+        "WARMUP = flag('--warmup', type=int)\n\n\nclass A:\n"
+        "    min_time: float = field(metadata=cli(help='x'))\n"
+        "    out: str = field(metadata=cli('--out', '-o', help='x'))\n"
+        "    warmup: int = WARMUP.field(help='x')\n"
+    )
+    (pkg / "b.py").write_text(
+        "class B:\n    warmup: int = WARMUP.field(help='y')\n"
+        "    check: bool = field(metadata=cli('--check/--no-check', help='y'))\n\n\n"
+        "def body(fmt=typer.Option('table', '--format', '-f')):\n    pass\n"
+        "def other(out=typer.Option(None, '--out', '-o')):\n    pass\n"
+    )
+    found = metrics.flag_declarations(pkg)
+    assert found["flags"] == 5  # --warmup, --min-time, --out, --check, --format
+    assert found["declarations"] == 6
+    assert found["flags_declared_more_than_once"] == 1
+    assert found["declared_more_than_once"] == ["--out: toy/a.py:6, toy/b.py:8"]
+
+
+def test_commbench_declares_each_flag_once() -> None:
+    """Issue 36, item 2: a flag that several commands take is one shared declaration
+    (`commbench.flags`), so renaming it is one edit. The flags still declared more than once
+    are listed here until they are shared too."""
+    metrics = _metrics()
+    found = metrics.flag_declarations(ROOT / "commbench")
+    twice = {line.split(":")[0] for line in found["declared_more_than_once"]}
+    for shared in ("--warmup", "--iters", "--timeout", "--allow-mismatch", "--nodes"):
+        assert shared not in twice
+    assert "--gpus-per-node" not in twice
+    assert found["flags_declared_more_than_once"] <= 16
+
+
+def test_duplicate_pairs_are_skipped_without_the_tool(tmp_path: Path, monkeypatch) -> None:
+    """CI may not have the `duplicates` tool: the figure is then None, not an error."""
+    metrics = _metrics()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert metrics.duplicate_pairs(ROOT / "commbench") is None

@@ -19,7 +19,7 @@ FLOORS: list[set[str]] = [
     {"errors", "stats", "timing", "version", "completion"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
     {"fields", "sizes", "skew", "processes", "heatmap", "tables", "options"},
-    {"gpu_memory"},
+    {"gpu_memory", "flags"},
     {"topology"},
     {"health"},
     {"context"},

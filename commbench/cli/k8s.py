@@ -9,8 +9,8 @@ import typer
 
 from commbench.arguments import Request
 from commbench.cli._common import reported_errors
+from commbench.launch.job import GPUS_PER_NODE, NODES
 from commbench.options import cli, command, values, verb
-from commbench.results.names import MAX_NODES
 
 
 @dataclass(kw_only=True)
@@ -23,13 +23,9 @@ class K8sManifestRequest(Request):
     image: str = field(
         metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
     )
-    nodes: int = field(
-        default=2,
-        metadata=cli("--nodes", "-N", minimum=1, maximum=MAX_NODES, help="Nodes (one pod each)."),
-    )
-    gpus_per_node: int = field(
-        default=8,
-        metadata=cli(help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."),
+    nodes: int = NODES.field(default=2, help="Nodes (one pod each).")
+    gpus_per_node: int = GPUS_PER_NODE.field(
+        default=8, help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."
     )
     kind: str = field(
         default="job",

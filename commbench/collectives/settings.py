@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
+from commbench.flags import ITERS, MIN_TIME, TIMEOUT, WARMUP
 from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.options import cli
@@ -169,6 +170,49 @@ class CollectivesSettings:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass(kw_only=True, slots=True)
+class Timing:
+    """How long each point is measured: the timing fields of `CollectivesSettings`, stated
+    once for every producer that builds them (`collectives`, a suite's `timing` section,
+    `replay` and `diagnose`), each filling in what its own flags say."""
+
+    warmup: int | None = None
+    iters: int | None = None
+    min_time: float = DEFAULT_MIN_TIME
+    min_iters: int = DEFAULT_MIN_ITERS
+    max_iters: int = DEFAULT_MAX_ITERS
+    timeout: float = DEFAULT_TIMEOUT
+
+
+class Placed(Protocol):
+    """Where ranks go, as `Placement` and a suite's `Machine` both say it."""
+
+    @property
+    def nproc(self) -> int: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+
+
+def build_settings(place: Placed, timing: Timing, **what: Any) -> CollectivesSettings:
+    """The one builder of `CollectivesSettings`: the ranks of `place`, the timing of
+    `timing` and what is measured (`ops`, `sizes`, dtypes, checks: `what`). The command,
+    a suite's entries, `replay` and `diagnose` all build their workers' settings here."""
+    return CollectivesSettings(
+        nproc=place.nproc,
+        backend=place.backend,
+        device=place.device,
+        warmup=timing.warmup,
+        iters=timing.iters,
+        min_time=timing.min_time,
+        min_iters=timing.min_iters,
+        max_iters=timing.max_iters,
+        timeout=timing.timeout,
+        **what,
+    )
+
+
 @dataclass(kw_only=True)
 class CollectivesRequest:
     """What a user asks of a collectives sweep, as typed: each field is declared once here
@@ -220,33 +264,21 @@ class CollectivesRequest:
             metavar="sum|avg|max|min|prod", suite=True, help="sum, avg, max, min or prod."
         ),
     )
-    warmup: int | None = field(
-        default=None,
-        metadata=cli(
-            type=int,
-            suite=True,
-            maximum=MAX_ITERATIONS,
-            help="Warm-up iterations per point. Default adapts (2-20).",
-        ),
+    warmup: int | None = WARMUP.field(
+        suite=True,
+        maximum=MAX_ITERATIONS,
+        help="Warm-up iterations per point. Default adapts (2-20).",
     )
-    iters: int | None = field(
-        default=None,
-        metadata=cli(
-            type=int,
-            suite=True,
-            minimum=1,
-            maximum=MAX_ITERATIONS,
-            help="Timed iterations per point. Default: fill --min-time.",
-        ),
+    iters: int | None = ITERS.field(
+        suite=True,
+        minimum=1,
+        maximum=MAX_ITERATIONS,
+        help="Timed iterations per point. Default: fill --min-time.",
     )
-    min_time: float | None = field(
-        default=None,
-        metadata=cli(
-            type=float,
-            suite=True,
-            help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-"
-            f"{DEFAULT_MAX_ITERS} iterations). Default {DEFAULT_MIN_TIME}.",
-        ),
+    min_time: float | None = MIN_TIME.field(
+        suite=True,
+        help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-"
+        f"{DEFAULT_MAX_ITERS} iterations). Default {DEFAULT_MIN_TIME}.",
     )
     in_place: bool | str = field(
         default="no",
@@ -274,13 +306,11 @@ class CollectivesRequest:
         default=None,
         metadata=cli(metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."),
     )
-    timeout: float = field(
+    timeout: float = TIMEOUT.field(
         default=DEFAULT_TIMEOUT,
-        metadata=cli(
-            suite=True,
-            help="Seconds without progress before the run is declared hung "
-            "(start-up, until the first point, gets at least 120 s).",
-        ),
+        suite=True,
+        help="Seconds without progress before the run is declared hung "
+        "(start-up, until the first point, gets at least 120 s).",
     )
     profile: bool = field(
         default=False,
@@ -317,26 +347,27 @@ class CollectivesRequest:
         if sizes is None:
             sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
         ops, strategies = self.ops, self.strategies
-        return CollectivesSettings(
+        timing = Timing(
+            warmup=self.warmup,
+            iters=self.iters,
+            min_time=DEFAULT_MIN_TIME if self.min_time is None else self.min_time,
+            timeout=self.timeout,
+        )
+        return build_settings(
+            place,
+            timing,
             # every op unless only strategies were asked for
             ops=_names(ops, parse_ops) if ops is not None else ([] if strategies else list(OPS)),
             strategies=[] if strategies is None else _names(strategies, parse_strategies),
             sizes=parse_sizes(sizes) if isinstance(sizes, str) else _sizes(sizes),
-            nproc=place.nproc,
-            backend=place.backend,
-            device=place.device,
             dtype=dtypes[0],
             dtypes=dtypes,
             reduce_op=self.reduce_op,
-            warmup=self.warmup,
-            iters=self.iters,
-            min_time=DEFAULT_MIN_TIME if self.min_time is None else self.min_time,
             in_place=in_place_choice(self.in_place),
             check=self.check,
             async_op=self.async_op,
             graph=self.graph,
             ranks=parse_ranks(self.ranks),
-            timeout=self.timeout,
             profile=self.profile,
             skew=self.skew,
             seed=self.seed,

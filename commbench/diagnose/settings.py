@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.flags import ITERS, TIMEOUT, WARMUP
 from commbench.lists import split_list
 from commbench.options import cli
 from commbench.results.names import DIAGNOSE_STAGES
@@ -102,17 +103,12 @@ class DiagnoseRequest:
             "default: the median of the peers.",
         ),
     )
-    iters: int | None = field(
-        default=None,
-        metadata=cli(type=int, help=f"Timed iterations per test. Default {DEFAULT_ITERS}."),
+    iters: int | None = ITERS.field(help=f"Timed iterations per test. Default {DEFAULT_ITERS}.")
+    warmup: int | None = WARMUP.field(
+        help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."
     )
-    warmup: int | None = field(
-        default=None,
-        metadata=cli(type=int, help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."),
-    )
-    timeout: float | None = field(
-        default=None,
-        metadata=cli(type=float, help="Seconds without progress before a node is declared hung."),
+    timeout: float | None = TIMEOUT.field(
+        help="Seconds without progress before a node is declared hung."
     )
 
 
@@ -122,7 +118,7 @@ def diagnose_settings(
     """What a `diagnose` command line asks for, on nodes placed as `place`: the diagnosis's
     own settings and the collectives settings of its launch. The command, the Python API
     and `slurm-script` (checking the command it wraps) all build them here."""
-    from commbench.collectives.settings import DEFAULT_TIMEOUT, CollectivesSettings
+    from commbench.collectives.settings import DEFAULT_TIMEOUT, Timing, build_settings
     from commbench.compare import parse_fraction
     from commbench.diagnose.expectations import load_expectations
     from commbench.sizes import parse_sizes
@@ -146,15 +142,10 @@ def diagnose_settings(
         expected_gbps=expected.gbps if expected else {},
         baseline_notes=expected.notes if expected else [],
     )
-    collectives = CollectivesSettings(
-        ops=["all_reduce"],
-        sizes=parsed,
-        nproc=place.nproc,
-        backend=place.backend,
-        device=place.device,
+    timing = Timing(
         warmup=request.warmup,
         iters=DEFAULT_ITERS if iters is None else iters,
-        check=False,
         timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
     )
+    collectives = build_settings(place, timing, ops=["all_reduce"], sizes=parsed, check=False)
     return settings, collectives

@@ -17,10 +17,16 @@ from typing import Any
 from commbench.collectives.settings import MAX_NODES
 from commbench.errors import UserError, quoted
 from commbench.numbers import check_range
+from commbench.options import flag
 
 MAX_GPUS_PER_NODE = 64
 """GPUs one node of a job asks for at most (an HGX node has 8, the densest have 16 to 72
 across several nodes): more is a typo that would sit in the queue forever."""
+
+NODES = flag("--nodes", "-N", type=int, minimum=1, maximum=MAX_NODES)
+"""The job's node count, declared once for `slurm-script` and `k8s-manifest`."""
+GPUS_PER_NODE = flag("--gpus-per-node", type=int)
+"""The GPUs each node of the job asks for (0 for a CPU/gloo run), declared once for both."""
 
 WRAPPABLE = ("collectives", "run", "diagnose")
 """The commands that run across the nodes of a job (the others run on one machine)."""

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commbench.errors import UserError, quoted
+from commbench.flags import ITERS, WARMUP
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
 from commbench.options import cli
@@ -232,14 +233,10 @@ class P2PRequest:
     latency: bool = field(
         default=False, metadata=cli(help="Also small-copy latency (4 B - 64 KiB, in us).")
     )
-    warmup: int = field(default=5, metadata=cli(help="Untimed rounds before each measurement."))
-    iters: int | None = field(
-        default=None,
-        metadata=cli(
-            type=int,
-            help="Timed rounds per measurement. "
-            f"Default {DEFAULT_ITERS['bandwidth']} (latency: {DEFAULT_ITERS['latency']}).",
-        ),
+    warmup: int = WARMUP.field(default=5, help="Untimed rounds before each measurement.")
+    iters: int | None = ITERS.field(
+        help="Timed rounds per measurement. "
+        f"Default {DEFAULT_ITERS['bandwidth']} (latency: {DEFAULT_ITERS['latency']}).",
     )
 
     def settings(self) -> P2PSettings:

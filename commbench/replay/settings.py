@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.flags import ITERS, TIMEOUT, WARMUP
 from commbench.numbers import check_range
 from commbench.options import arg, cli
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
@@ -125,12 +126,10 @@ class ReplayRequest:
             "half of --timeout.",
         ),
     )
-    timeout: float = field(
+    timeout: float = TIMEOUT.field(
         default=DEFAULT_TIMEOUT,
-        metadata=cli(
-            help="Seconds without progress before the replay is declared hung "
-            "(start-up, until the first row, gets at least 120 s).",
-        ),
+        help="Seconds without progress before the replay is declared hung "
+        "(start-up, until the first row, gets at least 120 s).",
     )
     bw: float | None = field(
         default=None,
@@ -150,13 +149,9 @@ class ReplayRequest:
             help="With --bw: that fabric's latency per step in us.",
         ),
     )
-    iters: int | None = field(
-        default=None,
-        metadata=cli(type=int, help="Timed iterations per row. Default: enough for 0.2 s."),
-    )
-    warmup: int | None = field(
-        default=None,
-        metadata=cli(type=int, help="Warm-up iterations per row. Default: adapts to the size."),
+    iters: int | None = ITERS.field(help="Timed iterations per row. Default: enough for 0.2 s.")
+    warmup: int | None = WARMUP.field(
+        help="Warm-up iterations per row. Default: adapts to the size."
     )
 
 
@@ -167,7 +162,7 @@ def prepare(
     refused here, in one line, before anything starts. The API, the CLI and tests build them
     here."""
     from commbench.collectives.placement import resolve_placement
-    from commbench.collectives.settings import CollectivesSettings
+    from commbench.collectives.settings import Timing, build_settings
     from commbench.replay.program import build_program
     from commbench.sizes import parse_sizes
     from commbench.traces.formats import load_any
@@ -204,16 +199,8 @@ def prepare(
     place = resolve_placement(where.device, nproc, where.backend)
     ops = sorted({r.op for r in program.rows} | ({"all_reduce"} if caps else set()))
     sizes = sorted({r.size_bytes for r in program.rows if r.size_bytes > 0}) or [1]
-    collectives = CollectivesSettings(
-        ops=ops or ["barrier"],
-        sizes=sizes,
-        nproc=place.nproc,
-        backend=place.backend,
-        device=place.device,
-        warmup=request.warmup,
-        iters=request.iters,
-        timeout=request.timeout,
-    )
+    timing = Timing(warmup=request.warmup, iters=request.iters, timeout=request.timeout)
+    collectives = build_settings(place, timing, ops=ops or ["barrier"], sizes=sizes)
     settings = ReplaySettings(
         trace=str(Path(request.trace).resolve()),
         world=program.world,

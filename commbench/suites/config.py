@@ -20,11 +20,11 @@ from commbench.collectives.settings import (
     DEFAULT_MAX_ITERS,
     DEFAULT_MIN_ITERS,
     DEFAULT_MIN_TIME,
-    DEFAULT_TIMEOUT,
     GPU_DEFAULT_SIZES,
     MAX_NPROC,
     MIN_TIMEOUT,
     CollectivesRequest,
+    Timing,
 )
 from commbench.compare import (
     DEFAULT_ALPHA,
@@ -254,18 +254,6 @@ def _dtypes(value: Any, path: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
     return _names(list(DTYPES), "dtypes")(value, path)
-
-
-@dataclass(kw_only=True, slots=True)
-class Timing:
-    """How long each point is measured (the `commbench collectives` flags of the same names)."""
-
-    warmup: int | None = None
-    iters: int | None = None
-    min_time: float = DEFAULT_MIN_TIME
-    min_iters: int = DEFAULT_MIN_ITERS
-    max_iters: int = DEFAULT_MAX_ITERS
-    timeout: float = DEFAULT_TIMEOUT
 
 
 def _timing(section: _Section) -> Timing:

@@ -121,25 +121,18 @@ def _collectives_settings(
     in_place: bool | str = False,
     check: bool = True,
 ) -> Any:
-    from commbench.collectives.settings import CollectivesSettings, in_place_choice
+    from commbench.collectives.settings import build_settings, in_place_choice
 
-    return CollectivesSettings(
+    return build_settings(
+        machine,
+        timing,
         ops=ops,
         strategies=strategies,
         sizes=sizes,
-        nproc=machine.nproc,
-        backend=machine.backend,
-        device=machine.device,
         dtype=dtype,
         reduce_op=reduce_op,
         in_place=in_place_choice(in_place),
         check=check,
-        warmup=timing.warmup,
-        iters=timing.iters,
-        min_time=timing.min_time,
-        min_iters=timing.min_iters,
-        max_iters=timing.max_iters,
-        timeout=timing.timeout,
     )
 
 
