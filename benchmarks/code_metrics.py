@@ -339,8 +339,8 @@ def _callee(call: ast.Call) -> str:
 def flag_declarations(package_dir: Path) -> dict[str, Any]:
     """Every flag declaration in the package's syntax tree: a `cli(...)` call (the metadata
     of a record's field; without names the flag is the field's name, `--min-time` of
-    `min_time`), a shared `flag(...)` (`commbench.flags`: its uses, `WARMUP.field(...)`,
-    declare nothing) or a `typer.Option(...)` call with its flag spelled out. A flag spelled in
+    `min_time`), a shared `flag(...)` (`commbench.flags`: its uses, `field_of(WARMUP,
+    ...)`, declare nothing) or a `typer.Option(...)` call with its flag spelled out. A flag spelled in
     more than one place is declared more than once: a newcomer who changes it must find the
     others."""
     where: dict[str, list[str]] = defaultdict(list)

@@ -26,9 +26,27 @@ from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.collectives.settings import GPU_DEFAULT_SIZES, CollectivesRequest
 from commbench.diagnose.settings import DiagnoseRequest
-from commbench.flags import ALLOW_MISMATCH
+from commbench.flags import (
+    ALLOW_MISMATCH,
+    BACKEND,
+    BASELINE,
+    BW,
+    DEVICE,
+    DRY_RUN,
+    FORMAT,
+    FROM,
+    LATENCY,
+    NO_PLOT,
+    NPROC,
+    OP,
+    OUT,
+    SIZES,
+    STRATEGIES,
+    TOLERANCE,
+    WORLD,
+)
 from commbench.launch.request import LaunchRequest
-from commbench.options import arg, cli, verb
+from commbench.options import arg, cli, field_of, verb
 from commbench.p2p.settings import P2PRequest
 from commbench.replay.settings import ReplayRequest
 from commbench.report.export import ExportFormat
@@ -83,10 +101,7 @@ class RunDirRequest:
     """Where a command that measures writes its new run directory: declared once for
     `collectives`, `p2p` and `diagnose`."""
 
-    out: PathLike = field(
-        default="results",
-        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directory."),
-    )
+    out: PathLike = field_of(OUT, default="results", help="Parent directory of the run directory.")
 
 
 @dataclass(kw_only=True)
@@ -95,9 +110,8 @@ class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, Collectives
     sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
     launch (`LaunchRequest`) and what is done with the run."""
 
-    no_plot: bool = field(
-        default=False,
-        metadata=cli(help="Do not write plots (RUN_DIR/plots) after the run."),
+    no_plot: bool = field_of(
+        NO_PLOT, default=False, help="Do not write plots (RUN_DIR/plots) after the run."
     )
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Called as points are measured: `(done, total, row)` (API only)."""
@@ -157,8 +171,8 @@ class P2PRun(RunDirRequest, P2PRequest, Request):
             help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
         ),
     )
-    dry_run: bool = field(
-        default=False, metadata=cli(help="Print what each copy should reach; touch no GPU.")
+    dry_run: bool = field_of(
+        DRY_RUN, default=False, help="Print what each copy should reach; touch no GPU."
     )
     on_step: Callable[[int, int, Step], None] | None = None
     """Called as copies are measured: `(done, total, step)` (API only)."""
@@ -203,46 +217,31 @@ class SuiteRun(LaunchRequest, Request):
         kw_only=False,
         metadata=arg(metavar="SUITE.yaml", type=Path, help="Suite file, e.g. configs/ci.yaml."),
     )
-    baseline: PathLike | None = field(
+    baseline: PathLike | None = field_of(
+        BASELINE,
         default=None,
-        metadata=cli(
-            "--baseline",
-            "-b",
-            type=Path,
-            help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
-        ),
+        also=("-b",),
+        help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
     )
-    out: PathLike = field(
-        default="results/suites",
-        metadata=cli("--out", "-o", type=Path, help="Parent directory of the suite directory."),
+    out: PathLike = field_of(
+        OUT, default="results/suites", help="Parent directory of the suite directory."
     )
-    nproc: int | None = field(
+    nproc: int | None = field_of(
+        NPROC,
         default=None,
-        metadata=cli(
-            "--nproc",
-            "-n",
-            type=int,
-            help="Workers per node (overrides the suite's world_size key, which is per node too).",
-        ),
+        help="Workers per node (overrides the suite's world_size key, which is per node too).",
     )
-    device: str | None = field(
-        default=None,
-        metadata=cli(metavar="cuda|cpu", type=str, help="cuda or cpu (overrides the suite)."),
+    device: str | None = field_of(DEVICE, default=None, help="cuda or cpu (overrides the suite).")
+    backend: str | None = field_of(
+        BACKEND, default=None, help="nccl or gloo (overrides the suite)."
     )
-    backend: str | None = field(
-        default=None,
-        metadata=cli(metavar="nccl|gloo", type=str, help="nccl or gloo (overrides the suite)."),
+    tolerance: str | float | None = field_of(
+        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
     )
-    tolerance: str | float | None = field(
-        default=None,
-        metadata=cli(
-            "--tolerance", "-t", type=str, help="Override the suite's compare.tolerance, e.g. 5%."
-        ),
+    allow_mismatch: bool = field_of(
+        ALLOW_MISMATCH, default=False, help="Compare with a baseline from a different machine."
     )
-    allow_mismatch: bool = ALLOW_MISMATCH.field(
-        default=False, help="Compare with a baseline from a different machine."
-    )
-    no_plot: bool = field(default=False, metadata=cli(help="Do not write plots after each run."))
+    no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
     on_event: Callable[[str], None] | None = None
     """Gets the progress lines the CLI prints (API only)."""
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
@@ -324,15 +323,11 @@ class CompareRequest(Request):
         kw_only=False,
         metadata=arg(metavar="NEW", type=Path, help="New run directory (or suite directory)."),
     )
-    tolerance: str | float | None = field(
+    tolerance: str | float | None = field_of(
+        TOLERANCE,
         default=None,
-        metadata=cli(
-            "--tolerance",
-            "-t",
-            type=str,
-            help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
-            "the suite's config says when comparing suites.",
-        ),
+        help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
+        "the suite's config says when comparing suites.",
     )
     latency_tolerance: str | float | None = field(
         default=None,
@@ -358,7 +353,8 @@ class CompareRequest(Request):
             "limits). Default 0.2.",
         ),
     )
-    allow_mismatch: bool = ALLOW_MISMATCH.field(
+    allow_mismatch: bool = field_of(
+        ALLOW_MISMATCH,
         default=False,
         help="Compare runs whose GPU model, world size, backend or topology differ.",
     )
@@ -397,16 +393,12 @@ def compare_runs(request: CompareRequest) -> Gate:
 class TopologyRequest(Request):
     """Every input option of `commbench topo` and `load_topology`, declared once."""
 
-    from_snapshot: PathLike | None = field(
+    from_snapshot: PathLike | None = field_of(
+        FROM,
         default=None,
         kw_only=False,
-        metadata=cli(
-            "--from",
-            metavar="SNAPSHOT.json",
-            type=Path,
-            help="Analyse a snapshot saved with --format json (or a run.json) instead of "
-            "this machine.",
-        ),
+        metavar="SNAPSHOT.json",
+        help="Analyse a snapshot saved with --format json (or a run.json) instead of this machine.",
     )
     from_smi: PathLike | None = field(
         default=None,
@@ -561,60 +553,44 @@ class Modelled:
 class ModelRequest(Request):
     """Every option of `commbench model` and `model_strategies`, declared once."""
 
-    world: str | Sequence[int] | None = field(
+    world: str | Sequence[int] | None = field_of(
+        WORLD,
         default=None,
-        metadata=cli(
-            "--world",
-            "-w",
-            type=str,
-            help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
-        ),
+        type=str,
+        also=("-w",),
+        help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
     )
-    bw: float | None = field(
+    bw: float | None = field_of(
+        BW,
         default=None,
-        metadata=cli(
-            type=float,
-            help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while "
-            "the latency is fitted.",
-        ),
+        help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while "
+        "the latency is fitted.",
     )
-    latency: float | None = field(
+    latency: float | None = field_of(
+        LATENCY,
         default=None,
-        metadata=cli(
-            type=float,
-            help="Latency per step in us (alpha). Needed without --from; with it, held while "
-            "the bandwidth is fitted.",
-        ),
+        help="Latency per step in us (alpha). Needed without --from; with it, held while "
+        "the bandwidth is fitted.",
     )
     launch: float = field(
         default=0.0,
         metadata=cli(help="Cost of one host-side launch/sync in us (default 0)."),
     )
-    sizes: str = field(
+    sizes: str = field_of(
+        SIZES,
         default=GPU_DEFAULT_SIZES,
-        metadata=cli(
-            "--sizes", "-s", help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}."
-        ),
+        help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}.",
     )
-    backend: str | None = field(
+    backend: str | None = field_of(
+        BACKEND,
         default=None,
-        metadata=cli(
-            metavar="nccl|gloo",
-            type=str,
-            help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
-        ),
+        help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
     )
-    strategies: str = field(
-        default="all",
-        metadata=cli(help="Strategies to predict: 'all' or a comma list."),
+    strategies: str = field_of(
+        STRATEGIES, default="all", help="Strategies to predict: 'all' or a comma list."
     )
-    from_run: PathLike | None = field(
-        default=None,
-        metadata=cli(
-            "--from",
-            type=Path,
-            help="Fit latency and bandwidth to this run's direct all_reduce rows.",
-        ),
+    from_run: PathLike | None = field_of(
+        FROM, default=None, help="Fit latency and bandwidth to this run's direct all_reduce rows."
     )
 
 
@@ -704,15 +680,11 @@ class PlotRequest(Request):
             help="Run directories; several draw one line per run on each chart.",
         ),
     )
-    out: PathLike | None = field(
+    out: PathLike | None = field_of(
+        OUT,
         default=None,
-        metadata=cli(
-            "--out",
-            "-o",
-            type=Path,
-            help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
-            "./plots for several.",
-        ),
+        help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
+        "./plots for several.",
     )
     formats: str | Sequence[str] = field(
         default="png,svg", metadata=cli(type=str, help="Comma list: png, svg.")
@@ -794,19 +766,12 @@ class ReportRequest(Request):
         kw_only=False,
         metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
     )
-    fmt: str = field(
-        default="md",
-        metadata=cli("--format", "-f", type=ReportFormat, help="md or html."),
+    fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help="md or html.")
+    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
+    baseline: PathLike | None = field_of(
+        BASELINE, default=None, help="Add the regression gate against this run or suite."
     )
-    out: PathLike | None = field(
-        default=None,
-        metadata=cli("--out", "-o", type=Path, help="Write here instead of stdout."),
-    )
-    baseline: PathLike | None = field(
-        default=None,
-        metadata=cli(type=Path, help="Add the regression gate against this run or suite."),
-    )
-    allow_mismatch: bool = ALLOW_MISMATCH.field(default=False, help=_MISMATCH_WITH_BASELINE)
+    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
     images: str | None = field(
         default=None,
         metadata=cli(
@@ -890,41 +855,30 @@ class ExportRequest(Request):
             metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
         ),
     )
-    fmt: str = field(
+    fmt: str = field_of(
+        FORMAT,
         default="openmetrics",
-        metadata=cli(
-            "--format",
-            "-f",
-            type=ExportFormat,
-            help="openmetrics (text format 1.0.0), prometheus (text format 0.0.4) or "
-            "nccl-tests-json (nccl-tests' -J file, version 3).",
-        ),
+        type=ExportFormat,
+        help="openmetrics (text format 1.0.0), prometheus (text format 0.0.4) or "
+        "nccl-tests-json (nccl-tests' -J file, version 3).",
     )
-    out: PathLike | None = field(
+    out: PathLike | None = field_of(
+        OUT,
         default=None,
-        metadata=cli(
-            "--out",
-            "-o",
-            type=Path,
-            help="Write here instead of stdout, atomically (a temporary file beside it, then "
-            "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
-        ),
+        help="Write here instead of stdout, atomically (a temporary file beside it, then "
+        "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
     )
-    baseline: PathLike | None = field(
+    baseline: PathLike | None = field_of(
+        BASELINE,
         default=None,
-        metadata=cli(
-            type=Path,
-            help="Add the regression gate against this run: each point's verdict and speed ratio.",
-        ),
+        help="Add the regression gate against this run: each point's verdict and speed ratio.",
     )
-    allow_mismatch: bool = ALLOW_MISMATCH.field(default=False, help=_MISMATCH_WITH_BASELINE)
-    op: str | None = field(
+    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
+    op: str | None = field_of(
+        OP,
         default=None,
-        metadata=cli(
-            type=str,
-            help="With --format nccl-tests-json: the op to write, when the run measured "
-            "several (nccl-tests' file holds one op's results).",
-        ),
+        help="With --format nccl-tests-json: the op to write, when the run measured "
+        "several (nccl-tests' file holds one op's results).",
     )
 
 
@@ -1016,13 +970,11 @@ class ImportRequest(Request):
             help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
         ),
     )
-    out: PathLike = field(
-        default="results",
-        metadata=cli("--out", "-o", type=Path, help="Parent directory of the run directories."),
+    out: PathLike = field_of(
+        OUT, default="results", help="Parent directory of the run directories."
     )
-    op: str | None = field(
-        default=None,
-        metadata=cli(type=str, help="The collective, when neither the log nor its file name says."),
+    op: str | None = field_of(
+        OP, default=None, help="The collective, when neither the log nor its file name says."
     )
     world_size: int | None = field(
         default=None,
@@ -1072,15 +1024,11 @@ class RecordRequest(Request):
     command: Sequence[str] = field(default=(), kw_only=False)
     """The job's command as a list (`["torchrun", "--nproc-per-node", "2", "train.py"]`):
     on the command line, everything after `--`."""
-    out: PathLike | None = field(
+    out: PathLike | None = field_of(
+        OUT,
         default=None,
-        metadata=cli(
-            "--out",
-            "-o",
-            type=Path,
-            metavar="DIR",
-            help="Trace directory to write (new or empty). Default: results/trace-<time>.",
-        ),
+        metavar="DIR",
+        help="Trace directory to write (new or empty). Default: results/trace-<time>.",
     )
 
 

@@ -2,12 +2,14 @@
 type it is parsed into (`commbench.options.Flag`).
 
 A record that takes one of them says, in its own field, what the flag means for its command
-(`WARMUP.field(help="Warm-up iterations per test.")`): help texts differ (a point, a test,
+(`field_of(WARMUP, help="Warm-up iterations per test.")`): help texts differ (a point, a test,
 a row), the flag does not. The timing flags are the fields of `collectives.settings.Timing`
 as each producer asks for them; `--allow-mismatch` is the gate's, wherever a baseline is.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from commbench.options import flag
 
@@ -21,3 +23,27 @@ TIMEOUT = flag("--timeout", type=float)
 """Seconds without progress before a run is declared hung (`Timing.timeout`)."""
 ALLOW_MISMATCH = flag("--allow-mismatch", type=bool)
 """Compare runs whose comparability context (GPU model, world size, ...) differs."""
+
+# The flags that name what a command reads or writes, or how it prints.
+OUT = flag("--out", "-o", type=Path)
+"""Where a command writes: a parent directory for a new run, a file instead of stdout."""
+FORMAT = flag("--format", "-f")
+"""How a command prints (each command's choices are its own Enum)."""
+BASELINE = flag("--baseline", type=Path)
+"""What a run is compared with: a run, a suite or an expectations file."""
+TOLERANCE = flag("--tolerance", "-t", type=str)
+"""How far below its baseline a measurement may fall (5%, 0.05)."""
+FROM = flag("--from", type=Path)
+"""A stored file to read instead of measuring (a snapshot, a run)."""
+NO_PLOT = flag("--no-plot", type=bool)
+DRY_RUN = flag("--dry-run", type=bool)
+SIZES = flag("--sizes", "-s", type=str)
+STRATEGIES = flag("--strategies", type=str)
+OP = flag("--op", type=str)
+WORLD = flag("--world")
+BW = flag("--bw", type=float)
+LATENCY = flag("--latency", type=float)
+NPROC = flag("--nproc", "-n", type=int)
+"""Workers per node (`collectives.placement.PlacementRequest`; a suite's override)."""
+BACKEND = flag("--backend", type=str, metavar="nccl|gloo")
+DEVICE = flag("--device", type=str, metavar="cuda|cpu")

@@ -83,7 +83,7 @@ def cli(
 class Flag:
     """A flag that several records take, declared once (`commbench.flags`): its spellings,
     the type it is parsed into, its metavar and its range. Each record that takes it says,
-    with `.field(...)`, what it means there (its help), its default and whether a suite file
+    with `field_of(FLAG, ...)`, what it means there (its help), its default and whether a suite file
     takes it; a record whose command shows another metavar or checks another range says so
     there too. Renaming the flag, or changing its type, is one edit."""
 
@@ -104,13 +104,17 @@ class Flag:
         metavar: str | None = None,
         minimum: float | None = None,
         maximum: float | None = None,
+        type: Any = None,
+        also: tuple[str, ...] = (),
     ) -> Any:
-        """A dataclass field declared as this flag, with this record's help and default."""
+        """A dataclass field declared as this flag, with this record's help and default (and
+        where its command differs: the metavar it shows, the range it checks, the type it
+        parses, a short spelling it adds)."""
         declared = Declared(
-            self.names,
+            self.names + also,
             help,
             metavar or self.metavar,
-            self.type,
+            self.type if type is None else type,
             False,
             suite,
             late,
@@ -118,6 +122,44 @@ class Flag:
             self.maximum if maximum is None else maximum,
         )
         return dataclasses.field(default=default, kw_only=kw_only, metadata={KEY: declared})
+
+    def option(self, default: Any, *, help: str, metavar: str | None = None) -> Any:
+        """The `typer.Option` of this flag as a command body's own parameter (a way of
+        printing, not an option of the verb: `--format`, compare's `--out`)."""
+        import typer
+
+        return typer.Option(default, *self.names, metavar=metavar or self.metavar, help=help)
+
+
+def field_of(
+    flag: Flag,
+    *,
+    help: str,
+    default: Any = None,
+    suite: bool = False,
+    late: bool = False,
+    kw_only: bool = True,
+    metavar: str | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    type: Any = None,
+    also: tuple[str, ...] = (),
+) -> Any:
+    """A record's field that is the shared `flag`: `warmup: int | None = field_of(WARMUP,
+    help="Warm-up iterations per test.")` (`Flag.field`; a plain function, so that a linter
+    knows the dataclass default it returns, as it knows `dataclasses.field`)."""
+    return flag.field(
+        help=help,
+        default=default,
+        suite=suite,
+        late=late,
+        kw_only=kw_only,
+        metavar=metavar,
+        minimum=minimum,
+        maximum=maximum,
+        type=type,
+        also=also,
+    )
 
 
 def flag(

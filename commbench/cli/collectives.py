@@ -8,6 +8,7 @@ import typer
 
 from commbench.api import CollectivesRun
 from commbench.cli._common import place_ranks, reported_errors, said_first
+from commbench.flags import FORMAT
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -23,7 +24,7 @@ def register(app: typer.Typer) -> None:
     @command(CollectivesRun)
     def collectives(
         request: CollectivesRun,
-        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
+        fmt: Format = FORMAT.option(Format.table, help="Output format on stdout."),
     ) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():

@@ -9,6 +9,7 @@ import typer
 from commbench.api import CompareRequest
 from commbench.cli._common import reported_errors
 from commbench.files import write_text
+from commbench.flags import FORMAT, OUT
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -18,8 +19,8 @@ def register(app: typer.Typer) -> None:
     @command(CompareRequest)
     def compare(
         request: CompareRequest,
-        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
-        out: Path = typer.Option(None, "--out", "-o", help="Also write the output to this file."),
+        fmt: Format = FORMAT.option(Format.table, help="Output format."),
+        out: Path = OUT.option(None, help="Also write the output to this file."),
     ) -> None:
         """Fail (exit 1) when the new run is significantly slower than the baseline; 2 = incomparable."""
         with reported_errors():

@@ -9,6 +9,7 @@ import typer
 
 from commbench.api import DiagnoseRun
 from commbench.cli._common import place_ranks, progress_bar, reported_errors, said_first
+from commbench.flags import FORMAT
 from commbench.options import command, values
 
 if TYPE_CHECKING:
@@ -27,9 +28,7 @@ def register(app: typer.Typer) -> None:
     @command(DiagnoseRun)
     def diagnose(
         request: DiagnoseRun,
-        fmt: Format = typer.Option(
-            Format.table, "--format", "-f", help="table, json, md or junit."
-        ),
+        fmt: Format = FORMAT.option(Format.table, help="table, json, md or junit."),
     ) -> None:
         """Find the one slow node, GPU or link: tests inside every node, then across nodes."""
         with reported_errors():

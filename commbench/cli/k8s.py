@@ -10,7 +10,7 @@ import typer
 from commbench.arguments import Request
 from commbench.cli._common import reported_errors
 from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, command, values, verb
+from commbench.options import cli, command, field_of, values, verb
 
 
 @dataclass(kw_only=True)
@@ -23,9 +23,9 @@ class K8sManifestRequest(Request):
     image: str = field(
         metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
     )
-    nodes: int = NODES.field(default=2, help="Nodes (one pod each).")
-    gpus_per_node: int = GPUS_PER_NODE.field(
-        default=8, help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."
+    nodes: int = field_of(NODES, default=2, help="Nodes (one pod each).")
+    gpus_per_node: int = field_of(
+        GPUS_PER_NODE, default=8, help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."
     )
     kind: str = field(
         default="job",

@@ -6,6 +6,7 @@ import typer
 
 from commbench.api import ModelRequest
 from commbench.cli._common import reported_errors
+from commbench.flags import FORMAT
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -15,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @command(ModelRequest)
     def model(
         request: ModelRequest,
-        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+        fmt: Format = FORMAT.option(Format.table, help="Output format."),
     ) -> None:
         """Predict each all-reduce strategy with the alpha-beta model (latency + bytes / bandwidth)."""
         with reported_errors():

@@ -9,6 +9,7 @@ import typer
 
 from commbench.api import P2PRun
 from commbench.cli._common import progress_bar, reported_errors
+from commbench.flags import FORMAT
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
     @command(P2PRun)
     def p2p(
         request: P2PRun,
-        fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
+        fmt: Format = FORMAT.option(Format.table, help="Output format on stdout."),
     ) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
         with reported_errors():

@@ -10,6 +10,7 @@ import typer
 
 from commbench.api import SuiteRun
 from commbench.cli._common import reported_errors
+from commbench.flags import FORMAT
 from commbench.options import command, values
 from commbench.results.exporters import Format
 
@@ -47,9 +48,7 @@ def register(app: typer.Typer) -> None:
     @command(SuiteRun)
     def run(
         request: SuiteRun,
-        fmt: Format = typer.Option(
-            Format.table, "--format", "-f", help="Format of the comparison on stdout."
-        ),
+        fmt: Format = FORMAT.option(Format.table, help="Format of the comparison on stdout."),
     ) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():

@@ -10,7 +10,7 @@ import typer
 from commbench.arguments import Request
 from commbench.cli._common import reported_errors
 from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, command, values, verb
+from commbench.options import cli, command, field_of, values, verb
 
 
 @dataclass(kw_only=True)
@@ -20,9 +20,9 @@ class SlurmScriptRequest(Request):
     command: Sequence[str] = field(default=("collectives",), kw_only=False)
     """The commbench command to run on every node, as a list (`["collectives", "--sizes",
     "1K-1G"]`): on the command line, everything after the options."""
-    nodes: int = NODES.field(default=2, help="Nodes to allocate.")
-    gpus_per_node: int = GPUS_PER_NODE.field(
-        default=8, help="GPUs per node (0 for a CPU/gloo run)."
+    nodes: int = field_of(NODES, default=2, help="Nodes to allocate.")
+    gpus_per_node: int = field_of(
+        GPUS_PER_NODE, default=8, help="GPUs per node (0 for a CPU/gloo run)."
     )
     partition: str | None = field(
         default=None, metadata=cli("--partition", "-p", type=str, help="SLURM partition.")

@@ -10,6 +10,7 @@ import typer
 from commbench.api import TopologyRequest
 from commbench.cli._common import reported_errors
 from commbench.files import dump_json, write_text
+from commbench.flags import FORMAT, OUT
 from commbench.options import command, values
 
 
@@ -25,17 +26,13 @@ def register(app: typer.Typer) -> None:
     @command(TopologyRequest)
     def topo(
         request: TopologyRequest,
-        fmt: Format = typer.Option(
+        fmt: Format = FORMAT.option(
             Format.table,
-            "--format",
-            "-f",
             help="table (readable) or json (the snapshot). With --out, the file gets this "
             "format and stdout the table.",
         ),
-        out: Path | None = typer.Option(
+        out: Path | None = OUT.option(
             None,
-            "--out",
-            "-o",
             metavar="FILE",
             help="Also write the output (per --format) to FILE; the table still goes to stdout.",
         ),

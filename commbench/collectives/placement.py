@@ -6,9 +6,10 @@ function, so `collectives`, `run` and `slurm-script` cannot drift apart on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from commbench.options import cli
+from commbench.flags import BACKEND, DEVICE, NPROC
+from commbench.options import field_of
 from commbench.results.names import MAX_NPROC
 
 CPU_DEFAULT_NPROC = 2
@@ -67,32 +68,18 @@ class PlacementRequest:
     """Where a run's ranks go, as the user asked (None: the machine decides): declared once
     for `collectives`, `run` and `diagnose`, their API verbs and `slurm-script`."""
 
-    nproc: int | None = field(
+    nproc: int | None = field_of(
+        NPROC,
         default=None,
-        # one range for every command that places ranks (replay took 0 and then asked for
-        # --world 0, which it refuses)
-        metadata=cli(
-            "--nproc",
-            "-n",
-            type=int,
-            minimum=1,
-            maximum=MAX_NPROC,
-            help="Workers per node. Default: every visible GPU, else 2.",
-        ),
+        minimum=1,
+        maximum=MAX_NPROC,
+        help="Workers per node. Default: every visible GPU, else 2.",
     )
-    backend: str | None = field(
-        default=None,
-        metadata=cli(
-            metavar="nccl|gloo",
-            type=str,
-            help="nccl or gloo. Default: nccl on GPUs, gloo on CPU.",
-        ),
+    backend: str | None = field_of(
+        BACKEND, default=None, help="nccl or gloo. Default: nccl on GPUs, gloo on CPU."
     )
-    device: str | None = field(
-        default=None,
-        metadata=cli(
-            metavar="cuda|cpu", type=str, help="cuda or cpu. Default: cuda when a GPU is visible."
-        ),
+    device: str | None = field_of(
+        DEVICE, default=None, help="cuda or cpu. Default: cuda when a GPU is visible."
     )
 
     def placement(self) -> Placement:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
 from commbench.errors import UserError, quoted
-from commbench.flags import ITERS, MIN_TIME, TIMEOUT, WARMUP
+from commbench.flags import ITERS, MIN_TIME, SIZES, STRATEGIES, TIMEOUT, WARMUP
 from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
-from commbench.options import cli
+from commbench.options import cli, field_of
 from commbench.results.names import (
     BACKENDS,
     DEFAULT_TIMEOUT,
@@ -220,17 +220,13 @@ class CollectivesRequest:
     suite entry's key. `settings(place)` checks it and fills in the defaults that depend
     on the machine (`CollectivesSettings` is what workers read and run.json stores)."""
 
-    sizes: str | Sequence[int | str] | None = field(
+    sizes: str | Sequence[int | str] | None = field_of(
+        SIZES,
         default=None,
-        metadata=cli(
-            "--sizes",
-            "-s",
-            metavar="SIZES",
-            type=str,
-            suite=True,
-            help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
-            f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
-        ),
+        metavar="SIZES",
+        suite=True,
+        help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
+        f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
     )
     ops: str | Sequence[str] | None = field(
         default=None,
@@ -241,13 +237,11 @@ class CollectivesRequest:
             help="Comma list of ops, or 'all' (the default unless --strategies).",
         ),
     )
-    strategies: str | Sequence[str] | None = field(
+    strategies: str | Sequence[str] | None = field_of(
+        STRATEGIES,
         default=None,
-        metadata=cli(
-            metavar="NAMES",
-            type=str,
-            help="All-reduce strategies to compare: 'all' or a comma list.",
-        ),
+        metavar="NAMES",
+        help="All-reduce strategies to compare: 'all' or a comma list.",
     )
     dtype: str | Sequence[str] = field(
         default="float32",
@@ -264,18 +258,21 @@ class CollectivesRequest:
             metavar="sum|avg|max|min|prod", suite=True, help="sum, avg, max, min or prod."
         ),
     )
-    warmup: int | None = WARMUP.field(
+    warmup: int | None = field_of(
+        WARMUP,
         suite=True,
         maximum=MAX_ITERATIONS,
         help="Warm-up iterations per point. Default adapts (2-20).",
     )
-    iters: int | None = ITERS.field(
+    iters: int | None = field_of(
+        ITERS,
         suite=True,
         minimum=1,
         maximum=MAX_ITERATIONS,
         help="Timed iterations per point. Default: fill --min-time.",
     )
-    min_time: float | None = MIN_TIME.field(
+    min_time: float | None = field_of(
+        MIN_TIME,
         suite=True,
         help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-"
         f"{DEFAULT_MAX_ITERS} iterations). Default {DEFAULT_MIN_TIME}.",
@@ -306,7 +303,8 @@ class CollectivesRequest:
         default=None,
         metadata=cli(metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."),
     )
-    timeout: float = TIMEOUT.field(
+    timeout: float = field_of(
+        TIMEOUT,
         default=DEFAULT_TIMEOUT,
         suite=True,
         help="Seconds without progress before the run is declared hung "

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
-from commbench.flags import ITERS, TIMEOUT, WARMUP
+from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
 from commbench.lists import split_list
-from commbench.options import cli
+from commbench.options import cli, field_of
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -70,45 +70,35 @@ class DiagnoseRequest:
     """What a user asks of `commbench diagnose`, beside where its ranks go and the launch:
     each field is declared once here and is the flag and the `run_diagnose` keyword."""
 
-    sizes: str | int | None = field(
+    sizes: str | int | None = field_of(
+        SIZES,
         default=None,
-        metadata=cli(
-            "--sizes",
-            "-s",
-            metavar="SIZE",
-            type=str,
-            help="Bytes per rank of each test (bandwidth-bound). "
-            f"Default {GPU_DEFAULT_SIZE} on GPUs, {CPU_DEFAULT_SIZE} on CPU.",
-        ),
+        metavar="SIZE",
+        help="Bytes per rank of each test (bandwidth-bound). "
+        f"Default {GPU_DEFAULT_SIZE} on GPUs, {CPU_DEFAULT_SIZE} on CPU.",
     )
-    tolerance: str | float | None = field(
+    tolerance: str | float | None = field_of(
+        TOLERANCE,
         default=None,
-        metadata=cli(
-            "--tolerance",
-            "-t",
-            type=str,
-            help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}.",
-        ),
+        help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}.",
     )
     stages: str | Sequence[str] | None = field(
         default=None,
         metadata=cli(metavar="intra,inter", type=str, help="Stages to run. Default both."),
     )
-    baseline: str | Path | None = field(
+    baseline: str | Path | None = field_of(
+        BASELINE,
         default=None,
-        metadata=cli(
-            metavar="EXPECTATIONS",
-            type=Path,
-            help="Expected GB/s per stage (JSON) or a diagnose run of a good cluster; "
-            "default: the median of the peers.",
-        ),
+        metavar="EXPECTATIONS",
+        help="Expected GB/s per stage (JSON) or a diagnose run of a good cluster; "
+        "default: the median of the peers.",
     )
-    iters: int | None = ITERS.field(help=f"Timed iterations per test. Default {DEFAULT_ITERS}.")
-    warmup: int | None = WARMUP.field(
-        help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."
+    iters: int | None = field_of(ITERS, help=f"Timed iterations per test. Default {DEFAULT_ITERS}.")
+    warmup: int | None = field_of(
+        WARMUP, help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."
     )
-    timeout: float | None = TIMEOUT.field(
-        help="Seconds without progress before a node is declared hung."
+    timeout: float | None = field_of(
+        TIMEOUT, help="Seconds without progress before a node is declared hung."
     )
 
 

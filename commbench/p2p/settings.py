@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commbench.errors import UserError, quoted
-from commbench.flags import ITERS, WARMUP
+from commbench.flags import ITERS, LATENCY, WARMUP
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
-from commbench.options import cli
+from commbench.options import cli, field_of
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
@@ -230,11 +230,12 @@ class P2PRequest:
     host: bool = field(
         default=False, metadata=cli(help="Also pinned host->device and device->host copies.")
     )
-    latency: bool = field(
-        default=False, metadata=cli(help="Also small-copy latency (4 B - 64 KiB, in us).")
+    latency: bool = field_of(
+        LATENCY, default=False, type=bool, help="Also small-copy latency (4 B - 64 KiB, in us)."
     )
-    warmup: int = WARMUP.field(default=5, help="Untimed rounds before each measurement.")
-    iters: int | None = ITERS.field(
+    warmup: int = field_of(WARMUP, default=5, help="Untimed rounds before each measurement.")
+    iters: int | None = field_of(
+        ITERS,
         help="Timed rounds per measurement. "
         f"Default {DEFAULT_ITERS['bandwidth']} (latency: {DEFAULT_ITERS['latency']}).",
     )

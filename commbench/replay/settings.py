@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
-from commbench.flags import ITERS, TIMEOUT, WARMUP
+from commbench.flags import BW, DRY_RUN, ITERS, LATENCY, TIMEOUT, WARMUP, WORLD
 from commbench.numbers import check_range
-from commbench.options import arg, cli
+from commbench.options import arg, cli, field_of
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.results.names import DEFAULT_TIMEOUT
 from commbench.traces.names import MAX_WORLD
@@ -65,19 +65,16 @@ class ReplayRequest:
             "Recorder JSON, Chakra JSON).",
         ),
     )
-    dry_run: bool = field(
-        default=False, metadata=cli(help="Print the replay plan; launch nothing.")
-    )
-    world: int | None = field(
+    dry_run: bool = field_of(DRY_RUN, default=False, help="Print the replay plan; launch nothing.")
+    world: int | None = field_of(
+        WORLD,
         default=None,
-        metadata=cli(
-            type=int,
-            metavar="N",
-            minimum=1,
-            maximum=MAX_WORLD,
-            help="Replay on N ranks, each op's sizes scaled as its collective dictates. "
-            "Default: the trace's world size.",
-        ),
+        type=int,
+        metavar="N",
+        minimum=1,
+        maximum=MAX_WORLD,
+        help="Replay on N ranks, each op's sizes scaled as its collective dictates. "
+        "Default: the trace's world size.",
     )
     steps: int | None = field(
         default=None,
@@ -126,32 +123,26 @@ class ReplayRequest:
             "half of --timeout.",
         ),
     )
-    timeout: float = TIMEOUT.field(
+    timeout: float = field_of(
+        TIMEOUT,
         default=DEFAULT_TIMEOUT,
         help="Seconds without progress before the replay is declared hung "
         "(start-up, until the first row, gets at least 120 s).",
     )
-    bw: float | None = field(
+    bw: float | None = field_of(
+        BW,
         default=None,
-        metadata=cli(
-            type=float,
-            metavar="GBPS",
-            help="With --latency and --rebucket: also predict each cap on another fabric, "
-            "this link bandwidth in GB/s, at the replay's world size (with --dry-run, "
-            "launching nothing).",
-        ),
+        metavar="GBPS",
+        help="With --latency and --rebucket: also predict each cap on another fabric, "
+        "this link bandwidth in GB/s, at the replay's world size (with --dry-run, "
+        "launching nothing).",
     )
-    latency: float | None = field(
-        default=None,
-        metadata=cli(
-            type=float,
-            metavar="US",
-            help="With --bw: that fabric's latency per step in us.",
-        ),
+    latency: float | None = field_of(
+        LATENCY, default=None, metavar="US", help="With --bw: that fabric's latency per step in us."
     )
-    iters: int | None = ITERS.field(help="Timed iterations per row. Default: enough for 0.2 s.")
-    warmup: int | None = WARMUP.field(
-        help="Warm-up iterations per row. Default: adapts to the size."
+    iters: int | None = field_of(ITERS, help="Timed iterations per row. Default: enough for 0.2 s.")
+    warmup: int | None = field_of(
+        WARMUP, help="Warm-up iterations per row. Default: adapts to the size."
     )
 
 
