@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
@@ -46,7 +46,7 @@ from commbench.flags import (
     WORLD,
 )
 from commbench.launch.request import LaunchRequest
-from commbench.options import arg, cli, field_of, verb
+from commbench.options import arg, cli, field_of, from_params, verb
 from commbench.p2p.settings import P2PRequest
 from commbench.replay.settings import ReplayRequest
 from commbench.report.export import ExportFormat
@@ -55,6 +55,7 @@ from commbench.report.options import Images, ReportFormat
 if TYPE_CHECKING:
     from commbench.compare import Gate
     from commbench.diagnose.run import Diagnosis
+    from commbench.launch.job import MultiNodeJob
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
     from commbench.record.run import Recorded
@@ -115,6 +116,18 @@ class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, Collectives
     )
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Called as points are measured: `(done, total, row)` (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `collectives` they wrap
+        (`given`: its parsed options): the settings every node will build, placed on the
+        job's nodes, and the ranks they name."""
+        from commbench.launch.preflight import validate_ranks
+
+        place = job.place(given["device"], given["nproc"], given["backend"])
+        settings = from_params(CollectivesRequest, given).settings(place)
+        job.check_gpus(settings.device, settings.nproc)
+        validate_ranks(settings, job.nodes * settings.nproc)
 
 
 @verb(CollectivesRun)
@@ -246,6 +259,30 @@ class SuiteRun(LaunchRequest, Request):
     """Gets the progress lines the CLI prints (API only)."""
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Gets each entry's points as `collectives` gives them (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `run` they wrap: the suite
+        file, every run's settings on the job's nodes, and the baseline it is gated by."""
+        from commbench.launch.launcher import LaunchOptions
+        from commbench.suites.gate import load_runs
+        from commbench.suites.runner import prepare_suite
+
+        # the nodes build the rendezvous from the job; any endpoint stands for it here
+        endpoint = "head-node:29400" if job.nodes > 1 else None
+        _, machine, _ = prepare_suite(
+            given["config"],
+            LaunchOptions(nnodes=job.nodes, rdzv_endpoint=endpoint),
+            job.place,
+            nproc=given["nproc"],
+            device=given["device"],
+            backend=given["backend"],
+            tolerance=given["tolerance"],
+            allow_mismatch=given["allow_mismatch"],
+        )
+        job.check_gpus(machine.device, machine.nproc)
+        if given.get("baseline") is not None:
+            load_runs(given["baseline"])
 
 
 @verb(SuiteRun)
@@ -477,6 +514,16 @@ class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementReques
 
     on_test: Callable[[dict[str, object]], None] | None = None
     """Called as each test ends, with its event (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `diagnose` they wrap: the
+        diagnosis and its launch's settings, placed on the job's nodes."""
+        from commbench.diagnose.settings import diagnose_settings
+
+        place = job.place(given["device"], given["nproc"], given["backend"])
+        _, diagnosed = diagnose_settings(place, from_params(DiagnoseRequest, given))
+        job.check_gpus(diagnosed.device, diagnosed.nproc)
 
 
 @verb(DiagnoseRun)

@@ -6,12 +6,46 @@ line's own grammar."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
 
+from commbench.arguments import Request
 from commbench.launch.job import LAUNCH_FLAGS, WRAPPABLE, MultiNodeJob, Scheduler
+from commbench.options import command as command_of
+from commbench.options import values
+
+
+@dataclass(kw_only=True)
+class JobRequest(Request):
+    """What `slurm-script` and `k8s-manifest` both take first: the command every node runs
+    (their own options, the job's nodes and GPUs among them, are their records')."""
+
+    command: Sequence[str] = field(default=("collectives",), kw_only=False)
+    """The commbench command to run on every node, as a list (`["collectives", "--sizes",
+    "1K-1G"]`): on the command line, everything after the options."""
+
+
+def register_job_command(
+    app: typer.Typer, name: str, record: type, write: Callable[..., str], doc: str
+) -> None:
+    """Register `slurm-script` or `k8s-manifest`: the options are `record`'s, everything
+    after them is the wrapped command, and what `write` (the verb) returns is printed."""
+    from commbench.cli._common import reported_errors
+
+    def job_command(request: Any, ctx: typer.Context) -> None:
+        with reported_errors():
+            request.command = ctx.args
+            text = write(**values(request))
+        typer.echo(text, nl=False)
+
+    job_command.__doc__ = doc
+    job_command.__name__ = job_command.__qualname__ = f"{name.replace('-', '_')}_command"
+    app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+        command_of(record)(job_command)
+    )
 
 
 def multi_node_job(
@@ -42,7 +76,7 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     from commbench.escape import describe, unsafe_character
 
     name, rest = job.args[0], job.args[1:]
-    nodes, gpus_per_node, scheduler = job.nodes, job.gpus_per_node, job.scheduler
+    gpus_per_node, scheduler = job.gpus_per_node, job.scheduler
     group: Any = typer.main.get_command(app)
     parent = typer.Context(group, info_name="commbench")
     if name.startswith("-"):  # not a command: an option the scheduler's command lacks
@@ -88,60 +122,10 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
         raise UserError(
             f"--backend nccl needs GPUs, and {scheduler.writes} asks for --gpus-per-node 0"
         )
-    # What the nodes will run, built by the functions the command itself builds it with,
-    # placed on the nodes the job asks for (not on this submit host)
-    from functools import partial
-
-    from commbench.collectives.placement import placement_for
-    from commbench.launch.launcher import LaunchOptions
-    from commbench.options import from_params
-
-    placer = partial(placement_for, gpus_per_node)
-    # the nodes build the rendezvous from the job; any endpoint stands for it here
-    launch = LaunchOptions(nnodes=nodes, rdzv_endpoint="head-node:29400" if nodes > 1 else None)
-    if name == "collectives":
-        from commbench.collectives.settings import CollectivesRequest
-        from commbench.launch.preflight import validate_ranks
-
-        settings = from_params(CollectivesRequest, params).settings(
-            placer(params["device"], params["nproc"], params["backend"])
-        )
-        _check_gpus(job, settings.device, settings.nproc)
-        validate_ranks(settings, nodes * settings.nproc)
-    elif name == "diagnose":
-        from commbench.diagnose.settings import DiagnoseRequest, diagnose_settings
-
-        _, diagnosed = diagnose_settings(
-            placer(params["device"], params["nproc"], params["backend"]),
-            from_params(DiagnoseRequest, params),
-        )
-        _check_gpus(job, diagnosed.device, diagnosed.nproc)
-    elif name == "run":
-        from commbench.suites.gate import load_runs
-        from commbench.suites.runner import prepare_suite
-
-        _, machine, _ = prepare_suite(
-            params["config"],
-            launch,
-            placer,
-            nproc=params["nproc"],
-            device=params["device"],
-            backend=params["backend"],
-            tolerance=params["tolerance"],
-            allow_mismatch=params["allow_mismatch"],
-        )
-        _check_gpus(job, machine.device, machine.nproc)
-        if params.get("baseline") is not None:
-            load_runs(params["baseline"])
+    # What the nodes will run, built by the functions the command itself builds it with, on
+    # the nodes the job asks for: the wrapped command's request checks itself
+    record = getattr(command.callback, "options", None)
+    check = getattr(record, "check_wrapped", None)
+    if check is not None:
+        check(params, job)
     return dict(params)
-
-
-def _check_gpus(job: MultiNodeJob, device: str, nproc: int) -> None:
-    """GPU ranks need a GPU each on the node: the nodes would refuse it after the queue."""
-    from commbench.errors import UserError
-
-    if device == "cuda" and nproc > job.gpus_per_node:
-        raise UserError(
-            f"--device cuda runs {nproc} GPU rank(s) per node, and {job.scheduler.writes} "
-            f"asks for --gpus-per-node {job.gpus_per_node}"
-        )

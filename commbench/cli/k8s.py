@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import typer
 
-from commbench.arguments import Request
-from commbench.cli._common import reported_errors
+from commbench.cli._job import JobRequest, register_job_command
 from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, command, field_of, values, verb
+from commbench.options import cli, field_of, verb
 
 
 @dataclass(kw_only=True)
-class K8sManifestRequest(Request):
+class K8sManifestRequest(JobRequest):
     """Every option of `commbench k8s-manifest` and `k8s_manifest`, declared once."""
 
-    command: Sequence[str] = field(default=("collectives",), kw_only=False)
-    """The commbench command to run on every node, as a list (`["collectives", "--sizes",
-    "1K-1G"]`): on the command line, everything after the options."""
     image: str = field(
         metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
     )
@@ -83,18 +78,14 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
+    register_job_command(
+        app,
         "k8s-manifest",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    @command(K8sManifestRequest)
-    def k8s_manifest_command(request: K8sManifestRequest, ctx: typer.Context) -> None:
+        K8sManifestRequest,
+        k8s_manifest,
         """Print a Kubernetes manifest that runs commbench on every node: one pod per node.
 
         Everything after the options is the commbench command to run, e.g.
         `commbench k8s-manifest -N 4 --image IMAGE -- collectives --sizes 1K-1G`.
-        """
-        with reported_errors():
-            request.command = ctx.args
-            text = k8s_manifest(**values(request))
-        typer.echo(text, nl=False)
+        """,
+    )

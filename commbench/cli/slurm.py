@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import typer
 
-from commbench.arguments import Request
-from commbench.cli._common import reported_errors
+from commbench.cli._job import JobRequest, register_job_command
 from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, command, field_of, values, verb
+from commbench.options import cli, field_of, verb
 
 
 @dataclass(kw_only=True)
-class SlurmScriptRequest(Request):
+class SlurmScriptRequest(JobRequest):
     """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
 
-    command: Sequence[str] = field(default=("collectives",), kw_only=False)
-    """The commbench command to run on every node, as a list (`["collectives", "--sizes",
-    "1K-1G"]`): on the command line, everything after the options."""
     nodes: int = field_of(NODES, default=2, help="Nodes to allocate.")
     gpus_per_node: int = field_of(
         GPUS_PER_NODE, default=8, help="GPUs per node (0 for a CPU/gloo run)."
@@ -68,18 +63,14 @@ def slurm_script(request: SlurmScriptRequest) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
+    register_job_command(
+        app,
         "slurm-script",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    @command(SlurmScriptRequest)
-    def slurm_script_command(request: SlurmScriptRequest, ctx: typer.Context) -> None:
+        SlurmScriptRequest,
+        slurm_script,
         """Print an sbatch script that runs commbench on every node of a SLURM job.
 
         Everything after the options is the commbench command to run, e.g.
         `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
-        """
-        with reported_errors():
-            request.command = ctx.args
-            script = slurm_script(**values(request))
-        typer.echo(script, nl=False)
+        """,
+    )

@@ -12,12 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commbench.collectives.settings import MAX_NODES
 from commbench.errors import UserError, quoted
 from commbench.numbers import check_range
 from commbench.options import flag
+
+if TYPE_CHECKING:
+    from commbench.collectives.placement import Placement
 
 MAX_GPUS_PER_NODE = 64
 """GPUs one node of a job asks for at most (an HGX node has 8, the densest have 16 to 72
@@ -144,3 +147,22 @@ class MultiNodeJob:
             raise UserError("--gpus-per-node must be >= 0")
         check_range(self.gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
         self.scheduler.check_name(self.scheduler.name_flag, self.name)
+
+    # What a wrapped command's request checks itself against (`check_wrapped` of
+    # `CollectivesRun`, `DiagnoseRun`, `SuiteRun`): the job's nodes, not this submit host.
+
+    def place(
+        self, device: str | None = None, nproc: int | None = None, backend: str | None = None
+    ) -> Placement:
+        """Ranks placed on one of the job's nodes (`placement_for` its GPUs)."""
+        from commbench.collectives.placement import placement_for
+
+        return placement_for(self.gpus_per_node, device, nproc, backend)
+
+    def check_gpus(self, device: str, nproc: int) -> None:
+        """GPU ranks need a GPU each on the node: the nodes would refuse it after the queue."""
+        if device == "cuda" and nproc > self.gpus_per_node:
+            raise UserError(
+                f"--device cuda runs {nproc} GPU rank(s) per node, and {self.scheduler.writes} "
+                f"asks for --gpus-per-node {self.gpus_per_node}"
+            )
