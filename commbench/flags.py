@@ -9,7 +9,11 @@ as each producer asks for them; `--allow-mismatch` is the gate's, wherever a bas
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from commbench.options import flag
 
@@ -47,3 +51,22 @@ NPROC = flag("--nproc", "-n", type=int)
 """Workers per node (`collectives.placement.PlacementRequest`; a suite's override)."""
 BACKEND = flag("--backend", type=str, metavar="nccl|gloo")
 DEVICE = flag("--device", type=str, metavar="cuda|cpu")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """The output option of a command that prints (`--format`, declared once as FORMAT):
+    the formats it prints (its Enum: each command's choices), its default (the first) and
+    its help. `options.command(record, output.parameter())` gives the body its `fmt`."""
+
+    formats: type[Enum]
+    help: str
+
+    def parameter(self) -> inspect.Parameter:
+        default: Any = next(iter(self.formats))
+        return inspect.Parameter(
+            "fmt",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=FORMAT.option(default, help=self.help),
+            annotation=self.formats,
+        )

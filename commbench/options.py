@@ -305,9 +305,13 @@ def verb(record: Callable[P, O]) -> Callable[[Callable[[O], R]], Callable[P, R]]
     return wrap
 
 
-def command(record: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def command(
+    record: type, *given: inspect.Parameter
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Make `body(options, **own)` a Typer callback whose parameters are the declared fields
     of `record` followed by `body`'s own keyword parameters (a `typer.Context`, `--format`).
+    A parameter of `given` stands for the body's parameter of its name (the shared output
+    option, `flags.Output`: the body says `fmt: Format`, the option is declared once).
 
     Typer reads the callback's `__signature__` and `__annotations__`, so the help, the
     flags and the defaults come from the declarations; the record is built from what the
@@ -317,8 +321,9 @@ def command(record: type) -> Callable[[Callable[..., None]], Callable[..., None]
     def wrap(body: Callable[..., None]) -> Callable[..., None]:
         options = declared(record)
         mine = [o.name for o in options]
+        shared = {p.name: p for p in given}
         own = [
-            p.replace(annotation=_evaluated(p.annotation, body))
+            shared.get(p.name) or p.replace(annotation=_evaluated(p.annotation, body))
             for p in list(inspect.signature(body).parameters.values())[1:]
         ]
         params = [

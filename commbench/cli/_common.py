@@ -16,6 +16,22 @@ if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI start
     from rich.progress import Progress
 
     from commbench.collectives.placement import PlacementRequest
+    from commbench.flags import Output
+
+
+def verb_command(
+    app: typer.Typer, name: str, record: type, *, output: Output | None = None, **settings: Any
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register `body(request, ...)` as the command `name`: its options are `record`'s
+    fields, then the shared output option (`output`: `--format` with the command's formats,
+    given to the body as `fmt`), then the body's own parameters."""
+    from commbench.options import command
+
+    def wrap(body: Callable[..., None]) -> Callable[..., None]:
+        given = () if output is None else (output.parameter(),)
+        return app.command(name, **settings)(command(record, *given)(body))
+
+    return wrap
 
 
 # Typer words some parse errors for programmers; a user reads these instead.

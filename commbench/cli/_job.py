@@ -14,7 +14,6 @@ import typer
 
 from commbench.arguments import Request
 from commbench.launch.job import LAUNCH_FLAGS, WRAPPABLE, MultiNodeJob, Scheduler
-from commbench.options import command as command_of
 from commbench.options import values
 
 
@@ -33,7 +32,7 @@ def register_job_command(
 ) -> None:
     """Register `slurm-script` or `k8s-manifest`: the options are `record`'s, everything
     after them is the wrapped command, and what `write` (the verb) returns is printed."""
-    from commbench.cli._common import reported_errors
+    from commbench.cli._common import reported_errors, verb_command
 
     def job_command(request: Any, ctx: typer.Context) -> None:
         with reported_errors():
@@ -43,9 +42,8 @@ def register_job_command(
 
     job_command.__doc__ = doc
     job_command.__name__ = job_command.__qualname__ = f"{name.replace('-', '_')}_command"
-    app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
-        command_of(record)(job_command)
-    )
+    settings = {"allow_extra_args": True, "ignore_unknown_options": True}
+    verb_command(app, name, record, context_settings=settings)(job_command)
 
 
 def multi_node_job(

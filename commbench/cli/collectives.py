@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import CollectivesRun
-from commbench.cli._common import place_ranks, reported_errors, said_first
-from commbench.flags import FORMAT
-from commbench.options import command, values
+from commbench.cli._common import place_ranks, reported_errors, said_first, verb_command
+from commbench.flags import Output
+from commbench.options import values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # heavy or launch-time modules, imported inside the command at run time
@@ -20,12 +20,10 @@ STRAGGLER_LINES = 5
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("collectives")
-    @command(CollectivesRun)
-    def collectives(
-        request: CollectivesRun,
-        fmt: Format = FORMAT.option(Format.table, help="Output format on stdout."),
-    ) -> None:
+    @verb_command(
+        app, "collectives", CollectivesRun, output=Output(Format, "Output format on stdout.")
+    )
+    def collectives(request: CollectivesRun, fmt: Format) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""
         with reported_errors():
             import commbench.api

@@ -7,19 +7,18 @@ from pathlib import Path
 import typer
 
 from commbench.api import CompareRequest
-from commbench.cli._common import reported_errors
+from commbench.cli._common import reported_errors, verb_command
 from commbench.files import write_text
-from commbench.flags import FORMAT, OUT
-from commbench.options import command, values
+from commbench.flags import OUT, Output
+from commbench.options import values
 from commbench.results.exporters import Format
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
-    @command(CompareRequest)
+    @verb_command(app, "compare", CompareRequest, output=Output(Format, "Output format."))
     def compare(
         request: CompareRequest,
-        fmt: Format = FORMAT.option(Format.table, help="Output format."),
+        fmt: Format,
         out: Path = OUT.option(None, help="Also write the output to this file."),
     ) -> None:
         """Fail (exit 1) when the new run is significantly slower than the baseline; 2 = incomparable."""

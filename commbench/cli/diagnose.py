@@ -8,9 +8,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commbench.api import DiagnoseRun
-from commbench.cli._common import place_ranks, progress_bar, reported_errors, said_first
-from commbench.flags import FORMAT
-from commbench.options import command, values
+from commbench.cli._common import (
+    place_ranks,
+    progress_bar,
+    reported_errors,
+    said_first,
+    verb_command,
+)
+from commbench.flags import Output
+from commbench.options import values
 
 if TYPE_CHECKING:
     from commbench.diagnose.run import Diagnosis
@@ -24,12 +30,8 @@ class Format(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("diagnose")
-    @command(DiagnoseRun)
-    def diagnose(
-        request: DiagnoseRun,
-        fmt: Format = FORMAT.option(Format.table, help="table, json, md or junit."),
-    ) -> None:
+    @verb_command(app, "diagnose", DiagnoseRun, output=Output(Format, "table, json, md or junit."))
+    def diagnose(request: DiagnoseRun, fmt: Format) -> None:
         """Find the one slow node, GPU or link: tests inside every node, then across nodes."""
         with reported_errors():
             import commbench.api

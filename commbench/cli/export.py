@@ -5,13 +5,12 @@ from __future__ import annotations
 import typer
 
 from commbench.api import ExportRequest
-from commbench.cli._common import reported_errors
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.options import values
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("export")
-    @command(ExportRequest)
+    @verb_command(app, "export", ExportRequest)
     def export(request: ExportRequest) -> None:
         """Metrics of a run: busbw, algbw and time quantiles per point, link health, the
         diagnose and compare verdicts, for a node_exporter textfile collector (docs/metrics.md)."""

@@ -5,19 +5,15 @@ from __future__ import annotations
 import typer
 
 from commbench.api import ModelRequest
-from commbench.cli._common import reported_errors
-from commbench.flags import FORMAT
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.flags import Output
+from commbench.options import values
 from commbench.results.exporters import Format
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("model")
-    @command(ModelRequest)
-    def model(
-        request: ModelRequest,
-        fmt: Format = FORMAT.option(Format.table, help="Output format."),
-    ) -> None:
+    @verb_command(app, "model", ModelRequest, output=Output(Format, "Output format."))
+    def model(request: ModelRequest, fmt: Format) -> None:
         """Predict each all-reduce strategy with the alpha-beta model (latency + bytes / bandwidth)."""
         with reported_errors():
             import commbench.api

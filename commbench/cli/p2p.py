@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import P2PRun
-from commbench.cli._common import progress_bar, reported_errors
-from commbench.flags import FORMAT
-from commbench.options import command, values
+from commbench.cli._common import progress_bar, reported_errors, verb_command
+from commbench.flags import Output
+from commbench.options import values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML behind them)
@@ -28,12 +28,8 @@ def _topology_words(snapshot: TopologySnapshot, path: Path | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("p2p")
-    @command(P2PRun)
-    def p2p(
-        request: P2PRun,
-        fmt: Format = FORMAT.option(Format.table, help="Output format on stdout."),
-    ) -> None:
+    @verb_command(app, "p2p", P2PRun, output=Output(Format, "Output format on stdout."))
+    def p2p(request: P2PRun, fmt: Format) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
         with reported_errors():
             import commbench.api

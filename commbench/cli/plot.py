@@ -5,13 +5,12 @@ from __future__ import annotations
 import typer
 
 from commbench.api import PlotRequest
-from commbench.cli._common import reported_errors
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.options import values
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("plot")
-    @command(PlotRequest)
+    @verb_command(app, "plot", PlotRequest)
     def plot(request: PlotRequest) -> None:
         """Plot latency and busbw against message size per op, the strategies and the p2p heatmap."""
         with reported_errors():

@@ -5,20 +5,21 @@ from __future__ import annotations
 import typer
 
 from commbench.api import RecordRequest, record_job
-from commbench.cli._common import reported_errors
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.options import values
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
+    @verb_command(
+        app,
         "record",
+        RecordRequest,
         context_settings={
             "allow_extra_args": True,
             "ignore_unknown_options": True,
             "allow_interspersed_args": False,  # the job's own -o after its command is its own
         },
     )
-    @command(RecordRequest)
     def record_command(request: RecordRequest, ctx: typer.Context) -> None:
         """Run a training job unchanged and record every collective it makes.
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import ReplayRun
-from commbench.cli._common import reported_errors
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.options import values
 
 if TYPE_CHECKING:
     from commbench.replay.program import Program
@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("replay")
-    @command(ReplayRun)
+    @verb_command(app, "replay", ReplayRun)
     def replay(request: ReplayRun) -> None:
         """Replay a trace's collectives, rank by rank, and compare with the recorded times."""
         with reported_errors():

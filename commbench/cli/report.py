@@ -5,13 +5,12 @@ from __future__ import annotations
 import typer
 
 from commbench.api import ReportRequest
-from commbench.cli._common import reported_errors
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.options import values
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("report")
-    @command(ReportRequest)
+    @verb_command(app, "report", ReportRequest)
     def report(request: ReportRequest) -> None:
         """Context, summary, topology, tables with their plots, strategies and model, in one
         document for a ticket or $GITHUB_STEP_SUMMARY."""

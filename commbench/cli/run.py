@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import SuiteRun
-from commbench.cli._common import reported_errors
-from commbench.flags import FORMAT
-from commbench.options import command, values
+from commbench.cli._common import reported_errors, verb_command
+from commbench.flags import Output
+from commbench.options import values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:
@@ -44,12 +44,10 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run")
-    @command(SuiteRun)
-    def run(
-        request: SuiteRun,
-        fmt: Format = FORMAT.option(Format.table, help="Format of the comparison on stdout."),
-    ) -> None:
+    @verb_command(
+        app, "run", SuiteRun, output=Output(Format, "Format of the comparison on stdout.")
+    )
+    def run(request: SuiteRun, fmt: Format) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""
         with reported_errors():
             import commbench.api

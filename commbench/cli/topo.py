@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 
 from commbench.api import TopologyRequest
-from commbench.cli._common import reported_errors
+from commbench.cli._common import reported_errors, verb_command
 from commbench.files import dump_json, write_text
-from commbench.flags import FORMAT, OUT
-from commbench.options import command, values
+from commbench.flags import OUT, Output
+from commbench.options import values
 
 
 class Format(str, Enum):
@@ -22,15 +22,19 @@ class Format(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("topo")
-    @command(TopologyRequest)
-    def topo(
-        request: TopologyRequest,
-        fmt: Format = FORMAT.option(
-            Format.table,
-            help="table (readable) or json (the snapshot). With --out, the file gets this "
+    @verb_command(
+        app,
+        "topo",
+        TopologyRequest,
+        output=Output(
+            Format,
+            "table (readable) or json (the snapshot). With --out, the file gets this "
             "format and stdout the table.",
         ),
+    )
+    def topo(
+        request: TopologyRequest,
+        fmt: Format,
         out: Path | None = OUT.option(
             None,
             metavar="FILE",
