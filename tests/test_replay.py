@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,30 @@ def test_each_issue_knows_its_offset_from_the_steps_first_call(tmp_path: Path) -
     # each step's origin is its first issue on any rank: rank 0 in step 0, rank 1 in step 1
     assert offsets[0] == [[0.0], [pytest.approx(10e-6)]]
     assert offsets[1] == [[pytest.approx(4e-6)], [0.0]]
+
+
+def test_pace_replays_the_cpu_time_recorded_between_calls_on_cpus(tmp_path: Path) -> None:
+    """`Issue.busy_s`: the process CPU time recorded between a rank's call and its previous
+    one, on any step (what --pace computes before issuing it); 0 for the first call, a call
+    without the record, or one made on a GPU, whose host only launched the device's work."""
+    ms = 10**6
+    rank0 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=0, device="cpu", cpu_ns=5 * ms),
+        trace_call("all_reduce", KiB, step=0, issued_ns=100 * ms, device="cpu", cpu_ns=85 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=200 * ms, device="cpu", cpu_ns=88 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=300 * ms, device="cuda:0", cpu_ns=99 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=400 * ms, device="cpu"),
+    ]
+    rank1 = [replace(c, cpu_ns=None) for c in rank0]
+    trace = load_any(write_trace(tmp_path, {0: rank0, 1: rank1}))
+    program = build_program(trace, pace=True)
+    busy = {r: [[i.busy_s for i in s] for s in rank_sequence(trace, program, r)] for r in (0, 1)}
+    assert busy[0] == [[0.0, pytest.approx(0.080)], [pytest.approx(0.003), 0.0, 0.0]]
+    assert busy[1] == [[0.0, 0.0], [0.0, 0.0, 0.0]]
+    # and the compiled program the workers read keeps it
+    directory = tmp_path / "program"
+    compiled.write(trace, program, directory)
+    assert [[i.busy_s for i in s] for s in compiled.read(directory).sequence(0)] == busy[0]
 
 
 def _timed(directory: Path, times: dict[int, list[int]]) -> Trace:

@@ -353,11 +353,11 @@ class Capture:
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if self.failed is not None or keyset.has(meta):
                 return overload.redispatch(keyset.remove(below), *args, **kwargs)
-            issued = time.time_ns()
+            issued, cpu = time.time_ns(), time.process_time_ns()
             start = None
             try:
                 self.poll()
-                entry = self._note(op, args, kwargs, issued)
+                entry = self._note(op, args, kwargs, issued, cpu)
                 start = self._cuda_start(entry)
             except Exception as exc:  # never the job's problem
                 self.fail(exc)
@@ -405,7 +405,7 @@ class Capture:
         return group
 
     def _note(
-        self, op: _Op, args: tuple[Any, ...], kwargs: dict[str, Any], issued: int
+        self, op: _Op, args: tuple[Any, ...], kwargs: dict[str, Any], issued: int, cpu: int
     ) -> _Pending:
         if self.writer is None:
             self._open()
@@ -445,6 +445,7 @@ class Capture:
             peer=peer,
             in_splits=in_splits,
             out_splits=out_splits,
+            cpu_ns=cpu,
         )
         if self.steps.collecting:
             self.steps.remember(signature(call))
@@ -570,6 +571,14 @@ class Capture:
     # -- steps ---------------------------------------------------------------------------
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
+        if isinstance(module, torch.fx.GraphModule) and not any(True for _ in module.children()):
+            # a compiler's graph (torch.compile's aot_eager runs its compiled graphs as fx
+            # GraphModules, wherever the compiled function is called: a start-up call
+            # included), not a layer of the job's model; a model traced by fx keeps its
+            # layers as submodules, whose forwards are seen
+            if self.pending:
+                self.poll()
+            return
         restep = self.steps.begin()
         if restep is not None:
             with self.lock:

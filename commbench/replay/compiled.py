@@ -36,6 +36,7 @@ _ISSUE_FIELDS = (
     "offset_s",
     "in_splits",
     "out_splits",
+    "busy_s",
 )
 
 

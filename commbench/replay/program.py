@@ -114,6 +114,11 @@ class Issue:
     sorted ranks); None: even (`size_bytes` split n ways)."""
     out_splits: tuple[int, ...] | None = None
     """An all_to_allv's elements received from each member; None: even."""
+    busy_s: float = 0.0
+    """The CPU time the job's process spent between its rank's previous call and this one,
+    recorded on a CPU (`Call.cpu_ns`): `--pace` replays that much of the gap before it as
+    computation on the host, the rest idle. 0 without the record, or for a call recorded on
+    a GPU (its host's time there was launching the device's work, not doing it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +565,9 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
     whole = program.steps == (None,)
     position = {step: i for i, step in enumerate(program.steps)}
     out: list[list[Issue]] = [[] for _ in program.steps]
+    cpu_before: int | None = None
     for call in trace.calls[traced_rank]:
+        busy_ns, cpu_before = _busy_ns(call, cpu_before), call.cpu_ns
         i = 0 if whole else position.get(call.step) if call.step is not None else None
         if i is None:
             continue
@@ -569,9 +576,17 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
             continue
         clock = program.clocks[i] if program.clocks else None
         if clock is not None and call.issued_ns:
-            issue = replace(issue, offset_s=clock.offset_s(call.issued_ns))
+            issue = replace(issue, offset_s=clock.offset_s(call.issued_ns), busy_s=busy_ns / 1e9)
         out[i].append(issue)
     return out
+
+
+def _busy_ns(call: Call, cpu_before: int | None) -> int:
+    """The process CPU time recorded between the rank's previous call and `call` (0 where
+    either has none, the clock went back, or `call` ran on a GPU)."""
+    if cpu_before is None or call.cpu_ns is None or not call.device.startswith("cpu"):
+        return 0
+    return max(0, call.cpu_ns - cpu_before)
 
 
 def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:

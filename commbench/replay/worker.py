@@ -151,7 +151,7 @@ class ReplayWorker(Worker):
         self.handles: list[Any] = []
         self.program: compiled.Compiled | None = None
         self.stamps = threading.Lock()
-        self._operands: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._product: float | None = None
         self.completions: Completions[tuple[list[list[float]], int]] = Completions(
             self._stamped, clock=time.perf_counter_ns
@@ -316,7 +316,7 @@ class ReplayWorker(Worker):
         while i < len(issues):
             issue = issues[i]
             if self.r.pace and issue.offset_s is not None:
-                self._gap(origin + issue.offset_s)
+                self._gap(origin + issue.offset_s, issue.busy_s)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
             run = _p2p_run(issues, i)
@@ -369,35 +369,38 @@ class ReplayWorker(Worker):
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]
 
-    def _gap(self, until: float) -> None:
-        """Wait for `until` (perf_counter): idle, or with `pace_compute` busy computing on the
-        device. On the CPU the products run until then; on a GPU as many are queued as fill
-        the gap (the device's rate of them measured once), so that the next call, queued
-        behind them in stream order as the job's was behind its compute, starts when they
-        end."""
-        if not self.r.pace_compute:
-            while (late := until - time.perf_counter()) > 0:
-                time.sleep(min(late, POLL_S))
-            return
-        if self.device.type != "cuda":
-            a, out = self._compute_operands()
-            while time.perf_counter() < until:
-                torch.mm(a, a, out=out)
-            return
-        left = until - time.perf_counter()
-        if left > 0:
-            a, out = self._compute_operands()
-            for _ in range(int(left / self._product_s())):
-                torch.mm(a, a, out=out)
+    def _gap(self, until: float, busy_s: float = 0.0) -> None:
+        """Wait for `until` (perf_counter). Idle, except: with `pace_compute`, busy computing
+        on the device throughout (on the CPU the products run until then; on a GPU as many
+        are queued as fill the gap, the device's rate of them measured once, so that the
+        next call, queued behind them in stream order as the job's was behind its compute,
+        starts when they end); else, for `busy_s` (the CPU time the job's process recorded
+        in the gap, `Issue.busy_s`), computing on the host's CPU first: a CPU job's compute
+        competing with its communication for the cores, a gap the job slept or waited
+        through replayed idle."""
+        if self.r.pace_compute and self.device.type == "cuda":
+            left = until - time.perf_counter()
+            if left > 0:
+                a, out = self._compute_operands()
+                for _ in range(int(left / self._product_s())):
+                    torch.mm(a, a, out=out)
+        else:
+            end = until if self.r.pace_compute else min(until, time.perf_counter() + busy_s)
+            if end > time.perf_counter():
+                a, out = self._compute_operands(host=True)
+                while time.perf_counter() < end:
+                    torch.mm(a, a, out=out)
         while (late := until - time.perf_counter()) > 0:
             time.sleep(min(late, POLL_S))
 
-    def _compute_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._operands is None:
-            n = COMPUTE_N if self.device.type == "cuda" else COMPUTE_N_CPU
-            a = torch.rand(n, n, device=self.device)
-            self._operands = (a, torch.empty_like(a))
-        return self._operands
+    def _compute_operands(self, host: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The products' operands: on the device, or (`host`) on the CPU."""
+        key = "cpu" if host or self.device.type != "cuda" else "device"
+        if key not in self._operands:
+            n = COMPUTE_N if key == "device" else COMPUTE_N_CPU
+            a = torch.rand(n, n, device="cpu" if key == "cpu" else self.device)
+            self._operands[key] = (a, torch.empty_like(a))
+        return self._operands[key]
 
     def _product_s(self) -> float:
         """Seconds of one product on the GPU, timed once with events (20 of them)."""

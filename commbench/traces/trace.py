@@ -177,6 +177,10 @@ class Call:
     graph: bool = False
     """Made while a CUDA graph was being captured: in the trace once, though every replay of
     the graph makes it again without reaching the dispatcher (the manifest counts them)."""
+    cpu_ns: int | None = None
+    """The process's CPU time when it was issued (every thread's, ns: `time.process_time_ns`
+    for commbench): what the job computed on its host between two calls, which `--pace`
+    replays as computation (docs/traces.md, "Replaying"); None when not recorded."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -207,6 +211,7 @@ class Call:
             **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
             **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
             **({"graph": True} if self.graph else {}),
+            **({"cpu_ns": self.cpu_ns} if self.cpu_ns is not None else {}),
         }
 
     def to_line(self) -> str:
@@ -239,6 +244,7 @@ class Call:
             in_splits=_splits(f, "in_splits"),
             out_splits=_splits(f, "out_splits"),
             graph=bool(f.opt("graph", boolean)),
+            cpu_ns=f.opt("cpu_ns", integer_in(0, _MAX_NS)),
         )
         call.check_splits(f.where, len(call.group.ranks) or None)
         return call
