@@ -383,6 +383,38 @@ def test_pace_replays_the_cpu_time_recorded_between_calls_on_cpus(tmp_path: Path
     assert [[i.busy_s for i in s] for s in compiled.read(directory).sequence(0)] == busy[0]
 
 
+def test_a_batch_is_replayed_as_recorded_and_guessed_only_in_a_trace_without_batches(
+    tmp_path: Path,
+) -> None:
+    """A trace of schema 3 marks each batch_isend_irecv's calls (`batch`): those go as one
+    batch, and consecutive async sends and receives without a mark go one by one, as the
+    job issued them. An older trace does not say: each run of them is taken for a batch."""
+
+    def rank(me: int) -> list[Call]:
+        other = 1 - me
+        return [
+            trace_call("send", KiB, peer=other, async_op=True, step=0, batch=0),
+            trace_call("recv", KiB, peer=other, async_op=True, step=0, batch=0),
+            trace_call("all_reduce", KiB, step=0),
+            trace_call("send", KiB, peer=other, async_op=True, step=0),
+            trace_call("recv", KiB, peer=other, async_op=True, step=0),
+        ]
+
+    directory = write_trace(tmp_path / "new", {0: rank(0), 1: rank(1)})
+    trace = load_any(directory)
+    assert trace.manifest.records_batches
+    (step,) = rank_sequence(trace, build_program(trace), 0)
+    assert [i.batch for i in step] == [0, 0, None, None, None]
+
+    edit = json.loads((directory / MANIFEST_FILE).read_text())
+    edit["schema_version"] = 2
+    (directory / MANIFEST_FILE).write_text(json.dumps(edit))
+    old = load_any(directory)
+    assert not old.manifest.records_batches
+    (step,) = rank_sequence(old, build_program(old), 0)
+    assert [i.batch for i in step] == [0, 0, None, 3, 3]  # numbered by the run's first place
+
+
 def _timed(directory: Path, times: dict[int, list[int]]) -> Trace:
     """A one-step trace whose rank r issues an all_reduce at each of times[r] (ns)."""
     per_rank = {

@@ -55,7 +55,7 @@ def test_round_trip(tmp_path: Path) -> None:
     calls = [
         trace_call("broadcast", 4 * MiB, peer=0, host="n0", device="cuda:0"),
         trace_call("all_gather", MiB, out_bytes=2 * MiB, async_op=True, step=0),
-        trace_call("send", 64, ranks=(0, 1), group="0", peer=1, issued_ns=5, completed_ns=9),
+        trace_call("send", 64, group="0", peer=1, issued_ns=5, completed_ns=9, batch=0),
         trace_call("all_reduce", MiB, step=0, issued_ns=10, completed_ns=None),
         trace_call("all_reduce", 64, step=0, device="cuda:0", graph=True),
         trace_call("all_reduce", 64, step=0, device="cpu", cpu_ns=123_456_789),
@@ -76,6 +76,9 @@ def test_round_trip(tmp_path: Path) -> None:
     # the process CPU time at issue: written where recorded, absent (None) elsewhere
     assert [c.cpu_ns for c in got] == [None] * 5 + [123_456_789]
     assert "cpu_ns" not in got[0].payload()
+    # a batch_isend_irecv's send: its batch, written only there
+    assert [c.batch for c in got] == [None, None, 0, None, None, None]
+    assert "batch" not in got[0].payload() and got[2].payload()["batch"] == 0
     assert got[1] == replace(calls[1], seq=1, group_seq=1)
     assert got[2].peer == 1 and got[2].completed_ns == 9
     assert trace.notes() == []

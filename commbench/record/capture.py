@@ -43,6 +43,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -278,6 +279,9 @@ class Capture:
         self._library: Any = None
         self.not_captured: collections.Counter[str] = collections.Counter()
         self.graph_captured = 0
+        self._batch: tuple[int, int] | None = None
+        """In a `batch_isend_irecv`: its thread and the batch's number on this rank."""
+        self._batches = 0
         self.completions: Completions[_Pending] = Completions(self._stamped)
         self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
         self.cuda: CudaCompletions[_Pending] | None = None
@@ -294,6 +298,7 @@ class Capture:
         register_module_forward_pre_hook(self._guarded(self._on_forward))
         register_optimizer_step_pre_hook(self._guarded(self._before_optimizer_step))
         register_optimizer_step_post_hook(self._guarded(self._on_optimizer_step))
+        self._wrap_batch_isend_irecv()
         atexit.register(self.close)
         _chain_sigterm(self.close)
         # last: a kernel registered is a call noted, so everything it needs is in place
@@ -302,6 +307,27 @@ class Capture:
             library.impl(op.name, self._kernel(op), "BackendSelect", with_keyset=True)
         self._library = library  # kept for the process's life: dropping it unregisters
         self._symm_library = self._count_symm_mem()
+
+    def _wrap_batch_isend_irecv(self) -> None:
+        """Mark the sends and receives of each `dist.batch_isend_irecv` as one batch
+        (`Call.batch`): on NCCL they go as one group, which the replay issues as one. The
+        public function is wrapped where callers look it up (`torch.distributed`, as
+        `torch.distributed.pipelining` does, and the module that defines it); its calls
+        still reach the dispatcher one by one, where they are noted."""
+        original = dist.batch_isend_irecv
+
+        @functools.wraps(original)
+        def batch_isend_irecv(p2p_op_list: Any) -> Any:
+            outer = self._batch
+            self._batch = (threading.get_ident(), self._batches)
+            self._batches += 1
+            try:
+                return original(p2p_op_list)
+            finally:
+                self._batch = outer
+
+        dist.batch_isend_irecv = batch_isend_irecv
+        dist.distributed_c10d.batch_isend_irecv = batch_isend_irecv
 
     def _count_symm_mem(self) -> Any:
         """Count the calls of every symmetric-memory operator there is (`SYMM_MEM_OPS`)."""
@@ -445,6 +471,11 @@ class Capture:
             peer=peer,
             in_splits=in_splits,
             out_splits=out_splits,
+            batch=self._batch[1]
+            if self._batch is not None
+            and op.op in P2P_OPS
+            and self._batch[0] == threading.get_ident()
+            else None,
             cpu_ns=cpu,
         )
         if self.steps.collecting:

@@ -37,6 +37,7 @@ _ISSUE_FIELDS = (
     "in_splits",
     "out_splits",
     "busy_s",
+    "batch",
 )
 
 

@@ -114,6 +114,11 @@ class Issue:
     sorted ranks); None: even (`size_bytes` split n ways)."""
     out_splits: tuple[int, ...] | None = None
     """An all_to_allv's elements received from each member; None: even."""
+    batch: int | None = None
+    """A send or recv of a batch (`Call.batch`): the consecutive issues of one batch go as
+    one `batch_isend_irecv`, one group as the job's went. Where a trace does not mark its
+    batches (before schema 3, other tools'), each run of consecutive async sends and
+    receives of one group is taken for a batch."""
     busy_s: float = 0.0
     """The CPU time the job's process spent between its rank's previous call and this one,
     recorded on a CPU (`Call.cpu_ns`): `--pace` replays that much of the gap before it as
@@ -577,7 +582,33 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
         clock = program.clocks[i] if program.clocks else None
         if clock is not None and call.issued_ns:
             issue = replace(issue, offset_s=clock.offset_s(call.issued_ns), busy_s=busy_ns / 1e9)
+        if call.batch is not None and issue.op in P2P_OPS:
+            issue = replace(issue, batch=call.batch)
         out[i].append(issue)
+    if not trace.manifest.records_batches:
+        out = [_guess_batches(step) for step in out]
+    return out
+
+
+def _guess_batches(issues: list[Issue]) -> list[Issue]:
+    """A trace that does not mark its batches: each run of two or more consecutive async
+    sends and receives of one group (a `batch_isend_irecv`'s, a pipeline's) is one batch,
+    numbered by its first issue's place in the step."""
+    out = list(issues)
+    i = 0
+    while i < len(out):
+        j = i
+        while (
+            j < len(out)
+            and out[j].op in P2P_OPS
+            and out[j].async_op
+            and out[j].peer is not None
+            and out[j].group == out[i].group
+        ):
+            j += 1
+        if j - i > 1:
+            out[i:j] = [replace(issue, batch=i) for issue in out[i:j]]
+        i = max(j, i + 1)
     return out
 
 

@@ -161,6 +161,8 @@ def _gaps_as(settings: ReplaySettings, trace: Trace) -> str:
     if settings.pace_compute:
         return "compute"
     recorded = (
-        c.cpu_ns is not None and c.device.startswith("cpu") for calls in trace.calls.values() for c in calls
+        c.cpu_ns is not None and c.device.startswith("cpu")
+        for calls in trace.calls.values()
+        for c in calls
     )
     return "host" if any(recorded) else "idle"

@@ -132,13 +132,14 @@ module's) decides when it is waited. The rows phase times the registry's own cal
 
 
 def _p2p_run(issues: Sequence[Issue], i: int) -> list[Issue]:
-    """The async sends and receives issued one after the other from `issues[i]` on, in one
-    group: a batch (`dist.batch_isend_irecv`); one call or none otherwise."""
+    """The sends and receives of the batch `issues[i]` begins (`Issue.batch`: one
+    `dist.batch_isend_irecv`); `issues[i]` alone otherwise."""
+    batch = issues[i].batch
+    if batch is None:
+        return [issues[i]]
     run: list[Issue] = []
     for issue in issues[i:]:
-        if issue.op not in P2P_OPS or not issue.async_op or issue.peer is None:
-            break
-        if run and issue.group != run[0].group:
+        if issue.batch != batch or issue.op not in P2P_OPS or issue.peer is None:
             break
         run.append(issue)
     return run
@@ -321,16 +322,15 @@ class ReplayWorker(Worker):
             assert grp is not None  # the program maps this rank's calls to its groups
             run = _p2p_run(issues, i)
             if len(run) > 1:
-                # consecutive async sends and receives (batch_isend_irecv's, a pipeline's)
-                # go as one batch: one NCCL group, as the job's coalesced calls went
+                # a batch's sends and receives (batch_isend_irecv's, a pipeline's) go as
+                # one batch: one NCCL group, as the job's went
                 start = time.perf_counter()
+                buffers = [self._buffers(r, grp, cache) for r in run]
                 ops = [
-                    dist.P2POp(
-                        dist.isend if r.op == "send" else dist.irecv,
-                        (b := self._buffers(r, grp, cache)).inp if r.op == "send" else b.out,
-                        r.peer,
-                    )
-                    for r in run
+                    dist.P2POp(dist.isend, b.inp, r.peer)
+                    if r.op == "send"
+                    else dist.P2POp(dist.irecv, b.out, r.peer)
+                    for r, b in zip(run, buffers, strict=True)
                 ]
                 works = dist.batch_isend_irecv(ops)
                 self.hb.tick()

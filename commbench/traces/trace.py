@@ -45,11 +45,14 @@ from commbench.files import decode, dump_json, os_error, parse_json, path_kind, 
 from commbench.traces import splits
 from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the trace directory's files this commbench writes and reads (and older).
 2: an all_to_all's splits (`Call.in_splits`, `out_splits`), left out when even; a trace of
-1 recorded none, and its all_to_alls are replayed even (`splits`)."""
+1 recorded none, and its all_to_alls are replayed even (`splits`).
+3: the sends and receives of one `batch_isend_irecv` carry `Call.batch`; a trace of 2 or
+before does not say, and its consecutive async sends and receives are replayed as one batch."""
 SPLITS_SINCE = 2
+BATCHES_SINCE = 3
 """The first version whose all_to_all without splits was even (before it: not recorded)."""
 TOOL = "commbench"
 MANIFEST_FILE = "manifest.json"
@@ -177,6 +180,9 @@ class Call:
     graph: bool = False
     """Made while a CUDA graph was being captured: in the trace once, though every replay of
     the graph makes it again without reaching the dispatcher (the manifest counts them)."""
+    batch: int | None = None
+    """A send or recv issued by `dist.batch_isend_irecv`: which of its rank's batches, from 0
+    (a batch's calls went as one group: one NCCL group launch); None otherwise."""
     cpu_ns: int | None = None
     """The process's CPU time when it was issued (every thread's, ns: `time.process_time_ns`
     for commbench): what the job computed on its host between two calls, which `--pace`
@@ -211,6 +217,7 @@ class Call:
             **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
             **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
             **({"graph": True} if self.graph else {}),
+            **({"batch": self.batch} if self.batch is not None else {}),
             **({"cpu_ns": self.cpu_ns} if self.cpu_ns is not None else {}),
         }
 
@@ -244,6 +251,7 @@ class Call:
             in_splits=_splits(f, "in_splits"),
             out_splits=_splits(f, "out_splits"),
             graph=bool(f.opt("graph", boolean)),
+            batch=f.opt("batch", integer_in(0, MAX_CALLS)),
             cpu_ns=f.opt("cpu_ns", integer_in(0, _MAX_NS)),
         )
         call.check_splits(f.where, len(call.group.ranks) or None)
@@ -399,6 +407,12 @@ class Manifest:
         commbench's own, from schema 2 on. Other tools' traces and older ones say nothing
         of them."""
         return self.tool == TOOL and self.schema_version >= SPLITS_SINCE
+
+    @property
+    def records_batches(self) -> bool:
+        """Its batch_isend_irecv's calls are marked (`Call.batch`: a send or recv without one
+        was issued on its own): commbench's own, from schema 3 on."""
+        return self.tool == TOOL and self.schema_version >= BATCHES_SINCE
 
     def payload(self) -> dict[str, Any]:
         return {
