@@ -595,9 +595,7 @@ class Capture:
             if self.tail is None and self.steps.after_last(entry.call.step):
                 self.tail = self.writer.mark()
             async_op = entry.call.async_op or entry.overlapped
-            self.writer.write(
-                replace(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
-            )
+            self.writer.write(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
 
     # -- steps ---------------------------------------------------------------------------
 

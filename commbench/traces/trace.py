@@ -53,6 +53,8 @@ SCHEMA_VERSION = 3
 before does not say, and its consecutive async sends and receives are replayed as one batch."""
 SPLITS_SINCE = 2
 BATCHES_SINCE = 3
+_PAYLOAD_KEYS = {"async_op": "async"}
+"""A `Call` field whose key in a line is another name."""
 """The first version whose all_to_all without splits was even (before it: not recorded)."""
 TOOL = "commbench"
 MANIFEST_FILE = "manifest.json"
@@ -587,24 +589,28 @@ class TraceWriter:
         self._group_seq: dict[str, int] = {}
         self._unflushed = 0
 
-    def write(self, call: Call) -> Call:
+    def write(self, call: Call, **changes: Any) -> None:
         """Append `call` as this rank's next: its `rank`, `seq` and `group_seq` are the
-        writer's (a send or recv has no group_seq). Returns the call as written."""
+        writer's (a send or recv has no group_seq); `changes` are fields of it written
+        otherwise (`completed_ns=`, `async_op=`), without a copy of the call: the capture
+        writes a line per call the job makes, on the job's own thread."""
         if self._fh is None:
             raise ValueError("the trace writer is closed")
         group_seq = None
         if call.op not in P2P_OPS:
             group_seq = self._group_seq.get(call.group.name, 0)
             self._group_seq[call.group.name] = group_seq + 1
-        written = replace(call, rank=self.rank, seq=self._seq, group_seq=group_seq)
-        data = written.to_line().encode("ascii")
+        payload = call.payload()
+        payload.update(rank=self.rank, seq=self._seq, group_seq=group_seq)
+        for name, value in changes.items():
+            payload[_PAYLOAD_KEYS.get(name, name)] = value
+        data = dump_json(payload, indent=None).encode("ascii")
         self._fh.write(data)
         self._offset += len(data)
         self._seq += 1
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
             self.flush()
-        return written
 
     def flush(self) -> None:
         if self._fh is not None:
