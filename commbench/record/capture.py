@@ -58,6 +58,7 @@ import torch.distributed as dist
 
 from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
+from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.steps import Restep, Steps, signature
 from commbench.traces import splits
@@ -93,28 +94,6 @@ _INPUT_ARGS = (
     "tensor",
 )
 _OUTPUT_ARGS = ("output_tensor", "output_tensors", "output_lists", "outputs", "output")
-OPS = (
-    "allreduce_",
-    "allreduce_coalesced_",
-    "allgather_",
-    "_allgather_base_",
-    "allgather_coalesced_",
-    "allgather_into_tensor_coalesced_",
-    "reduce_scatter_",
-    "_reduce_scatter_base_",
-    "reduce_scatter_tensor_coalesced_",
-    "reduce_",
-    "gather_",
-    "scatter_",
-    "alltoall_",
-    "alltoall_base_",
-    "broadcast_",
-    "barrier",
-    "monitored_barrier_",
-    "send",
-    "recv_",
-    "recv_any_source_",
-)
 _PEER_ARGS = ("root_rank", "dst", "src")
 SYMM_MEM_OPS = (
     "one_shot_all_reduce",
@@ -200,6 +179,11 @@ def _all_to_all_splits(
     )
 
 
+def c10d_ops() -> tuple[str, ...]:
+    """The `c10d` operators noted (`commbench.ops.Traced.c10d`), each traced as its op."""
+    return tuple(name for _, t in traced().values() for name in t.c10d)
+
+
 class _Op:
     """One c10d op's schema, read once: where its tensors, group, peer and async flag are."""
 
@@ -274,7 +258,7 @@ class Capture:
         self.unfinished = 0
         self.stepped = False
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
-        self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
+        self.ops = {name: _Op(name) for name in c10d_ops() if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
         self.not_captured: collections.Counter[str] = collections.Counter()
         self.graph_captured = 0
