@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
-from commbench.ops import traced
+from commbench.ops import traced as traced_names
 from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
@@ -92,7 +92,7 @@ class RowSpec:
 def rooted(op: str) -> bool:
     """A traced op with a root (`commbench.ops.OpSpec.rooted`): replayed from the recorded
     one."""
-    found = traced().get(op)
+    found = traced_names().get(op)
     return found is not None and found[0].rooted
 
 
