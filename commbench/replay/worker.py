@@ -208,7 +208,7 @@ class ReplayWorker(Worker):
                     inp=torch.zeros(sums[0], dtype=dtype, device=self.device),
                     out=torch.zeros(sums[1], dtype=dtype, device=self.device),
                 )
-            elif issue.op in ("send", "recv", "barrier"):
+            elif issue.op in P2P_OPS or traced()[issue.op][0].latency_only:  # one buffer
                 buf = torch.zeros(count, dtype=dtype, device=self.device)
                 cache[key] = Buffers(inp=buf, out=buf)
             else:

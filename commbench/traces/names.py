@@ -29,26 +29,23 @@ _SHOWN = (
 declared by its op's `commbench.ops.OpSpec.traced`); an op declared since follows them."""
 
 
+@derived
 def trace_ops() -> tuple[str, ...]:
     """What a call's `op` may be: every traced name of an op (`commbench.ops.traced`: a
     traced send and its recv are two calls), and `other` for a call that maps to none of
     them (its original name is kept beside it)."""
-    return _trace_ops()
-
-
-@derived
-def _trace_ops() -> tuple[str, ...]:
     names = traced()
     return (*(n for n in _SHOWN if n in names), *(n for n in names if n not in _SHOWN), "other")
 
 
-OPS = trace_ops()
-"""`trace_ops()` of the ops declared in `commbench.ops` itself."""
 P2P_OPS = P2P
-SHARDED_IN = tuple(name for name, (_, t) in traced().items() if t.shard == "in")
-"""Ops whose input is one rank's shard of the whole buffer S."""
-SHARDED_OUT = tuple(name for name, (_, t) in traced().items() if t.shard == "out")
-"""Ops whose output is one rank's shard of the whole buffer S."""
+
+
+def shard(op: str) -> str:
+    """'in' for a traced op whose input is one rank's shard of the whole buffer S, 'out'
+    for one whose output is, '' otherwise (`commbench.ops.Traced.shard`)."""
+    found = traced().get(op)
+    return "" if found is None else found[1].shard
 
 
 @derived

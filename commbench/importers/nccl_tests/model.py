@@ -15,7 +15,7 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES as ELEMENT_BYTES
 from commbench.errors import UserError
-from commbench.ops import OPS
+from commbench.ops import OPS, derived
 from commbench.results.schema import IMPORTED_OPS, ProcessTimes, RankTimes, ResultRow
 from commbench.stats import Stats, quantile
 
@@ -38,17 +38,27 @@ DTYPES = {
     "uint8": "uint8",
 }
 
-OP_NAMES = {
-    **{name: op for op, spec in OPS.items() for name in spec.nccl_tests},
-    **{name: name for name in IMPORTED_OPS},
-}
-"""Program / file-name spellings -> commbench op names: each op's
-(`commbench.ops.OpSpec.nccl_tests`), and nccl-tests' own ops commbench has not
-(`results.schema.IMPORTED_OPS`). The pattern tries the longest first, so that
-`reduce_scatter` is not read as `reduce`."""
-_OP_RE = re.compile(
-    "(" + "|".join(sorted(OP_NAMES, key=len, reverse=True)) + r")(?:_perf)?", re.IGNORECASE
-)
+
+@derived
+def op_names() -> dict[str, str]:
+    """Program / file-name spellings -> commbench op names: each op's
+    (`commbench.ops.OpSpec.nccl_tests`), and nccl-tests' own ops commbench has not
+    (`results.schema.IMPORTED_OPS`)."""
+    return {
+        **{name: op for op, spec in OPS.items() for name in spec.nccl_tests},
+        **{name: name for name in IMPORTED_OPS},
+    }
+
+
+OP_NAMES = op_names()
+"""`op_names()` of the ops `commbench.ops` declares (`import-nccl-tests --op`'s choices)."""
+
+
+@derived
+def _op_re() -> re.Pattern[str]:
+    """Any spelling, the longest first, so that `reduce_scatter` is not read as `reduce`."""
+    names = sorted(op_names(), key=len, reverse=True)
+    return re.compile("(" + "|".join(names) + r")(?:_perf)?", re.IGNORECASE)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -239,8 +249,8 @@ def nccl_version_from_code(code: int) -> str:
 
 
 def op_from_text(text: str) -> str | None:
-    match = _OP_RE.search(text.replace("-", "_"))
-    return OP_NAMES[match.group(1).lower()] if match else None
+    match = _op_re().search(text.replace("-", "_"))
+    return op_names()[match.group(1).lower()] if match else None
 
 
 def reduce_op_of(op: str, redop: str) -> str:
