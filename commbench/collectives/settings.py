@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 @dataclass(kw_only=True, slots=True)
 class CollectivesSettings:
     ops: list[str]
-    """Op names from `commbench.collectives.specs.OPS`, measured in this order."""
+    """Op names from `commbench.ops.OPS`, measured in this order."""
     sizes: list[int]
     """Requested per-rank sizes S in bytes (each op rounds them, see `plan_size`)."""
     nproc: int

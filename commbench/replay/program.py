@@ -55,7 +55,7 @@ class RowSpec:
     """One row of the rows phase: what the worker times and journals."""
 
     op: str
-    """commbench's op (`collectives.specs.OPS`): `sendrecv` for a traced send."""
+    """commbench's op (`commbench.ops.OPS`): `sendrecv` for a traced send."""
     size_bytes: int
     """S, rescaled to the replay's world (plan.py)."""
     dtype: str
