@@ -50,9 +50,6 @@ class Traced:
     """Every member passes the same input size, so a size that differs between members is a
     trace that cannot be replayed (all_to_all may be uneven; gather and scatter are not
     symmetric at their root)."""
-    shard: str = ""
-    """'in' when its input is one rank's shard of S (all_gather, gather), 'out' when its
-    output is (reduce_scatter, scatter), '' otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +72,9 @@ class OpSpec:
     """How --in-place applies: 'always' (torch's op is in-place by nature), 'optional', 'never'."""
     rooted: bool = False
     """True for ops with a root rank (the first rank of the group)."""
+    shard: str = ""
+    """'in' when its input is one rank's shard of S (all_gather, gather), 'out' when its
+    output is (reduce_scatter, scatter), '' otherwise: which buffer holds S / n."""
     min_ranks: int = 1
     """The fewest ranks the op runs on (a send needs a receiver); a smaller group gets a row
     saying so instead of a measurement."""
@@ -243,6 +243,7 @@ OPS: dict[str, OpSpec] = {
             split=True,
             reduces=False,
             in_place="optional",
+            shard="in",
             steps=_ring_steps,
             network=_ring_bound,
             traced=(
@@ -264,7 +265,6 @@ OPS: dict[str, OpSpec] = {
                     ),
                     chakra=(2,),
                     symmetric=True,
-                    shard="in",
                 ),
             ),
             nccl_tests=("all_gather", "allgather"),
@@ -276,6 +276,7 @@ OPS: dict[str, OpSpec] = {
             split=True,
             reduces=True,
             in_place="optional",
+            shard="out",
             steps=_ring_steps,
             network=_ring_bound,
             traced=(
@@ -296,7 +297,6 @@ OPS: dict[str, OpSpec] = {
                     ),
                     chakra=(7, 8),  # REDUCE_SCATTER, REDUCE_SCATTER_BLOCK
                     symmetric=True,
-                    shard="out",
                 ),
             ),
             nccl_tests=("reduce_scatter", "reducescatter"),
@@ -370,9 +370,10 @@ OPS: dict[str, OpSpec] = {
             reduces=False,
             in_place="never",
             rooted=True,
+            shard="in",
             steps=_ring_steps,
             network=_rooted_split_bound,
-            traced=(Traced("gather", ("gather",), c10d=("gather_",), chakra=(3,), shard="in"),),
+            traced=(Traced("gather", ("gather",), c10d=("gather_",), chakra=(3,)),),
             nccl_tests=("gather",),
             entry="Gather",
         ),
@@ -383,9 +384,10 @@ OPS: dict[str, OpSpec] = {
             reduces=False,
             in_place="never",
             rooted=True,
+            shard="out",
             steps=_ring_steps,
             network=_rooted_split_bound,
-            traced=(Traced("scatter", ("scatter",), c10d=("scatter_",), chakra=(4,), shard="out"),),
+            traced=(Traced("scatter", ("scatter",), c10d=("scatter_",), chakra=(4,)),),
             nccl_tests=("scatter",),
             entry="Scatter",
         ),

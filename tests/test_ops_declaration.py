@@ -79,7 +79,7 @@ def test_the_trace_vocabulary_is_the_declared_traced_names() -> None:
         assert name == spec.op or name in P2P, name
         for spelling in (name, *t.spellings, *(op.strip("_") for op in t.c10d)):
             assert canonical_op(spelling) == name, (spelling, name)
-        assert shard(name) == t.shard
+        assert shard(name) == spec.shard
 
 
 def test_every_c10d_operator_and_chakra_type_is_an_ops() -> None:

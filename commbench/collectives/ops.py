@@ -114,11 +114,25 @@ class Collective(ABC):
         if spec is not None:
             self.spec = spec
 
-    @abstractmethod
     def buffers(
         self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
     ) -> Buffers:
-        """Allocate the buffers for S = `count` elements (zeros; see the module docstring)."""
+        """Allocate the buffers for S = `count` elements (zeros; see the module docstring), as
+        the op's declaration says: one buffer for an op in place by nature or without data;
+        else an input and an output of S each, but the one its `shard` names, which holds
+        this rank's S / n (in place, where the op may be, a view of its part of the other)."""
+        spec = self.spec
+        if spec.in_place == "always" or spec.latency_only:
+            return _one_buffer(count, dtype, device)
+        whole = _zeros(count, dtype, device)
+        if not spec.shard:
+            return Buffers(inp=whole, out=_zeros(count, dtype, device))
+        chunk = count // group.size
+        if in_place and spec.in_place == "optional":
+            part = whole.narrow(0, group.rank * chunk, chunk)
+        else:
+            part = _zeros(chunk, dtype, device)
+        return Buffers(inp=part, out=whole) if spec.shard == "in" else Buffers(inp=whole, out=part)
 
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
@@ -249,11 +263,6 @@ def _all_to_all_v(
 
 
 class AllReduce(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -264,14 +273,6 @@ class AllReduce(Collective):
 
 
 class AllGather(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        out = _zeros(count, dtype, device)
-        chunk = count // group.size
-        inp = out.narrow(0, group.rank * chunk, chunk) if in_place else _zeros(chunk, dtype, device)
-        return Buffers(inp=inp, out=out)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -282,14 +283,6 @@ class AllGather(Collective):
 
 
 class ReduceScatter(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        inp = _zeros(count, dtype, device)
-        chunk = count // group.size
-        out = inp.narrow(0, group.rank * chunk, chunk) if in_place else _zeros(chunk, dtype, device)
-        return Buffers(inp=inp, out=out)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -301,11 +294,6 @@ class ReduceScatter(Collective):
 
 
 class AllToAll(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(inp=_zeros(count, dtype, device), out=_zeros(count, dtype, device))
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -359,11 +347,6 @@ class AllToAllV(Collective):
 
 
 class Broadcast(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -374,11 +357,6 @@ class Broadcast(Collective):
 
 
 class Reduce(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -390,13 +368,6 @@ class Reduce(Collective):
 
 
 class Gather(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(
-            inp=_zeros(count // group.size, dtype, device), out=_zeros(count, dtype, device)
-        )
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -410,13 +381,6 @@ class Gather(Collective):
 
 
 class Scatter(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(
-            inp=_zeros(count, dtype, device), out=_zeros(count // group.size, dtype, device)
-        )
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:
@@ -429,11 +393,6 @@ class Scatter(Collective):
 
 class SendRecv(Collective):
     """Every rank sends its buffer to the next group rank and receives the previous one's."""
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(inp=_zeros(count, dtype, device), out=_zeros(count, dtype, device))
 
     def call(
         self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
@@ -466,11 +425,6 @@ class SendRecv(Collective):
 
 
 class Barrier(Collective):
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
     def operation(
         self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
     ) -> Operation:

@@ -43,9 +43,9 @@ P2P_OPS = P2P
 
 def shard(op: str) -> str:
     """'in' for a traced op whose input is one rank's shard of the whole buffer S, 'out'
-    for one whose output is, '' otherwise (`commbench.ops.Traced.shard`)."""
+    for one whose output is, '' otherwise (`commbench.ops.OpSpec.shard`)."""
     found = traced().get(op)
-    return "" if found is None else found[1].shard
+    return "" if found is None else found[0].shard
 
 
 @derived
