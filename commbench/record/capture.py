@@ -203,6 +203,10 @@ class _Op:
         `batch_isend_irecv`) does not, and only what the rank did next tells them apart."""
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
+        found = traced().get(self.op)
+        self.moves_data = found is None or not found[0].latency_only
+        """False for an op without data (a barrier): its call has no sizes, whatever it
+        passes (`commbench.ops.OpSpec.latency_only`)."""
 
     def arg(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name is None:
@@ -403,7 +407,7 @@ class Capture:
             peer = None
         step, restep = self.steps.call(p2p=op.op in P2P_OPS)
         first = ins[0] if ins else (outs[0] if outs else None)
-        data = op.op != "barrier" and first is not None
+        data = op.moves_data and first is not None
         in_bytes = _nbytes(ins) if data else 0
         if op.op == "recv":
             in_bytes = 0
