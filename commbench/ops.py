@@ -431,8 +431,9 @@ OPS: dict[str, OpSpec] = {
 }
 """Every op, in display order (`--ops all`): the one declaration of each."""
 
-P2P = ("send", "recv")
-"""The traced names of a sendrecv's two halves: point-to-point calls, each with one peer."""
+P2P = tuple(t.name for t in OPS["sendrecv"].traced)
+"""The traced names of a sendrecv's two halves, send and recv: point-to-point calls, each with
+one peer."""
 
 
 # -- what the other modules derive from `OPS` -----------------------------------------------
