@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from commbench.ops import OPS
 from commbench.replay.buckets import Reducer
 from commbench.results.replay import Elsewhere, ReplayRecord, median_of
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import CHECK_FAILED, MOVES_NOTHING, ResultRow
 from commbench.sizes import format_size
 from commbench.strategies.model import Cost, Params, least_squares
 from commbench.tables import text_table
@@ -51,7 +51,7 @@ def _measured(r: ResultRow) -> bool:
 
 def fit_rows(rows: Sequence[ResultRow], backend: str) -> tuple[Params | None, str]:
     """alpha and beta fitted to every measured row; (None, why) when they cannot be."""
-    points = [r for r in rows if _measured(r) and r.op != "barrier"]
+    points = [r for r in rows if _measured(r) and r.op not in MOVES_NOTHING]
     if len({r.size_bytes for r in points}) < 2:
         return None, "the model needs rows at two sizes or more to fit latency and bandwidth"
     xs = []

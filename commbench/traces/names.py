@@ -48,6 +48,12 @@ def shard(op: str) -> str:
     return "" if found is None else found[0].shard
 
 
+def no_data(op: str) -> bool:
+    """A traced op that moves no data (a barrier: `commbench.ops.OpSpec.latency_only`)."""
+    found = traced().get(op)
+    return found is not None and found[0].latency_only
+
+
 @derived
 def _op_of() -> dict[str, str]:
     """Every spelling of each traced op (`commbench.ops.Traced.spellings`), to its name."""

@@ -45,7 +45,7 @@ from commbench.fields import (
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
 from commbench.ops import derived, traced
 from commbench.traces import splits
-from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, P2P_OPS, trace_ops
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, P2P_OPS, no_data, trace_ops
 
 SCHEMA_VERSION = 2
 """The version of the trace directory's files this commbench writes and reads (and older).
@@ -818,8 +818,8 @@ def check_no_rank_past_world(directory: Path, world: int) -> None:
 
 def describe(call: Call) -> str:
     """`all_gather of 4096 B float32` (for messages)."""
-    if call.op == "barrier":
-        return "barrier"
+    if no_data(call.op):
+        return call.op
     return f"{call.op} of {call.in_bytes} B {call.dtype or 'no data'}"
 
 
