@@ -6,6 +6,7 @@ torch. Each op's own declaration is its `OpSpec` in `commbench.ops` (re-exported
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from commbench.errors import UserError
@@ -81,25 +82,26 @@ def ring_slices(chunk_bytes: int) -> int:
 
 def parse_ops(text: str) -> list[str]:
     """`all_reduce,all_gather` or `all` -> op names, in registry order for `all`."""
-    names = split_list(text, "--ops", max_items=4 * len(OPS))
-    if names == ["all"]:
-        return list(OPS)
-    unknown = [n for n in names if n not in OPS]
-    if unknown:
-        raise UserError(f"unknown op {unknown[0]!r}; choose from: {', '.join(OPS)}")
-    return list(dict.fromkeys(names))
+    return _parse_names(text, "--ops", OPS, "op", ", ".join(OPS))
 
 
 def parse_strategies(text: str) -> list[str]:
     """`ring,direct` or `all` -> strategy names (display order for `all`, else as given)."""
-    names = split_list(text, "--strategies", max_items=4 * len(STRATEGIES))
+    return _parse_names(
+        text, "--strategies", STRATEGIES, "strategy", f"all, {', '.join(STRATEGIES)}"
+    )
+
+
+def _parse_names(
+    text: str, flag: str, table: Mapping[str, OpSpec], what: str, choices: str
+) -> list[str]:
+    """A comma list of `table`'s names, or `all` (the table's order), each named once."""
+    names = split_list(text, flag, max_items=4 * len(table))
     if names == ["all"]:
-        return list(STRATEGIES)
-    unknown = [n for n in names if n not in STRATEGIES]
+        return list(table)
+    unknown = [n for n in names if n not in table]
     if unknown:
-        raise UserError(
-            f"unknown strategy {unknown[0]!r}; choose from: all, {', '.join(STRATEGIES)}"
-        )
+        raise UserError(f"unknown {what} {unknown[0]!r}; choose from: {choices}")
     return list(dict.fromkeys(names))
 
 
