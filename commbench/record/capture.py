@@ -59,6 +59,7 @@ import torch.distributed as dist
 
 from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
+from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.steps import Restep, Steps, signature
 from commbench.traces import splits
@@ -94,28 +95,6 @@ _INPUT_ARGS = (
     "tensor",
 )
 _OUTPUT_ARGS = ("output_tensor", "output_tensors", "output_lists", "outputs", "output")
-OPS = (
-    "allreduce_",
-    "allreduce_coalesced_",
-    "allgather_",
-    "_allgather_base_",
-    "allgather_coalesced_",
-    "allgather_into_tensor_coalesced_",
-    "reduce_scatter_",
-    "_reduce_scatter_base_",
-    "reduce_scatter_tensor_coalesced_",
-    "reduce_",
-    "gather_",
-    "scatter_",
-    "alltoall_",
-    "alltoall_base_",
-    "broadcast_",
-    "barrier",
-    "monitored_barrier_",
-    "send",
-    "recv_",
-    "recv_any_source_",
-)
 _PEER_ARGS = ("root_rank", "dst", "src")
 SYMM_MEM_OPS = (
     "one_shot_all_reduce",
@@ -201,6 +180,11 @@ def _all_to_all_splits(
     )
 
 
+def c10d_ops() -> tuple[str, ...]:
+    """The `c10d` operators noted (`commbench.ops.Traced.c10d`), each traced as its op."""
+    return tuple(name for _, t in traced().values() for name in t.c10d)
+
+
 class _Op:
     """One c10d op's schema, read once: where its tensors, group, peer and async flag are."""
 
@@ -220,6 +204,10 @@ class _Op:
         `batch_isend_irecv`) does not, and only what the rank did next tells them apart."""
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
+        found = traced().get(self.op)
+        self.moves_data = found is None or not found[0].latency_only
+        """False for an op without data (a barrier): its call has no sizes, whatever it
+        passes (`commbench.ops.OpSpec.latency_only`)."""
 
     def arg(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name is None:
@@ -275,7 +263,7 @@ class Capture:
         self.unfinished = 0
         self.stepped = False
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
-        self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
+        self.ops = {name: _Op(name) for name in c10d_ops() if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
         self.not_captured: collections.Counter[str] = collections.Counter()
         self.graph_captured = 0
@@ -445,7 +433,7 @@ class Capture:
             peer = None
         step, restep = self.steps.call(p2p=op.op in P2P_OPS)
         first = ins[0] if ins else (outs[0] if outs else None)
-        data = op.op != "barrier" and first is not None
+        data = op.moves_data and first is not None
         in_bytes = _nbytes(ins) if data else 0
         if op.op == "recv":
             in_bytes = 0

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.ops import traced as traced_names
 from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
@@ -54,7 +55,7 @@ class RowSpec:
     """One row of the rows phase: what the worker times and journals."""
 
     op: str
-    """commbench's op (`collectives.specs.OPS`): `sendrecv` for a traced send."""
+    """commbench's op (`commbench.ops.OPS`): `sendrecv` for a traced send."""
     size_bytes: int
     """S, rescaled to the replay's world (plan.py)."""
     dtype: str
@@ -88,8 +89,11 @@ class RowSpec:
         return f"{self.op} {self.size_bytes} B {self.dtype} ({where})"
 
 
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
-"""Ops with a root: replayed from the recorded one."""
+def rooted(op: str) -> bool:
+    """A traced op with a root (`commbench.ops.OpSpec.rooted`): replayed from the recorded
+    one."""
+    found = traced_names().get(op)
+    return found is not None and found[0].rooted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -507,14 +511,14 @@ def map_call(call: Call, groups: Groups, table: Exchanges) -> Issue | None:
     elif n >= traced:
         group = WORLD
         size, uneven = sized(call, n, groups.world, table)
-        if call.op in ROOTED and call.peer is not None:
+        if rooted(call.op) and call.peer is not None:
             peer = call.peer  # a world group's root is the same rank of the replay
     else:
         index = groups.instance(groups.shape_of(ranks), 0)
         assert index is not None  # this rank is replayed, so is its group's copy
         group = index
         size, uneven = sized(call, n, n, table)
-        if call.op in ROOTED and call.peer is not None and call.peer in ranks:
+        if rooted(call.op) and call.peer is not None and call.peer in ranks:
             peer = call.peer  # the root of this rank's instance
     in_splits = out_splits = None
     exchange = table.of(call) if uneven else None

@@ -24,7 +24,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +32,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from commbench.collectives.ops import (
-    TORCH_DTYPES,
-    Buffers,
-    Collective,
-    Group,
-    all_gather_tensor,
-    reduce_scatter_tensor,
-)
+from commbench.collectives.ops import TORCH_DTYPES, Buffers, Collective, Group
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, SizePlan, plan_size
 from commbench.completion import Completions
 from commbench.launch.worker import Worker, run_worker
+from commbench.ops import traced
 from commbench.replay import compiled
 from commbench.replay.buckets import Reducer
 from commbench.replay.events import CapTimes, SequenceTimes
@@ -69,66 +63,24 @@ COMPUTE_N = 1024
 """`--pace-compute`'s products: n x n float32 matrices (64 on a CPU: about 6 us a product,
 so a gap ends within that of its time; 1024 on a GPU: tens of microseconds each)."""
 
-Issuer = Callable[[Buffers, Group, Issue], Any]
-"""Issues one traced call asynchronously on its buffers and group: its Work."""
-
-
-def _pieces(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
-    return list(buf.chunk(n))
-
 
 def _root(group: Group, recorded: int | None) -> int:
     """The global rank a rooted op is issued from: the recorded root, else the group's first."""
     return group.root if recorded is None else recorded
 
 
-def _all_to_all(b: Buffers, g: Group, i: Issue) -> Any:
-    """Even, or with the rank's recorded splits (an all_to_allv: `Issue.in_splits`)."""
-    if i.in_splits is None or i.out_splits is None:
-        return dist.all_to_all_single(b.out, b.inp, group=g.handle, async_op=True)
-    return dist.all_to_all_single(
-        b.out,
-        b.inp,
-        output_split_sizes=list(i.out_splits),
-        input_split_sizes=list(i.in_splits),
-        group=g.handle,
-        async_op=True,
-    )
-
-
-_ISSUE: dict[str, Issuer] = {
-    "all_reduce": lambda b, g, i: dist.all_reduce(b.inp, group=g.handle, async_op=True),
-    "all_gather": lambda b, g, i: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
-    "reduce_scatter": lambda b, g, i: reduce_scatter_tensor(
-        b.out, b.inp, group=g.handle, async_op=True
-    ),
-    "all_to_all": _all_to_all,
-    "broadcast": lambda b, g, i: dist.broadcast(
-        b.inp, src=_root(g, i.peer), group=g.handle, async_op=True
-    ),
-    "reduce": lambda b, g, i: dist.reduce(
-        b.inp, dst=_root(g, i.peer), group=g.handle, async_op=True
-    ),
-    "gather": lambda b, g, i: dist.gather(
-        b.inp,
-        _pieces(b.out, g.size) if dist.get_rank() == _root(g, i.peer) else None,
-        dst=_root(g, i.peer),
-        group=g.handle,
-        async_op=True,
-    ),
-    "scatter": lambda b, g, i: dist.scatter(
-        b.out,
-        _pieces(b.inp, g.size) if dist.get_rank() == _root(g, i.peer) else None,
-        src=_root(g, i.peer),
-        group=g.handle,
-        async_op=True,
-    ),
-    "barrier": lambda b, g, i: dist.barrier(group=g.handle, async_op=True),
-    "send": lambda b, g, i: dist.isend(b.inp, dst=i.peer),
-    "recv": lambda b, g, i: dist.irecv(b.out, src=i.peer),
-}
-"""How the sequence issues each traced op: asynchronously, so that the async rule (the
-module's) decides when it is waited. The rows phase times the registry's own calls."""
+def _issue(bufs: Buffers, group: Group, issue: Issue) -> Any:
+    """Issue one traced call asynchronously, so that the async rule (the module's) decides
+    when it is waited: its op's own entry issues it (`Collective.issue`: the call a sweep
+    times), from the recorded root or to the recorded peer. The rows phase times the
+    registry's own calls."""
+    spec, _ = traced()[issue.op]
+    splits = None
+    if issue.in_splits is not None and issue.out_splits is not None:  # an all_to_allv
+        splits = (issue.in_splits, issue.out_splits)
+    peer = issue.peer if issue.op in P2P_OPS else _root(group, issue.peer)
+    assert peer is not None  # the program gives every send and recv its peer
+    return collective(spec.op).issue(bufs, group, peer, splits, half=issue.op)
 
 
 def _p2p_run(issues: Sequence[Issue], i: int) -> list[Issue]:
@@ -257,7 +209,7 @@ class ReplayWorker(Worker):
                     inp=torch.zeros(sums[0], dtype=dtype, device=self.device),
                     out=torch.zeros(sums[1], dtype=dtype, device=self.device),
                 )
-            elif issue.op in ("send", "recv", "barrier"):
+            elif issue.op in P2P_OPS or traced()[issue.op][0].latency_only:  # one buffer
                 buf = torch.zeros(count, dtype=dtype, device=self.device)
                 cache[key] = Buffers(inp=buf, out=buf)
             else:
@@ -342,7 +294,7 @@ class ReplayWorker(Worker):
                 i += len(run)
                 continue
             start = time.perf_counter()
-            work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue)
+            work = _issue(self._buffers(issue, grp, cache), grp, issue)
             self.hb.tick()  # a paced step waits between calls: each call issued is progress
             spans.append([start, math.inf])
             index = len(spans) - 1

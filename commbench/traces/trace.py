@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from commbench.errors import UserError, quoted
 from commbench.fields import (
+    Conv,
     Fields,
     anything,
     boolean,
@@ -42,8 +43,9 @@ from commbench.fields import (
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
+from commbench.ops import derived, traced
 from commbench.traces import splits
-from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, P2P_OPS, no_data, trace_ops
 
 SCHEMA_VERSION = 3
 """The version of the trace directory's files this commbench writes and reads (and older).
@@ -143,7 +145,7 @@ class Call:
     seq: int
     """Its place among the rank's calls, from 0."""
     op: str
-    """commbench's op (`names.OPS`), `other` where it maps to none."""
+    """commbench's op (`names.trace_ops`), `other` where it maps to none."""
     name: str
     """The original name (`allgather_into_tensor_coalesced`, `nccl:all_reduce`)."""
     in_bytes: int
@@ -191,7 +193,7 @@ class Call:
     replays as computation (docs/traces.md, "Replaying"); None when not recorded."""
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
+        if self.op not in trace_ops():
             raise UserError(f"call {self.seq} of rank {self.rank}: {quoted(self.op)} is not an op")
         if min(self.rank, self.seq, self.in_bytes, self.out_bytes, self.count) < 0:
             raise UserError(f"call {self.seq} of rank {self.rank}: a negative rank, size or count")
@@ -235,7 +237,7 @@ class Call:
         call = cls(
             rank=f.req("rank", integer_in(0, MAX_WORLD - 1)),
             seq=f.req("seq", integer_in(0, MAX_CALLS)),
-            op=f.req("op", one_of(OPS)),
+            op=f.req("op", _op_field()),
             name=f.req("name", line),
             in_bytes=f.req("in_bytes", integer_in(0, MAX_BYTES)),
             out_bytes=f.req("out_bytes", integer_in(0, MAX_BYTES)),
@@ -840,21 +842,29 @@ def check_no_rank_past_world(directory: Path, world: int) -> None:
         )
 
 
-_SYMMETRIC = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier")
-"""Ops whose every member passes the same input size: a size that differs between members
-is a trace that cannot be replayed. (all_to_all may be uneven, gather and scatter are not
-symmetric at their root.)"""
-
-
 def describe(call: Call) -> str:
     """`all_gather of 4096 B float32` (for messages)."""
-    if call.op == "barrier":
-        return "barrier"
+    if no_data(call.op):
+        return call.op
     return f"{call.op} of {call.in_bytes} B {call.dtype or 'no data'}"
 
 
 def _signature(call: Call) -> tuple[str, str, int | None]:
-    return (call.op, call.dtype, call.in_bytes if call.op in _SYMMETRIC else None)
+    """What every member of a call passes alike: the op, the dtype, and the size of an op
+    whose members all pass the same one (`commbench.ops.Traced.symmetric`), so that a size
+    that differs between them is a trace that cannot be replayed."""
+    return (call.op, call.dtype, call.in_bytes if call.op in _symmetric() else None)
+
+
+@derived
+def _symmetric() -> frozenset[str]:
+    return frozenset(name for name, (_, t) in traced().items() if t.symmetric)
+
+
+@derived
+def _op_field() -> Conv[str]:
+    """A call's `op`: one of `trace_ops()`, naming them when it is another."""
+    return one_of(trace_ops())
 
 
 def check_ranks(calls: Mapping[int, Sequence[Call]], world: int, where: str) -> None:
