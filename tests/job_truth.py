@@ -84,6 +84,9 @@ class Truth:
     async_op: bool | None
     in_splits: tuple[int, ...] | None
     out_splits: tuple[int, ...] | None
+    batch: int | None = None
+    """Which of the rank's batch_isend_irecv's the call was in; None where the job does not
+    say."""
 
     @classmethod
     def from_json(cls, text: str) -> Truth:
@@ -100,6 +103,7 @@ class Truth:
             async_op=d["async"],
             in_splits=None if d["in_splits"] is None else tuple(d["in_splits"]),
             out_splits=None if d["out_splits"] is None else tuple(d["out_splits"]),
+            batch=d.get("batch"),
         )
 
     def __str__(self) -> str:
@@ -174,6 +178,8 @@ def _fields(call: Call, truth: Truth, world: int) -> list[tuple[str, object, obj
     if truth.in_splits is not None or truth.out_splits is not None:
         pairs.append(("in_splits", splits(call, "in"), truth.in_splits))
         pairs.append(("out_splits", splits(call, "out"), truth.out_splits))
+    if truth.batch is not None:
+        pairs.append(("batch", getattr(call, "batch", None), truth.batch))
     return pairs
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import commbench
 
 FLOORS: list[set[str]] = [
-    {"errors", "stats", "timing", "version", "completion"},
+    {"errors", "stats", "timing", "version", "completion", "ops"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
     {"fields", "sizes", "skew", "processes", "heatmap", "tables", "options"},
     {"gpu_memory", "flags"},

@@ -45,25 +45,7 @@ class Known:
     matches: Callable[[Mismatch], bool]
 
 
-def _start_up_in_step_1(m: Mismatch) -> bool:
-    """A start-up call recorded in step 1."""
-    return (
-        m.field == "step"
-        and m.truth_call is not None
-        and m.truth_call.step is None
-        and m.call is not None
-        and m.call.step == 1
-    )
-
-
-KNOWN: dict[str, Known] = {
-    "functional_aot_eager": Known(
-        "issue 34: the start-up call of a function compiled with backend aot_eager is "
-        "recorded in step 1: the fx GraphModule it runs is an nn.Module, whose forward "
-        "pre-hook opens step 1 before any training step",
-        _start_up_in_step_1,
-    ),
-}
+KNOWN: dict[str, Known] = {}
 REPLAY_FAILS = {}
 
 

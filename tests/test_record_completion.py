@@ -9,7 +9,9 @@ reports completion, was recorded without one."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import resource
 import statistics
 import threading
 import time
@@ -24,6 +26,37 @@ from commbench.traces.trace import read_trace
 from tests.test_record import JOBS, record
 
 GAP_US = 100_000
+
+
+def _gaps(stdout: str) -> dict[int, list[float]]:
+    """Each gap's CPU time in ms, as the job measured it (`gap: <rank> <ms>`)."""
+    out: dict[int, list[float]] = {0: [], 1: []}
+    for line in stdout.splitlines():
+        if line.startswith("gap: "):
+            _, rank, ms = line.split()
+            out[int(rank)].append(float(ms))
+    return out
+
+
+def _replay(trace: Path, out: Path, *extra: str) -> tuple[dict, float]:
+    """`commbench replay` of `trace` on CPU ranks: run.json's replay, and the CPU seconds its
+    processes used (the workers are torchrun's children, waited by it)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = CliRunner().invoke(
+        app,
+        ["replay", str(trace), "--device", "cpu", "--iters", "2", "--warmup", "1",
+         "--out", str(out), *extra],
+    )  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (run_dir,) = out.iterdir()
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return json.loads((run_dir / "run.json").read_text())["replay"], cpu
+
+
+def _recorded_gaps_ms(calls: list) -> list[float]:
+    """The process CPU time recorded between each call and the next, in ms."""
+    return [(b.cpu_ns - a.cpu_ns) / 1e6 for a, b in itertools.pairwise(calls)]
 
 
 def _truth(stdout: str) -> dict[int, list[tuple[str, float]]]:
@@ -59,20 +92,47 @@ def test_each_call_is_recorded_at_its_own_time_not_the_compute_after_it(
     # over all calls the recording tracks what the job saw (typically 0.6-1.2)
     assert 0.25 < statistics.median(ratios) < 2, sorted(ratios)
 
+    # the host slept through the gaps: little CPU time recorded in them
+    for rank in (0, 1):
+        assert statistics.median(_recorded_gaps_ms(trace.calls[rank])) < GAP_US / 1e3 / 4
+
     # and the trace replays, every op, paced and not (every Work waited, none polled for ever)
     for extra in ([], ["--pace"]):
-        out = tmp_path / f"out{len(extra)}"
-        result = CliRunner().invoke(
-            app,
-            ["replay", str(tmp_path / "trace"), "--device", "cpu", "--iters", "3",
-             "--warmup", "1", "--out", str(out), *extra],
-        )  # fmt: skip
-        assert result.exit_code == 0, result.stdout + result.stderr
-        (run_dir,) = out.iterdir()
-        replay = json.loads((run_dir / "run.json").read_text())["replay"]
+        replay, _ = _replay(tmp_path / "trace", tmp_path / f"out{len(extra)}", *extra)
         assert replay["replayed_comm_s_per_step"] and all(
             0 < s < GAP_US / 1e6 for s in replay["replayed_comm_s_per_step"]
         )
+
+
+@pytest.mark.integration
+def test_the_cpu_time_a_job_computed_between_calls_is_recorded_and_paced_as_computation(
+    tmp_path: Path, free_port: int
+) -> None:
+    """A CPU job that computes 100 ms after each call: the recorded process CPU time between
+    two calls is what the job measured of its gap, and `--pace` replays it as computation
+    (the replay's processes use that much more CPU than a paced replay of the same calls
+    made with sleeps between them)."""
+    busy = record(tmp_path / "busy", [str(JOBS / "compute_gap_job.py"), "--busy"], free_port)
+    assert busy.returncode == 0, busy.stderr
+    job_gaps = _gaps(busy.stdout)
+    trace = read_trace(tmp_path / "busy" / "trace")
+    for rank in (0, 1):
+        recorded = _recorded_gaps_ms(trace.calls[rank])
+        assert len(recorded) == len(job_gaps[rank]) - 1 == 41
+        # each recorded gap holds the job's gap after the call before, plus the call's own
+        # CPU time (about 1 ms): the median difference is a few ms
+        differences = [r - j for r, j in zip(recorded, job_gaps[rank], strict=False)]
+        assert abs(statistics.median(differences)) < 15, (recorded, job_gaps[rank])
+        assert statistics.median(recorded) > GAP_US / 1e3 / 2
+
+    idle = record(tmp_path / "idle", [str(JOBS / "compute_gap_job.py")], free_port)
+    assert idle.returncode == 0, idle.stderr
+    busy_replay, busy_cpu = _replay(tmp_path / "busy" / "trace", tmp_path / "out-busy", "--pace")
+    idle_replay, idle_cpu = _replay(tmp_path / "idle" / "trace", tmp_path / "out-idle", "--pace")
+    assert busy_replay["gaps_as"] == idle_replay["gaps_as"] == "host"
+    # 3 passes x 41 gaps x ~100 ms x 2 ranks: about 25 s more CPU when the gaps computed
+    # (half of it is enough on a loaded machine, where the loops get half the cores)
+    assert busy_cpu - idle_cpu > 6, (busy_cpu, idle_cpu)
 
 
 class _Work:

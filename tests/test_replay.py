@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,62 @@ def test_each_issue_knows_its_offset_from_the_steps_first_call(tmp_path: Path) -
     # each step's origin is its first issue on any rank: rank 0 in step 0, rank 1 in step 1
     assert offsets[0] == [[0.0], [pytest.approx(10e-6)]]
     assert offsets[1] == [[pytest.approx(4e-6)], [0.0]]
+
+
+def test_pace_replays_the_cpu_time_recorded_between_calls_on_cpus(tmp_path: Path) -> None:
+    """`Issue.busy_s`: the process CPU time recorded between a rank's call and its previous
+    one, on any step (what --pace computes before issuing it); 0 for the first call, a call
+    without the record, or one made on a GPU, whose host only launched the device's work."""
+    ms = 10**6
+    rank0 = [
+        trace_call("all_reduce", KiB, step=0, issued_ns=0, device="cpu", cpu_ns=5 * ms),
+        trace_call("all_reduce", KiB, step=0, issued_ns=100 * ms, device="cpu", cpu_ns=85 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=200 * ms, device="cpu", cpu_ns=88 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=300 * ms, device="cuda:0", cpu_ns=99 * ms),
+        trace_call("all_reduce", KiB, step=1, issued_ns=400 * ms, device="cpu"),
+    ]
+    rank1 = [replace(c, cpu_ns=None) for c in rank0]
+    trace = load_any(write_trace(tmp_path, {0: rank0, 1: rank1}))
+    program = build_program(trace, pace=True)
+    busy = {r: [[i.busy_s for i in s] for s in rank_sequence(trace, program, r)] for r in (0, 1)}
+    assert busy[0] == [[0.0, pytest.approx(0.080)], [pytest.approx(0.003), 0.0, 0.0]]
+    assert busy[1] == [[0.0, 0.0], [0.0, 0.0, 0.0]]
+    # and the compiled program the workers read keeps it
+    directory = tmp_path / "program"
+    compiled.write(trace, program, directory)
+    assert [[i.busy_s for i in s] for s in compiled.read(directory).sequence(0)] == busy[0]
+
+
+def test_a_batch_is_replayed_as_recorded_and_guessed_only_in_a_trace_without_batches(
+    tmp_path: Path,
+) -> None:
+    """A trace of schema 3 marks each batch_isend_irecv's calls (`batch`): those go as one
+    batch, and consecutive async sends and receives without a mark go one by one, as the
+    job issued them. An older trace does not say: each run of them is taken for a batch."""
+
+    def rank(me: int) -> list[Call]:
+        other = 1 - me
+        return [
+            trace_call("send", KiB, peer=other, async_op=True, step=0, batch=0),
+            trace_call("recv", KiB, peer=other, async_op=True, step=0, batch=0),
+            trace_call("all_reduce", KiB, step=0),
+            trace_call("send", KiB, peer=other, async_op=True, step=0),
+            trace_call("recv", KiB, peer=other, async_op=True, step=0),
+        ]
+
+    directory = write_trace(tmp_path / "new", {0: rank(0), 1: rank(1)})
+    trace = load_any(directory)
+    assert trace.manifest.records_batches
+    (step,) = rank_sequence(trace, build_program(trace), 0)
+    assert [i.batch for i in step] == [0, 0, None, None, None]
+
+    edit = json.loads((directory / MANIFEST_FILE).read_text())
+    edit["schema_version"] = 2
+    (directory / MANIFEST_FILE).write_text(json.dumps(edit))
+    old = load_any(directory)
+    assert not old.manifest.records_batches
+    (step,) = rank_sequence(old, build_program(old), 0)
+    assert [i.batch for i in step] == [0, 0, None, 3, 3]  # numbered by the run's first place
 
 
 def _timed(directory: Path, times: dict[int, list[int]]) -> Trace:

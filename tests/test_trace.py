@@ -55,9 +55,10 @@ def test_round_trip(tmp_path: Path) -> None:
     calls = [
         trace_call("broadcast", 4 * MiB, peer=0, host="n0", device="cuda:0"),
         trace_call("all_gather", MiB, out_bytes=2 * MiB, async_op=True, step=0),
-        trace_call("send", 64, ranks=(0, 1), group="0", peer=1, issued_ns=5, completed_ns=9),
+        trace_call("send", 64, group="0", peer=1, issued_ns=5, completed_ns=9, batch=0),
         trace_call("all_reduce", MiB, step=0, issued_ns=10, completed_ns=None),
         trace_call("all_reduce", 64, step=0, device="cuda:0", graph=True),
+        trace_call("all_reduce", 64, step=0, device="cpu", cpu_ns=123_456_789),
     ]
     write_trace(
         tmp_path,
@@ -68,10 +69,16 @@ def test_round_trip(tmp_path: Path) -> None:
     assert trace.manifest.argv == ("python", "train.py")
     assert trace.manifest.schema_version == SCHEMA_VERSION
     got = trace.calls[0]
-    assert [c.seq for c in got] == [0, 1, 2, 3, 4]
-    assert [c.group_seq for c in got] == [0, 1, None, 2, 3]  # a send is not a collective
-    assert [c.graph for c in got] == [False] * 4 + [True]  # captured into a CUDA graph
+    assert [c.seq for c in got] == [0, 1, 2, 3, 4, 5]
+    assert [c.group_seq for c in got] == [0, 1, None, 2, 3, 4]  # a send is not a collective
+    assert [c.graph for c in got] == [False] * 4 + [True, False]  # captured into a CUDA graph
     assert "graph" not in got[0].payload() and got[4].payload()["graph"] is True
+    # the process CPU time at issue: written where recorded, absent (None) elsewhere
+    assert [c.cpu_ns for c in got] == [None] * 5 + [123_456_789]
+    assert "cpu_ns" not in got[0].payload()
+    # a batch_isend_irecv's send: its batch, written only there
+    assert [c.batch for c in got] == [None, None, 0, None, None, None]
+    assert "batch" not in got[0].payload() and got[2].payload()["batch"] == 0
     assert got[1] == replace(calls[1], seq=1, group_seq=1)
     assert got[2].peer == 1 and got[2].completed_ns == 9
     assert trace.notes() == []

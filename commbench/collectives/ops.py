@@ -17,15 +17,15 @@ of this rank's output with the value computed independently there.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from commbench.collectives import pattern
-from commbench.collectives.specs import OPS, OpSpec
+from commbench.ops import OpSpec
 from commbench.skew import Skew
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -95,25 +95,71 @@ class Expect:
     reduction of every rank's input."""
 
 
+Splits = tuple[Sequence[int], Sequence[int]]
+"""An all_to_all's (input, output) split sizes: the elements sent to each member, received
+from each."""
+Operation = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+"""A torch.distributed function and its arguments, all but `async_op`."""
+
+
 class Collective(ABC):
     """One entry of the registry: an op, or a way to do an all-reduce."""
 
-    spec: ClassVar[OpSpec]
-    """Its torch-free facts (`commbench.collectives.specs`)."""
+    spec: OpSpec
+    """Its torch-free facts: the op's declaration (`commbench.ops.OpSpec`), which names this
+    class as its `entry` and is given to it (`registry.entry_of`); a strategy's class
+    states its own (`collectives.specs.STRATEGIES`)."""
 
-    @abstractmethod
+    def __init__(self, spec: OpSpec | None = None) -> None:
+        if spec is not None:
+            self.spec = spec
+
     def buffers(
         self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
     ) -> Buffers:
-        """Allocate the buffers for S = `count` elements (zeros; see the module docstring)."""
+        """Allocate the buffers for S = `count` elements (zeros; see the module docstring), as
+        the op's declaration says: one buffer for an op in place by nature or without data;
+        else an input and an output of S each, but the one its `shard` names, which holds
+        this rank's S / n (in place, where the op may be, a view of its part of the other)."""
+        spec = self.spec
+        if spec.in_place == "always" or spec.latency_only:
+            return _one_buffer(count, dtype, device)
+        whole = _zeros(count, dtype, device)
+        if not spec.shard:
+            return Buffers(inp=whole, out=_zeros(count, dtype, device))
+        chunk = count // group.size
+        if in_place and spec.in_place == "optional":
+            part = whole.narrow(0, group.rank * chunk, chunk)
+        else:
+            part = _zeros(chunk, dtype, device)
+        return Buffers(inp=part, out=whole) if spec.shard == "in" else Buffers(inp=whole, out=part)
 
-    @abstractmethod
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        """The one torch.distributed call that runs the op on `bufs` over `group`, `root`
+        (a global rank) its root if it has one, and its arguments but `async_op`: what both
+        `call` (a sweep's) and `issue` (a replayed trace's) run. `splits` are an
+        all_to_all's recorded (input, output) split sizes; None: even."""
+        raise NotImplementedError(f"{self.spec.title} is not one torch.distributed call")
+
     def call(
         self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
     ) -> Callable[[], None]:
         """A no-argument function that runs the op once and returns when it has completed
         from the host's point of view (on CUDA: enqueued, with the current stream ordered
         after it). Everything it needs besides the communication is allocated here."""
+        fn, args, kwargs = self.operation(bufs, group, group.root, reduce_op, None)
+        return _waited(lambda: fn(*args, async_op=async_op, **kwargs))
+
+    def issue(
+        self, bufs: Buffers, group: Group, root: int, splits: Splits | None = None, half: str = ""
+    ) -> Any:
+        """Issue the op once, asynchronously, as a traced call is replayed (with sum for a
+        reduction, from the recorded `root`): its Work. `half` is a traced point-to-point
+        call's op (`commbench.ops.P2P`), for an op a trace holds as two (sendrecv)."""
+        fn, args, kwargs = self.operation(bufs, group, root, "sum", splits)
+        return fn(*args, async_op=True, **kwargs)
 
     @abstractmethod
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
@@ -197,82 +243,63 @@ def _cut(buf: torch.Tensor, splits: list[int]) -> list[torch.Tensor]:
     return pieces
 
 
+def _is(group: Group, root: int) -> bool:
+    """This rank is `root` (a global rank)."""
+    return group.ranks[group.rank] == root
+
+
+def _all_to_all_v(
+    bufs: Buffers, group: Group, send: Sequence[int], recv: Sequence[int]
+) -> Operation:
+    """all_to_all_single with `send` elements to each member and `recv` from each."""
+    return (
+        dist.all_to_all_single,
+        (bufs.out, bufs.inp),
+        {"output_split_sizes": list(recv), "input_split_sizes": list(send), "group": group.handle},
+    )
+
+
 # --- torch's own ops --------------------------------------------------------------------------
 
 
 class AllReduce(Collective):
-    spec = OPS["all_reduce"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        buf, red, pg = bufs.inp, REDUCE_OPS[reduce_op], group.handle
-        return _waited(lambda: dist.all_reduce(buf, op=red, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        return dist.all_reduce, (bufs.inp,), {"op": REDUCE_OPS[reduce_op], "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, None)]
 
 
 class AllGather(Collective):
-    spec = OPS["all_gather"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        out = _zeros(count, dtype, device)
-        chunk = count // group.size
-        inp = out.narrow(0, group.rank * chunk, chunk) if in_place else _zeros(chunk, dtype, device)
-        return Buffers(inp=inp, out=out)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        out, inp, pg = bufs.out, bufs.inp, group.handle
-        return _waited(lambda: all_gather_tensor(out, inp, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        return all_gather_tensor, (bufs.out, bufs.inp), {"group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(piece, 0, s) for s, piece in enumerate(_pieces(bufs.out, group.size))]
 
 
 class ReduceScatter(Collective):
-    spec = OPS["reduce_scatter"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        inp = _zeros(count, dtype, device)
-        chunk = count // group.size
-        out = inp.narrow(0, group.rank * chunk, chunk) if in_place else _zeros(chunk, dtype, device)
-        return Buffers(inp=inp, out=out)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        out, inp, red, pg = bufs.out, bufs.inp, REDUCE_OPS[reduce_op], group.handle
-        return _waited(lambda: reduce_scatter_tensor(out, inp, op=red, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        red = REDUCE_OPS[reduce_op]
+        return reduce_scatter_tensor, (bufs.out, bufs.inp), {"op": red, "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, group.rank * bufs.out.numel(), None)]
 
 
 class AllToAll(Collective):
-    spec = OPS["all_to_all"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(inp=_zeros(count, dtype, device), out=_zeros(count, dtype, device))
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        out, inp, pg = bufs.out, bufs.inp, group.handle
-        return _waited(lambda: dist.all_to_all_single(out, inp, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        if splits is None:
+            return dist.all_to_all_single, (bufs.out, bufs.inp), {"group": group.handle}
+        return _all_to_all_v(bufs, group, *splits)
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         # Output chunk s on rank r is rank s's input chunk r.
@@ -286,13 +313,12 @@ class AllToAllV(Collective):
     computed on every rank from (skew, seed, rank, world, S) without an exchange. S is what
     each rank sends; what it receives varies, the busiest rank's most of all."""
 
-    spec = OPS["all_to_allv"]
-
-    def __init__(self, skew: Skew | None = None) -> None:
+    def __init__(self, spec: OpSpec | None = None, skew: Skew | None = None) -> None:
+        super().__init__(spec)
         self.skew = skew or Skew("uniform")
 
     def for_skew(self, skew: Skew) -> Collective:
-        return AllToAllV(skew)
+        return AllToAllV(self.spec, skew)
 
     def buffers(
         self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
@@ -300,22 +326,11 @@ class AllToAllV(Collective):
         received = sum(self.skew.recv(group.rank, count, group.size))
         return Buffers(inp=_zeros(count, dtype, device), out=_zeros(received, dtype, device))
 
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        out, inp, pg = bufs.out, bufs.inp, group.handle
-        count, r, n = inp.numel(), group.rank, group.size
-        send, recv = self.skew.send(r, count, n), self.skew.recv(r, count, n)
-        return _waited(
-            lambda: dist.all_to_all_single(
-                out,
-                inp,
-                output_split_sizes=recv,
-                input_split_sizes=send,
-                group=pg,
-                async_op=async_op,
-            )
-        )
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        count, r, n = bufs.inp.numel(), group.rank, group.size
+        return _all_to_all_v(bufs, group, self.skew.send(r, count, n), self.skew.recv(r, count, n))
 
     def inputs(self, bufs: Buffers, group: Group) -> list[tuple[torch.Tensor, int]]:
         # Chunk d of rank r gets table r*n + d: its values depend on (source, destination,
@@ -332,57 +347,32 @@ class AllToAllV(Collective):
 
 
 class Broadcast(Collective):
-    spec = OPS["broadcast"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        buf, root, pg = bufs.inp, group.root, group.handle
-        return _waited(lambda: dist.broadcast(buf, src=root, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        return dist.broadcast, (bufs.inp,), {"src": root, "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, 0)]
 
 
 class Reduce(Collective):
-    spec = OPS["reduce"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        buf, root, red, pg = bufs.inp, group.root, REDUCE_OPS[reduce_op], group.handle
-        return _waited(lambda: dist.reduce(buf, dst=root, op=red, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        red = REDUCE_OPS[reduce_op]
+        return dist.reduce, (bufs.inp,), {"dst": root, "op": red, "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, None)] if group.rank == 0 else []  # only the root's is defined
 
 
 class Gather(Collective):
-    spec = OPS["gather"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(
-            inp=_zeros(count // group.size, dtype, device), out=_zeros(count, dtype, device)
-        )
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        inp, root, pg = bufs.inp, group.root, group.handle
-        gather_list = _pieces(bufs.out, group.size) if group.rank == 0 else None
-        return _waited(lambda: dist.gather(inp, gather_list, dst=root, group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        gather_list = _pieces(bufs.out, group.size) if _is(group, root) else None
+        return dist.gather, (bufs.inp, gather_list), {"dst": root, "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         if group.rank != 0:
@@ -391,23 +381,11 @@ class Gather(Collective):
 
 
 class Scatter(Collective):
-    spec = OPS["scatter"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(
-            inp=_zeros(count, dtype, device), out=_zeros(count // group.size, dtype, device)
-        )
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        out, root, pg = bufs.out, group.root, group.handle
-        scatter_list = _pieces(bufs.inp, group.size) if group.rank == 0 else None
-        return _waited(
-            lambda: dist.scatter(out, scatter_list, src=root, group=pg, async_op=async_op)
-        )
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        scatter_list = _pieces(bufs.inp, group.size) if _is(group, root) else None
+        return dist.scatter, (bufs.out, scatter_list), {"src": root, "group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, group.rank * bufs.out.numel(), 0)]
@@ -415,13 +393,6 @@ class Scatter(Collective):
 
 class SendRecv(Collective):
     """Every rank sends its buffer to the next group rank and receives the previous one's."""
-
-    spec = OPS["sendrecv"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return Buffers(inp=_zeros(count, dtype, device), out=_zeros(count, dtype, device))
 
     def call(
         self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
@@ -441,23 +412,23 @@ class SendRecv(Collective):
 
         return sendrecv
 
+    def issue(
+        self, bufs: Buffers, group: Group, root: int, splits: Splits | None = None, half: str = ""
+    ) -> Any:
+        """A traced send (of the input) or recv (into the output), `root` its peer."""
+        if half == "send":
+            return dist.isend(bufs.inp, dst=root)
+        return dist.irecv(bufs.out, src=root)
+
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, (group.rank - 1) % group.size)]
 
 
 class Barrier(Collective):
-    spec = OPS["barrier"]
-
-    def buffers(
-        self, count: int, dtype: torch.dtype, device: torch.device, group: Group, in_place: bool
-    ) -> Buffers:
-        return _one_buffer(count, dtype, device)
-
-    def call(
-        self, bufs: Buffers, group: Group, reduce_op: str, async_op: bool
-    ) -> Callable[[], None]:
-        pg = group.handle
-        return _waited(lambda: dist.barrier(group=pg, async_op=async_op))
+    def operation(
+        self, bufs: Buffers, group: Group, root: int, reduce_op: str, splits: Splits | None
+    ) -> Operation:
+        return dist.barrier, (), {"group": group.handle}
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return []  # latency only: nothing to check

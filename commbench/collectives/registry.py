@@ -1,13 +1,18 @@
-"""Every collective commbench measures, by (op, strategy): the one place an entry is listed.
+"""Every collective commbench measures, by (op, strategy): the entries built from the ops'
+declarations.
 
-To add an op: give it an `OpSpec` in `specs.OPS` (what the CLI and the rows know) and a
-`Collective` in `ops.py` (buffers, call, expected result), then list it here. An all-reduce
-strategy likewise goes into `specs.STRATEGIES` and `allreduce.py`. Nothing else changes:
-the worker and the probe run whatever entry a sweep point names.
+An op is one `OpSpec` in `commbench.ops.OPS`, whose `entry` names the `Collective` that
+allocates, issues and checks it (in `ops.py`, or anywhere as `module:Class`): the entry is
+built here from it, so nothing else lists it. An all-reduce strategy goes into
+`specs.STRATEGIES` and `allreduce.py`, and is listed here. The worker, the probe and the
+replay run whatever entry a sweep point or a traced call names.
 """
 
 from __future__ import annotations
 
+import importlib
+
+from commbench.collectives import ops as _ops
 from commbench.collectives.allreduce import (
     Direct,
     ReduceBroadcast,
@@ -15,36 +20,22 @@ from commbench.collectives.allreduce import (
     Ring,
     RingNaive,
 )
-from commbench.collectives.ops import (
-    AllGather,
-    AllReduce,
-    AllToAll,
-    AllToAllV,
-    Barrier,
-    Broadcast,
-    Collective,
-    Gather,
-    Reduce,
-    ReduceScatter,
-    Scatter,
-    SendRecv,
-)
-from commbench.collectives.specs import OPS, STRATEGIES
+from commbench.collectives.ops import Collective
+from commbench.collectives.specs import OPS, STRATEGIES, OpSpec
+
+
+def entry_of(spec: OpSpec) -> Collective:
+    """The `Collective` an op's declaration names (`OpSpec.entry`), built with it."""
+    module, _, name = spec.entry.rpartition(":")
+    where = importlib.import_module(module) if module else _ops
+    entry: Collective = getattr(where, name)(spec)
+    return entry
+
 
 COLLECTIVES: dict[tuple[str, str], Collective] = {
     entry.spec.key: entry
     for entry in (
-        AllReduce(),
-        AllGather(),
-        ReduceScatter(),
-        AllToAll(),
-        AllToAllV(),
-        Broadcast(),
-        Reduce(),
-        Gather(),
-        Scatter(),
-        SendRecv(),
-        Barrier(),
+        *(entry_of(spec) for spec in OPS.values()),
         Direct(),
         ReduceBroadcast(),
         ReduceScatterAllGather(),
@@ -58,10 +49,13 @@ An op that takes a skew is listed with uniform splits; `Collective.for_skew` giv
 
 def collective(op: str, strategy: str = "") -> Collective:
     """The entry measuring `op` (with `strategy`, one way to do it), as a sweep point names it."""
-    return COLLECTIVES[(op, strategy)]
+    key = (op, strategy)
+    if key not in COLLECTIVES and not strategy and op in OPS:  # declared since (`register`)
+        COLLECTIVES[key] = entry_of(OPS[op])
+    return COLLECTIVES[key]
 
 
 def selected(ops: list[str], strategies: list[str]) -> list[Collective]:
     """The entries `--ops` and `--strategies` name, in that order."""
     specs = [OPS[name] for name in ops] + [STRATEGIES[name] for name in strategies]
-    return [COLLECTIVES[spec.key] for spec in specs]
+    return [collective(*spec.key) for spec in specs]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 @dataclass(kw_only=True, slots=True)
 class CollectivesSettings:
     ops: list[str]
-    """Op names from `commbench.collectives.specs.OPS`, measured in this order."""
+    """Op names from `commbench.ops.OPS`, measured in this order."""
     sizes: list[int]
     """Requested per-rank sizes S in bytes (each op rounds them, see `plan_size`)."""
     nproc: int
@@ -489,7 +489,7 @@ def plan_points(settings: CollectivesSettings, group_size: int) -> list[Point]:
     points: list[Point] = []
     for dtype in settings.dtypes or [settings.dtype]:
         for op in settings.ops:
-            sizes = [0] if op == "barrier" else distinct(op, dtype)
+            sizes = [0] if OPS[op].latency_only else distinct(op, dtype)
             for form in forms(op, settings.in_place):
                 points.extend(
                     Point(op=op, strategy="", requested_bytes=s, dtype=dtype, in_place=form)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -58,6 +59,7 @@ import torch.distributed as dist
 
 from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
+from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.steps import Restep, Steps, signature
 from commbench.traces import splits
@@ -93,28 +95,6 @@ _INPUT_ARGS = (
     "tensor",
 )
 _OUTPUT_ARGS = ("output_tensor", "output_tensors", "output_lists", "outputs", "output")
-OPS = (
-    "allreduce_",
-    "allreduce_coalesced_",
-    "allgather_",
-    "_allgather_base_",
-    "allgather_coalesced_",
-    "allgather_into_tensor_coalesced_",
-    "reduce_scatter_",
-    "_reduce_scatter_base_",
-    "reduce_scatter_tensor_coalesced_",
-    "reduce_",
-    "gather_",
-    "scatter_",
-    "alltoall_",
-    "alltoall_base_",
-    "broadcast_",
-    "barrier",
-    "monitored_barrier_",
-    "send",
-    "recv_",
-    "recv_any_source_",
-)
 _PEER_ARGS = ("root_rank", "dst", "src")
 SYMM_MEM_OPS = (
     "one_shot_all_reduce",
@@ -200,6 +180,11 @@ def _all_to_all_splits(
     )
 
 
+def c10d_ops() -> tuple[str, ...]:
+    """The `c10d` operators noted (`commbench.ops.Traced.c10d`), each traced as its op."""
+    return tuple(name for _, t in traced().values() for name in t.c10d)
+
+
 class _Op:
     """One c10d op's schema, read once: where its tensors, group, peer and async flag are."""
 
@@ -219,6 +204,10 @@ class _Op:
         `batch_isend_irecv`) does not, and only what the rank did next tells them apart."""
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
+        found = traced().get(self.op)
+        self.moves_data = found is None or not found[0].latency_only
+        """False for an op without data (a barrier): its call has no sizes, whatever it
+        passes (`commbench.ops.OpSpec.latency_only`)."""
 
     def arg(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name is None:
@@ -274,10 +263,13 @@ class Capture:
         self.unfinished = 0
         self.stepped = False
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
-        self.ops = {name: _Op(name) for name in OPS if hasattr(torch.ops.c10d, name)}
+        self.ops = {name: _Op(name) for name in c10d_ops() if hasattr(torch.ops.c10d, name)}
         self._library: Any = None
         self.not_captured: collections.Counter[str] = collections.Counter()
         self.graph_captured = 0
+        self._batch: tuple[int, int] | None = None
+        """In a `batch_isend_irecv`: its thread and the batch's number on this rank."""
+        self._batches = 0
         self.completions: Completions[_Pending] = Completions(self._stamped)
         self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
         self.cuda: CudaCompletions[_Pending] | None = None
@@ -294,6 +286,7 @@ class Capture:
         register_module_forward_pre_hook(self._guarded(self._on_forward))
         register_optimizer_step_pre_hook(self._guarded(self._before_optimizer_step))
         register_optimizer_step_post_hook(self._guarded(self._on_optimizer_step))
+        self._wrap_batch_isend_irecv()
         atexit.register(self.close)
         _chain_sigterm(self.close)
         # last: a kernel registered is a call noted, so everything it needs is in place
@@ -302,6 +295,27 @@ class Capture:
             library.impl(op.name, self._kernel(op), "BackendSelect", with_keyset=True)
         self._library = library  # kept for the process's life: dropping it unregisters
         self._symm_library = self._count_symm_mem()
+
+    def _wrap_batch_isend_irecv(self) -> None:
+        """Mark the sends and receives of each `dist.batch_isend_irecv` as one batch
+        (`Call.batch`): on NCCL they go as one group, which the replay issues as one. The
+        public function is wrapped where callers look it up (`torch.distributed`, as
+        `torch.distributed.pipelining` does, and the module that defines it); its calls
+        still reach the dispatcher one by one, where they are noted."""
+        original = dist.batch_isend_irecv
+
+        @functools.wraps(original)
+        def batch_isend_irecv(p2p_op_list: Any) -> Any:
+            outer = self._batch
+            self._batch = (threading.get_ident(), self._batches)
+            self._batches += 1
+            try:
+                return original(p2p_op_list)
+            finally:
+                self._batch = outer
+
+        dist.batch_isend_irecv = batch_isend_irecv
+        dist.distributed_c10d.batch_isend_irecv = batch_isend_irecv
 
     def _count_symm_mem(self) -> Any:
         """Count the calls of every symmetric-memory operator there is (`SYMM_MEM_OPS`)."""
@@ -353,11 +367,11 @@ class Capture:
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if self.failed is not None or keyset.has(meta):
                 return overload.redispatch(keyset.remove(below), *args, **kwargs)
-            issued = time.time_ns()
+            issued, cpu = time.time_ns(), time.process_time_ns()
             start = None
             try:
                 self.poll()
-                entry = self._note(op, args, kwargs, issued)
+                entry = self._note(op, args, kwargs, issued, cpu)
                 start = self._cuda_start(entry)
             except Exception as exc:  # never the job's problem
                 self.fail(exc)
@@ -405,7 +419,7 @@ class Capture:
         return group
 
     def _note(
-        self, op: _Op, args: tuple[Any, ...], kwargs: dict[str, Any], issued: int
+        self, op: _Op, args: tuple[Any, ...], kwargs: dict[str, Any], issued: int, cpu: int
     ) -> _Pending:
         if self.writer is None:
             self._open()
@@ -419,7 +433,7 @@ class Capture:
             peer = None
         step, restep = self.steps.call(p2p=op.op in P2P_OPS)
         first = ins[0] if ins else (outs[0] if outs else None)
-        data = op.op != "barrier" and first is not None
+        data = op.moves_data and first is not None
         in_bytes = _nbytes(ins) if data else 0
         if op.op == "recv":
             in_bytes = 0
@@ -445,6 +459,12 @@ class Capture:
             peer=peer,
             in_splits=in_splits,
             out_splits=out_splits,
+            batch=self._batch[1]
+            if self._batch is not None
+            and op.op in P2P_OPS
+            and self._batch[0] == threading.get_ident()
+            else None,
+            cpu_ns=cpu,
         )
         if self.steps.collecting:
             self.steps.remember(signature(call))
@@ -563,13 +583,19 @@ class Capture:
             if self.tail is None and self.steps.after_last(entry.call.step):
                 self.tail = self.writer.mark()
             async_op = entry.call.async_op or entry.overlapped
-            self.writer.write(
-                replace(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
-            )
+            self.writer.write(entry.call, completed_ns=entry.completed_ns, async_op=async_op)
 
     # -- steps ---------------------------------------------------------------------------
 
     def _on_forward(self, module: Any, inputs: Any) -> None:
+        if isinstance(module, torch.fx.GraphModule) and not any(True for _ in module.children()):
+            # a compiler's graph (torch.compile's aot_eager runs its compiled graphs as fx
+            # GraphModules, wherever the compiled function is called: a start-up call
+            # included), not a layer of the job's model; a model traced by fx keeps its
+            # layers as submodules, whose forwards are seen
+            if self.pending:
+                self.poll()
+            return
         restep = self.steps.begin()
         if restep is not None:
             with self.lock:

@@ -36,6 +36,8 @@ _ISSUE_FIELDS = (
     "offset_s",
     "in_splits",
     "out_splits",
+    "busy_s",
+    "batch",
 )
 
 

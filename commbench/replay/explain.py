@@ -18,14 +18,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from commbench.ops import OPS
 from commbench.replay.buckets import Reducer
 from commbench.results.replay import Elsewhere, ReplayRecord, median_of
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import CHECK_FAILED, MOVES_NOTHING, ResultRow
 from commbench.sizes import format_size
 from commbench.strategies.model import Cost, Params, least_squares
 from commbench.tables import text_table
 
-_SPLIT = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
 TOP_ROWS = 10
 """Rows a summary lists, by their share of the recorded traffic's time."""
 
@@ -34,15 +34,13 @@ def op_cost(op: str, n: int) -> Cost:
     """Steps and bytes (x S) of one `op` over n ranks (see the module)."""
     if n < 2:
         return Cost(steps=0, bytes_factor=0.0, launches=1)
-    if op == "all_reduce":
-        return Cost(steps=2 * (n - 1), bytes_factor=2 * (n - 1) / n, launches=1)
-    if op in _SPLIT:
-        return Cost(steps=n - 1, bytes_factor=(n - 1) / n, launches=1)
-    if op in ("broadcast", "reduce"):
-        return Cost(steps=n - 1, bytes_factor=1.0, launches=1)
-    if op == "barrier":
-        return Cost(steps=math.ceil(math.log2(n)), bytes_factor=0.0, launches=1)
-    return Cost(steps=1, bytes_factor=1.0, launches=1)  # sendrecv
+    spec = OPS.get(op)  # its steps and its busbw factor (`commbench.ops.OpSpec`)
+    if spec is None:
+        return Cost(steps=1, bytes_factor=1.0, launches=1)
+    steps = 1 if spec.steps is None else spec.steps(n)
+    return Cost(
+        steps=steps, bytes_factor=0.0 if spec.factor is None else spec.factor(n), launches=1
+    )
 
 
 def _measured(r: ResultRow) -> bool:
@@ -53,7 +51,7 @@ def _measured(r: ResultRow) -> bool:
 
 def fit_rows(rows: Sequence[ResultRow], backend: str) -> tuple[Params | None, str]:
     """alpha and beta fitted to every measured row; (None, why) when they cannot be."""
-    points = [r for r in rows if _measured(r) and r.op != "barrier"]
+    points = [r for r in rows if _measured(r) and r.op not in MOVES_NOTHING]
     if len({r.size_bytes for r in points}) < 2:
         return None, "the model needs rows at two sizes or more to fit latency and bandwidth"
     xs = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.ops import traced as traced_names
 from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
@@ -54,7 +55,7 @@ class RowSpec:
     """One row of the rows phase: what the worker times and journals."""
 
     op: str
-    """commbench's op (`collectives.specs.OPS`): `sendrecv` for a traced send."""
+    """commbench's op (`commbench.ops.OPS`): `sendrecv` for a traced send."""
     size_bytes: int
     """S, rescaled to the replay's world (plan.py)."""
     dtype: str
@@ -88,8 +89,11 @@ class RowSpec:
         return f"{self.op} {self.size_bytes} B {self.dtype} ({where})"
 
 
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
-"""Ops with a root: replayed from the recorded one."""
+def rooted(op: str) -> bool:
+    """A traced op with a root (`commbench.ops.OpSpec.rooted`): replayed from the recorded
+    one."""
+    found = traced_names().get(op)
+    return found is not None and found[0].rooted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +118,16 @@ class Issue:
     sorted ranks); None: even (`size_bytes` split n ways)."""
     out_splits: tuple[int, ...] | None = None
     """An all_to_allv's elements received from each member; None: even."""
+    batch: int | None = None
+    """A send or recv of a batch (`Call.batch`): the consecutive issues of one batch go as
+    one `batch_isend_irecv`, one group as the job's went. Where a trace does not mark its
+    batches (before schema 3, other tools'), each run of consecutive async sends and
+    receives of one group is taken for a batch."""
+    busy_s: float = 0.0
+    """The CPU time the job's process spent between its rank's previous call and this one,
+    recorded on a CPU (`Call.cpu_ns`): `--pace` replays that much of the gap before it as
+    computation on the host, the rest idle. 0 without the record, or for a call recorded on
+    a GPU (its host's time there was launching the device's work, not doing it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,14 +511,14 @@ def map_call(call: Call, groups: Groups, table: Exchanges) -> Issue | None:
     elif n >= traced:
         group = WORLD
         size, uneven = sized(call, n, groups.world, table)
-        if call.op in ROOTED and call.peer is not None:
+        if rooted(call.op) and call.peer is not None:
             peer = call.peer  # a world group's root is the same rank of the replay
     else:
         index = groups.instance(groups.shape_of(ranks), 0)
         assert index is not None  # this rank is replayed, so is its group's copy
         group = index
         size, uneven = sized(call, n, n, table)
-        if call.op in ROOTED and call.peer is not None and call.peer in ranks:
+        if rooted(call.op) and call.peer is not None and call.peer in ranks:
             peer = call.peer  # the root of this rank's instance
     in_splits = out_splits = None
     exchange = table.of(call) if uneven else None
@@ -560,7 +574,9 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
     whole = program.steps == (None,)
     position = {step: i for i, step in enumerate(program.steps)}
     out: list[list[Issue]] = [[] for _ in program.steps]
+    cpu_before: int | None = None
     for call in trace.calls[traced_rank]:
+        busy_ns, cpu_before = _busy_ns(call, cpu_before), call.cpu_ns
         i = 0 if whole else position.get(call.step) if call.step is not None else None
         if i is None:
             continue
@@ -569,9 +585,43 @@ def traced_sequence(trace: Trace, program: Program, traced_rank: int) -> list[li
             continue
         clock = program.clocks[i] if program.clocks else None
         if clock is not None and call.issued_ns:
-            issue = replace(issue, offset_s=clock.offset_s(call.issued_ns))
+            issue = replace(issue, offset_s=clock.offset_s(call.issued_ns), busy_s=busy_ns / 1e9)
+        if call.batch is not None and issue.op in P2P_OPS:
+            issue = replace(issue, batch=call.batch)
         out[i].append(issue)
+    if not trace.manifest.records_batches:
+        out = [_guess_batches(step) for step in out]
     return out
+
+
+def _guess_batches(issues: list[Issue]) -> list[Issue]:
+    """A trace that does not mark its batches: each run of two or more consecutive async
+    sends and receives of one group (a `batch_isend_irecv`'s, a pipeline's) is one batch,
+    numbered by its first issue's place in the step."""
+    out = list(issues)
+    i = 0
+    while i < len(out):
+        j = i
+        while (
+            j < len(out)
+            and out[j].op in P2P_OPS
+            and out[j].async_op
+            and out[j].peer is not None
+            and out[j].group == out[i].group
+        ):
+            j += 1
+        if j - i > 1:
+            out[i:j] = [replace(issue, batch=i) for issue in out[i:j]]
+        i = max(j, i + 1)
+    return out
+
+
+def _busy_ns(call: Call, cpu_before: int | None) -> int:
+    """The process CPU time recorded between the rank's previous call and `call` (0 where
+    either has none, the clock went back, or `call` ran on a GPU)."""
+    if cpu_before is None or call.cpu_ns is None or not call.device.startswith("cpu"):
+        return 0
+    return max(0, call.cpu_ns - cpu_before)
 
 
 def rank_sequence(trace: Trace, program: Program, rank: int) -> list[list[Issue]]:

@@ -152,5 +152,17 @@ def conclude(
         max_gap_s=program.gaps.max_gap_s if settings.pace else None,
         gaps_capped=program.gaps.capped if settings.pace else 0,
         gaps_backwards=program.gaps.backwards if settings.pace else 0,
-        gaps_as=("compute" if settings.pace_compute else "idle") if settings.pace else None,
+        gaps_as=_gaps_as(settings, trace) if settings.pace else None,
     )
+
+
+def _gaps_as(settings: ReplaySettings, trace: Trace) -> str:
+    """What `--pace` fills the recorded gaps with (`ReplayRecord.gaps_as`)."""
+    if settings.pace_compute:
+        return "compute"
+    recorded = (
+        c.cpu_ns is not None and c.device.startswith("cpu")
+        for calls in trace.calls.values()
+        for c in calls
+    )
+    return "host" if any(recorded) else "idle"

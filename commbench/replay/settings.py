@@ -99,8 +99,9 @@ class ReplayRequest:
         metadata=cli(
             help="Issue each call at its recorded time after the step's start: the job's "
             "compute between calls and its ranks' skew replayed as idle time (a link that "
-            "idles between bursts behaves otherwise than one kept busy). Default: each call "
-            "as soon as the one before allows."
+            "idles between bursts behaves otherwise than one kept busy), except the CPU "
+            "time a job on CPUs spent between two calls, replayed as computation on the "
+            "host. Default: each call as soon as the one before allows."
         ),
     )
     pace_compute: bool = field(

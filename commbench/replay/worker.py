@@ -24,7 +24,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +32,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from commbench.collectives.ops import (
-    TORCH_DTYPES,
-    Buffers,
-    Collective,
-    Group,
-    all_gather_tensor,
-    reduce_scatter_tensor,
-)
+from commbench.collectives.ops import TORCH_DTYPES, Buffers, Collective, Group
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, SizePlan, plan_size
 from commbench.completion import Completions
 from commbench.launch.worker import Worker, run_worker
+from commbench.ops import traced
 from commbench.replay import compiled
 from commbench.replay.buckets import Reducer
 from commbench.replay.events import CapTimes, SequenceTimes
@@ -69,76 +63,35 @@ COMPUTE_N = 1024
 """`--pace-compute`'s products: n x n float32 matrices (64 on a CPU: about 6 us a product,
 so a gap ends within that of its time; 1024 on a GPU: tens of microseconds each)."""
 
-Issuer = Callable[[Buffers, Group, Issue], Any]
-"""Issues one traced call asynchronously on its buffers and group: its Work."""
-
-
-def _pieces(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
-    return list(buf.chunk(n))
-
 
 def _root(group: Group, recorded: int | None) -> int:
     """The global rank a rooted op is issued from: the recorded root, else the group's first."""
     return group.root if recorded is None else recorded
 
 
-def _all_to_all(b: Buffers, g: Group, i: Issue) -> Any:
-    """Even, or with the rank's recorded splits (an all_to_allv: `Issue.in_splits`)."""
-    if i.in_splits is None or i.out_splits is None:
-        return dist.all_to_all_single(b.out, b.inp, group=g.handle, async_op=True)
-    return dist.all_to_all_single(
-        b.out,
-        b.inp,
-        output_split_sizes=list(i.out_splits),
-        input_split_sizes=list(i.in_splits),
-        group=g.handle,
-        async_op=True,
-    )
-
-
-_ISSUE: dict[str, Issuer] = {
-    "all_reduce": lambda b, g, i: dist.all_reduce(b.inp, group=g.handle, async_op=True),
-    "all_gather": lambda b, g, i: all_gather_tensor(b.out, b.inp, group=g.handle, async_op=True),
-    "reduce_scatter": lambda b, g, i: reduce_scatter_tensor(
-        b.out, b.inp, group=g.handle, async_op=True
-    ),
-    "all_to_all": _all_to_all,
-    "broadcast": lambda b, g, i: dist.broadcast(
-        b.inp, src=_root(g, i.peer), group=g.handle, async_op=True
-    ),
-    "reduce": lambda b, g, i: dist.reduce(
-        b.inp, dst=_root(g, i.peer), group=g.handle, async_op=True
-    ),
-    "gather": lambda b, g, i: dist.gather(
-        b.inp,
-        _pieces(b.out, g.size) if dist.get_rank() == _root(g, i.peer) else None,
-        dst=_root(g, i.peer),
-        group=g.handle,
-        async_op=True,
-    ),
-    "scatter": lambda b, g, i: dist.scatter(
-        b.out,
-        _pieces(b.inp, g.size) if dist.get_rank() == _root(g, i.peer) else None,
-        src=_root(g, i.peer),
-        group=g.handle,
-        async_op=True,
-    ),
-    "barrier": lambda b, g, i: dist.barrier(group=g.handle, async_op=True),
-    "send": lambda b, g, i: dist.isend(b.inp, dst=i.peer),
-    "recv": lambda b, g, i: dist.irecv(b.out, src=i.peer),
-}
-"""How the sequence issues each traced op: asynchronously, so that the async rule (the
-module's) decides when it is waited. The rows phase times the registry's own calls."""
+def _issue(bufs: Buffers, group: Group, issue: Issue) -> Any:
+    """Issue one traced call asynchronously, so that the async rule (the module's) decides
+    when it is waited: its op's own entry issues it (`Collective.issue`: the call a sweep
+    times), from the recorded root or to the recorded peer. The rows phase times the
+    registry's own calls."""
+    spec, _ = traced()[issue.op]
+    splits = None
+    if issue.in_splits is not None and issue.out_splits is not None:  # an all_to_allv
+        splits = (issue.in_splits, issue.out_splits)
+    peer = issue.peer if issue.op in P2P_OPS else _root(group, issue.peer)
+    assert peer is not None  # the program gives every send and recv its peer
+    return collective(spec.op).issue(bufs, group, peer, splits, half=issue.op)
 
 
 def _p2p_run(issues: Sequence[Issue], i: int) -> list[Issue]:
-    """The async sends and receives issued one after the other from `issues[i]` on, in one
-    group: a batch (`dist.batch_isend_irecv`); one call or none otherwise."""
+    """The sends and receives of the batch `issues[i]` begins (`Issue.batch`: one
+    `dist.batch_isend_irecv`); `issues[i]` alone otherwise."""
+    batch = issues[i].batch
+    if batch is None:
+        return [issues[i]]
     run: list[Issue] = []
     for issue in issues[i:]:
-        if issue.op not in P2P_OPS or not issue.async_op or issue.peer is None:
-            break
-        if run and issue.group != run[0].group:
+        if issue.batch != batch or issue.op not in P2P_OPS or issue.peer is None:
             break
         run.append(issue)
     return run
@@ -151,7 +104,7 @@ class ReplayWorker(Worker):
         self.handles: list[Any] = []
         self.program: compiled.Compiled | None = None
         self.stamps = threading.Lock()
-        self._operands: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._operands: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._product: float | None = None
         self.completions: Completions[tuple[list[list[float]], int]] = Completions(
             self._stamped, clock=time.perf_counter_ns
@@ -256,7 +209,7 @@ class ReplayWorker(Worker):
                     inp=torch.zeros(sums[0], dtype=dtype, device=self.device),
                     out=torch.zeros(sums[1], dtype=dtype, device=self.device),
                 )
-            elif issue.op in ("send", "recv", "barrier"):
+            elif issue.op in P2P_OPS or traced()[issue.op][0].latency_only:  # one buffer
                 buf = torch.zeros(count, dtype=dtype, device=self.device)
                 cache[key] = Buffers(inp=buf, out=buf)
             else:
@@ -316,21 +269,20 @@ class ReplayWorker(Worker):
         while i < len(issues):
             issue = issues[i]
             if self.r.pace and issue.offset_s is not None:
-                self._gap(origin + issue.offset_s)
+                self._gap(origin + issue.offset_s, issue.busy_s)
             grp = self._group(issue.group)
             assert grp is not None  # the program maps this rank's calls to its groups
             run = _p2p_run(issues, i)
             if len(run) > 1:
-                # consecutive async sends and receives (batch_isend_irecv's, a pipeline's)
-                # go as one batch: one NCCL group, as the job's coalesced calls went
+                # a batch's sends and receives (batch_isend_irecv's, a pipeline's) go as
+                # one batch: one NCCL group, as the job's went
                 start = time.perf_counter()
+                buffers = [self._buffers(r, grp, cache) for r in run]
                 ops = [
-                    dist.P2POp(
-                        dist.isend if r.op == "send" else dist.irecv,
-                        (b := self._buffers(r, grp, cache)).inp if r.op == "send" else b.out,
-                        r.peer,
-                    )
-                    for r in run
+                    dist.P2POp(dist.isend, b.inp, r.peer)
+                    if r.op == "send"
+                    else dist.P2POp(dist.irecv, b.out, r.peer)
+                    for r, b in zip(run, buffers, strict=True)
                 ]
                 works = dist.batch_isend_irecv(ops)
                 self.hb.tick()
@@ -342,7 +294,7 @@ class ReplayWorker(Worker):
                 i += len(run)
                 continue
             start = time.perf_counter()
-            work = _ISSUE[issue.op](self._buffers(issue, grp, cache), grp, issue)
+            work = _issue(self._buffers(issue, grp, cache), grp, issue)
             self.hb.tick()  # a paced step waits between calls: each call issued is progress
             spans.append([start, math.inf])
             index = len(spans) - 1
@@ -369,35 +321,38 @@ class ReplayWorker(Worker):
         self._sync()
         return [covered(spans), max(end for _, end in spans) - origin]
 
-    def _gap(self, until: float) -> None:
-        """Wait for `until` (perf_counter): idle, or with `pace_compute` busy computing on the
-        device. On the CPU the products run until then; on a GPU as many are queued as fill
-        the gap (the device's rate of them measured once), so that the next call, queued
-        behind them in stream order as the job's was behind its compute, starts when they
-        end."""
-        if not self.r.pace_compute:
-            while (late := until - time.perf_counter()) > 0:
-                time.sleep(min(late, POLL_S))
-            return
-        if self.device.type != "cuda":
-            a, out = self._compute_operands()
-            while time.perf_counter() < until:
-                torch.mm(a, a, out=out)
-            return
-        left = until - time.perf_counter()
-        if left > 0:
-            a, out = self._compute_operands()
-            for _ in range(int(left / self._product_s())):
-                torch.mm(a, a, out=out)
+    def _gap(self, until: float, busy_s: float = 0.0) -> None:
+        """Wait for `until` (perf_counter). Idle, except: with `pace_compute`, busy computing
+        on the device throughout (on the CPU the products run until then; on a GPU as many
+        are queued as fill the gap, the device's rate of them measured once, so that the
+        next call, queued behind them in stream order as the job's was behind its compute,
+        starts when they end); else, for `busy_s` (the CPU time the job's process recorded
+        in the gap, `Issue.busy_s`), computing on the host's CPU first: a CPU job's compute
+        competing with its communication for the cores, a gap the job slept or waited
+        through replayed idle."""
+        if self.r.pace_compute and self.device.type == "cuda":
+            left = until - time.perf_counter()
+            if left > 0:
+                a, out = self._compute_operands()
+                for _ in range(int(left / self._product_s())):
+                    torch.mm(a, a, out=out)
+        else:
+            end = until if self.r.pace_compute else min(until, time.perf_counter() + busy_s)
+            if end > time.perf_counter():
+                a, out = self._compute_operands(host=True)
+                while time.perf_counter() < end:
+                    torch.mm(a, a, out=out)
         while (late := until - time.perf_counter()) > 0:
             time.sleep(min(late, POLL_S))
 
-    def _compute_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._operands is None:
-            n = COMPUTE_N if self.device.type == "cuda" else COMPUTE_N_CPU
-            a = torch.rand(n, n, device=self.device)
-            self._operands = (a, torch.empty_like(a))
-        return self._operands
+    def _compute_operands(self, host: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The products' operands: on the device, or (`host`) on the CPU."""
+        key = "cpu" if host or self.device.type != "cuda" else "device"
+        if key not in self._operands:
+            n = COMPUTE_N if key == "device" else COMPUTE_N_CPU
+            a = torch.rand(n, n, device="cpu" if key == "cpu" else self.device)
+            self._operands[key] = (a, torch.empty_like(a))
+        return self._operands[key]
 
     def _product_s(self) -> float:
         """Seconds of one product on the GPU, timed once with events (20 of them)."""

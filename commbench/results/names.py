@@ -8,20 +8,11 @@ would have refused.
 
 from __future__ import annotations
 
-OP_NAMES = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "all_to_allv",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "sendrecv",
-    "barrier",
-)
-"""Every op, in display order (`--ops`); each has an `OpSpec` in `collectives.specs.OPS`."""
+from commbench.ops import OPS
+
+OP_NAMES = tuple(OPS)
+"""Every op, in display order (`--ops`): the names of `commbench.ops.OPS`, each op's one
+declaration."""
 STRATEGY_NAMES = ("direct", "reduce_broadcast", "reduce_scatter_all_gather", "ring", "ring_naive")
 """Every all-reduce strategy (`--strategies`), in display order."""
 DTYPES: dict[str, int] = {

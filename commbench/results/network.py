@@ -33,14 +33,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from commbench.ops import OPS
 from commbench.results.record import RunContext
 from commbench.results.schema import ResultRow
 from commbench.results.summary import bandwidth_bound, busbw_of, series_key, series_peaks
 from commbench.sizes import format_size
 from commbench.topology.model import Nic
 
-RING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-ROOTED_SPLIT_OPS = ("gather", "scatter")
 ABOVE_LINE_RATE = (
     "above the NICs' line rate: traffic stayed inside NVLink domains, or the peak is wrong"
 )
@@ -195,15 +194,10 @@ def busbw_bound(
     off = world - per_node
     if off <= 0:
         return None
-    if op in RING_OPS:
-        return node_gbps
-    if op == "all_to_all":
-        return node_gbps * (world - 1) / (per_node * off)
-    if op in ROOTED_SPLIT_OPS:
-        return node_gbps * (world - 1) / off
-    if op == "sendrecv":
-        return node_gbps if nic_gbps is None else min(nic_gbps, node_gbps)
-    return None
+    spec = OPS.get(op)  # the op's own bound (`commbench.ops.OpSpec.network`)
+    if spec is None or spec.network is None:
+        return None
+    return spec.network(world, per_node, node_gbps, nic_gbps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,8 +156,10 @@ class ReplayRecord:
     """With `--pace`, calls recorded as issued before the call before them on their rank (a
     clock that stepped back), each issued right after it."""
     gaps_as: str | None = None
-    """With `--pace`, what filled the recorded gaps: `idle` (waiting) or `compute` (busy
-    compute on the device, `--pace-compute`); null without `--pace`."""
+    """With `--pace`, what filled the recorded gaps: `idle` (waiting), `host` (the CPU time
+    the job's process spent in each gap, recorded on CPUs, as computation on the host's
+    CPU, the rest idle) or `compute` (busy compute on the device throughout,
+    `--pace-compute`); null without `--pace`."""
 
     @property
     def recorded_comm_s(self) -> float | None:
@@ -230,5 +232,5 @@ class ReplayRecord:
             max_gap_s=f.opt("max_gap_s", _seconds),
             gaps_capped=f.opt("gaps_capped", integer_in(0, MAX_COUNT)) or 0,
             gaps_backwards=f.opt("gaps_backwards", integer_in(0, MAX_COUNT)) or 0,
-            gaps_as=f.opt("gaps_as", one_of(("idle", "compute"))),
+            gaps_as=f.opt("gaps_as", one_of(("idle", "host", "compute"))),
         )

@@ -42,6 +42,7 @@ from commbench.fields import (
     text,
 )
 from commbench.numbers import MAX_ITERATIONS
+from commbench.ops import OPS
 from commbench.results.names import DTYPES, OP_NAMES, REDUCE_OPS, STRATEGY_NAMES
 from commbench.stats import TIMES, Stats
 
@@ -102,9 +103,9 @@ RowKey = tuple[str, str, str, str, int, int, bool, str]
 ROW_STRATEGIES = ("", *STRATEGY_NAMES)
 """'': the op itself; a p2p row's strategy is its copy's name (`P2PCopy.name`)."""
 CHECKS = (CHECK_OK, CHECK_FAILED, CHECK_SKIPPED, CHECK_NA)
-MOVES_NOTHING = ("barrier",)
+MOVES_NOTHING = tuple(op for op, spec in OPS.items() if spec.latency_only)
 """Ops whose rows have 0 bytes (`OpSpec.latency_only`); every other row moves 1 byte or more."""
-SKEWED_OPS = ("all_to_allv",)
+SKEWED_OPS = tuple(op for op, spec in OPS.items() if spec.skewed)
 """Ops whose rows name their skew (`OpSpec.skewed`); no other row does."""
 
 # A p2p copy's words (`P2PCopy`), as `commbench.p2p` writes them.

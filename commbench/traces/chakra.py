@@ -30,6 +30,7 @@ from typing import Any
 
 from commbench.errors import UserError
 from commbench.fields import Conv, Fields, Value, integer_in, kind, line
+from commbench.ops import derived, traced
 from commbench.traces.names import ELEMENT_BYTES, canonical_dtype
 from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
 
@@ -45,19 +46,6 @@ NODE_TYPES = (
     "COMM_RECV_NODE",
     "COMM_COLL_NODE",
 )
-COMM_TYPES = (
-    "all_reduce",  # ALL_REDUCE = 0
-    "reduce",  # REDUCE = 1
-    "all_gather",  # ALL_GATHER = 2
-    "gather",  # GATHER = 3
-    "scatter",  # SCATTER = 4
-    "broadcast",  # BROADCAST = 5
-    "all_to_all",  # ALL_TO_ALL = 6
-    "reduce_scatter",  # REDUCE_SCATTER = 7
-    "reduce_scatter",  # REDUCE_SCATTER_BLOCK = 8
-    "barrier",  # BARRIER = 9
-)
-"""commbench's op for each `CollectiveCommType` value, in the enum's order."""
 _TENSOR_TYPE = re.compile(r"Tensor\(([^)]{1,40})\)")
 _INT64 = integer_in(0, MAX_BYTES)
 _INTEGER_VALUES = (
@@ -73,6 +61,14 @@ _INTEGER_VALUES = (
     "sfixed64Val",
 )
 """The members of `AttributeProto`'s value that hold an integer, as protobuf's JSON names them."""
+
+
+@derived
+def comm_types() -> dict[int, str]:
+    """commbench's op for each `CollectiveCommType` value (`commbench.ops.Traced.chakra`)."""
+    return {value: name for name, (_, t) in traced().items() for value in t.chakra}
+
+
 _PEER_ATTRS = {"send": ("comm_src", "comm_dst"), "recv": ("comm_dst", "comm_src")}
 """Per op, the attribute naming its own end and the one naming the other end."""
 
@@ -135,9 +131,9 @@ def _call(f: Fields, node_type: str, rank: int, seq: int, world: int) -> Call:
         if comm is None:
             raise UserError(f"{f.at('attr')}: a collective node without comm_type")
         index = _attr_int(comm)
-        if index >= len(COMM_TYPES):
+        op = comm_types().get(index, "")
+        if not op:
             raise UserError(f"{comm.where}: {index} is not a CollectiveCommType")
-        op = COMM_TYPES[index]
     else:
         op = "send" if node_type == "COMM_SEND_NODE" else "recv"
         peer = _peer(f, attrs, op, rank, world)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 
+from commbench.ops import P2P, derived, traced
 from commbench.results.names import DTYPES
 
 MAX_WORLD = 1 << 20
 """The most ranks a trace holds or a replay plays (`--world`): here, a leaf, so that the
 replay's options declare it without importing the trace reader."""
 
-OPS = (
+_SHOWN = (
     "all_reduce",
     "all_gather",
     "reduce_scatter",
@@ -23,54 +24,42 @@ OPS = (
     "barrier",
     "send",
     "recv",
-    "other",
 )
-"""What a call's `op` may be: commbench's op names (`collectives.specs.OPS`, but a traced
-send and its recv are two calls), and `other` for a call that maps to none of them (its
-original name is kept beside it)."""
+"""The order a trace's messages have always listed the traced ops in (names only: each is
+declared by its op's `commbench.ops.OpSpec.traced`); an op declared since follows them."""
 
-P2P_OPS = ("send", "recv")
-SHARDED_IN = ("all_gather", "gather")
-"""Ops whose input is one rank's shard of the whole buffer S."""
-SHARDED_OUT = ("reduce_scatter", "scatter")
-"""Ops whose output is one rank's shard of the whole buffer S."""
 
-# Spellings of each op, lower case with everything but letters removed: c10d's op names
-# (`allgather_into_tensor_coalesced`), torch.distributed's functions, the profiling names of
-# the Flight Recorder (`nccl:all_reduce`), PARAM's names and their aliases
-# (`comms_utils.paramToCommName`), Chakra's collective types.
-_ALIASES = {
-    "all_reduce": (
-        "allreduce",
-        "allreducecoalesced",
-        "allreducesparse",
-    ),
-    "all_gather": (
-        "allgather",
-        "allgatherbase",
-        "allgatherintotensor",
-        "allgatherintotensorcoalesced",
-        "allgathercoalesced",
-        "allgatherv",
-    ),
-    "reduce_scatter": (
-        "reducescatter",
-        "reducescatterbase",
-        "reducescattertensor",
-        "reducescattertensorcoalesced",
-        "reducescatterv",
-        "reducescatterblock",
-    ),
-    "all_to_all": ("alltoall", "alltoallbase", "alltoallsingle", "alltoallv"),
-    "broadcast": ("broadcast",),
-    "reduce": ("reduce",),
-    "gather": ("gather",),
-    "scatter": ("scatter",),
-    "barrier": ("barrier", "allreducebarrier", "monitoredbarrier"),
-    "send": ("send", "isend"),
-    "recv": ("recv", "irecv", "recvanysource"),
-}
-_OP_OF = {alias: op for op, aliases in _ALIASES.items() for alias in aliases}
+@derived
+def trace_ops() -> tuple[str, ...]:
+    """What a call's `op` may be: every traced name of an op (`commbench.ops.traced`: a
+    traced send and its recv are two calls), and `other` for a call that maps to none of
+    them (its original name is kept beside it)."""
+    names = traced()
+    return (*(n for n in _SHOWN if n in names), *(n for n in names if n not in _SHOWN), "other")
+
+
+P2P_OPS = P2P
+
+
+def shard(op: str) -> str:
+    """'in' for a traced op whose input is one rank's shard of the whole buffer S, 'out'
+    for one whose output is, '' otherwise (`commbench.ops.OpSpec.shard`)."""
+    found = traced().get(op)
+    return "" if found is None else found[0].shard
+
+
+def no_data(op: str) -> bool:
+    """A traced op that moves no data (a barrier: `commbench.ops.OpSpec.latency_only`)."""
+    found = traced().get(op)
+    return found is not None and found[0].latency_only
+
+
+@derived
+def _op_of() -> dict[str, str]:
+    """Every spelling of each traced op (`commbench.ops.Traced.spellings`), to its name."""
+    return {alias: name for name, (_, t) in traced().items() for alias in t.spellings}
+
+
 _LETTERS = re.compile(r"[^a-z]")
 
 
@@ -80,7 +69,7 @@ def canonical_op(name: str) -> str:
     text = name.strip().lower()
     text = text.rpartition(":")[2]  # the backend prefix of a profiling name
     text = text.split(" ", 1)[0]  # `send 0->1`: the peers
-    return _OP_OF.get(_LETTERS.sub("", text), "other")
+    return _op_of().get(_LETTERS.sub("", text), "other")
 
 
 ELEMENT_BYTES: dict[str, int] = {

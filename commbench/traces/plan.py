@@ -38,7 +38,7 @@ from commbench.collectives.specs import OPS as SPECS
 from commbench.errors import UserError, quoted
 from commbench.sizes import format_amount, format_size
 from commbench.tables import text_table
-from commbench.traces.names import P2P_OPS
+from commbench.traces.names import P2P_OPS, no_data, shard
 from commbench.traces.splits import Exchanges, exchanges
 from commbench.traces.trace import MAX_WORLD, Call, Trace
 
@@ -126,11 +126,11 @@ class Plan:
 
 def size_bytes(call: Call, n: int) -> int:
     """S of `call` in a group of `n` ranks (see the module)."""
-    if call.op in ("all_gather", "gather"):
+    if shard(call.op) == "in":  # its input is one rank's shard of S
         return call.in_bytes * n
     if call.op == "scatter":
         return call.out_bytes * n
-    if call.op == "barrier":
+    if no_data(call.op):
         return 0
     if call.op == "recv":
         return call.out_bytes

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from commbench.errors import UserError, quoted
 from commbench.fields import (
+    Conv,
     Fields,
     anything,
     boolean,
@@ -42,14 +43,20 @@ from commbench.fields import (
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
+from commbench.ops import derived, traced
 from commbench.traces import splits
-from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, OPS, P2P_OPS
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, P2P_OPS, no_data, trace_ops
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the trace directory's files this commbench writes and reads (and older).
 2: an all_to_all's splits (`Call.in_splits`, `out_splits`), left out when even; a trace of
-1 recorded none, and its all_to_alls are replayed even (`splits`)."""
+1 recorded none, and its all_to_alls are replayed even (`splits`).
+3: the sends and receives of one `batch_isend_irecv` carry `Call.batch`; a trace of 2 or
+before does not say, and its consecutive async sends and receives are replayed as one batch."""
 SPLITS_SINCE = 2
+BATCHES_SINCE = 3
+_PAYLOAD_KEYS = {"async_op": "async"}
+"""A `Call` field whose key in a line is another name."""
 """The first version whose all_to_all without splits was even (before it: not recorded)."""
 TOOL = "commbench"
 MANIFEST_FILE = "manifest.json"
@@ -138,7 +145,7 @@ class Call:
     seq: int
     """Its place among the rank's calls, from 0."""
     op: str
-    """commbench's op (`names.OPS`), `other` where it maps to none."""
+    """commbench's op (`names.trace_ops`), `other` where it maps to none."""
     name: str
     """The original name (`allgather_into_tensor_coalesced`, `nccl:all_reduce`)."""
     in_bytes: int
@@ -177,9 +184,16 @@ class Call:
     graph: bool = False
     """Made while a CUDA graph was being captured: in the trace once, though every replay of
     the graph makes it again without reaching the dispatcher (the manifest counts them)."""
+    batch: int | None = None
+    """A send or recv issued by `dist.batch_isend_irecv`: which of its rank's batches, from 0
+    (a batch's calls went as one group: one NCCL group launch); None otherwise."""
+    cpu_ns: int | None = None
+    """The process's CPU time when it was issued (every thread's, ns: `time.process_time_ns`
+    for commbench): what the job computed on its host between two calls, which `--pace`
+    replays as computation (docs/traces.md, "Replaying"); None when not recorded."""
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
+        if self.op not in trace_ops():
             raise UserError(f"call {self.seq} of rank {self.rank}: {quoted(self.op)} is not an op")
         if min(self.rank, self.seq, self.in_bytes, self.out_bytes, self.count) < 0:
             raise UserError(f"call {self.seq} of rank {self.rank}: a negative rank, size or count")
@@ -207,6 +221,8 @@ class Call:
             **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
             **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
             **({"graph": True} if self.graph else {}),
+            **({"batch": self.batch} if self.batch is not None else {}),
+            **({"cpu_ns": self.cpu_ns} if self.cpu_ns is not None else {}),
         }
 
     def to_line(self) -> str:
@@ -221,7 +237,7 @@ class Call:
         call = cls(
             rank=f.req("rank", integer_in(0, MAX_WORLD - 1)),
             seq=f.req("seq", integer_in(0, MAX_CALLS)),
-            op=f.req("op", one_of(OPS)),
+            op=f.req("op", _op_field()),
             name=f.req("name", line),
             in_bytes=f.req("in_bytes", integer_in(0, MAX_BYTES)),
             out_bytes=f.req("out_bytes", integer_in(0, MAX_BYTES)),
@@ -239,6 +255,8 @@ class Call:
             in_splits=_splits(f, "in_splits"),
             out_splits=_splits(f, "out_splits"),
             graph=bool(f.opt("graph", boolean)),
+            batch=f.opt("batch", integer_in(0, MAX_CALLS)),
+            cpu_ns=f.opt("cpu_ns", integer_in(0, _MAX_NS)),
         )
         call.check_splits(f.where, len(call.group.ranks) or None)
         return call
@@ -393,6 +411,12 @@ class Manifest:
         commbench's own, from schema 2 on. Other tools' traces and older ones say nothing
         of them."""
         return self.tool == TOOL and self.schema_version >= SPLITS_SINCE
+
+    @property
+    def records_batches(self) -> bool:
+        """Its batch_isend_irecv's calls are marked (`Call.batch`: a send or recv without one
+        was issued on its own): commbench's own, from schema 3 on."""
+        return self.tool == TOOL and self.schema_version >= BATCHES_SINCE
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -567,24 +591,28 @@ class TraceWriter:
         self._group_seq: dict[str, int] = {}
         self._unflushed = 0
 
-    def write(self, call: Call) -> Call:
+    def write(self, call: Call, **changes: Any) -> None:
         """Append `call` as this rank's next: its `rank`, `seq` and `group_seq` are the
-        writer's (a send or recv has no group_seq). Returns the call as written."""
+        writer's (a send or recv has no group_seq); `changes` are fields of it written
+        otherwise (`completed_ns=`, `async_op=`), without a copy of the call: the capture
+        writes a line per call the job makes, on the job's own thread."""
         if self._fh is None:
             raise ValueError("the trace writer is closed")
         group_seq = None
         if call.op not in P2P_OPS:
             group_seq = self._group_seq.get(call.group.name, 0)
             self._group_seq[call.group.name] = group_seq + 1
-        written = replace(call, rank=self.rank, seq=self._seq, group_seq=group_seq)
-        data = written.to_line().encode("ascii")
+        payload = call.payload()
+        payload.update(rank=self.rank, seq=self._seq, group_seq=group_seq)
+        for name, value in changes.items():
+            payload[_PAYLOAD_KEYS.get(name, name)] = value
+        data = dump_json(payload, indent=None).encode("ascii")
         self._fh.write(data)
         self._offset += len(data)
         self._seq += 1
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
             self.flush()
-        return written
 
     def flush(self) -> None:
         if self._fh is not None:
@@ -814,21 +842,29 @@ def check_no_rank_past_world(directory: Path, world: int) -> None:
         )
 
 
-_SYMMETRIC = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier")
-"""Ops whose every member passes the same input size: a size that differs between members
-is a trace that cannot be replayed. (all_to_all may be uneven, gather and scatter are not
-symmetric at their root.)"""
-
-
 def describe(call: Call) -> str:
     """`all_gather of 4096 B float32` (for messages)."""
-    if call.op == "barrier":
-        return "barrier"
+    if no_data(call.op):
+        return call.op
     return f"{call.op} of {call.in_bytes} B {call.dtype or 'no data'}"
 
 
 def _signature(call: Call) -> tuple[str, str, int | None]:
-    return (call.op, call.dtype, call.in_bytes if call.op in _SYMMETRIC else None)
+    """What every member of a call passes alike: the op, the dtype, and the size of an op
+    whose members all pass the same one (`commbench.ops.Traced.symmetric`), so that a size
+    that differs between them is a trace that cannot be replayed."""
+    return (call.op, call.dtype, call.in_bytes if call.op in _symmetric() else None)
+
+
+@derived
+def _symmetric() -> frozenset[str]:
+    return frozenset(name for name, (_, t) in traced().items() if t.symmetric)
+
+
+@derived
+def _op_field() -> Conv[str]:
+    """A call's `op`: one of `trace_ops()`, naming them when it is another."""
+    return one_of(trace_ops())
 
 
 def check_ranks(calls: Mapping[int, Sequence[Call]], world: int, where: str) -> None:

@@ -57,9 +57,10 @@ def main() -> None:
         ops = [dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, theirs, prev)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
-        truth.say_tensor("send", step, mine, peer=nxt)
+        batch = step - 1  # one batch_isend_irecv a step
+        truth.say_tensor("send", step, mine, peer=nxt, batch=batch)
         truth.say("recv", step, in_bytes=0, out_bytes=truth.nbytes(theirs), dtype="float32",
-                  peer=prev)  # fmt: skip
+                  peer=prev, batch=batch)  # fmt: skip
         grads = [p.grad for p in model.parameters()]
         with _coalescing_manager():
             for g in grads:

@@ -22,6 +22,8 @@ import this file by path (torchrun puts the script's directory first on sys.path
 - `async`: whether the job asked for the call with async_op=True, where it did; null where
   the job does not say (a library's call).
 - `in_splits`, `out_splits`: an uneven all_to_all's splits, in elements; null otherwise.
+- `batch`: for a send or recv the job issued with `dist.batch_isend_irecv`, which of the
+  rank's batches (from 0); left out where the job does not say.
 
 Each line is written with one write and flushed: the ranks share the pipe, and a line
 shorter than the pipe's buffer is never cut by another rank's.
@@ -63,6 +65,7 @@ def say(
     async_op: bool | None = None,
     in_splits: list[int] | None = None,
     out_splits: list[int] | None = None,
+    batch: int | None = None,
 ) -> None:
     """Print one call's truth (`out_bytes` defaults to `in_bytes`: an in-place op)."""
     line = {
@@ -77,6 +80,7 @@ def say(
         "async": async_op,
         "in_splits": in_splits,
         "out_splits": out_splits,
+        **({"batch": batch} if batch is not None else {}),
     }
     sys.stdout.write("truth: " + json.dumps(line, separators=(",", ":")) + "\n")
     sys.stdout.flush()
@@ -91,6 +95,7 @@ def say_tensor(
     group: list[int] | None = None,
     peer: int | None = None,
     async_op: bool | None = None,
+    batch: int | None = None,
 ) -> None:
     """`say` for a call whose input is the one tensor `t`."""
     say(
@@ -102,6 +107,7 @@ def say_tensor(
         group=group,
         peer=peer,
         async_op=async_op,
+        batch=batch,
     )
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 from commbench.importers.nccl_tests.export import to_nccl_tests_json
 from commbench.importers.nccl_tests.model import (
     DTYPES,
-    NON_REDUCING,
     OP_NAMES,
     Device,
     Header,
@@ -53,7 +52,6 @@ __all__ = [
     "JSON_VERSIONS",
     "MAX_RANK_LINES",
     "MAX_ROWS",
-    "NON_REDUCING",
     "OP_NAMES",
     "Device",
     "Header",

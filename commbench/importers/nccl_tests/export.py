@@ -18,6 +18,7 @@ from commbench.collectives.specs import DTYPES as SPEC_BYTES
 from commbench.errors import UserError
 from commbench.importers.nccl_tests.model import DTYPES
 from commbench.importers.nccl_tests.parse import PROCESS_TIMES_KEY
+from commbench.ops import OPS
 from commbench.results.record import RunKind
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, CHECK_OK, MOVES_NOTHING, ResultRow
@@ -35,13 +36,6 @@ TYPE_NAMES = {
 }
 ELEMENT_BYTES = {**SPEC_BYTES, "uint32": 4, "uint64": 8, "f8e4m3": 1, "f8e5m2": 1}
 """Bytes per element of every dtype a row may hold (`results.schema.ROW_DTYPES`)."""
-PROGRAMS = {"all_to_all": "alltoall"}
-"""An op whose program is not `<op>_perf`."""
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
-"""Ops with a root (commbench's is the group's first rank, 0); nccl-tests prints -1 for others."""
-PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-"""Ops whose `count` nccl-tests prints per rank (their `paramcount`: S / n elements);
-commbench's `count` is always S's elements."""
 EXPORTED_KINDS = (RunKind.COLLECTIVES, RunKind.NCCL_TESTS)
 
 
@@ -186,7 +180,8 @@ def _ranks_per_process(rows: list[ResultRow], listed: int, world: int) -> int:
 
 def _program(op: str) -> str:
     """The program nccl-tests' tools (and the importer) name the op by: `all_reduce_perf`."""
-    return f"{PROGRAMS.get(op, op)}_perf"
+    spec = OPS.get(op)  # its program is its first nccl-tests name (`OpSpec.nccl_tests`)
+    return f"{spec.nccl_tests[0] if spec is not None and spec.nccl_tests else op}_perf"
 
 
 def _nccl_code(version: str | None) -> int:
@@ -276,15 +271,18 @@ def _result(point: dict[bool, ResultRow]) -> dict[str, Any]:
     """One `results` entry: `writeBenchmarkLinePreamble`, each placement's
     `writeBenchmarkLineBody` and `writePerIterReport`, `writeBenchmarkLineTerminator`."""
     first = point.get(False) or point[True]
+    spec = OPS.get(first.op)  # None for nccl-tests' own ops (hypercube): unsplit, unrooted
     count = first.size_bytes // ELEMENT_BYTES[first.dtype]
-    if first.op in PER_RANK_COUNT:
+    if (
+        spec is not None and spec.split
+    ):  # nccl-tests prints a split op's count per rank (its `paramcount`: S / n)
         count //= first.world_size
     out: dict[str, Any] = {
         "size": first.size_bytes,
         "count": count,
         "type": TYPE_NAMES.get(first.dtype, first.dtype),
         "redop": first.reduce_op or "none",
-        "root": f"{0 if first.op in ROOTED else -1:6d}",
+        "root": f"{0 if spec is not None and spec.rooted else -1:6d}",  # commbench's root is the group's first rank
     }
     if False not in point:
         out["out_of_place"] = None  # writeBenchMarkLineNullBody

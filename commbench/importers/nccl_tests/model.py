@@ -15,7 +15,8 @@ from typing import Any
 
 from commbench.collectives.specs import DTYPES as ELEMENT_BYTES
 from commbench.errors import UserError
-from commbench.results.schema import ProcessTimes, RankTimes, ResultRow
+from commbench.ops import OPS, derived
+from commbench.results.schema import IMPORTED_OPS, ProcessTimes, RankTimes, ResultRow
 from commbench.stats import Stats, quantile
 
 # nccl-tests type names -> commbench dtype names (others are kept as printed).
@@ -37,28 +38,27 @@ DTYPES = {
     "uint8": "uint8",
 }
 
-# Program / file-name spellings -> commbench op names; longest first so that
-# `reduce_scatter` is not read as `reduce`.
-OP_NAMES = {
-    "all_reduce": "all_reduce",
-    "allreduce": "all_reduce",
-    "all_gather": "all_gather",
-    "allgather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "all_to_all": "all_to_all",
-    "broadcast": "broadcast",
-    "sendrecv": "sendrecv",
-    "hypercube": "hypercube",
-    "scatter": "scatter",
-    "gather": "gather",
-    "reduce": "reduce",
-}
-_OP_RE = re.compile(
-    "(" + "|".join(sorted(OP_NAMES, key=len, reverse=True)) + r")(?:_perf)?", re.IGNORECASE
-)
-NON_REDUCING = {"all_gather", "all_to_all", "broadcast", "gather", "scatter", "sendrecv"}
+
+@derived
+def op_names() -> dict[str, str]:
+    """Program / file-name spellings -> commbench op names: each op's
+    (`commbench.ops.OpSpec.nccl_tests`), and nccl-tests' own ops commbench has not
+    (`results.schema.IMPORTED_OPS`)."""
+    return {
+        **{name: op for op, spec in OPS.items() for name in spec.nccl_tests},
+        **{name: name for name in IMPORTED_OPS},
+    }
+
+
+OP_NAMES = op_names()
+"""`op_names()` of the ops `commbench.ops` declares (`import-nccl-tests --op`'s choices)."""
+
+
+@derived
+def _op_re() -> re.Pattern[str]:
+    """Any spelling, the longest first, so that `reduce_scatter` is not read as `reduce`."""
+    names = sorted(op_names(), key=len, reverse=True)
+    return re.compile("(" + "|".join(names) + r")(?:_perf)?", re.IGNORECASE)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -249,13 +249,14 @@ def nccl_version_from_code(code: int) -> str:
 
 
 def op_from_text(text: str) -> str | None:
-    match = _OP_RE.search(text.replace("-", "_"))
-    return OP_NAMES[match.group(1).lower()] if match else None
+    match = _op_re().search(text.replace("-", "_"))
+    return op_names()[match.group(1).lower()] if match else None
 
 
 def reduce_op_of(op: str, redop: str) -> str:
     """The row's reduce op: none for an op that does not reduce, whatever the line prints."""
-    return "" if op in NON_REDUCING or redop in ("none", "-") else redop
+    spec = OPS.get(op)
+    return "" if (spec is not None and not spec.reduces) or redop in ("none", "-") else redop
 
 
 def infer_world_size(op: str, algbw: float, busbw: float) -> int | None:
