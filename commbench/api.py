@@ -17,27 +17,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from commbench.arguments import Request
-from commbench.collectives.placement import PlacementRequest
-from commbench.collectives.settings import GPU_DEFAULT_SIZES, CollectivesRequest
-from commbench.diagnose.settings import DiagnoseRequest
+from commbench.arguments import PathLike, Request
+from commbench.collectives.settings import GPU_DEFAULT_SIZES
+from commbench.diagnose.settings import DiagnoseRun
 from commbench.flags import (
     ALLOW_MISMATCH,
     BACKEND,
     BASELINE,
     BW,
-    DEVICE,
-    DRY_RUN,
     FORMAT,
     FROM,
     LATENCY,
-    NO_PLOT,
-    NPROC,
     OP,
     OUT,
     SIZES,
@@ -45,48 +40,25 @@ from commbench.flags import (
     TOLERANCE,
     WORLD,
 )
-from commbench.launch.request import LaunchRequest
-from commbench.options import arg, cli, field_of, from_params, verb
-from commbench.p2p.settings import P2PRequest
-from commbench.replay.settings import ReplayRequest
+from commbench.launch.request import CollectivesRun
+from commbench.options import arg, cli, field_of, verb
+from commbench.p2p.settings import P2PRun
+from commbench.replay.settings import ReplayRun
 from commbench.report.export import ExportFormat
 from commbench.report.options import Images, ReportFormat
+from commbench.suites.request import SuiteRun
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
     from commbench.diagnose.run import Diagnosis
-    from commbench.launch.job import MultiNodeJob
-    from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
     from commbench.record.run import Recorded
     from commbench.replay.program import Program
     from commbench.report.document import Rendered
     from commbench.results.runs import Run, Suite
-    from commbench.results.schema import ResultRow
     from commbench.strategies.model import Fit, Params, Prediction
     from commbench.suites.runner import SuiteOutcome
     from commbench.topology import TopologySnapshot
-
-__all__ = [
-    "compare_runs",
-    "export_run",
-    "import_nccl_tests",
-    "load_run",
-    "load_topology",
-    "model_strategies",
-    "plot_run",
-    "record_job",
-    "replay_trace",
-    "report_run",
-    "run_collectives",
-    "run_diagnose",
-    "run_p2p",
-    "run_suite",
-]
-
-PathLike = str | os.PathLike[str]
-"""A path as a verb takes it: text, a `Path`, anything `os.fspath` reads (checked by
-`commbench.arguments`)."""
 
 MAX_WORLD = 1 << 24
 """More ranks than any machine runs: a `model --world` beyond it is a typo, not a world."""
@@ -95,39 +67,6 @@ MAX_WORLDS = 256
 _MISMATCH_WITH_BASELINE = (
     "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
 )
-
-
-@dataclass(kw_only=True)
-class RunDirRequest:
-    """Where a command that measures writes its new run directory: declared once for
-    `collectives`, `p2p` and `diagnose`."""
-
-    out: PathLike = field_of(OUT, default="results", help="Parent directory of the run directory.")
-
-
-@dataclass(kw_only=True)
-class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest, Request):
-    """Every option of `commbench collectives` and `run_collectives`, declared once: the
-    sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
-    launch (`LaunchRequest`) and what is done with the run."""
-
-    no_plot: bool = field_of(
-        NO_PLOT, default=False, help="Do not write plots (RUN_DIR/plots) after the run."
-    )
-    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
-    """Called as points are measured: `(done, total, row)` (API only)."""
-
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `collectives` they wrap
-        (`given`: its parsed options): the settings every node will build, placed on the
-        job's nodes, and the ranks they name."""
-        from commbench.launch.preflight import validate_ranks
-
-        place = job.place(given["device"], given["nproc"], given["backend"])
-        settings = from_params(CollectivesRequest, given).settings(place)
-        job.check_gpus(settings.device, settings.nproc)
-        validate_ranks(settings, job.nodes * settings.nproc)
 
 
 @verb(CollectivesRun)
@@ -172,25 +111,6 @@ def run_collectives(request: CollectivesRun) -> Run:
     return run
 
 
-@dataclass(kw_only=True)
-class P2PRun(RunDirRequest, P2PRequest, Request):
-    """Every option of `commbench p2p` and `run_p2p`, declared once."""
-
-    topology: PathLike | None = field(
-        default=None,
-        metadata=cli(
-            metavar="SNAPSHOT.json",
-            type=Path,
-            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
-        ),
-    )
-    dry_run: bool = field_of(
-        DRY_RUN, default=False, help="Print what each copy should reach; touch no GPU."
-    )
-    on_step: Callable[[int, int, Step], None] | None = None
-    """Called as copies are measured: `(done, total, step)` (API only)."""
-
-
 @verb(P2PRun)
 def run_p2p(request: P2PRun) -> Run | DryRun:
     """Copy bandwidth from one GPU to the others, explained by the topology (`commbench p2p`).
@@ -220,69 +140,6 @@ def run_p2p(request: P2PRun) -> Run | DryRun:
         return plan_dry_run(settings, snapshot)
     outcome = run_p2p(settings, out, snapshot=snapshot, on_step=on_step)
     return Run(path=outcome.run_dir, record=outcome.record, rows=outcome.rows)
-
-
-@dataclass(kw_only=True)
-class SuiteRun(LaunchRequest, Request):
-    """Every option of `commbench run` and `run_suite`, declared once."""
-
-    config: PathLike = field(
-        kw_only=False,
-        metadata=arg(metavar="SUITE.yaml", type=Path, help="Suite file, e.g. configs/ci.yaml."),
-    )
-    baseline: PathLike | None = field_of(
-        BASELINE,
-        default=None,
-        also=("-b",),
-        help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
-    )
-    out: PathLike = field_of(
-        OUT, default="results/suites", help="Parent directory of the suite directory."
-    )
-    nproc: int | None = field_of(
-        NPROC,
-        default=None,
-        help="Workers per node (overrides the suite's world_size key, which is per node too).",
-    )
-    device: str | None = field_of(DEVICE, default=None, help="cuda or cpu (overrides the suite).")
-    backend: str | None = field_of(
-        BACKEND, default=None, help="nccl or gloo (overrides the suite)."
-    )
-    tolerance: str | float | None = field_of(
-        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
-    )
-    allow_mismatch: bool = field_of(
-        ALLOW_MISMATCH, default=False, help="Compare with a baseline from a different machine."
-    )
-    no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
-    on_event: Callable[[str], None] | None = None
-    """Gets the progress lines the CLI prints (API only)."""
-    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
-    """Gets each entry's points as `collectives` gives them (API only)."""
-
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `run` they wrap: the suite
-        file, every run's settings on the job's nodes, and the baseline it is gated by."""
-        from commbench.launch.launcher import LaunchOptions
-        from commbench.suites.gate import load_runs
-        from commbench.suites.runner import prepare_suite
-
-        # the nodes build the rendezvous from the job; any endpoint stands for it here
-        endpoint = "head-node:29400" if job.nodes > 1 else None
-        _, machine, _ = prepare_suite(
-            given["config"],
-            LaunchOptions(nnodes=job.nodes, rdzv_endpoint=endpoint),
-            job.place,
-            nproc=given["nproc"],
-            device=given["device"],
-            backend=given["backend"],
-            tolerance=given["tolerance"],
-            allow_mismatch=given["allow_mismatch"],
-        )
-        job.check_gpus(machine.device, machine.nproc)
-        if given.get("baseline") is not None:
-            load_runs(given["baseline"])
 
 
 @verb(SuiteRun)
@@ -508,24 +365,6 @@ def _path(target: PathLike | Run | Suite) -> Path:
     return Path(target) if isinstance(target, str | os.PathLike) else target.path
 
 
-@dataclass(kw_only=True)
-class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest, Request):
-    """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
-
-    on_test: Callable[[dict[str, object]], None] | None = None
-    """Called as each test ends, with its event (API only)."""
-
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `diagnose` they wrap: the
-        diagnosis and its launch's settings, placed on the job's nodes."""
-        from commbench.diagnose.settings import diagnose_settings
-
-        place = job.place(given["device"], given["nproc"], given["backend"])
-        _, diagnosed = diagnose_settings(place, from_params(DiagnoseRequest, given))
-        job.check_gpus(diagnosed.device, diagnosed.nproc)
-
-
 @verb(DiagnoseRun)
 def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     """Find the slow node, GPU or link (`commbench diagnose`); run on every node.
@@ -544,14 +383,6 @@ def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     settings, collectives = diagnose_settings(request.placement(), request)
     on_test = request.on_test
     return run_diagnose(settings, collectives, out, launch, on_test=on_test)
-
-
-@dataclass(kw_only=True)
-class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest, Request):
-    """Every option of `commbench replay` and `replay_trace`, declared once."""
-
-    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
-    """Called as rows are measured: `(done, total, row)` (API only)."""
 
 
 @verb(ReplayRun)

@@ -266,6 +266,10 @@ def checks(record: type) -> tuple[tuple[str, str, Union], ...]:
     return _CHECKS[record]
 
 
+PathLike = str | os.PathLike[str]
+"""A path as a verb takes it: text, a `Path`, anything `os.fspath` reads (`KINDS`' PathLike)."""
+
+
 class Request:
     """The base of every verb's request record: its fields are checked as it is built."""
 

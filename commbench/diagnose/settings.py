@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commbench.arguments import Request
+from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
 from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
+from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
-from commbench.options import cli, field_of
+from commbench.options import cli, field_of, from_params
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
     from commbench.collectives.settings import CollectivesSettings
+    from commbench.launch.job import MultiNodeJob
 
 STAGES = DIAGNOSE_STAGES
 GPU_DEFAULT_SIZE = "64M"
@@ -139,3 +143,21 @@ def diagnose_settings(
     )
     collectives = build_settings(place, timing, ops=["all_reduce"], sizes=parsed, check=False)
     return settings, collectives
+
+
+@dataclass(kw_only=True)
+class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest, Request):
+    """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
+
+    on_test: Callable[[dict[str, object]], None] | None = None
+    """Called as each test ends, with its event (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `diagnose` they wrap: the
+        diagnosis and its launch's settings, placed on the job's nodes."""
+        from commbench.diagnose.settings import diagnose_settings
+
+        place = job.place(given["device"], given["nproc"], given["backend"])
+        _, diagnosed = diagnose_settings(place, from_params(DiagnoseRequest, given))
+        job.check_gpus(diagnosed.device, diagnosed.nproc)

@@ -4,14 +4,21 @@ job step none is needed: `resolve_launch` reads the job."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from commbench.options import cli
+from commbench.arguments import PathLike, Request
+from commbench.collectives.placement import PlacementRequest
+from commbench.collectives.settings import CollectivesRequest
+from commbench.flags import NO_PLOT, OUT
+from commbench.options import cli, field_of, from_params
 from commbench.results.names import MAX_NODES
 
 if TYPE_CHECKING:
+    from commbench.launch.job import MultiNodeJob
     from commbench.launch.launcher import LaunchOptions
+    from commbench.results.schema import ResultRow
 
 
 @dataclass(kw_only=True)
@@ -57,3 +64,36 @@ class LaunchRequest:
             rdzv_id=self.rdzv_id,
             debug=self.debug,
         )
+
+
+@dataclass(kw_only=True)
+class RunDirRequest:
+    """Where a command that measures writes its new run directory: declared once for
+    `collectives`, `p2p` and `diagnose`."""
+
+    out: PathLike = field_of(OUT, default="results", help="Parent directory of the run directory.")
+
+
+@dataclass(kw_only=True)
+class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest, Request):
+    """Every option of `commbench collectives` and `run_collectives`, declared once: the
+    sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
+    launch (`LaunchRequest`) and what is done with the run."""
+
+    no_plot: bool = field_of(
+        NO_PLOT, default=False, help="Do not write plots (RUN_DIR/plots) after the run."
+    )
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Called as points are measured: `(done, total, row)` (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `collectives` they wrap
+        (`given`: its parsed options): the settings every node will build, placed on the
+        job's nodes, and the ranks they name."""
+        from commbench.launch.preflight import validate_ranks
+
+        place = job.place(given["device"], given["nproc"], given["backend"])
+        settings = from_params(CollectivesRequest, given).settings(place)
+        job.check_gpus(settings.device, settings.nproc)
+        validate_ranks(settings, job.nodes * settings.nproc)

@@ -7,17 +7,23 @@ Everything here is checked on its own; whether the GPUs named exist is checked b
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from commbench.arguments import PathLike, Request
 from commbench.errors import UserError, quoted
-from commbench.flags import ITERS, LATENCY, WARMUP
+from commbench.flags import DRY_RUN, ITERS, LATENCY, WARMUP
+from commbench.launch.request import RunDirRequest
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
 from commbench.options import cli, field_of
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
+
+if TYPE_CHECKING:
+    from commbench.p2p.plan import Step
 
 DEFAULT_SIZE = 4 * 10**8
 """10**8 float32 elements, the tensor of the motivating puzzle: 400,000,000 bytes."""
@@ -255,3 +261,22 @@ class P2PRequest:
             warmup=self.warmup,
             iters=self.iters,
         )
+
+
+@dataclass(kw_only=True)
+class P2PRun(RunDirRequest, P2PRequest, Request):
+    """Every option of `commbench p2p` and `run_p2p`, declared once."""
+
+    topology: PathLike | None = field(
+        default=None,
+        metadata=cli(
+            metavar="SNAPSHOT.json",
+            type=Path,
+            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
+        ),
+    )
+    dry_run: bool = field_of(
+        DRY_RUN, default=False, help="Print what each copy should reach; touch no GPU."
+    )
+    on_step: Callable[[int, int, Step], None] | None = None
+    """Called as copies are measured: `(done, total, step)` (API only)."""

@@ -3,12 +3,16 @@ the request (the flags, declared once) and the settings its workers read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commbench.arguments import Request
+from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
 from commbench.flags import BW, DRY_RUN, ITERS, LATENCY, TIMEOUT, WARMUP, WORLD
+from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.numbers import check_range
 from commbench.options import arg, cli, field_of
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
@@ -16,10 +20,10 @@ from commbench.results.names import DEFAULT_TIMEOUT
 from commbench.traces.names import MAX_WORLD
 
 if TYPE_CHECKING:
-    from commbench.collectives.placement import PlacementRequest
     from commbench.collectives.settings import CollectivesSettings
     from commbench.launch.launcher import LaunchOptions
     from commbench.replay.program import Program
+    from commbench.results.schema import ResultRow
     from commbench.traces.trace import Trace
 
 DEFAULT_REPEATS = 5
@@ -241,3 +245,11 @@ def nproc_for(nproc: int | None, world: int, nnodes: int) -> int:
             f"on {world}: leave --nproc out, or give --world {nproc * nnodes}"
         )
     return nproc
+
+
+@dataclass(kw_only=True)
+class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest, Request):
+    """Every option of `commbench replay` and `replay_trace`, declared once."""
+
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Called as rows are measured: `(done, total, row)` (API only)."""

@@ -1,0 +1,90 @@
+"""What `commbench run` and `commbench.run_suite` are asked: the suite file, the machine's
+overrides of its keys, the gate and the launch, declared once (`SuiteRun`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from commbench.arguments import PathLike, Request
+from commbench.flags import (
+    ALLOW_MISMATCH,
+    BACKEND,
+    BASELINE,
+    DEVICE,
+    NO_PLOT,
+    NPROC,
+    OUT,
+    TOLERANCE,
+)
+from commbench.launch.request import LaunchRequest
+from commbench.options import arg, field_of
+
+if TYPE_CHECKING:
+    from commbench.launch.job import MultiNodeJob
+    from commbench.results.schema import ResultRow
+
+
+@dataclass(kw_only=True)
+class SuiteRun(LaunchRequest, Request):
+    """Every option of `commbench run` and `run_suite`, declared once."""
+
+    config: PathLike = field(
+        kw_only=False,
+        metadata=arg(metavar="SUITE.yaml", type=Path, help="Suite file, e.g. configs/ci.yaml."),
+    )
+    baseline: PathLike | None = field_of(
+        BASELINE,
+        default=None,
+        also=("-b",),
+        help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
+    )
+    out: PathLike = field_of(
+        OUT, default="results/suites", help="Parent directory of the suite directory."
+    )
+    nproc: int | None = field_of(
+        NPROC,
+        default=None,
+        help="Workers per node (overrides the suite's world_size key, which is per node too).",
+    )
+    device: str | None = field_of(DEVICE, default=None, help="cuda or cpu (overrides the suite).")
+    backend: str | None = field_of(
+        BACKEND, default=None, help="nccl or gloo (overrides the suite)."
+    )
+    tolerance: str | float | None = field_of(
+        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
+    )
+    allow_mismatch: bool = field_of(
+        ALLOW_MISMATCH, default=False, help="Compare with a baseline from a different machine."
+    )
+    no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
+    on_event: Callable[[str], None] | None = None
+    """Gets the progress lines the CLI prints (API only)."""
+    on_progress: Callable[[int, int, ResultRow | None], None] | None = None
+    """Gets each entry's points as `collectives` gives them (API only)."""
+
+    @classmethod
+    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
+        """What `slurm-script` and `k8s-manifest` check of the `run` they wrap: the suite
+        file, every run's settings on the job's nodes, and the baseline it is gated by."""
+        from commbench.launch.launcher import LaunchOptions
+        from commbench.suites.gate import load_runs
+        from commbench.suites.runner import prepare_suite
+
+        # the nodes build the rendezvous from the job; any endpoint stands for it here
+        endpoint = "head-node:29400" if job.nodes > 1 else None
+        _, machine, _ = prepare_suite(
+            given["config"],
+            LaunchOptions(nnodes=job.nodes, rdzv_endpoint=endpoint),
+            job.place,
+            nproc=given["nproc"],
+            device=given["device"],
+            backend=given["backend"],
+            tolerance=given["tolerance"],
+            allow_mismatch=given["allow_mismatch"],
+        )
+        job.check_gpus(machine.device, machine.nproc)
+        if given.get("baseline") is not None:
+            load_runs(given["baseline"])
