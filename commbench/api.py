@@ -45,6 +45,7 @@ from commbench.options import arg, cli, field_of, verb
 from commbench.p2p.settings import P2PRun
 from commbench.replay.settings import ReplayRun
 from commbench.report.export import ExportFormat
+from commbench.report.export import formats_help as export_formats_help
 from commbench.report.options import Images, ReportFormat
 from commbench.suites.request import SuiteRun
 
@@ -737,8 +738,7 @@ class ExportRequest(Request):
         FORMAT,
         default="openmetrics",
         type=ExportFormat,
-        help="openmetrics (text format 1.0.0), prometheus (text format 0.0.4) or "
-        "nccl-tests-json (nccl-tests' -J file, version 3).",
+        help=export_formats_help(),
     )
     out: PathLike | None = field_of(
         OUT,
@@ -770,7 +770,7 @@ def export_run(request: ExportRequest) -> str:
     from commbench.diagnose.verdict import DIAGNOSIS_FILE, load_diagnosis
     from commbench.errors import UserError
     from commbench.files import shown
-    from commbench.report.export import ExportSource, export
+    from commbench.report.export import EXPORTS, ExportSource, export, one_op_formats
     from commbench.results.record import RunKind
     from commbench.results.runs import is_suite
     from commbench.results.runs import load_run as load_one
@@ -792,9 +792,10 @@ def export_run(request: ExportRequest) -> str:
         out_path = _regular_file(out_path)
     if request.op is not None and not request.op.strip():
         raise UserError("--op is empty: name the op to write")
-    if base_path is not None and fmt is ExportFormat.nccl_tests_json:
+    written = EXPORTS[fmt]
+    if base_path is not None and written.no_gate is not None:
         raise UserError(
-            "--baseline adds the regression gate to the metrics; nccl-tests' JSON has no "
+            f"--baseline adds the regression gate to the metrics; {written.no_gate} has no "
             "place for it"
         )
     # a node that did not run global rank 0 holds no rows: it would publish an empty run
@@ -806,8 +807,9 @@ def export_run(request: ExportRequest) -> str:
     if base_path is not None:
         base = load_one(base_path)
         gate = compare_runs(base_path, run_path, allow_mismatch=request.allow_mismatch)
-    if request.op is not None and fmt is not ExportFormat.nccl_tests_json:
-        raise UserError("--op chooses the op of --format nccl-tests-json; the others hold every op")
+    if request.op is not None and not written.one_op:
+        chosen = ", ".join(one_op_formats())
+        raise UserError(f"--op chooses the op of --format {chosen}; the others hold every op")
     source = ExportSource(run, diagnosis=diagnosis, gate=gate, baseline=base, op=request.op)
     text = export(source, fmt)
     if out_path is not None:

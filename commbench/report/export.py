@@ -2,8 +2,9 @@
 
 An exporter takes an `ExportSource` (the run, and what the command added to it: a diagnose
 run's verdicts, the regression gate against a baseline) and returns the text. A new format
-is a member of `ExportFormat` and an entry of `EXPORTERS`; the command, the API verb and
-docs/cli.md take it from there. Light at import: `--help` reads `ExportFormat`, and the
+is a member of `ExportFormat` and an entry of `EXPORTS` (its writer, how `--help` names it,
+what it can hold); the command, the API verb, their checks and docs/cli.md take it from
+there. Light at import: `--help` reads `ExportFormat`, and the
 exporters import what they need when they run.
 """
 
@@ -83,11 +84,44 @@ def _nccl_tests_json(source: ExportSource) -> str:
     return to_nccl_tests_json(source.run, op=source.op)
 
 
-EXPORTERS: dict[ExportFormat, Exporter] = {
-    ExportFormat.openmetrics: _text_format("openmetrics"),
-    ExportFormat.prometheus: _text_format("prometheus"),
-    ExportFormat.nccl_tests_json: _nccl_tests_json,
+@dataclass(frozen=True, slots=True)
+class Export:
+    """One export format: its writer, and what the command says and checks of it."""
+
+    write: Exporter
+    says: str
+    """What `--format`'s help says of it, in parentheses after its name."""
+    no_gate: str | None = None
+    """The name of a format with no place for the regression gate (`--baseline` is refused);
+    None: it holds the gate's metrics."""
+    one_op: bool = False
+    """It holds one op's results, which `--op` chooses (the others hold every op)."""
+
+
+EXPORTS: dict[ExportFormat, Export] = {
+    ExportFormat.openmetrics: Export(_text_format("openmetrics"), "text format 1.0.0"),
+    ExportFormat.prometheus: Export(_text_format("prometheus"), "text format 0.0.4"),
+    ExportFormat.nccl_tests_json: Export(
+        _nccl_tests_json,
+        "nccl-tests' -J file, version 3",
+        no_gate="nccl-tests' JSON",
+        one_op=True,
+    ),
 }
+"""The registry of export formats: the one place a format is added."""
+
+EXPORTERS: dict[ExportFormat, Exporter] = {f: e.write for f, e in EXPORTS.items()}
+
+
+def formats_help() -> str:
+    """`--format`'s help, from the registry: each format and what it is."""
+    named = [f"{f.value} ({e.says})" for f, e in EXPORTS.items()]
+    return f"{', '.join(named[:-1])} or {named[-1]}." if len(named) > 1 else f"{named[0]}."
+
+
+def one_op_formats() -> list[str]:
+    """The formats `--op` chooses the op of."""
+    return [f.value for f, e in EXPORTS.items() if e.one_op]
 
 
 def export(source: ExportSource, fmt: ExportFormat | str) -> str:
