@@ -52,14 +52,14 @@ def report(run: Run, fmt: Format) -> None:
     rows, record = run.rows, run.record
     if rows:
         typer.echo(export(rows, fmt), nl=False)
-        human = fmt in (Format.table, Format.md)
+        human = fmt.human
         if human and any(r.strategy for r in rows):
             from commbench.strategies.report import render_comparison
 
             typer.echo(
                 "\n" + render_comparison(rows, fmt, record.settings.get("backend")), nl=False
             )
-        summary = render(summarise(rows, run.context.ranks), markdown=fmt is Format.md)
+        summary = render(summarise(rows, run.context.ranks), markdown=fmt.markdown)
         if human and summary:
             typer.echo("\n" + summary, nl=False)
         if human:
@@ -68,14 +68,14 @@ def report(run: Run, fmt: Format) -> None:
 
             network = network_lines(rows, run.context)
             if network:  # a titled block, like the link health notes below it
-                md = fmt is Format.md
+                md = fmt.markdown
                 title = "\n**Network efficiency**\n" if md else "\nNetwork efficiency:"
                 typer.echo(title)
                 for line in network:
                     typer.echo(f"- {markdown_text(line)}" if md else f"  {line}")
-    health = notes_block(run.context.health, markdown=fmt is Format.md)
+    health = notes_block(run.context.health, markdown=fmt.markdown)
     if health:  # after the table on stdout; on stderr where stdout is csv or json
-        typer.echo(health, nl=False, err=fmt not in (Format.table, Format.md))
+        typer.echo(health, nl=False, err=not fmt.human)
     warning = noisy_warning(rows)
     for said in [warning, *record.warnings]:  # the run's own (a degraded cross-node watch)
         if said:

@@ -57,7 +57,7 @@ def _show_dry_run(dry: DryRun, topology: Path | None, fmt: Format) -> None:
 
     for note in dry.plan.notes:
         typer.echo(f"commbench: {note}", err=True)
-    if fmt in (Format.table, Format.md):
+    if fmt.human:
         typer.echo(
             f"Dry run on {_topology_words(dry.snapshot, topology)}: what each copy "
             "should reach; nothing was measured.\n"

@@ -31,10 +31,10 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
         for entry in entries
         if entry.path is not None and entry.section in ("collectives", "strategies")
     ]
-    if fmt not in (Format.table, Format.md):
+    if not fmt.human:
         every = [row for _, rows in runs for row in rows]
         return export(every, fmt) if every else ""
-    markdown = fmt is Format.md
+    markdown = fmt.markdown
     return "\n".join(
         f"=== {entry.name} ({entry.status}) ===\n\n{export(rows, fmt)}"
         + (f"\n{summary}" if (summary := render(summarise(rows), markdown=markdown)) else "")

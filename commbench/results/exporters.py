@@ -21,10 +21,24 @@ from commbench.tables import fixed, markdown_table, text_table
 
 
 class Format(str, Enum):
+    """The output formats of a run's rows (`--format` of the commands that print them); what
+    each is, and its writer, is its entry of `FORMATS`."""
+
     table = "table"
     csv = "csv"
     json = "json"
     md = "md"
+
+    @property
+    def human(self) -> bool:
+        """Read by people: titles, summaries and notes go with the table on stdout (a
+        machine format's stdout holds the rows alone, to stay parseable)."""
+        return FORMATS[self].human
+
+    @property
+    def markdown(self) -> bool:
+        """Markdown: what goes with the table is written as markdown too."""
+        return FORMATS[self].markdown
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -263,12 +277,25 @@ def to_json(rows: list[ResultRow]) -> str:
     )
 
 
-EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {
-    Format.table: to_table,
-    Format.csv: rows_to_csv,
-    Format.json: to_json,
-    Format.md: to_markdown,
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """One format of a run's rows: its writer, and what it is to the commands that print."""
+
+    write: Callable[[list[ResultRow]], str]
+    human: bool
+    markdown: bool = False
+
+
+FORMATS: dict[Format, Writer] = {
+    Format.table: Writer(to_table, human=True),
+    Format.csv: Writer(rows_to_csv, human=False),
+    Format.json: Writer(to_json, human=False),
+    Format.md: Writer(to_markdown, human=True, markdown=True),
 }
+"""The registry of row formats: adding one is its writer and a line here (and a member of
+`Format`)."""
+
+EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {f: w.write for f, w in FORMATS.items()}
 
 
 def export(rows: list[ResultRow], fmt: Format) -> str:
@@ -278,6 +305,7 @@ def export(rows: list[ResultRow], fmt: Format) -> str:
 __all__ = [
     "BOTH_HEADERS",
     "EXPORTERS",
+    "FORMATS",
     "HEADERS",
     "Format",
     "TableGroup",
