@@ -17,36 +17,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.arguments import PathLike, Request
-from commbench.collectives.settings import GPU_DEFAULT_SIZES
 from commbench.diagnose.settings import DiagnoseRun
 from commbench.flags import (
     ALLOW_MISMATCH,
-    BACKEND,
-    BASELINE,
-    BW,
-    FORMAT,
     FROM,
-    LATENCY,
-    OP,
-    OUT,
-    SIZES,
-    STRATEGIES,
     TOLERANCE,
-    WORLD,
 )
+from commbench.importers.request import ImportRequest
 from commbench.launch.request import CollectivesRun
 from commbench.options import arg, cli, field_of, verb
 from commbench.p2p.settings import P2PRun
+from commbench.record.request import RecordRequest
 from commbench.replay.settings import ReplayRun
 from commbench.report.export import ExportFormat
-from commbench.report.export import formats_help as export_formats_help
 from commbench.report.options import Images, ReportFormat
+from commbench.report.requests import ExportRequest, PlotRequest, ReportRequest
+from commbench.strategies.request import ModelRequest
 from commbench.suites.request import SuiteRun
 
 if TYPE_CHECKING:
@@ -65,9 +57,6 @@ MAX_WORLD = 1 << 24
 """More ranks than any machine runs: a `model --world` beyond it is a typo, not a world."""
 MAX_WORLDS = 256
 """World sizes one `model` call tabulates: a table each."""
-_MISMATCH_WITH_BASELINE = (
-    "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
-)
 
 
 @verb(CollectivesRun)
@@ -428,51 +417,6 @@ class Modelled:
     fitted: Fit | None
 
 
-@dataclass(kw_only=True)
-class ModelRequest(Request):
-    """Every option of `commbench model` and `model_strategies`, declared once."""
-
-    world: str | Sequence[int] | None = field_of(
-        WORLD,
-        default=None,
-        type=str,
-        also=("-w",),
-        help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
-    )
-    bw: float | None = field_of(
-        BW,
-        default=None,
-        help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while "
-        "the latency is fitted.",
-    )
-    latency: float | None = field_of(
-        LATENCY,
-        default=None,
-        help="Latency per step in us (alpha). Needed without --from; with it, held while "
-        "the bandwidth is fitted.",
-    )
-    launch: float = field(
-        default=0.0,
-        metadata=cli(help="Cost of one host-side launch/sync in us (default 0)."),
-    )
-    sizes: str = field_of(
-        SIZES,
-        default=GPU_DEFAULT_SIZES,
-        help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}.",
-    )
-    backend: str | None = field_of(
-        BACKEND,
-        default=None,
-        help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
-    )
-    strategies: str = field_of(
-        STRATEGIES, default="all", help="Strategies to predict: 'all' or a comma list."
-    )
-    from_run: PathLike | None = field_of(
-        FROM, default=None, help="Fit latency and bandwidth to this run's direct all_reduce rows."
-    )
-
-
 @verb(ModelRequest)
 def model_strategies(request: ModelRequest) -> Modelled:
     """Predict each all-reduce strategy with the alpha-beta model (`commbench model`).
@@ -547,48 +491,6 @@ class Plotted:
     warnings: list[str]
 
 
-@dataclass(kw_only=True)
-class PlotRequest(Request):
-    """Every option of `commbench plot` and `plot_run`, declared once."""
-
-    runs: PathLike | Sequence[PathLike] = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR",
-            type=list[Path],
-            help="Run directories; several draw one line per run on each chart.",
-        ),
-    )
-    out: PathLike | None = field_of(
-        OUT,
-        default=None,
-        help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
-        "./plots for several.",
-    )
-    formats: str | Sequence[str] = field(
-        default="png,svg", metadata=cli(type=str, help="Comma list: png, svg.")
-    )
-    peak: str | float | None = field(
-        default=None,
-        metadata=cli(
-            metavar="GBPS",
-            type=str,
-            help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
-            "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
-        ),
-    )
-    labels: Sequence[str] | None = field(
-        default=None,
-        metadata=cli(
-            "--label",
-            metavar="NAME",
-            type=list[str],
-            help="Name a run in the legends; repeat once per run, in order (a suite counts "
-            "one per entry). Default: the suite entry's name, else the directory name.",
-        ),
-    )
-
-
 @verb(PlotRequest)
 def plot_run(request: PlotRequest) -> Plotted:
     """Figures of one run or suite, or of several side by side (`commbench plot`).
@@ -637,32 +539,6 @@ class Report:
     note: str | None = None
 
 
-@dataclass(kw_only=True)
-class ReportRequest(Request):
-    """Every option of `commbench report` and `report_run`, declared once."""
-
-    run: PathLike = field(
-        kw_only=False,
-        metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
-    )
-    fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help="md or html.")
-    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
-    baseline: PathLike | None = field_of(
-        BASELINE, default=None, help="Add the regression gate against this run or suite."
-    )
-    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
-    images: str | None = field(
-        default=None,
-        metadata=cli(
-            type=Images,
-            help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
-            "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
-            "tables only (markdown on stdout: a terminal or $GITHUB_STEP_SUMMARY, which "
-            "drops data URIs).",
-        ),
-    )
-
-
 @verb(ReportRequest)
 def report_run(request: ReportRequest) -> Report:
     """One self-contained markdown or HTML document of a run or suite (`commbench report`).
@@ -676,7 +552,6 @@ def report_run(request: ReportRequest) -> Report:
     from commbench.errors import UserError
     from commbench.files import write_bytes, write_text
     from commbench.report.document import render_report
-    from commbench.report.options import Images, ReportFormat
     from commbench.results.store import check_output, writing
 
     run_path = Path(run)
@@ -722,42 +597,6 @@ def report_run(request: ReportRequest) -> Report:
             "--images embed puts them inline"
         )
     return Report(text=rendered.text, out=None, note=note)
-
-
-@dataclass(kw_only=True)
-class ExportRequest(Request):
-    """Every option of `commbench export` and `export_run`, declared once."""
-
-    run: PathLike = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
-        ),
-    )
-    fmt: str = field_of(
-        FORMAT,
-        default="openmetrics",
-        type=ExportFormat,
-        help=export_formats_help(),
-    )
-    out: PathLike | None = field_of(
-        OUT,
-        default=None,
-        help="Write here instead of stdout, atomically (a temporary file beside it, then "
-        "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
-    )
-    baseline: PathLike | None = field_of(
-        BASELINE,
-        default=None,
-        help="Add the regression gate against this run: each point's verdict and speed ratio.",
-    )
-    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
-    op: str | None = field_of(
-        OP,
-        default=None,
-        help="With --format nccl-tests-json: the op to write, when the run measured "
-        "several (nccl-tests' file holds one op's results).",
-    )
 
 
 @verb(ExportRequest)
@@ -838,34 +677,6 @@ def _regular_file(out: Path) -> Path:
     return real
 
 
-@dataclass(kw_only=True)
-class ImportRequest(Request):
-    """Every option of `commbench import nccl-tests` and `import_nccl_tests`, declared once."""
-
-    logs: PathLike | Sequence[PathLike] = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="LOG",
-            type=list[Path],
-            help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
-        ),
-    )
-    out: PathLike = field_of(
-        OUT, default="results", help="Parent directory of the run directories."
-    )
-    op: str | None = field_of(
-        OP, default=None, help="The collective, when neither the log nor its file name says."
-    )
-    world_size: int | None = field(
-        default=None,
-        metadata=cli(type=int, minimum=1, help="Ranks, when the log has no device lines."),
-    )
-    on_skipped: Callable[[str], None] | None = None
-    """Hears of every row left out: a signed size, zero bytes (API only)."""
-    on_imported: Callable[[Run], None] | None = None
-    """Hears of each run as it is written (API only)."""
-
-
 @verb(ImportRequest)
 def import_nccl_tests(request: ImportRequest) -> list[Run]:
     """nccl-tests results (the text output of its *_perf binaries, or their -J JSON files)
@@ -895,21 +706,6 @@ def import_nccl_tests(request: ImportRequest) -> list[Run]:
         if on_imported is not None:
             on_imported(runs[-1])
     return runs
-
-
-@dataclass(kw_only=True)
-class RecordRequest(Request):
-    """Every option of `commbench record` and `record_job`, declared once."""
-
-    command: Sequence[str] = field(default=(), kw_only=False)
-    """The job's command as a list (`["torchrun", "--nproc-per-node", "2", "train.py"]`):
-    on the command line, everything after `--`."""
-    out: PathLike | None = field_of(
-        OUT,
-        default=None,
-        metavar="DIR",
-        help="Trace directory to write (new or empty). Default: results/trace-<time>.",
-    )
 
 
 @verb(RecordRequest)

@@ -1,0 +1,123 @@
+"""What `commbench plot`, `report` and `export` (and their verbs) are asked, declared once;
+light at import, as `--help` reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commbench.arguments import PathLike, Request
+from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, OP, OUT
+from commbench.options import arg, cli, field_of
+from commbench.report.export import ExportFormat
+from commbench.report.export import formats_help as export_formats_help
+from commbench.report.options import Images, ReportFormat
+
+_MISMATCH_WITH_BASELINE = (
+    "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
+)
+
+
+@dataclass(kw_only=True)
+class PlotRequest(Request):
+    """Every option of `commbench plot` and `plot_run`, declared once."""
+
+    runs: PathLike | Sequence[PathLike] = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR",
+            type=list[Path],
+            help="Run directories; several draw one line per run on each chart.",
+        ),
+    )
+    out: PathLike | None = field_of(
+        OUT,
+        default=None,
+        help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
+        "./plots for several.",
+    )
+    formats: str | Sequence[str] = field(
+        default="png,svg", metadata=cli(type=str, help="Comma list: png, svg.")
+    )
+    peak: str | float | None = field(
+        default=None,
+        metadata=cli(
+            metavar="GBPS",
+            type=str,
+            help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
+            "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
+        ),
+    )
+    labels: Sequence[str] | None = field(
+        default=None,
+        metadata=cli(
+            "--label",
+            metavar="NAME",
+            type=list[str],
+            help="Name a run in the legends; repeat once per run, in order (a suite counts "
+            "one per entry). Default: the suite entry's name, else the directory name.",
+        ),
+    )
+
+
+@dataclass(kw_only=True)
+class ReportRequest(Request):
+    """Every option of `commbench report` and `report_run`, declared once."""
+
+    run: PathLike = field(
+        kw_only=False,
+        metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
+    )
+    fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help="md or html.")
+    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
+    baseline: PathLike | None = field_of(
+        BASELINE, default=None, help="Add the regression gate against this run or suite."
+    )
+    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
+    images: str | None = field(
+        default=None,
+        metadata=cli(
+            type=Images,
+            help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
+            "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
+            "tables only (markdown on stdout: a terminal or $GITHUB_STEP_SUMMARY, which "
+            "drops data URIs).",
+        ),
+    )
+
+
+@dataclass(kw_only=True)
+class ExportRequest(Request):
+    """Every option of `commbench export` and `export_run`, declared once."""
+
+    run: PathLike = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
+        ),
+    )
+    fmt: str = field_of(
+        FORMAT,
+        default="openmetrics",
+        type=ExportFormat,
+        help=export_formats_help(),
+    )
+    out: PathLike | None = field_of(
+        OUT,
+        default=None,
+        help="Write here instead of stdout, atomically (a temporary file beside it, then "
+        "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
+    )
+    baseline: PathLike | None = field_of(
+        BASELINE,
+        default=None,
+        help="Add the regression gate against this run: each point's verdict and speed ratio.",
+    )
+    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
+    op: str | None = field_of(
+        OP,
+        default=None,
+        help="With --format nccl-tests-json: the op to write, when the run measured "
+        "several (nccl-tests' file holds one op's results).",
+    )
