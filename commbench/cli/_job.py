@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import typer
 
@@ -46,22 +46,23 @@ def register_job_command(
     verb_command(app, name, record, context_settings=settings)(job_command)
 
 
-def multi_node_job(
-    scheduler: Scheduler,
-    *,
-    nodes: int,
-    gpus_per_node: int,
-    name: str,
-    command: Sequence[str],
-) -> MultiNodeJob:
-    """The job `scheduler` is asked for, every part checked (UserError for bad input); an
-    empty `command` is `collectives`."""
+class JobAsked(Protocol):
+    """What a job command's request says of the job: `SlurmScriptRequest`, `K8sManifestRequest`."""
+
+    nodes: int
+    gpus_per_node: int
+    command: Sequence[str]
+
+
+def multi_node_job(scheduler: Scheduler, request: JobAsked, *, name: str) -> MultiNodeJob:
+    """The job `scheduler` is asked for by `request` (named `name`), every part checked
+    (UserError for bad input); an empty command is `collectives`."""
     job = MultiNodeJob(
         scheduler=scheduler,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
+        nodes=request.nodes,
+        gpus_per_node=request.gpus_per_node,
         name=name,
-        args=tuple(command) or ("collectives",),
+        args=tuple(request.command) or ("collectives",),
     )
     return dataclasses.replace(job, given=_check_wrapped(job))
 

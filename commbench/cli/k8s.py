@@ -58,13 +58,7 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
     from commbench.launch.job import KUBERNETES
     from commbench.launch.k8s import KubernetesJob, manifest
 
-    job = multi_node_job(
-        KUBERNETES,
-        nodes=request.nodes,
-        gpus_per_node=request.gpus_per_node,
-        name=request.name,
-        command=request.command,
-    )
+    job = multi_node_job(KUBERNETES, request, name=request.name)
     return manifest(
         KubernetesJob(
             job=job,

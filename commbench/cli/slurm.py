@@ -45,13 +45,7 @@ def slurm_script(request: SlurmScriptRequest) -> str:
 
     parse_time(request.time_limit)
     check_plain_name("--partition", request.partition)
-    job = multi_node_job(
-        SLURM,
-        nodes=request.nodes,
-        gpus_per_node=request.gpus_per_node,
-        name=request.job_name,
-        command=request.command,
-    )
+    job = multi_node_job(SLURM, request, name=request.job_name)
     return sbatch_script(
         nodes=job.nodes,
         gpus_per_node=job.gpus_per_node,
