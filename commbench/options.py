@@ -93,36 +93,6 @@ class Flag:
     minimum: float = 0
     maximum: float | None = None
 
-    def field(
-        self,
-        *,
-        help: str,
-        default: Any = None,
-        suite: bool = False,
-        late: bool = False,
-        kw_only: bool = True,
-        metavar: str | None = None,
-        minimum: float | None = None,
-        maximum: float | None = None,
-        type: Any = None,
-        also: tuple[str, ...] = (),
-    ) -> Any:
-        """A dataclass field declared as this flag, with this record's help and default (and
-        where its command differs: the metavar it shows, the range it checks, the type it
-        parses, a short spelling it adds)."""
-        declared = Declared(
-            self.names + also,
-            help,
-            metavar or self.metavar,
-            self.type if type is None else type,
-            False,
-            suite,
-            late,
-            self.minimum if minimum is None else minimum,
-            self.maximum if maximum is None else maximum,
-        )
-        return dataclasses.field(default=default, kw_only=kw_only, metadata={KEY: declared})
-
     def option(self, default: Any, *, help: str, metavar: str | None = None) -> Any:
         """The `typer.Option` of this flag as a command body's own parameter (a way of
         printing, not an option of the verb: `--format`, compare's `--out`)."""
@@ -146,20 +116,22 @@ def field_of(
     also: tuple[str, ...] = (),
 ) -> Any:
     """A record's field that is the shared `flag`: `warmup: int | None = field_of(WARMUP,
-    help="Warm-up iterations per test.")` (`Flag.field`; a plain function, so that a linter
-    knows the dataclass default it returns, as it knows `dataclasses.field`)."""
-    return flag.field(
-        help=help,
-        default=default,
-        suite=suite,
-        late=late,
-        kw_only=kw_only,
-        metavar=metavar,
-        minimum=minimum,
-        maximum=maximum,
-        type=type,
-        also=also,
+    help="Warm-up iterations per test.")`, with this record's help and default (and where
+    its command differs: the metavar it shows, the range it checks, the type it parses, a
+    short spelling it adds). A plain function, so that a linter knows the dataclass default
+    it returns, as it knows `dataclasses.field`."""
+    declared = Declared(
+        flag.names + also,
+        help,
+        metavar or flag.metavar,
+        flag.type if type is None else type,
+        False,
+        suite,
+        late,
+        flag.minimum if minimum is None else minimum,
+        flag.maximum if maximum is None else maximum,
     )
+    return dataclasses.field(default=default, kw_only=kw_only, metadata={KEY: declared})
 
 
 def flag(

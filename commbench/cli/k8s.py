@@ -71,15 +71,13 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
     )
 
 
-def register(app: typer.Typer) -> None:
-    register_job_command(
-        app,
-        "k8s-manifest",
-        K8sManifestRequest,
-        k8s_manifest,
-        """Print a Kubernetes manifest that runs commbench on every node: one pod per node.
+HELP = """Print a Kubernetes manifest that runs commbench on every node: one pod per node.
 
-        Everything after the options is the commbench command to run, e.g.
-        `commbench k8s-manifest -N 4 --image IMAGE -- collectives --sizes 1K-1G`.
-        """,
-    )
+Everything after the options is the commbench command to run, e.g.
+`commbench k8s-manifest -N 4 --image IMAGE -- collectives --sizes 1K-1G`.
+"""
+"""The command's help (`--help`, docs/cli.md)."""
+
+
+def register(app: typer.Typer) -> None:
+    register_job_command(app, "k8s-manifest", K8sManifestRequest, k8s_manifest, HELP)

@@ -56,15 +56,13 @@ def slurm_script(request: SlurmScriptRequest) -> str:
     )
 
 
-def register(app: typer.Typer) -> None:
-    register_job_command(
-        app,
-        "slurm-script",
-        SlurmScriptRequest,
-        slurm_script,
-        """Print an sbatch script that runs commbench on every node of a SLURM job.
+HELP = """Print an sbatch script that runs commbench on every node of a SLURM job.
 
-        Everything after the options is the commbench command to run, e.g.
-        `commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
-        """,
-    )
+Everything after the options is the commbench command to run, e.g.
+`commbench slurm-script -N 4 -- collectives --sizes 1K-1G`.
+"""
+"""The command's help (`--help`, docs/cli.md)."""
+
+
+def register(app: typer.Typer) -> None:
+    register_job_command(app, "slurm-script", SlurmScriptRequest, slurm_script, HELP)

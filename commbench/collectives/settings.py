@@ -199,18 +199,8 @@ def build_settings(place: Placed, timing: Timing, **what: Any) -> CollectivesSet
     """The one builder of `CollectivesSettings`: the ranks of `place`, the timing of
     `timing` and what is measured (`ops`, `sizes`, dtypes, checks: `what`). The command,
     a suite's entries, `replay` and `diagnose` all build their workers' settings here."""
-    return CollectivesSettings(
-        nproc=place.nproc,
-        backend=place.backend,
-        device=place.device,
-        warmup=timing.warmup,
-        iters=timing.iters,
-        min_time=timing.min_time,
-        min_iters=timing.min_iters,
-        max_iters=timing.max_iters,
-        timeout=timing.timeout,
-        **what,
-    )
+    where: dict[str, Any] = {"nproc": place.nproc, "backend": place.backend, "device": place.device}
+    return CollectivesSettings(**where, **asdict(timing), **what)
 
 
 @dataclass(kw_only=True)
