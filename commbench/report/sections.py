@@ -240,10 +240,10 @@ def _strategy_tables(
     """Per (dtype, reduce op, world size): who was fastest at each size and by how much, the
     strategies figure (after the first such table), then the fitted model's winner per size
     and the term that decides it (`report.strategy_tables`)."""
-    from commbench.report.strategy_tables import strategy_groups
+    from commbench.report.strategy_tables import strategy_tables
 
     blocks: list[Block] = []
-    for group in strategy_groups(run.rows, backend):
+    for group in strategy_tables(run.rows, backend):
         blocks += [
             Heading(level, f"Fastest per size: {group.title}"),
             Table(group.headers, group.cells, words=(len(group.headers) - 2,)),
