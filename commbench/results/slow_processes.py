@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.results.schema import ResultRow
-from commbench.results.stragglers import fold_by_rank, format_us, point_label
+from commbench.results.stragglers import at_most, fold_by_rank, format_us, point_label
 from commbench.results.summary import Device, devices
 
 
@@ -59,20 +59,11 @@ class SlowestOften:
 def slowest(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]]) -> list[SlowestAt]:
     """Every point with a process slower than every other, in the order measured."""
     by_rank = {d.rank: d for d in devices(ranks)}
-    found = []
-    for row in rows:
-        slow = row.slow_process
-        if slow is not None:
-            found.append(
-                SlowestAt(
-                    row=row,
-                    rank=slow.rank,
-                    device=by_rank.get(slow.rank),
-                    excess_us=slow.excess_us,
-                    share=slow.share,
-                )
-            )
-    return found
+    return [
+        SlowestAt(row, slow.rank, by_rank.get(slow.rank), slow.excess_us, slow.share)
+        for row in rows
+        if (slow := row.slow_process) is not None
+    ]
 
 
 def summarise(
@@ -85,9 +76,7 @@ def summarise(
     return fold_by_rank(
         slowest(rows, ranks),
         measured,
-        lambda rank, named: SlowestOften(
-            rank=rank, device=named[0].device, points=named, measured=measured
-        ),
+        lambda rank, named: SlowestOften(rank, named[0].device, named, measured),
     )
 
 
@@ -119,8 +108,4 @@ def summary_lines(
     findings: Sequence[SlowestOften | SlowestAt], limit: int | None = None
 ) -> list[str]:
     """`describe` of each finding, at most `limit` lines, the last then counting the rest."""
-    lines = [describe(f) for f in findings]
-    if limit is not None and len(lines) > max(1, limit):
-        kept = max(1, limit) - 1
-        lines = [*lines[:kept], f"... and {len(lines) - kept} more (`commbench report` lists them)"]
-    return lines
+    return at_most([describe(f) for f in findings], limit)

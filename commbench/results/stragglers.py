@@ -81,20 +81,11 @@ def waited_for(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]]) ->
     """Every point at which the others waited a meaningful time for one rank, in the order
     measured; `ranks` is the run's `context.ranks`, which names the hosts."""
     hosts = hosts_by_rank(ranks)
-    found = []
-    for row in rows:
-        straggler = row.straggler
-        if straggler is not None:
-            found.append(
-                WaitedFor(
-                    row=row,
-                    rank=straggler.rank,
-                    host=hosts.get(straggler.rank),
-                    wait_us=straggler.wait_us,
-                    share=straggler.share,
-                )
-            )
-    return found
+    return [
+        WaitedFor(row, s.rank, hosts.get(s.rank), s.wait_us, s.share)
+        for row in rows
+        if (s := row.straggler) is not None
+    ]
 
 
 def summarise(
@@ -108,9 +99,7 @@ def summarise(
     return fold_by_rank(
         waited_for(rows, ranks),
         measured,
-        lambda rank, named: RankWaits(
-            rank=rank, host=named[0].host, points=named, measured=measured
-        ),
+        lambda rank, named: RankWaits(rank, named[0].host, named, measured),
     )
 
 
@@ -183,7 +172,12 @@ def describe(finding: RankWaits | WaitedFor) -> str:
 def summary_lines(findings: Sequence[RankWaits | WaitedFor], limit: int | None = None) -> list[str]:
     """`describe` of each finding (of `summarise`), at most `limit` lines, the last of which
     then counts the findings left out."""
-    lines = [describe(f) for f in findings]
+    return at_most([describe(f) for f in findings], limit)
+
+
+def at_most(lines: list[str], limit: int | None) -> list[str]:
+    """At most `limit` of `lines` (None: all), the last then counting the rest: the summary
+    of both per-rank analyses."""
     if limit is not None and len(lines) > max(1, limit):
         kept = max(1, limit) - 1
         lines = [*lines[:kept], f"... and {len(lines) - kept} more (`commbench report` lists them)"]
