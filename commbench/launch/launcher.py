@@ -86,6 +86,17 @@ class LaunchOptions:
                     f"--rdzv-endpoint must be HOST:PORT (port 1-65535), got {quoted(self.rdzv_endpoint)}"
                 )
 
+    def to_dict(self) -> dict[str, Any]:
+        """run.json's `launch`, in its key order (every run kind that launches writes this)."""
+        return {
+            "nnodes": self.nnodes,
+            "node_rank": self.node_rank,
+            "rdzv_endpoint": self.rdzv_endpoint,
+            "rdzv_id": self.rdzv_id,
+            "source": self.source,
+            "debug": self.debug,
+        }
+
 
 def resolve_launch(
     *,
@@ -369,14 +380,7 @@ def _open_run(
         settings=all_settings,
         context=context,
         health=True,
-        launch={
-            "nnodes": launch.nnodes,
-            "node_rank": launch.node_rank,
-            "rdzv_endpoint": launch.rdzv_endpoint,
-            "rdzv_id": launch.rdzv_id,
-            "source": launch.source,
-            "debug": launch.debug,
-        },
+        launch=launch.to_dict(),
         points_total=points_total,
         points_done=0,
     )
