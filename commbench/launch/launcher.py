@@ -55,6 +55,10 @@ DESCENDANTS_SCAN = 2.0
 AGENT_LINGER = 10.0
 
 
+_RECORDED = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "source", "debug")
+"""The options run.json's `launch` keeps, in its order."""
+
+
 @dataclass(kw_only=True, slots=True)
 class LaunchOptions:
     """How workers are started: one node by default, or a torchrun rendezvous across nodes."""
@@ -88,14 +92,7 @@ class LaunchOptions:
 
     def to_dict(self) -> dict[str, Any]:
         """run.json's `launch`, in its key order (every run kind that launches writes this)."""
-        return {
-            "nnodes": self.nnodes,
-            "node_rank": self.node_rank,
-            "rdzv_endpoint": self.rdzv_endpoint,
-            "rdzv_id": self.rdzv_id,
-            "source": self.source,
-            "debug": self.debug,
-        }
+        return {key: getattr(self, key) for key in _RECORDED}
 
 
 def resolve_launch(
