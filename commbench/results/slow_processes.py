@@ -16,51 +16,46 @@ at most points into one finding, as `stragglers` does for the ranks the others w
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from commbench.results.schema import ResultRow
-from commbench.results.stragglers import at_most, fold_by_rank, format_us, point_label
+from commbench.results.stragglers import (
+    RankAt,
+    RankOften,
+    at_most,
+    fold_by_rank,
+    format_us,
+    point_label,
+)
 from commbench.results.summary import Device, devices
 
 
 @dataclass(frozen=True, slots=True)
-class SlowestAt:
-    """One point at which one process was slower than every other (`ResultRow.slow_process`)."""
+class SlowestAt(RankAt):
+    """One point at which one process was slower than every other (`ResultRow.slow_process`);
+    `rank` is the process's first global rank, `share` its excess over the point's median
+    iteration time."""
 
-    row: ResultRow
-    rank: int
-    """The process's first global rank."""
     device: Device | None
     """Its device, as the run's context lists it; None when it does not."""
     excess_us: float
     """Its median time per iteration minus the next slowest process's."""
-    share: float
-    """excess_us / the point's median iteration time."""
 
 
 @dataclass(frozen=True, slots=True)
-class SlowestOften:
+class SlowestOften(RankOften[SlowestAt]):
     """One process that was the slowest at many points of a run (`DOMINANT_POINTS`)."""
 
-    rank: int
     device: Device | None
-    points: tuple[SlowestAt, ...]
-    measured: int
-    """The run's points with per-process times: what `points` is out of."""
-
-    @property
-    def median_share(self) -> float:
-        return statistics.median(p.share for p in self.points)
 
 
 def slowest(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]]) -> list[SlowestAt]:
     """Every point with a process slower than every other, in the order measured."""
     by_rank = {d.rank: d for d in devices(ranks)}
     return [
-        SlowestAt(row, slow.rank, by_rank.get(slow.rank), slow.excess_us, slow.share)
+        SlowestAt(row, slow.rank, slow.share, by_rank.get(slow.rank), slow.excess_us)
         for row in rows
         if (slow := row.slow_process) is not None
     ]
@@ -76,7 +71,7 @@ def summarise(
     return fold_by_rank(
         slowest(rows, ranks),
         measured,
-        lambda rank, named: SlowestOften(rank, named[0].device, named, measured),
+        lambda rank, named: SlowestOften(rank, named, measured, named[0].device),
     )
 
 
