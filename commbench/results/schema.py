@@ -101,6 +101,8 @@ ROW_POINT = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes")
 """What a row measured: the first columns of every table of rows (results.csv, the gate's)."""
 ROW_KEY = (*ROW_POINT, "in_place", "skew")
 """`ResultRow.key`'s fields, in its order."""
+ROW_SERIES = ("op", "strategy", "dtype", "reduce_op", "world_size", "in_place", "skew")
+"""A row's series, one line of a plot: its key but the size (`results.summary.series_key`)."""
 RowKey = tuple[str, str, str, str, int, int, bool, str]
 """`ResultRow.key`: (op, strategy, dtype, reduce_op, world_size, size_bytes, in_place, skew)."""
 ROW_STRATEGIES = ("", *STRATEGY_NAMES)
