@@ -52,7 +52,7 @@ from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
 from commbench.results.record import RunContext, RunKind
 from commbench.results.runs import Run
-from commbench.results.schema import CHECK_FAILED, ResultRow, RowKey
+from commbench.results.schema import CHECK_FAILED, ROW_KEY, ResultRow, RowKey
 from commbench.results.summary import SeriesKey, bandwidth_bound, series_key, series_peaks
 from commbench.stats import quantile
 
@@ -83,16 +83,7 @@ ISOLATED_RUN = 0.25
 """... and fewer than this fraction of all the points compared (`isolate`)."""
 
 PointKey = RowKey
-KEY_FIELDS = (
-    "op",
-    "strategy",
-    "dtype",
-    "reduce_op",
-    "world_size",
-    "size_bytes",
-    "in_place",
-    "skew",
-)
+KEY_FIELDS = ROW_KEY
 
 # comparable() keys, as the refusal message names them.
 _CONTEXT_LABELS = {

@@ -51,6 +51,11 @@ class Heatmap:
     annotations: list[list[str]] | None = None
     """The text in each cell ("" for none): its value, a link's name; None: no text."""
 
+    @classmethod
+    def square(cls, values: list[list[float | None]], labels: list[str], **rest: Any) -> Heatmap:
+        """A matrix whose rows and columns are the same things (GPUs, hosts): labelled once."""
+        return cls(values=values, row_labels=labels, col_labels=labels, **rest)
+
     def __post_init__(self) -> None:
         rows, cols = len(self.row_labels), len(self.col_labels)
         if len(self.values) != rows or any(len(line) != cols for line in self.values):

@@ -22,10 +22,9 @@ def pair_heatmap(stage: str, pairs: dict[tuple[int, int], float], layout: Layout
     labels = [
         f"{layout.hosts[u // g]}:{u % g}" if stage == GPU_PAIRS else layout.hosts[u] for u in units
     ]
-    return Heatmap(
+    return Heatmap.square(
         values=matrix,
-        row_labels=labels,
-        col_labels=labels,
+        labels=labels,
         title=f"{stage}: all_reduce bus bandwidth per pair (GB/s)",
         unit="GB/s",
     )

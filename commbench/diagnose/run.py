@@ -310,14 +310,7 @@ def _not_all_came(
         settings={**collectives.to_dict(), "diagnose": settings.to_dict()},
         context=RunContext.from_dict(host_context(), "context"),
         health=True,
-        launch={
-            "nnodes": launch.nnodes,
-            "node_rank": launch.node_rank,
-            "rdzv_endpoint": launch.rdzv_endpoint,
-            "rdzv_id": launch.rdzv_id,
-            "source": launch.source,
-            "debug": launch.debug,
-        },
+        launch=launch.to_dict(),
     )
     nodes = []
     for n in range(came.expected):

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from commbench.launch import procs
 from commbench.launch.protocol import (
@@ -465,6 +465,22 @@ def _by_severity(r: RankState) -> tuple[int, float, int]:
     return (_SEVERITY[r.state], -r.quiet_s, r.rank)
 
 
+S = TypeVar("S", FleetSummary, GroupSummary)
+"""What an aggregator publishes."""
+
+
+def read_many(link: StoreLink, keys: list[str], placed: bool) -> list[bytes]:
+    """The values of many keys, DIGESTS_PER_READ a request. Until the keys are `placed`, each
+    is peeked first, once: multi_get must not block on a key not yet published."""
+    if not placed:
+        for key in keys:
+            peek(link, key)
+    values = []
+    for at in range(0, len(keys), DIGESTS_PER_READ):
+        values += link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
+    return values
+
+
 @dataclass(slots=True)
 class _Seen:
     digest: NodeDigest | None = None
@@ -495,14 +511,8 @@ class _Nodes:
     def read(self, now: float) -> None:
         if self._started is None:
             self._started = now
-        keys = [self.keys.digest(n) for n in self.nodes]
-        if not self._placed:  # once: multi_get must not block on a node not yet published
-            for key in keys:
-                peek(self.link, key)
-            self._placed = True
-        values = []
-        for at in range(0, len(keys), DIGESTS_PER_READ):
-            values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
+        values = read_many(self.link, [self.keys.digest(n) for n in self.nodes], self._placed)
+        self._placed = True
         changed = False
         for node, value in zip(self.nodes, values):
             raw = bytes(value)
@@ -614,29 +624,47 @@ def merge(
 
 
 @dataclass(slots=True)
-class Aggregator:
-    """Up to ONE_TIER_NODES nodes: reads every node's digest (DIGESTS_PER_READ a request)
-    and publishes the fleet summary, at most once per interval."""
+class _Publisher(Generic[S]):
+    """What every aggregator shares: where it publishes, for how many nodes, how often, and
+    the last summary it published, which a step within one interval of it returns again (a
+    stalled node's wake-up between two steps costs no request)."""
 
     link: StoreLink
     keys: Keys
     nnodes: int
     interval: float
+    clock: Callable[[], float] = field(default=time.monotonic, kw_only=True)
+    _last: tuple[float, S] | None = field(default=None, kw_only=True)
+    """When the digests were last read, and the summary made of them."""
+
+    def _recent(self, now: float) -> S | None:
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._last[1]
+        return None
+
+    def _publish(self, key: str, summary: S, now: float) -> S:
+        self.link.call("set", key, summary.to_json())
+        self._last = (now, summary)
+        return summary
+
+
+@dataclass(slots=True)
+class Aggregator(_Publisher[FleetSummary]):
+    """Up to ONE_TIER_NODES nodes: reads every node's digest (DIGESTS_PER_READ a request)
+    and publishes the fleet summary, at most once per interval."""
+
     skips: Skips = field(default_factory=Skips)
     hosts: dict[int, str] = field(default_factory=dict)
     """Host by node, where known (the writer's roll): names a node never heard from."""
-    clock: Callable[[], float] = time.monotonic
     _nodes: _Nodes | None = None
     _seq: int = 0
-    _last: tuple[float, FleetSummary] | None = None
-    """When the digests were last read, and the summary made of them."""
 
     def step(self) -> FleetSummary:
         """Read every digest and publish the summary; at most once per interval (a stalled
         node's wake-up between two steps gets the summary of the last one, for no request)."""
         now = self.clock()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self._last[1]
+        if (recent := self._recent(now)) is not None:
+            return recent
         if self._nodes is None:
             self._nodes = _Nodes(
                 self.link, self.keys, range(self.nnodes), self.interval, self.skips
@@ -650,38 +678,28 @@ class Aggregator:
             nnodes=self.nnodes,
             hosts=self.hosts,
         )
-        self.link.call("set", self.keys.fleet, summary.to_json())
-        self._last = (now, summary)
-        return summary
+        return self._publish(self.keys.fleet, summary, now)
 
 
 @dataclass(slots=True)
-class GroupAggregator:
+class GroupAggregator(_Publisher[GroupSummary]):
     """Past ONE_TIER_NODES, the launcher of each group's first node: reads its group's
     digests (one request) and publishes the group's summary, at most once per interval."""
 
-    link: StoreLink
-    keys: Keys
-    nnodes: int
-    interval: float
     group: int
     skips: Skips = field(default_factory=Skips)
-    clock: Callable[[], float] = time.monotonic
     _nodes: _Nodes | None = None
-    _last: tuple[float, GroupSummary] | None = None
 
     def step(self) -> GroupSummary:
         now = self.clock()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self._last[1]
+        if (recent := self._recent(now)) is not None:
+            return recent
         if self._nodes is None:
             nodes = group_nodes(self.group, self.nnodes)
             self._nodes = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, self.group)
         self._nodes.read(now)
         summary = self._nodes.summary(now)
-        self.link.call("set", self.keys.group(self.group), summary.to_json())
-        self._last = (now, summary)
-        return summary
+        return self._publish(self.keys.group(self.group), summary, now)
 
 
 @dataclass(slots=True)
@@ -691,41 +709,30 @@ class _GroupSeen:
 
 
 @dataclass(slots=True)
-class FleetAggregator:
+class FleetAggregator(_Publisher[FleetSummary]):
     """Past ONE_TIER_NODES, the writer's launcher: reads every group's summary
     (DIGESTS_PER_READ a request) and publishes their merge as the fleet summary, at most
     once per interval. A group whose aggregator stopped publishing (its launcher is gone or
     frozen) is read here from its digests, until it publishes again."""
 
-    link: StoreLink
-    keys: Keys
-    nnodes: int
-    interval: float
     skips: Skips = field(default_factory=Skips)
     hosts: dict[int, str] = field(default_factory=dict)
-    clock: Callable[[], float] = time.monotonic
     _groups: dict[int, _GroupSeen] = field(default_factory=dict)
     _orphans: dict[int, _Nodes] = field(default_factory=dict)
     """Groups read here, from their digests."""
     _placed: bool = False
     _started: float | None = None
     _seq: int = 0
-    _last: tuple[float, FleetSummary] | None = None
 
     def step(self) -> FleetSummary:
         now = self.clock()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self._last[1]
+        if (recent := self._recent(now)) is not None:
+            return recent
         if self._started is None:
             self._started = now
         keys = [self.keys.group(g) for g in range(group_count(self.nnodes))]
-        if not self._placed:
-            for key in keys:
-                peek(self.link, key)
-            self._placed = True
-        values = []
-        for at in range(0, len(keys), DIGESTS_PER_READ):
-            values += self.link.call("multi_get", keys[at : at + DIGESTS_PER_READ])
+        values = read_many(self.link, keys, self._placed)
+        self._placed = True
         quiet_limit = silence_after(self.interval)
         parts = []
         for group, raw in enumerate(values):
@@ -748,9 +755,7 @@ class FleetAggregator:
         fleet = merge(
             parts, seq=self._seq, interval=self.interval, nnodes=self.nnodes, hosts=self.hosts
         )
-        self.link.call("set", self.keys.fleet, fleet.to_json())
-        self._last = (now, fleet)
-        return fleet
+        return self._publish(self.keys.fleet, fleet, now)
 
     def _decode(self, group: int, raw: bytes) -> GroupSummary | None:
         if raw == PLACEHOLDER:

@@ -55,6 +55,10 @@ DESCENDANTS_SCAN = 2.0
 AGENT_LINGER = 10.0
 
 
+_RECORDED = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "source", "debug")
+"""The options run.json's `launch` keeps, in its order."""
+
+
 @dataclass(kw_only=True, slots=True)
 class LaunchOptions:
     """How workers are started: one node by default, or a torchrun rendezvous across nodes."""
@@ -85,6 +89,10 @@ class LaunchOptions:
                 raise UserError(
                     f"--rdzv-endpoint must be HOST:PORT (port 1-65535), got {quoted(self.rdzv_endpoint)}"
                 )
+
+    def to_dict(self) -> dict[str, Any]:
+        """run.json's `launch`, in its key order (every run kind that launches writes this)."""
+        return {key: getattr(self, key) for key in _RECORDED}
 
 
 def resolve_launch(
@@ -369,14 +377,7 @@ def _open_run(
         settings=all_settings,
         context=context,
         health=True,
-        launch={
-            "nnodes": launch.nnodes,
-            "node_rank": launch.node_rank,
-            "rdzv_endpoint": launch.rdzv_endpoint,
-            "rdzv_id": launch.rdzv_id,
-            "source": launch.source,
-            "debug": launch.debug,
-        },
+        launch=launch.to_dict(),
         points_total=points_total,
         points_done=0,
     )

@@ -13,7 +13,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from commbench.launch.protocol import (
     HeartbeatReader,
     JournalReader,
     ProtocolError,
+    RankBeat,
     RankState,
     Sighting,
     Skips,
@@ -73,26 +74,18 @@ def _identity(path: Path) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Seen:
-    """One rank as this node's watchdog knows it: from its heartbeat file (this node's
-    ranks), or from the fleet summary (`remote`: another node's, with its `state` as that
-    node's launcher saw it). The hang and crash diagnoses read both the same way."""
+class Seen(RankBeat):
+    """One rank as this node's watchdog knows it: its heartbeat (the record's fields, derived
+    rather than restated) from its file (this node's ranks), or from the fleet summary
+    (`remote`: another node's, with its `state` as that node's launcher saw it). The hang and
+    crash diagnoses read both the same way."""
 
-    rank: int
-    host: str | None = None
-    pid: int | None = None
-    point: int = -1
-    phase: str = ""
-    iteration: int = 0
-    ticks: int = 0
-    error: str = ""
     mtime: float
     """When the rank last showed life, by this node's clock."""
-    time: float = 0.0
-    """When it last beat by its own clock (this node's ranks; 0 where unknown)."""
     state: str | None = None
     """Another node's rank: its state as its own node's launcher saw it (`RANK_STATES`, or
-    `behind`, `node-silent`); None for this node's."""
+    `behind`, `node-silent`); None for this node's. (`time`, when it last beat by its own
+    clock, is known for this node's ranks only: 0 for another node's.)"""
 
     @property
     def remote(self) -> bool:
@@ -105,19 +98,7 @@ class Seen:
     @classmethod
     def local(cls, seen: Sighting) -> Seen:
         """This node's rank, from its heartbeat file."""
-        b = seen.beat
-        return cls(
-            rank=b.rank,
-            host=b.host,
-            pid=b.pid,
-            point=b.point,
-            phase=b.phase,
-            iteration=b.iteration,
-            ticks=b.ticks,
-            error=b.error,
-            mtime=seen.mtime,
-            time=b.time,
-        )
+        return cls(**_beat_fields(seen.beat), mtime=seen.mtime)
 
 
 def _roll_of(context: Mapping[str, Any]) -> tuple[RankEntry, ...]:
@@ -382,18 +363,13 @@ NEVER_REPORTED = "start-up (never reported through the job's store)"
 
 
 def _remote(r: RankState, mtime: float, state: str | None = None) -> Seen:
-    return Seen(
-        rank=r.rank,
-        host=r.host,
-        pid=r.pid,
-        point=r.point,
-        phase=r.phase,
-        iteration=r.iteration,
-        ticks=r.ticks,
-        error=r.error,
-        state=state or r.state,
-        mtime=mtime,
-    )
+    return Seen(**_beat_fields(r), state=state or r.state, mtime=mtime)
+
+
+def _beat_fields(beat: RankBeat | RankState) -> dict[str, Any]:
+    """A heartbeat's fields, from this node's file or another node's summary (which has no
+    `time`), for a `Seen`."""
+    return {f.name: getattr(beat, f.name) for f in fields(RankBeat) if hasattr(beat, f.name)}
 
 
 def remote_beats(

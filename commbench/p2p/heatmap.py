@@ -42,10 +42,9 @@ def matrix_heatmap(rows: Sequence[ResultRow], n: int) -> Heatmap:
     values, mode = matrix_values(rows, n)
     links = {(c.src, c.dst): c.link for _, c in copies(rows) if c.copy == "p2p"}
     labels = [f"cuda:{i}" for i in range(n)]
-    return Heatmap(
+    return Heatmap.square(
         values=values,
-        row_labels=labels,
-        col_labels=labels,
+        labels=labels,
         title=f"p2p copy bandwidth ({mode})",
         unit="GB/s",
         row_axis="source",

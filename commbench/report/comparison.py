@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from commbench.compare import Comparison, Mark, PointResult, as_drop
 from commbench.escape import markdown_text
 from commbench.results.exporters import Format, group_title
+from commbench.results.schema import ROW_POINT
 from commbench.results.store import dicts_to_csv, dump_json
 from commbench.sizes import format_size
 from commbench.tables import markdown_table, text_table
@@ -118,12 +119,7 @@ def to_json(comparison: Comparison) -> str:
 
 
 CSV_COLUMNS = [
-    "op",
-    "strategy",
-    "dtype",
-    "reduce_op",
-    "world_size",
-    "size_bytes",
+    *ROW_POINT,
     "in_place",
     "mark",
     "ratio",

@@ -414,10 +414,9 @@ def p2p_matrix(run: Run, title: str = "") -> Heatmap | None:
     if all(v is None for line in values for v in line):
         return None
     labels = [f"cuda:{i}" for i in range(n)]
-    return Heatmap(
+    return Heatmap.square(
         values=values,
-        row_labels=labels,
-        col_labels=labels,
+        labels=labels,
         title=title,
         unit=f"GB/s ({mode})",
         row_axis="source",

@@ -240,10 +240,10 @@ def _strategy_tables(
     """Per (dtype, reduce op, world size): who was fastest at each size and by how much, the
     strategies figure (after the first such table), then the fitted model's winner per size
     and the term that decides it (`report.strategy_tables`)."""
-    from commbench.report.strategy_tables import strategy_groups
+    from commbench.report.strategy_tables import strategy_tables
 
     blocks: list[Block] = []
-    for group in strategy_groups(run.rows, backend):
+    for group in strategy_tables(run.rows, backend):
         blocks += [
             Heading(level, f"Fastest per size: {group.title}"),
             Table(group.headers, group.cells, words=(len(group.headers) - 2,)),
@@ -340,54 +340,60 @@ def stragglers_section(page: Page) -> list[Block]:
     """Which ranks the others waited for (`Run.straggler_summary`); nothing for a run without
     per-rank times (an import, p2p, a run stored before commbench kept them)."""
     run = page.run
-    measured = sum(1 for r in run.rows if r.ranks is not None)
-    if not measured:
-        return []
-    blocks: list[Block] = [
-        Heading(page.level, "Waited-for ranks"),
-        Para(
-            "At each point, the rank whose own time per iteration was furthest below the slowest "
-            "rank's (its median slack) is the one the others waited for: it arrived last. It is "
-            "named when its slack exceeds every other rank's by at least "
-            f"{STRAGGLER_MIN_SHARE:.0%} of the iteration and {STRAGGLER_MIN_US:g} us (scheduling "
-            "noise alone gives every rank some slack)."
-        ),
-    ]
-    lines = summary_lines(run.straggler_summary(), limit=MAX_STRAGGLER_LINES)
-    if not lines:
-        points = f"{measured} point{'s' if measured > 1 else ''}"
-        return [*blocks, Para(f"No rank kept the others waiting ({points} with per-rank times).")]
-    return [*blocks, Bullets(lines)]
+    return _per_rank(
+        page,
+        "Waited-for ranks",
+        "At each point, the rank whose own time per iteration was furthest below the slowest "
+        "rank's (its median slack) is the one the others waited for: it arrived last. It is "
+        "named when its slack exceeds every other rank's by at least "
+        f"{STRAGGLER_MIN_SHARE:.0%} of the iteration and {STRAGGLER_MIN_US:g} us (scheduling "
+        "noise alone gives every rank some slack).",
+        sum(1 for r in run.rows if r.ranks is not None),
+        lambda: summary_lines(run.straggler_summary(), limit=MAX_STRAGGLER_LINES),
+        "No rank kept the others waiting ({points} with per-rank times).",
+    )
 
 
 def slow_processes_section(page: Page) -> list[Block]:
     """Which process of an imported nccl-tests run was the slowest (`results.slow_processes`);
     nothing for a run without per-process times (every run but an nccl-tests `-I` import)."""
     run = page.run
-    measured = sum(1 for r in run.rows if r.processes is not None)
+    return _per_rank(
+        page,
+        "Slowest processes",
+        "nccl-tests timed every iteration in each MPI process (`-I 1`: per process, the "
+        "maximum over its GPUs). At each point, the process whose median time exceeds every "
+        f"other's by at least {STRAGGLER_MIN_SHARE:.0%} of the iteration and "
+        f"{STRAGGLER_MIN_US:g} us is named the slowest, as nccl-tests' analyzer names it. "
+        "Inside a collective, a process may spend longer because it waited for the others: "
+        "with one GPU per process these times are also the ranks' own times of "
+        '"Waited-for ranks", which names the rank that arrived last (the shortest time).',
+        sum(1 for r in run.rows if r.processes is not None),
+        lambda: slow_processes.summary_lines(
+            slow_processes.summarise(run.rows, run.context.ranks), limit=MAX_STRAGGLER_LINES
+        ),
+        "No process was clearly the slowest ({points} with per-process times).",
+    )
+
+
+def _per_rank(
+    page: Page,
+    title: str,
+    method: str,
+    measured: int,
+    lines: Callable[[], list[str]],
+    nobody: str,
+) -> list[Block]:
+    """A per-rank analysis's section: how it names a rank, then its findings, or that it named
+    nobody at the `measured` points; nothing where no point was measured per rank."""
     if not measured:
         return []
-    blocks: list[Block] = [
-        Heading(page.level, "Slowest processes"),
-        Para(
-            "nccl-tests timed every iteration in each MPI process (`-I 1`: per process, the "
-            "maximum over its GPUs). At each point, the process whose median time exceeds every "
-            f"other's by at least {STRAGGLER_MIN_SHARE:.0%} of the iteration and "
-            f"{STRAGGLER_MIN_US:g} us is named the slowest, as nccl-tests' analyzer names it. "
-            "Inside a collective, a process may spend longer because it waited for the others: "
-            "with one GPU per process these times are also the ranks' own times of "
-            '"Waited-for ranks", which names the rank that arrived last (the shortest time).'
-        ),
-    ]
-    findings = slow_processes.summarise(run.rows, run.context.ranks)
-    lines = slow_processes.summary_lines(findings, limit=MAX_STRAGGLER_LINES)
-    if not lines:
+    blocks: list[Block] = [Heading(page.level, title), Para(method)]
+    found = lines()
+    if not found:
         points = f"{measured} point{'s' if measured > 1 else ''}"
-        return [
-            *blocks,
-            Para(f"No process was clearly the slowest ({points} with per-process times)."),
-        ]
-    return [*blocks, Bullets(lines)]
+        return [*blocks, Para(nobody.format(points=points))]
+    return [*blocks, Bullets(found)]
 
 
 def network_section(page: Page) -> list[Block]:

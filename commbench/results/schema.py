@@ -98,6 +98,12 @@ ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
 ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
 ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
 """'': an op that does not reduce."""
+ROW_POINT = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes")
+"""What a row measured: the first columns of every table of rows (results.csv, the gate's)."""
+ROW_KEY = (*ROW_POINT, "in_place", "skew")
+"""`ResultRow.key`'s fields, in its order."""
+ROW_SERIES = ("op", "strategy", "dtype", "reduce_op", "world_size", "in_place", "skew")
+"""A row's series, one line of a plot: its key but the size (`results.summary.series_key`)."""
 RowKey = tuple[str, str, str, str, int, int, bool, str]
 """`ResultRow.key`: (op, strategy, dtype, reduce_op, world_size, size_bytes, in_place, skew)."""
 ROW_STRATEGIES = ("", *STRATEGY_NAMES)
@@ -794,12 +800,7 @@ def _from_v1_p2p(data: Any, where: str, world_size: int) -> ResultRow:
 
 # results.csv column order: the columns the issue fixes first, then the rest of the stats.
 CSV_COLUMNS = [
-    "op",
-    "strategy",
-    "dtype",
-    "reduce_op",
-    "world_size",
-    "size_bytes",
+    *ROW_POINT,
     "count",
     "time_us",
     "algbw_gbps",

@@ -16,63 +16,49 @@ at most points into one finding, as `stragglers` does for the ranks the others w
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from commbench.results.schema import ResultRow
-from commbench.results.stragglers import fold_by_rank, format_us, point_label
+from commbench.results.stragglers import (
+    RankAt,
+    RankOften,
+    at_most,
+    fold_by_rank,
+    format_us,
+    point_label,
+)
 from commbench.results.summary import Device, devices
 
 
 @dataclass(frozen=True, slots=True)
-class SlowestAt:
-    """One point at which one process was slower than every other (`ResultRow.slow_process`)."""
+class SlowestAt(RankAt):
+    """One point at which one process was slower than every other (`ResultRow.slow_process`);
+    `rank` is the process's first global rank, `share` its excess over the point's median
+    iteration time."""
 
-    row: ResultRow
-    rank: int
-    """The process's first global rank."""
     device: Device | None
     """Its device, as the run's context lists it; None when it does not."""
     excess_us: float
     """Its median time per iteration minus the next slowest process's."""
-    share: float
-    """excess_us / the point's median iteration time."""
 
 
 @dataclass(frozen=True, slots=True)
-class SlowestOften:
+class SlowestOften(RankOften[SlowestAt]):
     """One process that was the slowest at many points of a run (`DOMINANT_POINTS`)."""
 
-    rank: int
     device: Device | None
-    points: tuple[SlowestAt, ...]
-    measured: int
-    """The run's points with per-process times: what `points` is out of."""
-
-    @property
-    def median_share(self) -> float:
-        return statistics.median(p.share for p in self.points)
 
 
 def slowest(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]]) -> list[SlowestAt]:
     """Every point with a process slower than every other, in the order measured."""
     by_rank = {d.rank: d for d in devices(ranks)}
-    found = []
-    for row in rows:
-        slow = row.slow_process
-        if slow is not None:
-            found.append(
-                SlowestAt(
-                    row=row,
-                    rank=slow.rank,
-                    device=by_rank.get(slow.rank),
-                    excess_us=slow.excess_us,
-                    share=slow.share,
-                )
-            )
-    return found
+    return [
+        SlowestAt(row, slow.rank, slow.share, by_rank.get(slow.rank), slow.excess_us)
+        for row in rows
+        if (slow := row.slow_process) is not None
+    ]
 
 
 def summarise(
@@ -85,9 +71,7 @@ def summarise(
     return fold_by_rank(
         slowest(rows, ranks),
         measured,
-        lambda rank, named: SlowestOften(
-            rank=rank, device=named[0].device, points=named, measured=measured
-        ),
+        lambda rank, named: SlowestOften(rank, named, measured, named[0].device),
     )
 
 
@@ -119,8 +103,4 @@ def summary_lines(
     findings: Sequence[SlowestOften | SlowestAt], limit: int | None = None
 ) -> list[str]:
     """`describe` of each finding, at most `limit` lines, the last then counting the rest."""
-    lines = [describe(f) for f in findings]
-    if limit is not None and len(lines) > max(1, limit):
-        kept = max(1, limit) - 1
-        lines = [*lines[:kept], f"... and {len(lines) - kept} more (`commbench report` lists them)"]
-    return lines
+    return at_most([describe(f) for f in findings], limit)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from commbench.results.ranks import RankEntry
 from commbench.results.schema import ResultRow
@@ -31,36 +31,53 @@ DOMINANT_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
-class WaitedFor:
-    """One point at which the others waited for one rank (`ResultRow.straggler`, placed)."""
+class RankAt:
+    """One point at which one rank stood out: the others waited for it (`WaitedFor`), or its
+    process was the slowest (`slow_processes.SlowestAt`)."""
 
     row: ResultRow
     """The point."""
     rank: int
-    """The global rank the others waited for."""
-    host: str | None
-    """Its host, as its worker reported it; None when the run's context does not say."""
-    wait_us: float
-    """About how long the others waited for it per iteration, microseconds."""
+    """The global rank."""
     share: float
-    """wait_us / the point's median iteration time."""
+    """How far it stood out, as a share of the point's median iteration time."""
+
+
+P = TypeVar("P", bound=RankAt)
+F = TypeVar("F")
 
 
 @dataclass(frozen=True, slots=True)
-class RankWaits:
-    """One rank the others waited for at many points of a run (`DOMINANT_POINTS`)."""
+class RankOften(Generic[P]):
+    """One rank that stood out at many points of a run (`DOMINANT_POINTS`)."""
 
     rank: int
-    host: str | None
-    points: tuple[WaitedFor, ...]
-    """The points at which it was the one waited for, in the order measured."""
+    points: tuple[P, ...]
+    """The points at which it stood out, in the order measured."""
     measured: int
     """The run's points with per-rank times: what `points` is out of."""
 
     @property
     def median_share(self) -> float:
-        """The median, over its points, of the share of the iteration the others waited."""
+        """The median, over its points, of its share of the iteration."""
         return statistics.median(p.share for p in self.points)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitedFor(RankAt):
+    """One point at which the others waited for one rank (`ResultRow.straggler`, placed)."""
+
+    host: str | None
+    """Its host, as its worker reported it; None when the run's context does not say."""
+    wait_us: float
+    """About how long the others waited for it per iteration, microseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankWaits(RankOften[WaitedFor]):
+    """One rank the others waited for at many points of a run (`DOMINANT_POINTS`)."""
+
+    host: str | None
 
     @property
     def median_wait_us(self) -> float:
@@ -81,20 +98,11 @@ def waited_for(rows: Sequence[ResultRow], ranks: Sequence[Mapping[str, Any]]) ->
     """Every point at which the others waited a meaningful time for one rank, in the order
     measured; `ranks` is the run's `context.ranks`, which names the hosts."""
     hosts = hosts_by_rank(ranks)
-    found = []
-    for row in rows:
-        straggler = row.straggler
-        if straggler is not None:
-            found.append(
-                WaitedFor(
-                    row=row,
-                    rank=straggler.rank,
-                    host=hosts.get(straggler.rank),
-                    wait_us=straggler.wait_us,
-                    share=straggler.share,
-                )
-            )
-    return found
+    return [
+        WaitedFor(row, s.rank, s.share, hosts.get(s.rank), s.wait_us)
+        for row in rows
+        if (s := row.straggler) is not None
+    ]
 
 
 def summarise(
@@ -108,21 +116,8 @@ def summarise(
     return fold_by_rank(
         waited_for(rows, ranks),
         measured,
-        lambda rank, named: RankWaits(
-            rank=rank, host=named[0].host, points=named, measured=measured
-        ),
+        lambda rank, named: RankWaits(rank, named, measured, named[0].host),
     )
-
-
-class _Named(Protocol):
-    @property
-    def rank(self) -> int: ...
-    @property
-    def share(self) -> float: ...
-
-
-P = TypeVar("P", bound=_Named)
-F = TypeVar("F")
 
 
 def fold_by_rank(
@@ -183,7 +178,12 @@ def describe(finding: RankWaits | WaitedFor) -> str:
 def summary_lines(findings: Sequence[RankWaits | WaitedFor], limit: int | None = None) -> list[str]:
     """`describe` of each finding (of `summarise`), at most `limit` lines, the last of which
     then counts the findings left out."""
-    lines = [describe(f) for f in findings]
+    return at_most([describe(f) for f in findings], limit)
+
+
+def at_most(lines: list[str], limit: int | None) -> list[str]:
+    """At most `limit` of `lines` (None: all), the last then counting the rest: the summary
+    of both per-rank analyses."""
     if limit is not None and len(lines) > max(1, limit):
         kept = max(1, limit) - 1
         lines = [*lines[:kept], f"... and {len(lines) - kept} more (`commbench report` lists them)"]

@@ -26,11 +26,11 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from commbench.escape import markdown_text
 from commbench.results.ranks import RankEntry
-from commbench.results.schema import CHECK_FAILED, ResultRow
+from commbench.results.schema import CHECK_FAILED, ROW_SERIES, ResultRow
 from commbench.sizes import format_size
 from commbench.tables import fixed, markdown_table, text_table
 
@@ -44,15 +44,7 @@ SeriesKey = tuple[str, str, str, str, int, bool, str]
 
 
 def series_key(row: ResultRow) -> SeriesKey:
-    return (
-        row.op,
-        row.strategy,
-        row.dtype,
-        row.reduce_op,
-        row.world_size,
-        row.in_place,
-        row.skew,
-    )
+    return cast(SeriesKey, tuple(getattr(row, name) for name in ROW_SERIES))
 
 
 def busbw_of(row: ResultRow) -> float | None:
@@ -145,7 +137,8 @@ def summarise_series(rows: Sequence[ResultRow]) -> list[SeriesSummary]:
     for row in rows:
         groups.setdefault(series_key(row), []).append(row)
     out = []
-    for (op, strategy, dtype, reduce_op, world_size, in_place, skew), group in groups.items():
+    for key, group in groups.items():
+        series: dict[str, Any] = dict(zip(ROW_SERIES, key))
         measured = [(r.size_bytes, bw) for r in group if (bw := busbw_of(r)) is not None]
         peak = peak_size = avg = None
         bound: list[int] = []
@@ -157,18 +150,12 @@ def summarise_series(rows: Sequence[ResultRow]) -> list[SeriesSummary]:
             avg = statistics.fmean(bw for _, bw in kept)
         out.append(
             SeriesSummary(
-                op=op,
-                strategy=strategy,
-                dtype=dtype,
-                reduce_op=reduce_op,
-                world_size=world_size,
-                in_place=in_place,
+                **series,
                 points=len(group),
                 peak_busbw_gbps=peak,
                 peak_size_bytes=peak_size,
                 avg_busbw_gbps=avg,
                 bandwidth_bound=tuple(bound),
-                skew=skew,
             )
         )
     return out

@@ -3,6 +3,7 @@
 The strategies themselves are entries of the collectives registry
 (`commbench.collectives.allreduce`, named in `commbench.collectives.specs.STRATEGIES`), run
 by the worker like any op. This package sits above them and above the results: `model`
-predicts each strategy with the alpha-beta cost model, and `report` sets measurement and
-prediction side by side. No torch here.
+predicts each strategy with the alpha-beta cost model, `points` groups a run's measured
+strategies once into `StrategyPoint` records beside the fitted model, and `report` lays them
+out for the CLI (`report.strategy_tables` for the report). No torch here.
 """

@@ -13,25 +13,14 @@ from dataclasses import asdict
 from typing import Any
 
 from commbench.collectives.specs import STRATEGIES
-from commbench.errors import UserError
 from commbench.escape import markdown_text
 from commbench.results.exporters import Format, dicts_to_csv, format_time
 from commbench.results.schema import ResultRow
 from commbench.results.store import dump_json
 from commbench.sizes import format_size
-from commbench.strategies.model import (
-    Fit,
-    Params,
-    Prediction,
-    fit,
-    main_factor,
-    predict_one,
-    winner,
-)
+from commbench.strategies.model import Fit, Params, Prediction, winner
+from commbench.strategies.points import DISAGREE, StrategyGroup, legend, strategy_groups
 from commbench.tables import fixed, markdown_table
-
-DISAGREE = 0.25
-"""Measured vs model beyond this relative gap is flagged '!'."""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -83,133 +72,61 @@ def _params_text(params: Params) -> str:
     return text
 
 
-# What the ring-only model of NCCL leaves out, where it matters: a reader must not take a
-# latency-bound "winner" over direct for what NCCL would do.
-NCCL_CAVEAT = (
-    "NCCL also has a tree algorithm (about 2 log2(n) steps) and low-latency protocols "
-    "(LL, LL128), which it picks at small sizes and large n: there its all_reduce beats this "
-    "ring-only model of direct, and a latency-bound win over direct (ring_naive's, say) "
-    "is the model's, not NCCL's"
-)
-
-
 def _legend(strategies: Sequence[str], backend: str, fmt: Format) -> list[str]:
     bullet = "  - " if fmt == Format.md else "  "
-    lines = [f"{bullet}{s}: {STRATEGIES[s].counts[backend]}" for s in strategies]
-    if backend == "nccl" and "direct" in strategies:
-        lines.append(f"{bullet}note: {NCCL_CAVEAT}")
-    return lines
+    return [f"{bullet}{line}" for line in legend(strategies, backend)]
 
 
 # --- measured ----------------------------------------------------------------------------
 
 
-def _fit_or_reason(rows: list[ResultRow], backend: str) -> tuple[Fit | None, str]:
-    try:
-        result = fit(rows, backend)
-    except UserError as exc:
-        return None, f"model not fitted: {exc}"
-    return result, (
-        f"model ({_params_text(result.params)}) fitted to {result.points} direct all_reduce "
-        f"points at {len(result.sizes)} sizes, {result.quality}"
+def _fit_text(group: StrategyGroup) -> str:
+    fitted = group.fitted
+    if fitted is None:
+        return f"model not fitted: {group.why_not}"
+    return (
+        f"model ({_params_text(fitted.params)}) fitted to {fitted.points} direct all_reduce "
+        f"points at {len(fitted.sizes)} sizes, {fitted.quality}"
     )
-
-
-def _clear_win(best: ResultRow, others: list[ResultRow]) -> bool:
-    """False when the fastest's interquartile range overlaps the runner-up's."""
-    if not others:
-        return True
-    runner = min(others, key=lambda r: r.time_us)
-    return best.stats.q3 < runner.stats.q1
 
 
 def comparison_records(rows: list[ResultRow], backend: str = "nccl") -> list[dict[str, Any]]:
     """One record per measured strategy point, with ratio, model and factor."""
-    groups: dict[tuple[str, str, int], list[ResultRow]] = {}
-    for row in rows:
-        if row.op == "all_reduce":
-            groups.setdefault((row.dtype, row.reduce_op, row.world_size), []).append(row)
-    records: list[dict[str, Any]] = []
-    for (dtype, reduce_op, n), group in groups.items():
-        if not any(r.strategy for r in group):
-            continue
-        fitted, _ = _fit_or_reason(group, backend)
-        sizes = sorted({r.size_bytes for r in group if r.strategy})
-        for size in sizes:
-            at = [r for r in group if r.size_bytes == size and not math.isnan(r.time_us)]
-            by_name = {r.strategy: r for r in at if r.strategy}
-            reference = by_name.get("direct") or next((r for r in at if not r.strategy), None)
-            measured = [by_name[s] for s in STRATEGIES if s in by_name]
-            fastest = min(measured, key=lambda r: r.time_us) if measured else None
-            clear = fastest is not None and _clear_win(
-                fastest, [r for r in measured if r is not fastest]
-            )
-            for r in measured:
-                model_us = (
-                    predict_one(r.strategy, n, size, fitted.params).time_us if fitted else None
-                )
-                records.append(
-                    {
-                        "dtype": dtype,
-                        "reduce_op": reduce_op,
-                        "world_size": n,
-                        "size_bytes": size,
-                        "strategy": r.strategy,
-                        "time_us": r.time_us,
-                        "busbw_gbps": r.busbw_gbps,
-                        "vs_direct": r.time_us / reference.time_us if reference else None,
-                        "fastest": r is fastest,
-                        "clear_win": r is fastest and clear,
-                        "cv": r.stats.cv,
-                        "check": r.check,
-                        "model_us": model_us,
-                        "measured_vs_model": r.time_us / model_us if model_us else None,
-                        "factor": main_factor(r.strategy, n, size, fitted.params) if fitted else "",
-                    }
-                )
-    return records
+    return [p.as_dict() for group in strategy_groups(rows, backend) for p in group.points]
 
 
 def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = None) -> str:
     """Per size: each strategy's time, busbw, ratio to direct (fastest marked), the model's
     prediction fitted to the same run's direct rows, and the main factor behind the gap."""
     backend = backend or "nccl"
-    records = comparison_records(rows, backend)
+    groups = strategy_groups(rows, backend)
     if fmt in (Format.json, Format.csv):
+        records = [p.as_dict() for group in groups for p in group.points]
         return _records_out(records, Format(fmt), {"backend": backend})
     out: list[str] = []
-    seen: set[tuple[str, str, int]] = set()
-    for rec in records:
-        key = (rec["dtype"], rec["reduce_op"], rec["world_size"])
-        if key in seen:
-            continue
-        seen.add(key)
-        mine = [r for r in records if (r["dtype"], r["reduce_op"], r["world_size"]) == key]
-        group = [
-            r for r in rows if r.op == "all_reduce" and (r.dtype, r.reduce_op, r.world_size) == key
-        ]
-        _, fit_text = _fit_or_reason(group, backend)
+    for group in groups:
         cells: list[list[str]] = []
         last_size = None
-        for r in mine:
-            mark = ("*" if r["clear_win"] else "~") if r["fastest"] else ""
-            ratio = r["measured_vs_model"]
+        for r in group.points:
+            mark = ("*" if r.clear_win else "~") if r.fastest else ""
+            ratio = r.measured_vs_model
             flag = "!" if ratio is not None and abs(ratio - 1) > DISAGREE else ""
             cells.append(
                 [
-                    format_size(r["size_bytes"]) if r["size_bytes"] != last_size else "",
-                    r["strategy"] + (f" {mark}" if mark else ""),
-                    _time(r["time_us"]),
-                    _num(r["busbw_gbps"]),
-                    f"{r['vs_direct']:.2f}x" if r["vs_direct"] is not None else "-",
-                    _time(r["model_us"]),
+                    format_size(r.size_bytes) if r.size_bytes != last_size else "",
+                    r.strategy + (f" {mark}" if mark else ""),
+                    _time(r.time_us),
+                    _num(r.busbw_gbps),
+                    f"{r.vs_direct:.2f}x" if r.vs_direct is not None else "-",
+                    _time(r.model_us),
                     f"{ratio:.2f}x{flag}" if ratio is not None else "-",
-                    r["factor"] or "-",
+                    r.factor or "-",
                 ]
             )
-            last_size = r["size_bytes"]
-        dtype, reduce_op, n = key
-        title = f"all_reduce strategies  {dtype}  op={reduce_op}  {n} ranks"
+            last_size = r.size_bytes
+        title = (
+            f"all_reduce strategies  {group.dtype}  op={group.reduce_op}  {group.world_size} ranks"
+        )
         headers = [
             "size",
             "strategy",
@@ -223,15 +140,11 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
         out += _render(title, headers, cells, Format(fmt), left=(0, 1, len(headers) - 1))
         bullet = "- " if fmt == Format.md else ""
         out += [
-            f"{bullet}{fit_text}",
+            f"{bullet}{_fit_text(group)}",
             f"{bullet}* fastest measured; ~ fastest but its IQR overlaps the runner-up's (no clear win); "
             f"! measured and model differ by more than {DISAGREE:.0%}",
             f"{bullet}what the model counts:",
-            *_legend(
-                [s for s in STRATEGIES if any(r["strategy"] == s for r in mine)],
-                backend,
-                Format(fmt),
-            ),
+            *_legend(group.strategies, backend, Format(fmt)),
             "",
         ]
     return "\n".join(out).rstrip() + "\n" if out else ""
