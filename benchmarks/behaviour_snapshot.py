@@ -5,6 +5,8 @@ invocations before and after shows it").
     python benchmarks/behaviour_snapshot.py --repo /path/to/before --out before.json
     python benchmarks/behaviour_snapshot.py --repo . --out after.json
     python benchmarks/behaviour_snapshot.py --diff before.json after.json   # exit 1: differs
+    python benchmarks/behaviour_snapshot.py --repo . --only '["model"' --out model.json
+    python benchmarks/behaviour_snapshot.py --diff before.json model.json --only '["model"'
 
 Each invocation is `python -m commbench ARGV...` with PYTHONPATH=REPO, run in a fresh temporary
 directory that holds copies of the inputs it names, and the snapshot keeps its argv, exit code,
@@ -111,8 +113,6 @@ class Invocation:
     stdin: str = ""
     scratch: bool = False
     """Write the bad-input files (`SCRATCH`) under `in/` first."""
-    inputs: tuple[str, ...] = ()
-    """Inputs it reads that its arguments do not name (fx/... or cfg/...)."""
 
     @property
     def key(self) -> str:
@@ -128,6 +128,7 @@ class Invocation:
 
 
 def inv(*argv: str, **kw: Any) -> Invocation:
+    """An invocation of `commbench ARGV...`."""
     return Invocation(argv=tuple(argv), **kw)
 
 
@@ -989,7 +990,7 @@ def invocations() -> list[Invocation]:
 
 def _inputs(item: Invocation) -> set[str]:
     """The fx/... and cfg/... paths it names."""
-    words = [*item.argv, *(v for _, v in item.env), *item.inputs]
+    words = [*item.argv, *(v for _, v in item.env)]
     if item.machine:
         words += [item.machine, "fx/topology/fake_nvml.py"]
     found = set()
@@ -1251,8 +1252,13 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return found
 
 
-def diff_files(before: Path, after: Path) -> int:
+def diff_files(before: Path, after: Path, only: str | None = None) -> int:
+    """Print the differences; 1 if there is any. `only`: compare just the invocations whose
+    key holds this text (as `--only` ran them)."""
     a, b = (json.loads(p.read_text()) for p in (before, after))
+    if only is not None:
+        for data in (a, b):
+            data["results"] = [r for r in data["results"] if only in r["key"]]
     found = differences(a, b)
     for report in found:
         sys.stdout.write(report)
@@ -1266,14 +1272,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=ROOT, help="checkout to run (default: this)")
     parser.add_argument("--out", type=Path, help="write the snapshot here (JSON)")
     parser.add_argument("--jobs", type=int, default=2, help="invocations at once (default 2)")
-    parser.add_argument("--only", help="run only the invocations whose key holds this text")
+    parser.add_argument(
+        "--only", help="run (or, with --diff, compare) only the invocations whose key holds this"
+    )
     parser.add_argument("--list", action="store_true", help="print the invocations' keys")
     parser.add_argument(
         "--diff", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="compare two snapshots"
     )
     args = parser.parse_args(argv)
     if args.diff:
-        return diff_files(*args.diff)
+        return diff_files(*args.diff, only=args.only)
     if args.list:
         for item in invocations():
             print(item.key)

@@ -164,3 +164,18 @@ def test_every_command_of_the_app_is_in_the_list() -> None:
         return found
 
     assert sorted(snap.COMMANDS) == walk(typer.main.get_group(app), "")
+
+
+def test_only_compares_the_invocations_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A snapshot of a few invocations (`--only`) diffed against a whole one: the others are
+    left out, not reported as missing."""
+    part = copy.deepcopy(BEFORE)
+    part["results"] = [r for r in part["results"] if '"model"' in r["key"]]
+    part["results"][0]["stderr"] = "error: --bw!\n"
+    whole, few = _write(tmp_path, "a.json", BEFORE), _write(tmp_path, "b.json", part)
+    assert snap.diff_files(whole, few, only='"model"') == 1
+    out = capsys.readouterr().out
+    assert out.startswith('=== ["model", "--bw", "x"]\n') and "compare" not in out
+    assert out.endswith("1 of 1 invocations differ\n")
