@@ -6,12 +6,17 @@ test that starts a process (torchrun workers, `python -m commbench`, a tool) car
 that keeps it out of the fast lane: `integration`, `netns` (network namespaces, root),
 `slurm` (SLURM daemons) or `gpu`. The guard below enforces it: in a test with none of these
 marks, starting a process fails the test, naming the mark to add, so a new slow test cannot
-slip into the fast lane unnoticed.
+slip into the fast lane unnoticed. It holds over the test's fixtures too (a module- or
+session-scoped one is set up inside the first test that asks for it), and over collection in
+either lane: a test module that starts a process as it is imported (a `skipif` that probes the
+machine) fails to collect, so a condition that needs a process is asked at setup instead, as
+the `netns` mark's is below.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import socket
@@ -20,34 +25,20 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+from process_guard import refusing_processes  # tests/ is on sys.path, as for netns_cluster
 
 LAUNCH_MARKS = ("integration", "netns", "slurm", "gpu")
 """The marks of tests that may start processes: all of them stay out of `make test-fast`."""
 
 
-class StartedAProcess(AssertionError):
-    pass
-
-
-def _refuse_processes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every way of starting a process fail, naming the test and the mark to add:
-    subprocess, fork, posix_spawn, system and multiprocessing (whose spawn and forkserver
-    start methods start their process without subprocess)."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise StartedAProcess(
-            f"{name} starts a process: mark it @pytest.mark.integration (or netns, slurm, "
-            "gpu) so that it runs in `make test` and stays out of `make test-fast`"
-        )
-
-    import multiprocessing.process
-    import subprocess
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
-    monkeypatch.setattr(os, "fork", refuse)
-    monkeypatch.setattr(os, "posix_spawn", refuse)
-    monkeypatch.setattr(os, "system", refuse)
+MARK_IT = (
+    "mark it @pytest.mark.integration (or netns, slurm, gpu) so that it runs in `make test` "
+    "and stays out of `make test-fast`"
+)
+ASK_AT_SETUP = (
+    "ask at setup (a fixture, or pytest_runtest_setup as for netns below), not while the "
+    "module is imported or its marks evaluated"
+)
 
 
 def _unmarked(item: pytest.Item) -> bool:
@@ -62,9 +53,31 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     fixture is set up before any function-scoped one could guard it)."""
     if not _unmarked(item):
         return (yield)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _refuse_processes(item.nodeid, monkeypatch)
+    with refusing_processes(item.nodeid, MARK_IT):
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    """Collecting starts nothing, in either lane: every test module is imported, and its
+    marks evaluated, for `make test-fast` too, whatever marks then deselect its tests."""
+    with refusing_processes(f"{collector.nodeid or 'the session'}, collected,", ASK_AT_SETUP):
+        return (yield)
+
+
+@functools.cache
+def _netns_unavailable() -> str | None:
+    from netns_cluster import netns_available  # tests/ is on sys.path, as for the modules
+
+    return netns_available()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `netns` test is skipped, saying why, where this machine cannot make a network
+    namespace: asked when the first of them is set up (the probe runs `ip`), never while
+    collecting, so the fast lane, which deselects them, never asks."""
+    if item.get_closest_marker("netns") is not None and (reason := _netns_unavailable()):
+        pytest.skip(reason)
 
 
 @pytest.fixture(autouse=True)

@@ -85,3 +85,12 @@ def test_every_import_goes_down_the_house() -> None:
         if FLOOR.get(b, -1) >= FLOOR.get(a, -1):
             upward.append(f"{importer} -> {target}{'.' + name if name else ''}")
     assert not upward, "imports that run up the house or sideways:\n" + "\n".join(upward)
+
+
+def test_no_module_imports_the_package_root() -> None:
+    """`commbench/__init__.py` is the top of the house (it re-exports the API's verbs), so
+    `from commbench import __version__` ran back up from whatever stamped the version (issue
+    36, item 9). Every import names the module it reads: the version is `commbench.version`'s,
+    a foundation."""
+    upward = [f"{a} -> {b}.{name}" for a, b, name in imports() if b == "commbench"]
+    assert not upward, "imports of the package root:\n" + "\n".join(upward)
