@@ -27,6 +27,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+import typer
+import typer.testing
 from process_guard import refusing_processes  # tests/ is on sys.path, as for netns_cluster
 
 LAUNCH_MARKS = ("integration", "netns", "slurm", "gpu")
@@ -80,6 +82,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     collecting, so the fast lane, which deselects them, never asks."""
     if item.get_closest_marker("netns") is not None and (reason := _netns_unavailable()):
         pytest.skip(reason)
+
+
+def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer.Typer], object]:
+    """typer's CliRunner builds the click command from the Typer app at every `invoke`
+    (walking every command and option: a tenth of the fast lane's time, over its thousands of
+    invocations), where `commbench` builds it once per process. Built once per app here too;
+    the app is kept, so that its id is never another's."""
+    built: dict[int, tuple[typer.Typer, object]] = {}
+
+    def get(app: typer.Typer) -> object:
+        if id(app) not in built:
+            built[id(app)] = (app, get_command(app))
+        return built[id(app)][1]
+
+    return get
+
+
+typer.testing._get_command = _built_once(typer.testing._get_command)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

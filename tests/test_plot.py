@@ -506,12 +506,13 @@ def test_a_labelled_run_is_named_even_alone_in_its_figure() -> None:
 @pytest.mark.parametrize("text", ["$\\frac{$", "run $x^$ b", "a_b^c $x$", "\\alpha$"])
 def test_user_text_is_drawn_literally_never_parsed_as_mathtext(tmp_path: Path, text: str) -> None:
     """A run directory's name and a --label reach matplotlib as titles and legend entries:
-    mathtext in them once raised a parse error. Each is drawn as written."""
+    mathtext in them once raised a parse error. Each is drawn as written: the figures in
+    SVG, which holds the text to check, and the heatmap in PNG, so both backends draw it."""
     run = shutil.copytree(RUNS / "cpu-gloo-a", tmp_path / f"run {text}")
     other = shutil.copytree(RUNS / "cpu-gloo-b", tmp_path / "other")
     for labels in ([], ["--label", text, "--label", "plain"]):
         out = tmp_path / f"figs{len(labels)}"
-        args = ["plot", str(run), str(other), "-o", str(out), "--formats", "svg,png"]
+        args = ["plot", str(run), str(other), "-o", str(out), "--formats", "svg"]
         result = CliRunner().invoke(app, [*args, *labels])
         assert result.exit_code == 0, result.output
         svg = (out / "all_reduce.svg").read_text()
