@@ -11,6 +11,7 @@ API and the CLI over it.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import commbench
@@ -52,8 +53,11 @@ def _part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imports() -> list[tuple[str, str, str]]:
-    """(importing module, imported module, the name) for every commbench import."""
+@functools.cache
+def imports() -> tuple[tuple[str, str, str], ...]:
+    """(importing module, imported module, the name) for every commbench import: read once
+    per session (every module of the package parsed), for this file's checks and
+    test_architecture_doc's."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         module = _module(path)
@@ -68,7 +72,7 @@ def imports() -> list[tuple[str, str, str]]:
                 else:
                     target = node.module or ""
                 found += [(module, target, alias.name) for alias in node.names]
-    return [f for f in found if f[1] == "commbench" or f[1].startswith("commbench.")]
+    return tuple(f for f in found if f[1] == "commbench" or f[1].startswith("commbench."))
 
 
 def test_every_part_has_a_floor() -> None:
