@@ -118,6 +118,7 @@ def _stopped(ranks: tuple[RankState, ...], local_rank: int) -> tuple[RankState, 
     )
 
 
+@pytest.mark.integration  # past ONE_TIER_NODES: 2,000 nodes' traffic through a real store
 def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
     store: object,
 ) -> None:
@@ -161,6 +162,7 @@ def test_past_one_tier_the_groups_summaries_merge_into_the_same_fleet_summary(
     assert fleet.behind_count == 16 and {r.node for r in fleet.behind} == {17}
 
 
+@pytest.mark.integration  # past ONE_TIER_NODES: 2,000 nodes' traffic through a real store
 def test_a_group_whose_aggregator_stops_is_read_by_the_writer(store: object) -> None:
     """A group's aggregator (its first node's launcher) dies or freezes: its summary stops
     changing, and after the silence limit the writer reads that group's digests itself, so a
@@ -434,7 +436,7 @@ def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
     plane.start()
     try:
         began = time.monotonic()
-        while time.monotonic() - began < 4 * MIN_INTERVAL:
+        while time.monotonic() - began < 2 * MIN_INTERVAL:
             plane.want_summary()
             time.sleep(0.01)
         elapsed = time.monotonic() - began
