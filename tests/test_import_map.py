@@ -14,7 +14,7 @@ import ast
 import functools
 from pathlib import Path
 
-import commbench
+from tests.package_source import ROOT, parsed
 
 FLOORS: list[set[str]] = [
     {"errors", "stats", "timing", "version", "completion"},
@@ -40,7 +40,6 @@ FLOORS: list[set[str]] = [
     {"__main__", "__init__"},
 ]
 FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}
-ROOT = Path(commbench.__file__).parent
 
 
 def _module(path: Path) -> str:
@@ -55,14 +54,13 @@ def _part(module: str) -> str:
 
 @functools.cache
 def imports() -> tuple[tuple[str, str, str], ...]:
-    """(importing module, imported module, the name) for every commbench import: read once
-    per session (every module of the package parsed), for this file's checks and
-    test_architecture_doc's."""
+    """(importing module, imported module, the name) for every commbench import (found once:
+    this file's checks and test_architecture_doc's read them)."""
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
+    for path, tree in parsed():
         module = _module(path)
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found += [(module, alias.name, "") for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
