@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +86,7 @@ class ProcessId:
         return started is not None and started == self.start_ticks and alive(self.pid)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "host": self.host,
-            "boot_id": self.boot_id,
-            "start_ticks": self.start_ticks,
-        }
+        return asdict(self)  # the fields, in their order: the record's keys
 
 
 RUN_MARKER = "COMMBENCH_RUN_DIR"

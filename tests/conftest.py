@@ -6,48 +6,43 @@ test that starts a process (torchrun workers, `python -m commbench`, a tool) car
 that keeps it out of the fast lane: `integration`, `netns` (network namespaces, root),
 `slurm` (SLURM daemons) or `gpu`. The guard below enforces it: in a test with none of these
 marks, starting a process fails the test, naming the mark to add, so a new slow test cannot
-slip into the fast lane unnoticed.
+slip into the fast lane unnoticed. It holds over the test's fixtures too (a module- or
+session-scoped one is set up inside the first test that asks for it), and over collection in
+either lane: a test module that starts a process as it is imported (a `skipif` that probes the
+machine) fails to collect, so a condition that needs a process is asked at setup instead, as
+the `netns` mark's is below.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import random
+import re
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+import typer
+import typer.testing
+from process_guard import refusing_processes  # tests/ is on sys.path, as for netns_cluster
 
 LAUNCH_MARKS = ("integration", "netns", "slurm", "gpu")
 """The marks of tests that may start processes: all of them stay out of `make test-fast`."""
 
 
-class StartedAProcess(AssertionError):
-    pass
-
-
-def _refuse_processes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every way of starting a process fail, naming the test and the mark to add:
-    subprocess, fork, posix_spawn, system and multiprocessing (whose spawn and forkserver
-    start methods start their process without subprocess)."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise StartedAProcess(
-            f"{name} starts a process: mark it @pytest.mark.integration (or netns, slurm, "
-            "gpu) so that it runs in `make test` and stays out of `make test-fast`"
-        )
-
-    import multiprocessing.process
-    import subprocess
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
-    monkeypatch.setattr(os, "fork", refuse)
-    monkeypatch.setattr(os, "posix_spawn", refuse)
-    monkeypatch.setattr(os, "system", refuse)
+MARK_IT = (
+    "mark it @pytest.mark.integration (or netns, slurm, gpu) so that it runs in `make test` "
+    "and stays out of `make test-fast`"
+)
+ASK_AT_SETUP = (
+    "ask at setup (a fixture, or pytest_runtest_setup as for netns below), not while the "
+    "module is imported or its marks evaluated"
+)
 
 
 def _unmarked(item: pytest.Item) -> bool:
@@ -62,9 +57,66 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     fixture is set up before any function-scoped one could guard it)."""
     if not _unmarked(item):
         return (yield)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _refuse_processes(item.nodeid, monkeypatch)
+    with refusing_processes(item.nodeid, MARK_IT):
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    """Collecting starts nothing, in either lane: every test module is imported, and its
+    marks evaluated, for `make test-fast` too, whatever marks then deselect its tests."""
+    with refusing_processes(f"{collector.nodeid or 'the session'}, collected,", ASK_AT_SETUP):
+        return (yield)
+
+
+@functools.cache
+def _netns_unavailable() -> str | None:
+    from netns_cluster import netns_available  # tests/ is on sys.path, as for the modules
+
+    return netns_available()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `netns` test is skipped, saying why, where this machine cannot make a network
+    namespace: asked when the first of them is set up (the probe runs `ip`), never while
+    collecting, so the fast lane, which deselects them, never asks."""
+    if item.get_closest_marker("netns") is not None and (reason := _netns_unavailable()):
+        pytest.skip(reason)
+
+
+def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer.Typer], object]:
+    """typer's CliRunner builds the click command from the Typer app at every `invoke`
+    (walking every command and option: a tenth of the fast lane's time, over its thousands of
+    invocations), where `commbench` builds it once per process. Built once per app here too;
+    the app is kept, so that its id is never another's."""
+    built: dict[int, tuple[typer.Typer, object]] = {}
+
+    def get(app: typer.Typer) -> object:
+        if id(app) not in built:
+            built[id(app)] = (app, get_command(app))
+        return built[id(app)][1]
+
+    return get
+
+
+typer.testing._get_command = _built_once(typer.testing._get_command)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def _test_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Iterator[int]]:
+    return tmp_path_factory.mktemp("tests", numbered=False), itertools.count()
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, _test_dirs: tuple[Path, Iterator[int]]) -> Path:
+    """pytest's `tmp_path`, a new directory per test under the session's base directory,
+    made in one mkdir: pytest's own numbers each directory by listing all those made before
+    it in that one base directory, which over the suite's 5,000 tests (each has one, for
+    `_isolated_cwd`) grows quadratically, to seconds."""
+    root, counter = _test_dirs
+    path = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)[:30]}{next(counter)}"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture(autouse=True)

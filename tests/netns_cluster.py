@@ -14,7 +14,8 @@ resolves to, gloo picking an interface, a slow link, a slow node). A namespace p
 Node i's processes run under `ip netns exec <ns>` (which bind-mounts /etc/netns/<ns>/hosts
 over /etc/hosts) and `unshare --uts` (its own host name), with GLOO_SOCKET_IFNAME naming the
 namespace's interface. Needs root, iproute2's `ip` and `tc`, util-linux's `unshare` and the
-cgroup v1 CPU controller: `netns_available()` says what is missing, for `pytest.mark.skipif`.
+cgroup v1 CPU controller: `netns_available()` says what is missing (tests/conftest.py skips a
+`netns` test with it, when the test is set up).
 
 Everything has a name unique to the run (pid and a random suffix), so concurrent runs and
 whatever else the machine runs are never touched; `__exit__` (or, failing that, an atexit

@@ -14,6 +14,7 @@ import typer
 import commbench
 from commbench.cli import main
 from commbench.errors import RunFailed, UserError
+from tests.package_source import ROOT, parsed
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -139,10 +140,9 @@ def test_the_console_script_reports_a_bad_size_in_one_line(tmp_path: Path) -> No
 def test_no_private_module_of_a_library_is_imported() -> None:
     """`typer._click` moved between Typer releases and broke the handler: the package
     imports no module whose path has a private (underscore) part outside commbench."""
-    root = Path(commbench.__file__).parent
     private = []
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, tree in parsed():
+        for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -153,5 +153,5 @@ def test_no_private_module_of_a_library_is_imported() -> None:
             for name in names:
                 parts = str(name).split(".")
                 if parts[0] != "commbench" and any(p.startswith("_") for p in parts[1:]):
-                    private.append(f"{path.relative_to(root)}: {name}")
+                    private.append(f"{path.relative_to(ROOT)}: {name}")
     assert private == []

@@ -92,10 +92,12 @@ def test_mann_whitney_all_tied_is_no_evidence() -> None:
 
 
 def test_mann_whitney_matches_scipy_with_ties() -> None:
-    scipy_stats = pytest.importorskip("scipy.stats")
+    """scipy's answer, written down: scipy (not a dependency) took two seconds to import,
+    where it was installed at all."""
     x = [3, 3, 4, 5, 5, 5, 8, 9, 1, 2]
     y = [1, 1, 2, 3, 3, 4, 4, 4, 6]
-    expected = scipy_stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue
+    # scipy 1.17.1: scipy.stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic")
+    expected = 0.11521105928204156
     assert mann_whitney_greater(x, y) == pytest.approx(expected, rel=1e-12)
 
 

@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
-from netns_cluster import Cluster, netns_available
+from netns_cluster import Cluster
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.netns,
-    pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 
 NODES = 3

@@ -1,6 +1,8 @@
 """The fast lane's guard (tests/conftest.py) catches a process started for an unmarked test
-by any route: in the test, in a module-scoped fixture (set up before the autouse guard),
-and through multiprocessing. Run on a generated test module, in-process (`pytester`)."""
+by any route: in the test, in a module- or session-scoped fixture (set up before any autouse
+fixture could guard it), through multiprocessing, through an os function bound before the
+guard was set, and while a module is collected. Run on a generated test module, in-process
+(`pytester`), which starts nothing itself."""
 
 from __future__ import annotations
 
@@ -38,18 +40,49 @@ def started():
 def test_it(started):
     pass
 """,
+    "bound_before_the_guard": """
+import os, sys, pytest
+from os import posix_spawn, system
+@pytest.fixture(scope="module")
+def started():
+    os.waitpid(posix_spawn(sys.executable, [sys.executable, "-c", "pass"], os.environ), 0)
+def test_it(started):
+    system("true")
+""",
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_an_unmarked_test_that_starts_a_process_fails(pytester: pytest.Pytester, case: str) -> None:
+def test_an_unmarked_test_that_starts_a_process_fails(pytester: pytest.Pytester) -> None:
+    """Each case a module of one test, all in one inner session (each session costs a
+    second): every one fails, named by the inner session's own guard (the outer one, in
+    force as well, would name this test instead)."""
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(**{f"test_{case}": CASES[case]})
+    pytester.makepyfile(**{f"test_{case}": source for case, source in CASES.items()})
     result = pytester.runpytest_inprocess(*INNER)
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) == 0, result.stdout.str()
-    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == 1, outcomes
-    result.stdout.fnmatch_lines(["*starts a process: mark it @pytest.mark.integration*"])
+    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == len(CASES), outcomes
+    for case in CASES:
+        result.stdout.fnmatch_lines([f"*test_{case}.py::test_it starts a process: mark it @*"])
+
+
+def test_a_module_that_starts_a_process_as_it_is_collected_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    """Whatever its marks: the fast lane imports every module before it deselects any test."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_probe="""
+import subprocess, sys, pytest
+probed = subprocess.run([sys.executable, "-c", "pass"]).returncode
+@pytest.mark.skipif(probed != 0, reason="probed")
+def test_it():
+    pass
+"""
+    )
+    result = pytester.runpytest_inprocess(*INNER)
+    assert result.parseoutcomes().get("errors", 0) == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_probe.py, collected, starts a process: ask at setup*"])
 
 
 @pytest.mark.integration  # its inner test starts a process, as it may

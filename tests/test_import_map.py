@@ -11,9 +11,10 @@ API and the CLI over it.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
-import commbench
+from tests.package_source import ROOT, parsed
 
 FLOORS: list[set[str]] = [
     {"errors", "stats", "timing", "version", "completion", "ops"},
@@ -39,7 +40,6 @@ FLOORS: list[set[str]] = [
     {"__main__", "__init__"},
 ]
 FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}
-ROOT = Path(commbench.__file__).parent
 
 
 def _module(path: Path) -> str:
@@ -52,13 +52,15 @@ def _part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imports() -> list[tuple[str, str, str]]:
-    """(importing module, imported module, the name) for every commbench import."""
+@functools.cache
+def imports() -> tuple[tuple[str, str, str], ...]:
+    """(importing module, imported module, the name) for every commbench import (found once:
+    this file's checks and test_architecture_doc's read them)."""
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
+    for path, tree in parsed():
         module = _module(path)
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found += [(module, alias.name, "") for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -68,7 +70,7 @@ def imports() -> list[tuple[str, str, str]]:
                 else:
                     target = node.module or ""
                 found += [(module, target, alias.name) for alias in node.names]
-    return [f for f in found if f[1] == "commbench" or f[1].startswith("commbench.")]
+    return tuple(f for f in found if f[1] == "commbench" or f[1].startswith("commbench."))
 
 
 def test_every_part_has_a_floor() -> None:
@@ -85,3 +87,12 @@ def test_every_import_goes_down_the_house() -> None:
         if FLOOR.get(b, -1) >= FLOOR.get(a, -1):
             upward.append(f"{importer} -> {target}{'.' + name if name else ''}")
     assert not upward, "imports that run up the house or sideways:\n" + "\n".join(upward)
+
+
+def test_no_module_imports_the_package_root() -> None:
+    """`commbench/__init__.py` is the top of the house (it re-exports the API's verbs), so
+    `from commbench import __version__` ran back up from whatever stamped the version (issue
+    36, item 9). Every import names the module it reads: the version is `commbench.version`'s,
+    a foundation."""
+    upward = [f"{a} -> {b}.{name}" for a, b, name in imports() if b == "commbench"]
+    assert not upward, "imports of the package root:\n" + "\n".join(upward)

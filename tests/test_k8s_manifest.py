@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from netns_cluster import Cluster, netns_available
+from netns_cluster import Cluster
 from typer.testing import CliRunner
 
 import commbench
@@ -356,7 +356,6 @@ def pod_env(main: dict[str, Any], index: int) -> dict[str, str]:
 
 @pytest.mark.integration
 @pytest.mark.netns
-@pytest.mark.skipif(netns_available() is not None, reason=str(netns_available()))
 def test_the_pods_commands_make_one_two_node_run(tmp_path: Path, free_port: int) -> None:
     """Each namespace is a pod: its host name `<job>-<index>`, and its /etc/hosts resolves
     the names the cluster's DNS would (`<job>-<index>.<service>` and the full name in the

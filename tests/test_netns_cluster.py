@@ -11,12 +11,11 @@ from pathlib import Path
 
 import netns_cluster
 import pytest
-from netns_cluster import CGROUP_CPU, NETNS_ETC, Cluster, ClusterError, netns_available
+from netns_cluster import CGROUP_CPU, NETNS_ETC, Cluster, ClusterError
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.netns,
-    pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 
 PORT = 5201  # each node has its own ports: nothing else can hold this one there

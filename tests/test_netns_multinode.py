@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from netns_cluster import Cluster, netns_available
+from netns_cluster import Cluster
 
 from commbench.results.runs import load_run
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.netns,
-    pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 
 

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from netns_cluster import Cluster, netns_available
+from netns_cluster import Cluster
 
 from commbench.traces.trace import read_trace
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.netns,
-    pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 
 JOB = Path(__file__).parent / "jobs" / "ddp_mlp.py"

@@ -124,7 +124,8 @@ def test_contents_links_resolve_to_headings_in_both_formats(tmp_path: Path) -> N
     links = re.findall(r"^ *- \[[^\]]+\]\(#([^)]+)\)$", md, re.M)
     assert "summary" in links and "strategies" in links and len(links) >= 8
     out = tmp_path / "r.html"
-    assert report(str(GOLDEN), "-f", "html", "--out", str(out)).exit_code == 0
+    # without figures too: the anchors are the headings', which the figures do not change
+    assert report(str(GOLDEN), "-f", "html", "--images", "none", "--out", str(out)).exit_code == 0
     page = out.read_text()
     ids = set(re.findall(r'<h[1-6] id="([^"]+)"', page))
     hrefs = re.findall(r'<a href="#([^"]+)"', page)

@@ -7,6 +7,7 @@ encoding, which is what a one-way copy can hope for. Measured copies land below 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -281,12 +282,14 @@ def _contains(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
 MAX_MODEL_NAME = 96
 
 
-def _candidates(name: str) -> list[GpuModel]:
+@functools.lru_cache(maxsize=64)
+def _candidates(name: str) -> tuple[GpuModel, ...]:
     """The models a name may mean, best first: those with a name inside `name` (the
-    longest such name wins), else those whose names hold `name`."""
+    longest such name wins), else those whose names hold `name`. Remembered: a snapshot asks
+    once per pair for the same few names (128 GPUs: 32,512 times)."""
     asked = _words(name[:MAX_MODEL_NAME])
     if not asked or len(name) > MAX_MODEL_NAME:
-        return []
+        return ()
     inside: dict[str, tuple[int, GpuModel]] = {}
     around: dict[str, GpuModel] = {}
     for model in GPU_MODELS:
@@ -299,8 +302,8 @@ def _candidates(name: str) -> list[GpuModel]:
                 around[model.name] = model
     if inside:
         longest = max(n for n, _ in inside.values())
-        return [m for n, m in inside.values() if n == longest]
-    return list(around.values())
+        return tuple(m for n, m in inside.values() if n == longest)
+    return tuple(around.values())
 
 
 def find_gpu_model(name: str) -> GpuModel | None:
