@@ -65,6 +65,13 @@ JOBS = (
     JobSpec("coalesced", "coalesced_job.py"),
     JobSpec("coalesced_ring4", "coalesced_job.py", nproc=4),
     JobSpec("fsdp2", "fsdp2_job.py"),
+    # written independently of the ones above (a hostile review's): the list form of
+    # all_to_all with all_gather_object, a ring of single isend/irecv, new_subgroups with
+    # locally synchronised groups, a compiled module calling functional collectives
+    JobSpec("moe_list", "hostile_moe_list_job.py"),
+    JobSpec("p2p_ring", "hostile_p2p_ring_job.py"),
+    JobSpec("subgroups_local", "hostile_subgroups_job.py", nproc=4),
+    JobSpec("compiled_funcol", "hostile_compiled_funcol_job.py"),
 )
 """The jobs whose truth is in truth.py's format."""
 

@@ -137,6 +137,31 @@ it was imported before the capture started; async-TP's copy-engine all_gather mo
 with plain copies between mapped buffers, which no dispatcher key tells from a local copy."""
 
 
+_C10D_FILE = getattr(dist.distributed_c10d, "__file__", None)
+P2P_CALLERS_DEPTH = 8
+"""Python frames looked through above the dispatcher for torch's own `send` or `recv`."""
+
+
+def _blocking_p2p() -> bool | None:
+    """Whether the send or recv being noted was made by `dist.send` or `dist.recv` (which
+    issue an `isend` or `irecv` and wait it before they return: blocking), not by the job's
+    `isend`, `irecv` or `batch_isend_irecv` (async, however soon it completes). The
+    dispatcher's send and recv have no async_op argument, and a small isend on gloo often
+    completes before the job's next call, so whether it was still in flight then does not
+    tell. None where the frames cannot be read (another Python than CPython)."""
+    if _C10D_FILE is None or not hasattr(sys, "_getframe"):
+        return None
+    frame = sys._getframe(2)
+    for _ in range(P2P_CALLERS_DEPTH):
+        if frame is None:
+            break
+        code = frame.f_code
+        if code.co_name in ("send", "recv") and code.co_filename == _C10D_FILE:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         out.append(value)
@@ -201,7 +226,8 @@ class _Op:
         self.peer = next((n for n in _PEER_ARGS if n in self.index), None)
         self.says_async = "async_op" in self.index
         """send and recv have no async_op: `dist.send` waits at once, `isend` (and
-        `batch_isend_irecv`) does not, and only what the rank did next tells them apart."""
+        `batch_isend_irecv`) does not; the Python frames that made the call tell them apart
+        (`_blocking_p2p`), else what the rank did next."""
         self.traced_name = name.strip("_")
         self.op = canonical_op(self.traced_name)
         found = traced().get(self.op)
@@ -438,6 +464,9 @@ class Capture:
         if op.op == "recv":
             in_bytes = 0
         is_async = op.arg("async_op", args, kwargs)
+        blocking = _blocking_p2p() if op.op in P2P_OPS else None
+        if blocking is not None:
+            is_async = not blocking
         in_splits = out_splits = None
         if op.op == "all_to_all" and data:
             in_splits, out_splits = _all_to_all_splits(op, args, kwargs, ins, outs)
@@ -471,7 +500,7 @@ class Capture:
         if restep is not None:
             with self.lock:
                 self._restep(restep)
-        entry = _Pending(call, says_async=op.says_async)
+        entry = _Pending(call, says_async=op.says_async or blocking is not None)
         with self.lock:
             for earlier in self.pending:
                 if not earlier.done and not earlier.says_async:

@@ -5,8 +5,9 @@ barrier before any module. Each step: a ring pass of activations (float32) and o
 
     torchrun --nproc-per-node 2 tests/jobs/hostile_p2p_ring_job.py [--steps 3]
 
-The truth leaves `async` unsaid: the capture sees an isend/irecv that completed before the
-rank's next call as a blocking one (see the branch's report).
+Every send and recv is async: the job issued each with isend or irecv, however soon it
+completed (a capture that judged by whether it was still in flight at the rank's next call
+recorded the last of a step's as blocking).
 """
 
 import argparse
@@ -40,16 +41,16 @@ def main() -> None:
         for kind in order:
             if kind == "send":
                 works.append(dist.isend(act.detach(), nxt))
-                truth.say_tensor("send", step, act, peer=nxt)
+                truth.say_tensor("send", step, act, peer=nxt, async_op=True)
                 works.append(dist.isend(ids, nxt))
-                truth.say_tensor("send", step, ids, peer=nxt)
+                truth.say_tensor("send", step, ids, peer=nxt, async_op=True)
             else:
                 works.append(dist.irecv(got_act, prev))
                 truth.say("recv", step, in_bytes=0, out_bytes=truth.nbytes(got_act),
-                          dtype="float32", peer=prev)  # fmt: skip
+                          dtype="float32", peer=prev, async_op=True)  # fmt: skip
                 works.append(dist.irecv(got_ids, prev))
                 truth.say("recv", step, in_bytes=0, out_bytes=truth.nbytes(got_ids),
-                          dtype="int64", peer=prev)  # fmt: skip
+                          dtype="int64", peer=prev, async_op=True)  # fmt: skip
         for w in works:
             w.wait()
         loss = (act * got_act).sum() + got_ids.sum()
