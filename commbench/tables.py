@@ -3,14 +3,23 @@
 Numbers read best right-aligned and words left-aligned, so a table names its word columns
 (`left`); everything else is right-aligned. Markdown cells are escaped
 (`escape.markdown_text`): a `|` would end the cell, a line break the table.
+
+A command's output is a `Document`: the blocks a person reads (titled tables and notes) and
+the records a tool reads (CSV columns, a JSON value). A renderer returns one and never asks
+which format it is for; each format is one writer of documents (`text_document`,
+`markdown_document`, `csv_document`, `json_document`), which `results.exporters.FORMATS`
+names.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from commbench.escape import markdown_text
+from commbench.escape import csv_line, markdown_text
+from commbench.files import dump_json
 
 
 def text_table(
@@ -56,3 +65,96 @@ def fixed(value: float | None, digits: int = 2) -> str:
         shown = abs(float(f"{value:.2g}")) or abs(value)
         decimals = min(MAX_DECIMALS, max(digits, 1 - math.floor(math.log10(shown))))
     return f"{value:.{decimals}f}"
+
+
+@dataclass(frozen=True, slots=True)
+class TitledTable:
+    """A table under its title, followed by a blank line."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    left: tuple[int, ...] = ()
+    """The columns of words: left-aligned (the others are numbers, right-aligned)."""
+    level: int = 3
+    """The title's heading level in markdown (plain text marks every title `# `)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notes:
+    """Lines that go with the tables: plain lines in text, list items in markdown."""
+
+    lines: list[str]
+    indent: int = 0
+    """Nesting: two spaces per level before each line (a legend under its note)."""
+    ours: bool = False
+    """Text commbench wrote itself, with no user's string in it: markdown as it is (its `*`
+    and `~` are the marks the tables show). Otherwise each line is escaped."""
+    gap: bool = False
+    """A blank line after the notes."""
+
+
+Block = TitledTable | Notes
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """What a renderer returns: the same output for every format, each writer taking its part."""
+
+    blocks: list[Block] = field(default_factory=list)
+    """For people (text, markdown)."""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """For CSV: one line per record, under `columns`."""
+    columns: list[str] = field(default_factory=list)
+    """CSV's header; none: no CSV at all (an empty output, not an empty line)."""
+    data: Any = None
+    """For JSON: the value written."""
+    empty: str = "\n"
+    """What a people's format writes for a document without blocks."""
+
+
+def _lines(doc: Document, table: Any, note: Any) -> str:
+    out: list[str] = []
+    for block in doc.blocks:
+        if isinstance(block, TitledTable):
+            out += [*table(block), ""]
+        else:
+            pad = "  " * block.indent
+            out += [pad + note(block, line) for line in block.lines]
+            if block.gap:
+                out.append("")
+    return "\n".join(out).rstrip() + "\n" if doc.blocks else doc.empty
+
+
+def text_document(doc: Document) -> str:
+    """For a terminal: `# title`, the padded table, the notes as they are."""
+    return _lines(
+        doc,
+        lambda t: [f"# {t.title}", *text_table(t.headers, t.rows, left=t.left)],
+        lambda n, line: line,
+    )
+
+
+def markdown_document(doc: Document) -> str:
+    """GitHub-flavoured markdown: a heading per table, the notes as list items."""
+    return _lines(
+        doc,
+        lambda t: [
+            f"{'#' * t.level} {markdown_text(t.title, where='cell')}\n",
+            *markdown_table(t.headers, t.rows, left=t.left),
+        ],
+        lambda n, line: "- " + (line if n.ours else markdown_text(line)),
+    )
+
+
+def csv_document(doc: Document) -> str:
+    """The records under their columns (a missing key an empty field, others dropped)."""
+    if not doc.columns:
+        return ""
+    return csv_line(doc.columns) + "".join(
+        csv_line(r.get(c) for c in doc.columns) for r in doc.records
+    )
+
+
+def json_document(doc: Document) -> str:
+    return dump_json(doc.data)
