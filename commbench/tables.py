@@ -98,6 +98,20 @@ Block = TitledTable | Notes
 
 
 @dataclass(frozen=True, slots=True)
+class Headline:
+    """The one line that decides (the gate's verdict) and the lines it rests on. Each writer
+    puts it where its reader looks: a markdown comment's heading, first (what a list of PR
+    comments shows); a terminal's last lines, after the tables (what stays in view)."""
+
+    text: str
+    details: list[str]
+    icon: str = ""
+    """Before the text in markdown (an emoji a glance reads)."""
+    level: int = 2
+    """Its heading level in markdown."""
+
+
+@dataclass(frozen=True, slots=True)
 class Document:
     """What a renderer returns: the same output for every format, each writer taking its part."""
 
@@ -111,10 +125,14 @@ class Document:
     """For JSON: the value written."""
     empty: str = "\n"
     """What a people's format writes for a document without blocks."""
+    headline: Headline | None = None
+    parts: list[tuple[str, Document]] = field(default_factory=list)
+    """Named documents in one output (a suite's comparisons, one per entry): for people,
+    each under its name, instead of `blocks`."""
 
 
-def _lines(doc: Document, table: Any, note: Any) -> str:
-    out: list[str] = []
+def _lines(doc: Document, table: Any, note: Any, head: Any, foot: Any) -> str:
+    out: list[str] = head(doc.headline) if doc.headline else []
     for block in doc.blocks:
         if isinstance(block, TitledTable):
             out += [*table(block), ""]
@@ -123,20 +141,37 @@ def _lines(doc: Document, table: Any, note: Any) -> str:
             out += [pad + note(block, line) for line in block.lines]
             if block.gap:
                 out.append("")
-    return "\n".join(out).rstrip() + "\n" if doc.blocks else doc.empty
+    out += foot(doc.headline) if doc.headline else []
+    return "\n".join(out).rstrip() + "\n" if out else doc.empty
 
 
 def text_document(doc: Document) -> str:
-    """For a terminal: `# title`, the padded table, the notes as they are."""
+    """For a terminal: `# title`, the padded table, the notes as they are, the headline last."""
+    if doc.parts:
+        return "\n".join(f"=== {name} ===\n{text_document(part)}" for name, part in doc.parts)
     return _lines(
         doc,
         lambda t: [f"# {t.title}", *text_table(t.headers, t.rows, left=t.left)],
         lambda n, line: line,
+        lambda h: [],
+        lambda h: [*h.details, h.text],
     )
 
 
+def _md_headline(h: Headline) -> list[str]:
+    icon = f"{h.icon} " if h.icon else ""
+    heading = f"{'#' * h.level} {icon}{markdown_text(h.text, where='cell')}"
+    return [heading, "", *(f"- {markdown_text(line)}" for line in h.details), ""]
+
+
 def markdown_document(doc: Document) -> str:
-    """GitHub-flavoured markdown: a heading per table, the notes as list items."""
+    """GitHub-flavoured markdown: the headline first, a heading per table, the notes as list
+    items."""
+    if doc.parts:
+        return "\n".join(
+            f"## {markdown_text(name, where='cell')}\n\n{markdown_document(part)}"
+            for name, part in doc.parts
+        )
     return _lines(
         doc,
         lambda t: [
@@ -144,6 +179,8 @@ def markdown_document(doc: Document) -> str:
             *markdown_table(t.headers, t.rows, left=t.left),
         ],
         lambda n, line: "- " + (line if n.ours else markdown_text(line)),
+        _md_headline,
+        lambda h: [],
     )
 
 
