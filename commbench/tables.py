@@ -14,7 +14,7 @@ names.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +131,15 @@ class Document:
     each under its name, instead of `blocks`."""
 
 
-def _lines(doc: Document, table: Any, note: Any, head: Any, foot: Any) -> str:
+def _lines(
+    doc: Document,
+    table: Callable[[TitledTable], list[str]],
+    note: Callable[[Notes, str], str],
+    head: Callable[[Headline], list[str]],
+    foot: Callable[[Headline], list[str]],
+) -> str:
+    """The people's formats' one layout: the headline's `head`, each table and its blank line,
+    the notes, the headline's `foot`; what differs between them is the four callables."""
     out: list[str] = head(doc.headline) if doc.headline else []
     for block in doc.blocks:
         if isinstance(block, TitledTable):
