@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from commbench.diagnose.verdict import HEALTHY, Diagnosis
 from commbench.escape import markdown_text, xml_text
 from commbench.files import dump_json
@@ -11,34 +13,44 @@ def _md(text: str) -> str:
     return markdown_text(text, where="cell")
 
 
-def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
-    if fmt == "json":
-        return dump_json(diagnosis.to_dict())
-    if fmt == "junit":
-        return _junit(diagnosis)
-    rows = [(n.host or f"node {n.node}", n.verdict, n.evidence) for n in diagnosis.nodes]
-    width = max([len(h) for h, _, _ in rows] + [4])
-    if fmt == "md":
-        out = ["| node | verdict | evidence |", "|---|---|---|"]
-        out += [
-            f"| {_md(h)} | {_md(v)} | {'<br>'.join(_md(line) for line in e) or '-'} |"
-            for h, v, e in rows
-        ]
-    else:
-        out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
-        for host, verdict, evidence in rows:
-            first, *rest = evidence or ["-"]
-            out.append(f"{host:<{width}}  {verdict:<9} {first}")
-            out += [f"{'':<{width}}  {'':<9} {line}" for line in rest]
+def _rows(diagnosis: Diagnosis) -> list[tuple[str, str, list[str]]]:
+    return [(n.host or f"node {n.node}", n.verdict, n.evidence) for n in diagnosis.nodes]
+
+
+def _verdict_line(diagnosis: Diagnosis) -> str:
     tested = ", ".join(f"{s.name} {s.tests} tests in {s.rounds} rounds" for s in diagnosis.stages)
-    out.append("")
     sick = [n.host or f"node {n.node}" for n in diagnosis.nodes if n.health]
-    out.append(
+    return (
         f"verdict: {diagnosis.verdict}"
         + (f" ({tested})" if tested else "")
         + (f"; link health findings on {', '.join(sick)}" if sick else "")
     )
-    return "\n".join(out) + "\n"
+
+
+def _table(diagnosis: Diagnosis) -> str:
+    """A node per row, its evidence one line each under the evidence column."""
+    rows = _rows(diagnosis)
+    width = max([len(h) for h, _, _ in rows] + [4])
+    out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
+    for host, verdict, evidence in rows:
+        first, *rest = evidence or ["-"]
+        out.append(f"{host:<{width}}  {verdict:<9} {first}")
+        out += [f"{'':<{width}}  {'':<9} {line}" for line in rest]
+    return "\n".join([*out, "", _verdict_line(diagnosis)]) + "\n"
+
+
+def _markdown(diagnosis: Diagnosis) -> str:
+    """A node per row, its evidence lines joined by line breaks inside the cell."""
+    out = ["| node | verdict | evidence |", "|---|---|---|"]
+    out += [
+        f"| {_md(h)} | {_md(v)} | {'<br>'.join(_md(line) for line in e) or '-'} |"
+        for h, v, e in _rows(diagnosis)
+    ]
+    return "\n".join([*out, "", _verdict_line(diagnosis)]) + "\n"
+
+
+def _json(diagnosis: Diagnosis) -> str:
+    return dump_json(diagnosis.to_dict())
 
 
 def _junit(diagnosis: Diagnosis) -> str:
@@ -61,3 +73,19 @@ def _junit(diagnosis: Diagnosis) -> str:
         lines.append("  </testcase>")
     lines.append("</testsuite>")
     return "\n".join(lines) + "\n"
+
+
+FORMATS: dict[str, Callable[[Diagnosis], str]] = {
+    "table": _table,
+    "json": _json,
+    "md": _markdown,
+    "junit": _junit,
+}
+"""diagnose's formats, one writer each. Not the shared document writers
+(`results.exporters.FORMATS`): a node's evidence is several lines in one cell (lines under
+the column on a terminal, `<br>` in markdown), which the shared tables do not hold, and JUnit
+is diagnose's alone (one test case per node for a CI dashboard)."""
+
+
+def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
+    return FORMATS[fmt](diagnosis)

@@ -1,7 +1,7 @@
-"""p2p output: measured rows and dry-run expectations as table, md, csv or json.
+"""p2p output: measured rows and dry-run expectations, as documents every format writes.
 
-`table` and `md` share one table builder. Rows of one concurrent step form one table (they
-were timed together); sequential rows of a size form one table.
+Rows of one concurrent step form one table (they were timed together); sequential rows of a
+size form one table.
 """
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from commbench.escape import markdown_text
-from commbench.files import dump_json
 from commbench.p2p.expect import Expectation, StepExpectation
 from commbench.p2p.heatmap import copies
-from commbench.results.exporters import Format, dicts_to_csv, rows_to_csv
-from commbench.results.schema import P2PCopy, ResultRow, csv_record
-from commbench.tables import markdown_table, text_table
+from commbench.results.exporters import Format, write
+from commbench.results.schema import P2PCopy, ResultRow, csv_columns, csv_record
+from commbench.tables import Block, Document, TitledTable
 
 Table = tuple[str, list[str], list[list[str]]]
 
@@ -133,16 +131,20 @@ def _expectation_records(expectations: Sequence[StepExpectation]) -> list[dict[s
     return out
 
 
+def expectations_document(expectations: Sequence[StepExpectation]) -> Document:
+    """A dry run's expectations: a table per step for people, a record per copy for tools
+    (CSV without the list of copies a copy shares its links with)."""
+    records = _expectation_records(expectations)
+    return Document(
+        _blocks(expectation_tables(expectations)),
+        records=records,
+        columns=[k for k in records[0] if k != "shared_with"] if records else [],
+        data=records,
+    )
+
+
 def render_expectations(expectations: Sequence[StepExpectation], fmt: Format) -> str:
-    fmt = Format(fmt)
-    if fmt is Format.json:
-        return dump_json(_expectation_records(expectations))
-    if fmt is Format.csv:
-        records = _expectation_records(expectations)
-        if not records:
-            return ""
-        return dicts_to_csv(records, [k for k in records[0] if k != "shared_with"])
-    return render_tables(expectation_tables(expectations), fmt)
+    return write(expectations_document(expectations), fmt)
 
 
 # --- measured rows -----------------------------------------------------------------------------
@@ -213,14 +215,20 @@ def row_tables(rows: Sequence[ResultRow]) -> list[Table]:
     return list(groups.values())
 
 
+def rows_document(rows: Sequence[ResultRow]) -> Document:
+    """p2p rows: a table per step or size for people; json and csv hold results.csv's flat
+    p2p columns."""
+    records = [csv_record(r) for r in rows]
+    return Document(
+        _blocks(row_tables(rows)),
+        records=records,
+        columns=csv_columns(list(rows), p2p=True),
+        data=records,
+    )
+
+
 def render_rows(rows: Sequence[ResultRow], fmt: Format) -> str:
-    """p2p rows as `fmt`; json and csv hold results.csv's flat p2p columns."""
-    fmt = Format(fmt)
-    if fmt is Format.json:
-        return dump_json([csv_record(r) for r in rows])
-    if fmt is Format.csv:
-        return rows_to_csv(list(rows), p2p=True)
-    return render_tables(row_tables(rows), fmt)
+    return write(rows_document(rows), fmt)
 
 
 # --- shared table builder ----------------------------------------------------------------------
@@ -233,16 +241,6 @@ def _drop_empty(table: Table) -> Table:
     return title, [headers[i] for i in keep], [[c[i] for i in keep] for c in cells]
 
 
-def render_tables(tables: Sequence[Table], fmt: Format) -> str:
-    out: list[str] = []
-    for title, headers, cells in tables:
-        words = (0, len(headers) - 1)  # the pair and the diagnosis
-        if Format(fmt) is Format.md:
-            out += [
-                f"### {markdown_text(title, where='cell')}\n",
-                *markdown_table(headers, cells, left=words),
-            ]
-        else:
-            out += [f"# {title}", *text_table(headers, cells, left=words)]
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+def _blocks(tables: Sequence[Table]) -> list[Block]:
+    # the pair and the diagnosis are words
+    return [TitledTable(t, h, c, left=(0, len(h) - 1)) for t, h, c in tables]

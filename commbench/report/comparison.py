@@ -1,21 +1,27 @@
 """Render the gate's decision: a table per series, a mark per point, the verdict last.
 
-`table` and `md` share one cell builder, as the run exporters do; `json` is the full
-decision (every number the gate used), `csv` one line per point.
+One document (`comparison_document`) for every format, as the run exporters build: `json`
+is the full decision (every number the gate used), `csv` one line per point.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from commbench.compare import Comparison, Mark, PointResult, as_drop
-from commbench.escape import markdown_text
-from commbench.results.exporters import Format, group_title
+from commbench.results.exporters import Format, group_title, write
 from commbench.results.schema import ROW_POINT
-from commbench.results.store import dicts_to_csv, dump_json
 from commbench.sizes import format_size
-from commbench.tables import markdown_table, text_table
+from commbench.tables import (
+    Document,
+    Headline,
+    TitledTable,
+    csv_document,
+    json_document,
+    markdown_document,
+    text_document,
+)
 
 SYMBOLS = {
     Mark.better: "+ better",
@@ -91,31 +97,35 @@ WORDS = (5, 6, 7)
 """The columns of words (limit, mark, why): left-aligned."""
 
 
+def comparison_document(comparison: Comparison, level: int = 2) -> Document:
+    """The gate's decision: a table per series, the verdict as the headline (its icon: failed,
+    noisy or passed) over the lines it rests on; for tools, one record per point (CSV) and the
+    full decision (JSON). `level`: the headline's heading level in markdown, the tables' one
+    below it."""
+    icon = "❌" if comparison.exit_code else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
+    points = comparison.points
+    return Document(
+        [
+            TitledTable(title, HEADERS, cells, left=WORDS, level=level + 1)
+            for title, cells in build_tables(comparison)
+        ],
+        records=[p.to_dict() for p in points],
+        columns=csv_columns(points),
+        data=comparison.to_dict(),
+        headline=Headline(comparison.verdict, summary_lines(comparison), icon, level),
+    )
+
+
 def to_table(comparison: Comparison) -> str:
-    out: list[str] = []
-    for title, cells in build_tables(comparison):
-        out += [f"# {title}", *text_table(HEADERS, cells, left=WORDS), ""]
-    out.extend(summary_lines(comparison))
-    out.append(comparison.verdict)
-    return "\n".join(out) + "\n"
+    return text_document(comparison_document(comparison))
 
 
 def to_markdown(comparison: Comparison, heading: str = "##") -> str:
-    icon = "❌" if comparison.exit_code else ("⚠️" if comparison.marked(Mark.noisy) else "✅")
-    out = [f"{heading} {icon} {markdown_text(comparison.verdict, where='cell')}", ""]
-    out.extend(f"- {markdown_text(line)}" for line in summary_lines(comparison))
-    out.append("")
-    for title, cells in build_tables(comparison):
-        out += [
-            f"{heading}# {markdown_text(title, where='cell')}\n",
-            *markdown_table(HEADERS, cells, left=WORDS),
-            "",
-        ]
-    return "\n".join(out).rstrip() + "\n"
+    return markdown_document(comparison_document(comparison, len(heading)))
 
 
 def to_json(comparison: Comparison) -> str:
-    return dump_json(comparison.to_dict())
+    return json_document(comparison_document(comparison))
 
 
 CSV_COLUMNS = [
@@ -147,36 +157,28 @@ def csv_columns(points: Iterable[PointResult]) -> list[str]:
 
 
 def to_csv(comparison: Comparison) -> str:
-    points = comparison.points
-    return dicts_to_csv([p.to_dict() for p in points], csv_columns(points))
+    return csv_document(comparison_document(comparison))
 
 
-RENDERERS: dict[Format, Callable[[Comparison], str]] = {
-    Format.table: to_table,
-    Format.md: to_markdown,
-    Format.json: to_json,
-    Format.csv: to_csv,
-}
+def many_document(results: list[tuple[str, Comparison]]) -> Document:
+    """Several named comparisons (a suite against its baseline) in one output: each under its
+    name for people; for tools, one record per point with its entry's name first, and the
+    decisions by name."""
+    if len(results) == 1:
+        return comparison_document(results[0][1])
+    points = [(name, p) for name, c in results for p in c.points]
+    return Document(
+        records=[{"entry": name, **p.to_dict()} for name, p in points],
+        columns=["entry", *csv_columns(p for _, p in points)],
+        data={name: c.to_dict() for name, c in results},
+        parts=[(name, comparison_document(c, level=3)) for name, c in results],
+        empty="",
+    )
 
 
 def render(comparison: Comparison, fmt: Format) -> str:
-    return RENDERERS[Format(fmt)](comparison)
+    return write(comparison_document(comparison), fmt)
 
 
 def render_many(results: list[tuple[str, Comparison]], fmt: Format) -> str:
-    """Several named comparisons (a suite against its baseline) in one output."""
-    fmt = Format(fmt)
-    if len(results) == 1:
-        return render(results[0][1], fmt)
-    if fmt is Format.json:
-        return dump_json({name: c.to_dict() for name, c in results})
-    if fmt is Format.csv:
-        points = [(name, p) for name, c in results for p in c.points]
-        records = [{"entry": name, **p.to_dict()} for name, p in points]
-        return dicts_to_csv(records, ["entry", *csv_columns(p for _, p in points)])
-    if fmt is Format.md:
-        return "\n".join(
-            f"## {markdown_text(name, where='cell')}\n\n{to_markdown(c, heading='###')}"
-            for name, c in results
-        )
-    return "\n".join(f"=== {name} ===\n{to_table(c)}" for name, c in results)
+    return write(many_document(results), fmt)

@@ -13,11 +13,20 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from commbench.escape import csv_line, markdown_text
-from commbench.files import dump_json
+from commbench.escape import csv_line
 from commbench.results.schema import SCHEMA_VERSION, ResultRow, csv_columns, csv_record
 from commbench.sizes import format_size
-from commbench.tables import fixed, markdown_table, text_table
+from commbench.tables import (
+    Block,
+    Document,
+    Notes,
+    TitledTable,
+    csv_document,
+    fixed,
+    json_document,
+    markdown_document,
+    text_document,
+)
 
 
 class Format(str, Enum):
@@ -232,28 +241,28 @@ def _notes(rows: list[ResultRow]) -> list[str]:
     return out
 
 
-def to_table(rows: list[ResultRow]) -> str:
-    out: list[str] = []
-    for t in build_tables(rows):
-        out += [f"# {t.title}", *text_table(t.headers, t.cells), ""]
+def rows_document(rows: list[ResultRow], *, p2p: bool = False) -> Document:
+    """A run's rows in every format: a table per series and the footnotes for people; for
+    tools results.csv's flat columns (`p2p`: a p2p run's header before it has a row) and
+    results.json's shape (versioned), without the per-iteration samples."""
+    blocks: list[Block] = [TitledTable(t.title, t.headers, t.cells) for t in build_tables(rows)]
     notes = _notes(rows)
     if notes:
-        out.append("* " + "\n* ".join(notes))
-    return "\n".join(out).rstrip() + "\n"
+        blocks.append(Notes([f"* {n}" for n in notes]))
+    return Document(
+        blocks,
+        records=[csv_record(r) for r in rows],
+        columns=csv_columns(rows, p2p=p2p),
+        data={"schema_version": SCHEMA_VERSION, "rows": [r.to_dict(samples=False) for r in rows]},
+    )
+
+
+def to_table(rows: list[ResultRow]) -> str:
+    return text_document(rows_document(rows))
 
 
 def to_markdown(rows: list[ResultRow]) -> str:
-    out: list[str] = []
-    for t in build_tables(rows):
-        out += [
-            f"### {markdown_text(t.title, where='cell')}\n",
-            *markdown_table(t.headers, t.cells),
-            "",
-        ]
-    notes = _notes(rows)
-    if notes:
-        out.extend(f"- {markdown_text('* ' + n)}" for n in notes)
-    return "\n".join(out).rstrip() + "\n"
+    return markdown_document(rows_document(rows))
 
 
 def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
@@ -267,39 +276,52 @@ def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
 def rows_to_csv(rows: list[ResultRow], *, p2p: bool = False) -> str:
     """results.csv: every run kind's flat columns (`schema.csv_columns`); `p2p` gives a p2p
     run's header before it has a row."""
-    return dicts_to_csv([csv_record(r) for r in rows], csv_columns(rows, p2p=p2p))
+    return csv_document(rows_document(rows, p2p=p2p))
 
 
 def to_json(rows: list[ResultRow]) -> str:
     """results.json's shape (versioned), without the per-iteration samples."""
-    return dump_json(
-        {"schema_version": SCHEMA_VERSION, "rows": [r.to_dict(samples=False) for r in rows]}
-    )
+    return json_document(rows_document(rows))
 
 
 @dataclass(frozen=True, slots=True)
 class Writer:
-    """One format of a run's rows: its writer, and what it is to the commands that print."""
+    """One output format: its writer of documents (`tables.Document`, what every renderer
+    returns), and what it is to the commands that print."""
 
-    write: Callable[[list[ResultRow]], str]
+    document: Callable[[Document], str]
     human: bool
     markdown: bool = False
 
+    def write(self, rows: list[ResultRow]) -> str:
+        """A run's rows in this format."""
+        return self.document(rows_document(rows))
+
 
 FORMATS: dict[Format, Writer] = {
-    Format.table: Writer(to_table, human=True),
-    Format.csv: Writer(rows_to_csv, human=False),
-    Format.json: Writer(to_json, human=False),
-    Format.md: Writer(to_markdown, human=True, markdown=True),
+    Format.table: Writer(text_document, human=True),
+    Format.csv: Writer(csv_document, human=False),
+    Format.json: Writer(json_document, human=False),
+    Format.md: Writer(markdown_document, human=True, markdown=True),
 }
-"""The registry of row formats: adding one is its writer and a line here (and a member of
-`Format`)."""
+"""The registry of output formats: adding one is its writer of documents and a line here (and
+a member of `Format`); every renderer's output (rows, strategies, p2p, the gate) follows."""
 
 EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {f: w.write for f, w in FORMATS.items()}
 
 
+def writer(fmt: Format | str) -> Writer:
+    """The registry's entry of `fmt` (a `Format`, or its value)."""
+    return FORMATS[fmt] if fmt in FORMATS else FORMATS[Format(fmt)]  # type: ignore[index]
+
+
+def write(doc: Document, fmt: Format | str) -> str:
+    """A renderer's document in `fmt`."""
+    return writer(fmt).document(doc)
+
+
 def export(rows: list[ResultRow], fmt: Format) -> str:
-    return EXPORTERS[Format(fmt)](rows)
+    return write(rows_document(rows), fmt)
 
 
 __all__ = [
@@ -315,5 +337,8 @@ __all__ = [
     "format_time",
     "point_line",
     "row_cells",
+    "rows_document",
     "rows_to_csv",
+    "write",
+    "writer",
 ]

@@ -1,8 +1,8 @@
 """Strategy comparison tables: measured (next to the model) and predicted.
 
 `render_comparison` is what `commbench collectives --strategies` prints after the usual
-tables; `render_predictions` is `commbench model`. Both render through one cell builder
-for table and md, and emit plain records for csv and json.
+tables; `render_predictions` is `commbench model`. Each builds one document (the tables and
+notes for people, plain records for csv and json) that every format's writer writes.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ from dataclasses import asdict
 from typing import Any
 
 from commbench.collectives.specs import STRATEGIES
-from commbench.escape import markdown_text
-from commbench.results.exporters import Format, dicts_to_csv, format_time
+from commbench.results.exporters import Format, format_time, write
 from commbench.results.schema import ResultRow
-from commbench.results.store import dump_json
 from commbench.sizes import format_size
 from commbench.strategies.model import Fit, Params, Prediction, winner
 from commbench.strategies.points import DISAGREE, StrategyGroup, legend, strategy_groups
-from commbench.tables import fixed, markdown_table
+from commbench.tables import Block, Document, Notes, TitledTable, fixed
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -38,31 +36,13 @@ def _time(us: float | None) -> str:
     return "-" if us is None else format_time(us)
 
 
-def _render(
-    title: str,
-    headers: list[str],
-    cells: list[list[str]],
-    fmt: Format,
-    left: Sequence[int] = (0,),
-) -> list[str]:
-    """A titled table; the columns numbered in `left` align left, the others right."""
-    if fmt == Format.md:
-        table = markdown_table(headers, cells, left=left)
-        return [f"### {markdown_text(title, where='cell')}", "", *table, ""]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-
-    def line(values: list[str]) -> str:
-        return "  ".join(
-            v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
-        ).rstrip()
-
-    return [f"# {title}", line(headers), *(line(c) for c in cells), ""]
-
-
-def _records_out(records: list[dict[str, Any]], fmt: Format, extra: dict[str, Any]) -> str:
-    if fmt == Format.json:
-        return dump_json({**extra, "rows": records})
-    return dicts_to_csv(records, list(records[0])) if records else ""
+def _records(records: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    """For tools: the records as CSV, and as JSON under what they were computed with."""
+    return {
+        "records": records,
+        "columns": list(records[0]) if records else [],
+        "data": {**extra, "rows": records},
+    }
 
 
 def _params_text(params: Params) -> str:
@@ -72,9 +52,8 @@ def _params_text(params: Params) -> str:
     return text
 
 
-def _legend(strategies: Sequence[str], backend: str, fmt: Format) -> list[str]:
-    bullet = "  - " if fmt == Format.md else "  "
-    return [f"{bullet}{line}" for line in legend(strategies, backend)]
+def _legend(strategies: Sequence[str], backend: str) -> Notes:
+    return Notes(legend(strategies, backend), indent=1, ours=True, gap=True)
 
 
 # --- measured ----------------------------------------------------------------------------
@@ -95,15 +74,12 @@ def comparison_records(rows: list[ResultRow], backend: str = "nccl") -> list[dic
     return [p.as_dict() for group in strategy_groups(rows, backend) for p in group.points]
 
 
-def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = None) -> str:
+def comparison_document(rows: list[ResultRow], backend: str | None = None) -> Document:
     """Per size: each strategy's time, busbw, ratio to direct (fastest marked), the model's
     prediction fitted to the same run's direct rows, and the main factor behind the gap."""
     backend = backend or "nccl"
     groups = strategy_groups(rows, backend)
-    if fmt in (Format.json, Format.csv):
-        records = [p.as_dict() for group in groups for p in group.points]
-        return _records_out(records, Format(fmt), {"backend": backend})
-    out: list[str] = []
+    blocks: list[Block] = []
     for group in groups:
         cells: list[list[str]] = []
         last_size = None
@@ -137,17 +113,26 @@ def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = 
             "meas/model",
             "main factor (model)",
         ]
-        out += _render(title, headers, cells, Format(fmt), left=(0, 1, len(headers) - 1))
-        bullet = "- " if fmt == Format.md else ""
-        out += [
-            f"{bullet}{_fit_text(group)}",
-            f"{bullet}* fastest measured; ~ fastest but its IQR overlaps the runner-up's (no clear win); "
-            f"! measured and model differ by more than {DISAGREE:.0%}",
-            f"{bullet}what the model counts:",
-            *_legend(group.strategies, backend, Format(fmt)),
-            "",
+        blocks += [
+            TitledTable(title, headers, cells, left=(0, 1, len(headers) - 1)),
+            Notes(
+                [
+                    _fit_text(group),
+                    "* fastest measured; ~ fastest but its IQR overlaps the runner-up's (no "
+                    f"clear win); ! measured and model differ by more than {DISAGREE:.0%}",
+                    "what the model counts:",
+                ],
+                ours=True,
+            ),
+            _legend(group.strategies, backend),
         ]
-    return "\n".join(out).rstrip() + "\n" if out else ""
+    records = [p.as_dict() for group in groups for p in group.points]
+    # after the usual tables: nothing at all where no strategy was measured
+    return Document(blocks, **_records(records, {"backend": backend}), empty="")
+
+
+def render_comparison(rows: list[ResultRow], fmt: Format, backend: str | None = None) -> str:
+    return write(comparison_document(rows, backend), fmt)
 
 
 # --- predicted ---------------------------------------------------------------------------
@@ -199,9 +184,9 @@ def _beyond(fitted: Fit, world_size: int, size: int) -> bool:
     return bool(fitted.sizes) and not min(fitted.sizes) <= size <= max(fitted.sizes)
 
 
-def render_predictions(
-    predictions: list[Prediction], params: Params, fmt: Format, fitted: Fit | None = None
-) -> str:
+def predictions_document(
+    predictions: list[Prediction], params: Params, fitted: Fit | None = None
+) -> Document:
     """`commbench model`: per world size, each strategy's time and busbw per size, and the winner."""
     records = prediction_records(predictions)
     fit_info = (
@@ -214,11 +199,8 @@ def render_predictions(
         if fitted
         else None
     )
-    if fmt in (Format.json, Format.csv):
-        return _records_out(records, Format(fmt), {"params": asdict(params), "fit": fit_info})
     strategies = list(dict.fromkeys(p.strategy for p in predictions))
-    out: list[str] = []
-    bullet = "- " if fmt == Format.md else ""
+    blocks: list[Block] = []
     measured = _measured_range(fitted) if fitted else None
     if fitted:
         verb = "checked against" if len(fitted.fixed) == 2 else "fitted to"
@@ -227,11 +209,16 @@ def render_predictions(
             if len(fitted.dtypes) > 1
             else ""
         )
-        out += [
-            f"{bullet}{verb} {fitted.points} direct all_reduce points{pooled} measured at "
-            f"{measured}, {fitted.quality}",
-            "",
-        ]
+        blocks.append(
+            Notes(
+                [
+                    f"{verb} {fitted.points} direct all_reduce points{pooled} measured at "
+                    f"{measured}, {fitted.quality}"
+                ],
+                ours=True,
+                gap=True,
+            )
+        )
     extrapolated = False
     points = _by_point(predictions)
     by_world: dict[int, list[int]] = {}
@@ -255,15 +242,27 @@ def render_predictions(
             )
         headers = ["size", *(STRATEGIES[s].header for s in strategies), "winner"]
         title = f"model  {n} ranks  {_params_text(params)}  cells: time (busbw GB/s)"
-        out += _render(title, headers, cells, Format(fmt), left=(0, len(headers) - 1))
+        blocks.append(TitledTable(title, headers, cells, left=(0, len(headers) - 1)))
     if extrapolated:
-        out += [
-            f"{bullet}^ extrapolated: beyond what was measured ({measured}); the model's "
-            "straight line may not hold there (other algorithms, protocols, congestion)",
-            "",
-        ]
-    out += [
-        f"{bullet}what the model counts ({params.backend}):",
-        *_legend(strategies, params.backend, Format(fmt)),
+        blocks.append(
+            Notes(
+                [
+                    f"^ extrapolated: beyond what was measured ({measured}); the model's "
+                    "straight line may not hold there (other algorithms, protocols, congestion)"
+                ],
+                ours=True,
+                gap=True,
+            )
+        )
+    blocks += [
+        Notes([f"what the model counts ({params.backend}):"], ours=True),
+        _legend(strategies, params.backend),
     ]
-    return "\n".join(out).rstrip() + "\n"
+    extra = {"params": asdict(params), "fit": fit_info}
+    return Document(blocks, **_records(records, extra))
+
+
+def render_predictions(
+    predictions: list[Prediction], params: Params, fmt: Format, fitted: Fit | None = None
+) -> str:
+    return write(predictions_document(predictions, params, fitted), fmt)
