@@ -10,6 +10,9 @@ a wrong number further on:
     version = f.req("schema_version", integer)
     peak = f.opt("peak_gbps", number_in(0, MAX_PEAK_GBPS))
     gpus = [gpu_from(item.obj()) for item in f.items("gpus", max_items=MAX_GPUS)]
+
+The other way, `pick(record, "host", "node")` is a record's plain fields as a dict in the
+order named: the part of a `to_dict` that copies attributes one by one.
 """
 
 from __future__ import annotations
