@@ -10,10 +10,14 @@ a wrong number further on:
     version = f.req("schema_version", integer)
     peak = f.opt("peak_gbps", number_in(0, MAX_PEAK_GBPS))
     gpus = [gpu_from(item.obj()) for item in f.items("gpus", max_items=MAX_GPUS)]
+
+The other way, `pick(record, "host", "node")` is a record's plain fields as a dict in the
+order named: the part of a `to_dict` that copies attributes one by one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -24,6 +28,19 @@ from commbench.escape import describe, unsafe_character
 T = TypeVar("T")
 Conv = Callable[[Any, str], T]
 """A converter: (value, path) -> the value, typed, or UserError naming the path."""
+
+
+def pick(record: object, *names: str) -> dict[str, Any]:
+    """The named attributes of a record, in that order: the plain part of a `to_dict` (a
+    file's key order is the order named), or the fields one record hands on to another."""
+    return {name: getattr(record, name) for name in names}
+
+
+def known_fields(record_type: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` less the keys the dataclass `record_type` has no field for, so settings a newer
+    version stored still read (what it added is dropped)."""
+    names = {f.name for f in dataclasses.fields(record_type)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 def kind(value: Any) -> str:

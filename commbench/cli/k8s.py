@@ -55,6 +55,7 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
     parsed here as the pods will parse it, by the command line's own grammar, as
     `slurm_script` parses it. UserError for bad input."""
     from commbench.cli._job import multi_node_job
+    from commbench.fields import pick
     from commbench.launch.job import KUBERNETES
     from commbench.launch.k8s import KubernetesJob, manifest
 
@@ -62,11 +63,7 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
     return manifest(
         KubernetesJob(
             job=job,
-            image=request.image,
-            kind=request.kind,
-            namespace=request.namespace,
-            port=request.port,
-            results_volume=request.results_volume,
+            **pick(request, "image", "kind", "namespace", "port", "results_volume"),
         )
     )
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -148,12 +147,7 @@ class LiveRows:
             self._live.__enter__()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         if self._live is not None:
-            self._live.__exit__(kind, exc, tb)
+            self._live.__exit__(*exc_info)
             self._live = None

@@ -56,15 +56,7 @@ def report(run: Run) -> None:
     """The rows, the step times recorded against replayed, the rows that dominate with the
     model beside them and the advisor's caps on stdout; notes and the status on stderr; then
     exit as the run's verdict says."""
-    from commbench.replay.explain import (
-        advice_line,
-        explain,
-        fit_rows,
-        model_line,
-        rebucket_table,
-        rows_table,
-        step_table,
-    )
+    from commbench.replay.explain import explanation
     from commbench.results.exporters import Format, export
     from commbench.tables import text_table
 
@@ -73,26 +65,21 @@ def report(run: Run) -> None:
         typer.echo(export(rows, Format.table), nl=False)
     replay = record.replay
     if replay is not None:
+        summary = explanation(replay, rows, str(record.settings.get("backend") or "nccl"))
         typer.echo("\nCommunication time per step:")
-        headers, cells = step_table(replay)
-        for line in text_table(headers, cells):
+        for line in text_table(*summary.steps):
             typer.echo(f"  {line}")
-        params, why = fit_rows(rows, str(record.settings.get("backend") or "nccl"))
-        explained = explain(rows, params)
-        if explained:
+        if summary.dominant is not None:
             typer.echo("\nWhat dominates (calls x time):")
-            headers, cells = rows_table(explained)
-            for line in text_table(headers, cells, left=(0, 2, 8)):
+            for line in text_table(*summary.dominant, left=(0, 2, 8)):
                 typer.echo(f"  {line}")
-        typer.echo(model_line(params, why))
-        if replay.rebucket:
+        typer.echo(summary.model)
+        if summary.rebucket is not None:
             typer.echo("\nDDP bucket advisor:")
-            headers, cells = rebucket_table(replay)
-            for line in text_table(headers, cells):
+            for line in text_table(*summary.rebucket):
                 typer.echo(f"  {line}")
-            advice = advice_line(replay, params)
-            if advice:
-                typer.echo(advice)
+            if summary.advice:
+                typer.echo(summary.advice)
         if replay.elsewhere is not None:
             from commbench.replay.explain import elsewhere_lines
 

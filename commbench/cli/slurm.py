@@ -40,6 +40,7 @@ def slurm_script(request: SlurmScriptRequest) -> str:
     line's own grammar (which is why this verb lives with the command line): a typo fails
     now, not after the job waited in the queue. UserError for bad input."""
     from commbench.cli._job import multi_node_job
+    from commbench.fields import pick
     from commbench.launch.job import SLURM, check_plain_name
     from commbench.launch.slurm import parse_time, sbatch_script
 
@@ -51,8 +52,7 @@ def slurm_script(request: SlurmScriptRequest) -> str:
         gpus_per_node=job.gpus_per_node,
         args=list(job.args),
         job_name=job.name,
-        time_limit=request.time_limit,
-        partition=request.partition,
+        **pick(request, "time_limit", "partition"),
     )
 
 

@@ -24,6 +24,7 @@ from commbench.fields import (
     list_of,
     number,
     one_of,
+    pick,
 )
 
 INTRA = "intra-node"
@@ -63,8 +64,7 @@ class RecordedTest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": TEST_EVENT,
-            "stage": self.stage,
-            "round": self.round,
+            **pick(self, "stage", "round"),
             "probe": list(self.probe),
             "fillers": list(self.fillers),
             "ranks": list(self.ranks),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
+from commbench.fields import known_fields
 from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
@@ -65,8 +66,7 @@ class DiagnoseSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DiagnoseSettings:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(kw_only=True)

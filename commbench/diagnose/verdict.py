@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.fields import Fields, integer_in, list_of, one_of, string
+from commbench.fields import Fields, integer_in, list_of, one_of, pick, string
 from commbench.files import load_json, shown
 from commbench.health.findings import Finding, FindingKind
 from commbench.results.record import RunStatus
@@ -60,10 +60,7 @@ class NodeVerdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "host": self.host,
-            "node": self.node,
-            "verdict": self.verdict,
-            "evidence": self.evidence,
+            **pick(self, "host", "node", "verdict", "evidence"),
             "gpus": [g.to_dict() for g in self.gpus],
             "health": [h.to_dict() for h in self.health],
         }

@@ -41,6 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from commbench.fields import pick
 from commbench.launch import procs
 from commbench.launch.protocol import (
     MAX_LISTED,
@@ -406,11 +407,7 @@ def rank_states(
         out.append(
             RankState(
                 rank=rank,
-                local_rank=b.local_rank,
-                node=b.node,
-                host=b.host,
-                pid=b.pid,
-                point=b.point,
+                **pick(b, "local_rank", "node", "host", "pid", "point"),
                 phase=b.phase[:100],
                 iteration=b.iteration,
                 ticks=b.ticks,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from commbench.context import host_context
 from commbench.errors import Interrupted, UserError
+from commbench.fields import pick
 from commbench.gpu_memory import P2P_RESERVE, P2P_RESERVE_FOR, GpuMemory, refuse_if_short
 from commbench.p2p.expect import (
     Expectation,
@@ -195,21 +196,14 @@ def copy_row(
     verdict = Verdict(efficiency=None, suspicious=False, text="") if latency else judge(exp, bw)
     copy = P2PCopy(
         step=index,
-        test=step.test,
-        mode=step.mode,
-        direction=step.direction,
-        copy=exp.copy,
-        src=exp.src,
-        dst=exp.dst,
-        pair=exp.pair,
+        **pick(step, "test", "mode", "direction"),
+        **pick(exp, "copy", "src", "dst", "pair"),
         peak_gbps=None if latency else exp.peak_gbps,
         ceiling_gbps=None if latency else exp.ceiling_gbps,
         expected_gbps=None if latency else exp.expected_gbps,
         efficiency=verdict.efficiency,
-        link=exp.link,
-        nvlinks=exp.nvlinks,
+        **pick(exp, "link", "nvlinks", "path"),
         peer_access=exp.p2p,
-        path=exp.path,
         suspicious=verdict.suspicious,
         diagnosis="; ".join(t for t in (verdict.text, exp.diagnosis) if t),
     )
@@ -243,34 +237,23 @@ def _rows(
     def check(ok: bool | None) -> str:
         return CHECK_SKIPPED if ok is None else (CHECK_OK if ok else CHECK_FAILED)
 
-    rows = [
-        copy_row(
+    def row(exp: Expectation, samples_ms: list[float], ok: bool | None) -> ResultRow:
+        return copy_row(
             index=index,
             step=step,
             dtype=timing.dtype,
             warmup=timing.warmup,
             exp=exp,
-            samples_ms=timing.samples_ms[k],
-            check=check(timing.checks[k]),
+            samples_ms=samples_ms,
+            check=check(ok),
             world_size=world_size,
         )
-        for k, exp in enumerate(se.copies)
-    ]
+
+    rows = [row(exp, timing.samples_ms[k], timing.checks[k]) for k, exp in enumerate(se.copies)]
     if se.total is not None:
         checks = timing.checks
         together = None if any(c is None for c in checks) else all(c for c in checks)
-        rows.append(
-            copy_row(
-                index=index,
-                step=step,
-                dtype=timing.dtype,
-                warmup=timing.warmup,
-                exp=se.total,
-                samples_ms=timing.total_ms,
-                check=check(together),
-                world_size=world_size,
-            )
-        )
+        rows.append(row(se.total, timing.total_ms, together))
     return rows
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.fields import Fields, anything, boolean, integer_in, line, list_of
+from commbench.fields import Fields, anything, boolean, integer_in, line, list_of, pick
 from commbench.files import decode, dump_json, parse_json, path_kind, read_bytes, shown
 from commbench.traces.trace import (
     MAX_ARGV,
@@ -66,17 +66,10 @@ class RankMeta:
 
     def payload(self) -> dict[str, Any]:
         return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "host": self.host,
-            "pid": self.pid,
-            "torch_version": self.torch_version,
+            **pick(self, "rank", "world_size", "host", "pid", "torch_version"),
             "argv": list(self.argv),
             "backends": list(self.backends),
-            "steps": self.steps,
-            "calls": self.calls,
-            "unfinished": self.unfinished,
-            "error": self.error,
+            **pick(self, "steps", "calls", "unfinished", "error"),
             "not_captured": [{"op": op, "calls": n} for op, n in self.not_captured],
             "graph_captured": self.graph_captured,
             "closed": self.closed,

@@ -4,10 +4,11 @@ reads them back); a line of another type is not one of these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from commbench.fields import Fields, integer_in, list_of, number_in
+from commbench.fields import Fields, integer_in, list_of, number_in, pick
 
 SEQUENCE = "replay-sequence"
 REBUCKET = "replay-rebucket"
@@ -34,10 +35,7 @@ class SequenceTimes:
         }
 
     @classmethod
-    def read(cls, event: dict[str, Any], where: str) -> SequenceTimes | None:
-        if event.get("type") != SEQUENCE:
-            return None
-        f = Fields(event, where)
+    def from_fields(cls, f: Fields) -> SequenceTimes:
         passes = f.opt("passes_s", list_of(_seconds, max_items=1024)) or []
         return cls(
             step_s=tuple(f.req("step_s", _seconds)),
@@ -57,18 +55,28 @@ class CapTimes:
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": REBUCKET,
-            "cap_bytes": self.cap_bytes,
-            "buckets": self.buckets,
+            **pick(self, "cap_bytes", "buckets"),
             "samples_s": list(self.samples_s),
         }
 
     @classmethod
-    def read(cls, event: dict[str, Any], where: str) -> CapTimes | None:
-        if event.get("type") != REBUCKET:
-            return None
-        f = Fields(event, where)
+    def from_fields(cls, f: Fields) -> CapTimes:
         return cls(
             cap_bytes=f.req("cap_bytes", integer_in(1, 1 << 50)),
             buckets=f.req("buckets", integer_in(0, _MAX)),
             samples_s=tuple(f.req("samples_s", _seconds)),
         )
+
+
+_READERS: dict[str, Callable[[Fields], SequenceTimes | CapTimes]] = {
+    SEQUENCE: SequenceTimes.from_fields,
+    REBUCKET: CapTimes.from_fields,
+}
+
+
+def read_event(event: dict[str, Any], where: str) -> SequenceTimes | CapTimes | None:
+    """The replay event a journal line holds, by its `type`; None for a line of another
+    type (the rows, a heartbeat), which is not the replay's to read."""
+    kind = event.get("type")
+    reader = _READERS.get(kind) if isinstance(kind, str) else None
+    return None if reader is None else reader(Fields(event, where))

@@ -256,6 +256,39 @@ def advice_line(replay: ReplayRecord, params: Params | None) -> str | None:
     return line + "."
 
 
+Table = tuple[list[str], list[list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """What a replay's summary says beside its rows, computed once for the command's output
+    and the report's Replay section, which lay it out each their own way."""
+
+    steps: Table
+    """`step_table`: recorded against replayed, per step."""
+    dominant: Table | None
+    """`rows_table` of the rows that dominate; None when no row could be explained."""
+    model: str
+    """`model_line`: the fitted alpha and beta, or why there is no model."""
+    rebucket: Table | None
+    """`rebucket_table`; None without the bucket advisor."""
+    advice: str | None
+    """`advice_line`: the advisor's verdict; None without one."""
+
+
+def explanation(replay: ReplayRecord, rows: Sequence[ResultRow], backend: str) -> Explanation:
+    """The tables and lines of a replay's summary, the model fitted to its `rows`."""
+    params, why = fit_rows(rows, backend)
+    explained = explain(rows, params)
+    return Explanation(
+        steps=step_table(replay),
+        dominant=rows_table(explained) if explained else None,
+        model=model_line(params, why),
+        rebucket=rebucket_table(replay) if replay.rebucket else None,
+        advice=advice_line(replay, params) if replay.rebucket else None,
+    )
+
+
 def elsewhere_lines(e: Elsewhere) -> list[str]:
     """The caps predicted on the other fabric, and the cap the model names there."""
     lines = [

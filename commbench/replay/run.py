@@ -17,7 +17,7 @@ from commbench.launch.launcher import LaunchOptions, preflight, run_collectives
 from commbench.launch.protocol import EVENTS_FILE
 from commbench.replay import compiled
 from commbench.replay.buckets import cap_mb
-from commbench.replay.events import CapTimes, SequenceTimes
+from commbench.replay.events import CapTimes, SequenceTimes, read_event
 from commbench.replay.explain import fit_rows, predict_buckets_s
 from commbench.replay.program import Program
 from commbench.replay.settings import ReplaySettings
@@ -84,10 +84,11 @@ def run_replay(
     caps: dict[int, CapTimes] = {}
     for i, event in enumerate(events):
         where = f"{EVENTS_FILE}: event {i + 1}:"
-        sequence = SequenceTimes.read(event, where) or sequence
-        cap = CapTimes.read(event, where)
-        if cap is not None:
-            caps[cap.cap_bytes] = cap
+        read = read_event(event, where)
+        if isinstance(read, SequenceTimes):
+            sequence = read
+        elif isinstance(read, CapTimes):
+            caps[read.cap_bytes] = read
     record = outcome.record
     record.replay = conclude(trace, program, settings, outcome.rows, sequence, caps, collectives)
     if record.holds_results is not False:

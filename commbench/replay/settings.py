@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
+from commbench.fields import known_fields
 from commbench.flags import BW, DRY_RUN, ITERS, LATENCY, TIMEOUT, WARMUP, WORLD
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.numbers import check_range
@@ -53,8 +54,7 @@ class ReplaySettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReplaySettings:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(kw_only=True)

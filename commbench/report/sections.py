@@ -265,15 +265,7 @@ def replay_section(page: Page) -> list[Block]:
     """For a replay: the recorded against the replayed communication time per step, the rows
     that dominate the recorded traffic's time with the alpha-beta model beside each (and
     whether it is latency- or bandwidth-bound), and the bucket advisor's caps."""
-    from commbench.replay.explain import (
-        advice_line,
-        explain,
-        fit_rows,
-        model_line,
-        rebucket_table,
-        rows_table,
-        step_table,
-    )
+    from commbench.replay.explain import explanation
 
     run, level = page.run, page.level
     replay = run.record.replay
@@ -291,12 +283,10 @@ def replay_section(page: Page) -> list[Block]:
             "busiest rank; replayed, first issue to last completion on the slowest rank."
         ),
     ]
-    headers, cells = step_table(replay)
-    blocks.append(Table(headers, cells))
-    params, why = fit_rows(run.rows, str(run.context.backend or "nccl"))
-    explained = explain(run.rows, params)
-    if explained:
-        headers, cells = rows_table(explained)
+    said = explanation(replay, run.rows, str(run.context.backend or "nccl"))
+    blocks.append(Table(*said.steps))
+    if said.dominant is not None:
+        headers, cells = said.dominant
         blocks += [
             Heading(level + 1, "What dominates"),
             Para(
@@ -305,13 +295,11 @@ def replay_section(page: Page) -> list[Block]:
             ),
             Table(headers, cells, words=(2, 8)),
         ]
-    blocks.append(Para(model_line(params, why)))
-    if replay.rebucket:
-        headers, cells = rebucket_table(replay)
-        blocks += [Heading(level + 1, "DDP bucket advisor"), Table(headers, cells)]
-        advice = advice_line(replay, params)
-        if advice:
-            blocks.append(Para(advice))
+    blocks.append(Para(said.model))
+    if said.rebucket is not None:
+        blocks += [Heading(level + 1, "DDP bucket advisor"), Table(*said.rebucket)]
+        if said.advice:
+            blocks.append(Para(said.advice))
     if replay.elsewhere is not None:
         e = replay.elsewhere
         blocks += [

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.fields import Fields, boolean, integer_in, list_of, number_in, one_of, text
+from commbench.fields import Fields, boolean, integer_in, list_of, number_in, one_of, pick, text
 from commbench.results.schema import MAX_COUNT, MAX_SIZE_BYTES, MAX_WORLD_SIZE
 
 MAX_SECONDS = 1e10
@@ -49,12 +49,7 @@ class RebucketCap:
     """The alpha-beta model's, fitted to the run's rows; None without a fit."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "cap_bytes": self.cap_bytes,
-            "buckets": self.buckets,
-            "measured_s_per_step": self.measured_s_per_step,
-            "predicted_s_per_step": self.predicted_s_per_step,
-        }
+        return pick(self, "cap_bytes", "buckets", "measured_s_per_step", "predicted_s_per_step")
 
     @classmethod
     def read(cls, f: Fields) -> RebucketCap:

@@ -8,7 +8,6 @@ pass a fake module with the same names in place of pynvml.
 from __future__ import annotations
 
 import contextlib
-from types import TracebackType
 from typing import Any
 
 # Error codes (nvmlReturn_t) that mean "no answer to this question", not "something broke":
@@ -76,12 +75,7 @@ class Nvml:
     def __enter__(self) -> Nvml:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def const(self, name: str, default: Any) -> Any:

@@ -115,153 +115,71 @@ class GpuModel:
     pcie_width: int
 
 
+def _model(
+    name: str, *aliases: str, nvlink: tuple[int, float] | None = None, pcie: tuple[int, int]
+) -> GpuModel:
+    """A row of the table below: `nvlink` (generation, GB/s per link) where the board has
+    NVLink, `pcie` (generation, width)."""
+    gen, per_link = nvlink if nvlink is not None else (None, None)
+    return GpuModel(
+        name=name,
+        aliases=aliases,
+        nvlink_gen=gen,
+        nvlink_gbps_per_link=per_link,
+        pcie_gen=pcie[0],
+        pcie_width=pcie[1],
+    )
+
+
 GPU_MODELS: tuple[GpuModel, ...] = (
     # https://images.nvidia.com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf
     # (NVLink 160 GB/s bidirectional over 4 links; PCIe Gen3 x16 32 GB/s)
-    GpuModel(
-        name="Tesla P100-SXM2",
-        aliases=("P100 SXM2",),
-        nvlink_gen=1,
-        nvlink_gbps_per_link=20.0,
-        pcie_gen=3,
-        pcie_width=16,
-    ),
+    _model("Tesla P100-SXM2", "P100 SXM2", nvlink=(1, 20.0), pcie=(3, 16)),
     # https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf
     # (V100 SXM2: NVLink 300 GB/s over 6 links; PCIe 32 GB/s = Gen3 x16, both bidirectional)
-    GpuModel(
-        name="Tesla V100-SXM2",
-        aliases=("V100 SXM2",),
-        nvlink_gen=2,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=3,
-        pcie_width=16,
-    ),
+    _model("Tesla V100-SXM2", "V100 SXM2", nvlink=(2, 25.0), pcie=(3, 16)),
     # DGX-2's V100s (same GV100, NVLink2 to NVSwitches): the V100 datasheet above
-    GpuModel(
-        name="Tesla V100-SXM3",
-        aliases=("V100 SXM3",),
-        nvlink_gen=2,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=3,
-        pcie_width=16,
-    ),
+    _model("Tesla V100-SXM3", "V100 SXM3", nvlink=(2, 25.0), pcie=(3, 16)),
     # The V100 datasheet above: the PCIe board has no NVLink, PCIe Gen3 x16
-    GpuModel(
-        name="Tesla V100-PCIE",
-        aliases=("V100 PCIe", "V100S PCIe", "Tesla V100S-PCIE"),
-        nvlink_gen=None,
-        nvlink_gbps_per_link=None,
-        pcie_gen=3,
-        pcie_width=16,
-    ),
+    _model("Tesla V100-PCIE", "V100 PCIe", "V100S PCIe", "Tesla V100S-PCIE", pcie=(3, 16)),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
     # (A100 SXM: NVLink 600 GB/s over 12 third-generation links; PCIe Gen4 64 GB/s)
-    GpuModel(
-        name="NVIDIA A100-SXM4",
-        aliases=("A100 SXM4", "A100 SXM"),
-        nvlink_gen=3,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=4,
-        pcie_width=16,
-    ),
+    _model("NVIDIA A100-SXM4", "A100 SXM4", "A100 SXM", nvlink=(3, 25.0), pcie=(4, 16)),
     # The A100 datasheet above: A100 PCIe, NVLink bridge for 2 GPUs 600 GB/s; PCIe Gen4 64 GB/s
-    GpuModel(
-        name="NVIDIA A100-PCIE",
-        aliases=("A100 PCIe", "A100 80GB PCIe", "A100 40GB PCIe"),
-        nvlink_gen=3,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=4,
-        pcie_width=16,
+    _model(
+        "NVIDIA A100-PCIE",
+        "A100 PCIe",
+        "A100 80GB PCIe",
+        "A100 40GB PCIe",
+        nvlink=(3, 25.0),
+        pcie=(4, 16),
     ),
     # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
     # (H100 SXM: NVLink 900 GB/s over 18 fourth-generation links, PCIe Gen5 128 GB/s;
     # nvidia-smi prints the SXM5 board as "NVIDIA H100 80GB HBM3")
-    GpuModel(
-        name="NVIDIA H100 80GB HBM3",
-        aliases=("H100 SXM5", "H100 SXM"),
-        nvlink_gen=4,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=5,
-        pcie_width=16,
-    ),
+    _model("NVIDIA H100 80GB HBM3", "H100 SXM5", "H100 SXM", nvlink=(4, 25.0), pcie=(5, 16)),
     # The H100 datasheet above: H100 NVL, NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s
-    GpuModel(
-        name="NVIDIA H100 NVL",
-        aliases=(),
-        nvlink_gen=4,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=5,
-        pcie_width=16,
-    ),
+    _model("NVIDIA H100 NVL", nvlink=(4, 25.0), pcie=(5, 16)),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/data-center/h100/PB-11133-001_v01.pdf
     # (H100 PCIe product brief: NVLink bridge 600 GB/s bidirectional, PCIe Gen5 x16)
-    GpuModel(
-        name="NVIDIA H100 PCIe",
-        aliases=(),
-        nvlink_gen=4,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=5,
-        pcie_width=16,
-    ),
+    _model("NVIDIA H100 PCIe", nvlink=(4, 25.0), pcie=(5, 16)),
     # https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM: NVLink 900 GB/s, PCIe Gen5
     # 128 GB/s)
-    GpuModel(
-        name="NVIDIA H200",
-        aliases=("H200 SXM",),
-        nvlink_gen=4,
-        nvlink_gbps_per_link=25.0,
-        pcie_gen=5,
-        pcie_width=16,
-    ),
+    _model("NVIDIA H200", "H200 SXM", nvlink=(4, 25.0), pcie=(5, 16)),
     # https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf
     # (NVLink 112.5 GB/s bidirectional over 4 links, i.e. 14.0625 per link each way; PCIe Gen4)
-    GpuModel(
-        name="NVIDIA A40",
-        aliases=(),
-        nvlink_gen=3,
-        nvlink_gbps_per_link=14.0625,
-        pcie_gen=4,
-        pcie_width=16,
-    ),
+    _model("NVIDIA A40", nvlink=(3, 14.0625), pcie=(4, 16)),
     # https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413 (PCIe Gen4 x16 64 GB/s
     # bidirectional; no NVLink)
-    GpuModel(
-        name="NVIDIA L40S",
-        aliases=(),
-        nvlink_gen=None,
-        nvlink_gbps_per_link=None,
-        pcie_gen=4,
-        pcie_width=16,
-    ),
+    _model("NVIDIA L40S", pcie=(4, 16)),
     # https://www.nvidia.com/en-us/data-center/l4/ (PCIe Gen4 x16 64 GB/s; no NVLink)
-    GpuModel(
-        name="NVIDIA L4",
-        aliases=(),
-        nvlink_gen=None,
-        nvlink_gbps_per_link=None,
-        pcie_gen=4,
-        pcie_width=16,
-    ),
+    _model("NVIDIA L4", pcie=(4, 16)),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf
     # (PCIe Gen4 64 GB/s; no NVLink)
-    GpuModel(
-        name="NVIDIA A10",
-        aliases=(),
-        nvlink_gen=None,
-        nvlink_gbps_per_link=None,
-        pcie_gen=4,
-        pcie_width=16,
-    ),
+    _model("NVIDIA A10", pcie=(4, 16)),
     # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf
     # (PCIe Gen3 x16 32 GB/s; no NVLink)
-    GpuModel(
-        name="Tesla T4",
-        aliases=(),
-        nvlink_gen=None,
-        nvlink_gbps_per_link=None,
-        pcie_gen=3,
-        pcie_width=16,
-    ),
+    _model("Tesla T4", pcie=(3, 16)),
 )
 
 # Words that do not tell models apart: vendor prefixes and memory sizes (a V100-SXM2-32GB

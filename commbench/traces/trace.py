@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from commbench.errors import UserError, quoted
@@ -40,6 +39,7 @@ from commbench.fields import (
     list_of,
     number_in,
     one_of,
+    pick,
     string,
 )
 from commbench.files import decode, dump_json, os_error, parse_json, path_kind, read_bytes, shown
@@ -200,23 +200,12 @@ class Call:
 
     def payload(self) -> dict[str, Any]:
         return {
-            "rank": self.rank,
-            "seq": self.seq,
-            "op": self.op,
-            "name": self.name,
-            "in_bytes": self.in_bytes,
-            "out_bytes": self.out_bytes,
-            "dtype": self.dtype,
-            "count": self.count,
+            **pick(self, "rank", "seq", "op", "name", "in_bytes", "out_bytes", "dtype", "count"),
             "group": self.group.payload(),
             "async": self.async_op,
-            "issued_ns": self.issued_ns,
-            "completed_ns": self.completed_ns,
-            "host": self.host,
-            "device": self.device,
-            "step": self.step,
-            "group_seq": self.group_seq,
-            "peer": self.peer,
+            **pick(
+                self, "issued_ns", "completed_ns", "host", "device", "step", "group_seq", "peer"
+            ),
             # written only where uneven: most calls have none, and a line stays short
             **({"in_splits": list(self.in_splits)} if self.in_splits is not None else {}),
             **({"out_splits": list(self.out_splits)} if self.out_splits is not None else {}),
@@ -671,12 +660,7 @@ class TraceWriter:
     def __enter__(self) -> TraceWriter:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc_info: object) -> None:
         self.close(complete=kind is None)
 
 

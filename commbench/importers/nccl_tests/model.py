@@ -295,39 +295,33 @@ def result_row(
     # count is always S's elements, so rows join and read alike whatever their source
     dtype, size = line.dtype, line.size
     count = size // ELEMENT_BYTES[dtype] if dtype in ELEMENT_BYTES else line.count
+    # what the row is and how it ran, whether its figures come from samples or the line
+    point: dict[str, Any] = {
+        "op": line.op,
+        "dtype": dtype,
+        "reduce_op": line.reduce_op,
+        "world_size": world_size,
+        "size_bytes": size,
+        "requested_bytes": size,
+        "count": count,
+        "check": figures.check,
+        "note": figures.note,
+        "in_place": in_place,
+        "warmup": warmup,
+    }
     if samples:
         factor = figures.busbw / figures.algbw if figures.algbw else None
         return ResultRow.measured(
             samples_us=samples,
-            size_bytes=size,
             busbw_factor=factor,
-            op=line.op,
-            dtype=dtype,
-            reduce_op=line.reduce_op,
-            world_size=world_size,
-            count=count,
-            check=figures.check,
-            note=figures.note,
-            in_place=in_place,
-            warmup=warmup,
-            requested_bytes=size,
             processes=processes,
             ranks=rank_times(processes) if processes is not None else None,
+            **point,
         )
     return ResultRow(
-        op=line.op,
-        dtype=dtype,
-        reduce_op=line.reduce_op,
-        world_size=world_size,
-        size_bytes=size,
-        count=count,
         algbw_gbps=figures.algbw,
         busbw_gbps=figures.busbw,
-        check=figures.check,
         # nccl-tests prints one time per line, the mean over its iterations: the only figure
         stats=Stats(median=figures.time_us, mean=figures.time_us, n=iters),
-        warmup=warmup,
-        in_place=in_place,
-        requested_bytes=size,
-        note=figures.note,
+        **point,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.fields import pick
 from commbench.files import shown
 from commbench.importers.nccl_tests.model import Parsed
 from commbench.importers.nccl_tests.parse import parse_file
@@ -97,12 +98,7 @@ def merge_repeats(rows: list[ResultRow]) -> tuple[list[ResultRow], list[str]]:
                 samples_us=samples,
                 size_bytes=first.size_bytes,
                 busbw_factor=factor,
-                op=first.op,
-                strategy=first.strategy,
-                dtype=first.dtype,
-                reduce_op=first.reduce_op,
-                world_size=first.world_size,
-                count=first.count,
+                **pick(first, "op", "strategy", "dtype", "reduce_op", "world_size", "count"),
                 check=(wrong[0] if wrong else first).check,
                 warmup=first.warmup,
                 in_place=first.in_place,
