@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -151,7 +152,7 @@ def _blocking_p2p() -> bool | None:
     tell. None where the frames cannot be read (another Python than CPython)."""
     if _C10D_FILE is None or not hasattr(sys, "_getframe"):
         return None
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(P2P_CALLERS_DEPTH):
         if frame is None:
             break
