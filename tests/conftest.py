@@ -215,15 +215,19 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if has_cuda():
+    """A `gpu` test is skipped without CUDA. Asked last, after `-m` has deselected what it
+    deselects, and only where a `gpu` test is left: asking imports torch (seconds), which the
+    fast lane, where none is left, never needs."""
+    # the marker itself, not `"gpu" in item.keywords`: keywords also hold the names of the
+    # enclosing directories, so a checkout in a directory named gpu skipped every test
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu or has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        # the marker itself, not `"gpu" in item.keywords`: keywords also hold the names of the
-        # enclosing directories, so a checkout in a directory named gpu skipped every test
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+    for item in gpu:
+        item.add_marker(skip)
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
