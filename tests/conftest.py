@@ -103,6 +103,31 @@ if callable(getattr(typer.testing, "_get_command", None)):  # typer's own name: 
     typer.testing._get_command = _built_once(typer.testing._get_command)  # type: ignore[attr-defined]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _figures_drawn_once() -> Iterator[None]:
+    """A report's figures are drawn by `png_bytes` (a quarter of a second each), and the
+    suite reports the same few fixture runs dozens of times (the report's sections, its
+    `--out` checks, every reader of a stored file): a figure equal to one drawn before in
+    the session is the same PNG, so it is drawn once. The key is the figure's repr, which
+    holds every field `draw` reads; a figure that fails to draw is not kept, so it fails
+    each time. The tests of drawing itself (`draw`, `write_figures`, the heatmaps) are
+    untouched: they call matplotlib every time."""
+    from commbench.report import plots
+
+    draw_png = plots.png_bytes
+    drawn: dict[str, bytes] = {}
+
+    def png_bytes(figure: object) -> bytes:
+        key = repr(figure)
+        if key not in drawn:
+            drawn[key] = draw_png(figure)  # type: ignore[arg-type]
+        return drawn[key]
+
+    plots.png_bytes = png_bytes  # type: ignore[assignment]
+    yield
+    plots.png_bytes = draw_png
+
+
 @pytest.fixture(scope="session")
 def _test_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Iterator[int]]:
     return tmp_path_factory.mktemp("tests", numbered=False), itertools.count()
@@ -190,15 +215,19 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if has_cuda():
+    """A `gpu` test is skipped without CUDA. Asked last, after `-m` has deselected what it
+    deselects, and only where a `gpu` test is left: asking imports torch (seconds), which the
+    fast lane, where none is left, never needs."""
+    # the marker itself, not `"gpu" in item.keywords`: keywords also hold the names of the
+    # enclosing directories, so a checkout in a directory named gpu skipped every test
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu or has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        # the marker itself, not `"gpu" in item.keywords`: keywords also hold the names of the
-        # enclosing directories, so a checkout in a directory named gpu skipped every test
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+    for item in gpu:
+        item.add_marker(skip)
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
