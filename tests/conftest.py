@@ -130,7 +130,7 @@ def _figures_drawn_once() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def _test_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Iterator[int]]:
-    return tmp_path_factory.mktemp("tests", numbered=False), itertools.count()
+    return tmp_path_factory.mktemp("t", numbered=False), itertools.count()
 
 
 @pytest.fixture
@@ -138,9 +138,11 @@ def tmp_path(request: pytest.FixtureRequest, _test_dirs: tuple[Path, Iterator[in
     """pytest's `tmp_path`, a new directory per test under the session's base directory,
     made in one mkdir: pytest's own numbers each directory by listing all those made before
     it in that one base directory, which over the suite's 5,000 tests (each has one, for
-    `_isolated_cwd`) grows quadratically, to seconds."""
+    `_isolated_cwd`) grows quadratically, to seconds. No longer than pytest's own paths
+    (`t/`, 25 characters of the name and up to 4 digits, where pytest had 30 and 1): a SLURM
+    cluster under it puts its daemons' unix sockets there, whose paths have 108 bytes."""
     root, counter = _test_dirs
-    path = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)[:30]}{next(counter)}"
+    path = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', request.node.name)[:25]}{next(counter)}"
     path.mkdir()
     return path
 
