@@ -166,7 +166,7 @@ def no_gpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @contextlib.contextmanager
-def held_port(lo: int = 0, hi: int = 0) -> Iterator[int]:
+def held_port(lo: int = 0, hi: int = 0, span: int = 1) -> Iterator[int]:
     """A TCP port that no other process can take until the block ends, yet a server started
     inside the block (a torchrun rendezvous) can bind and listen on.
 
@@ -177,21 +177,28 @@ def held_port(lo: int = 0, hi: int = 0) -> Iterator[int]:
     sets SO_REUSEADDR: a server that sets it too (torch's TCPStore does, with or without
     libuv) may bind beside a socket that is not listening, while every other bind, the
     kernel's own choices for port 0 and for connect() included, keeps off the port.
-    With `hi`, the port is drawn from lo..hi-1; without, the kernel picks it.
+    With `hi`, the port is drawn from lo..hi-1; without, the kernel picks it. `span`: the
+    ports after it are held too (diagnose's muster listens on the rendezvous port + 1).
     """
-    candidates = random.sample(range(lo, hi), hi - lo) if hi else [0]
+    candidates = random.sample(range(lo, hi), hi - lo) if hi else [0] * 64
     for port in candidates:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        socks: list[socket.socket] = []
         try:
-            sock.bind(("", port))
+            for k in range(span):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind(("", port + k if k == 0 or port else socks[0].getsockname()[1] + k))
         except OSError:
-            sock.close()
+            for sock in socks:
+                sock.close()
             continue
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        for sock in socks:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            yield sock.getsockname()[1]
+            yield socks[0].getsockname()[1]
         finally:
-            sock.close()
+            for sock in socks:
+                sock.close()
         return
     raise RuntimeError(f"no free TCP port in {lo}..{hi - 1}")
 
@@ -204,8 +211,9 @@ def hold_port() -> Callable[..., AbstractContextManager[int]]:
 
 @pytest.fixture
 def free_port() -> Iterator[int]:
-    """A port for one test's rendezvous, held (see `held_port`) until the test ends."""
-    with held_port() as port:
+    """A port for one test's rendezvous, held (see `held_port`) with the one after it (the
+    muster's) until the test ends."""
+    with held_port(span=2) as port:
         yield port
 
 
