@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UserError
+from commbench.files import dump_json
 from commbench.traces import trace as trace_module
 from commbench.traces.names import canonical_dtype, canonical_op
 from commbench.traces.plan import build_plan, render_plan
@@ -417,3 +418,49 @@ def test_a_week_long_call_is_still_a_time(tmp_path: Path) -> None:
     call = trace_call(issued_ns=day, completed_ns=day + 6 * day, step=0)
     trace = read_trace(write_trace(tmp_path, {0: [call], 1: [call]}))
     assert trace.calls[0][0].completed_ns == 7 * day
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"completed_ns": 12_345}, {"completed_ns": None, "async_op": True}, {"async_op": False}],
+)
+def test_the_writers_line_is_the_payloads_json_character_for_character(
+    tmp_path: Path, changes: dict[str, object]
+) -> None:
+    """The capture's fast line (`TraceWriter._line`) against the payload as `dump_json` writes
+    it, on calls with every optional field, escapes, non-ASCII names and a group renamed."""
+    odd = 'pg "0"\u2028\u00e9'
+    calls = [
+        trace_call("all_reduce", 4096),
+        trace_call(
+            "all_to_all",
+            96,
+            ranks=(0, 1, 3),
+            group=odd,
+            in_splits=(8, 8, 8),
+            out_splits=(4, 16, 4),
+            cpu_ns=7,
+            graph=True,
+            host="n\u00f6de-1",
+            device="cuda:0",
+            step=3,
+        ),
+        trace_call("send", 64, peer=1, batch=2, completed_ns=99, async_op=True),
+        trace_call("barrier", 0, ranks=(0,), group=odd, name="barrier\\n"),
+    ]
+    writer = TraceWriter(tmp_path, 5)
+    for call in calls:
+        writer.write(call, **changes)
+    writer.close()
+    lines = (tmp_path / "rank-5.jsonl").read_text().splitlines(keepends=True)
+    group_seqs: dict[str, int] = {}
+    for seq, (call, line) in enumerate(zip(calls, lines, strict=True)):
+        payload = call.payload()
+        group_seq = None
+        if call.op not in ("send", "recv"):
+            group_seq = group_seqs.get(call.group.name, 0)
+            group_seqs[call.group.name] = group_seq + 1
+        payload.update(rank=5, seq=seq, group_seq=group_seq)
+        for name, value in changes.items():
+            payload["async" if name == "async_op" else name] = value
+        assert line == dump_json(payload, indent=None)

@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from commbench.errors import UserError
 from commbench.launch.control import StoreDown, StoreLink, peek
 from commbench.launch.launcher import LaunchOptions
 from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
 
 POLL = 0.2
+MAX_PORT = 65535
 READ_WAIT = 10.0
 """How long node rank 0 keeps the store up, once it published who came, for the others to
 read it (on a thread of its own: node rank 0 goes on at once)."""
@@ -83,20 +85,32 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
     """Sign this node in and wait up to `wait` s for the others (a multi-node launch only)."""
     from torch.distributed import TCPStore
 
-    host, _, port = (launch.rdzv_endpoint or "").rpartition(":")
+    host, _, rdzv_port = (launch.rdzv_endpoint or "").rpartition(":")
     host = host.strip("[]")
+    port = int(rdzv_port) + 1
+    if port > MAX_PORT:
+        raise UserError(
+            f"--rdzv-endpoint port {rdzv_port}: a diagnosis keeps its sign-in on the next port, "
+            f"and there is none past {MAX_PORT}: choose a lower one"
+        )
     master = launch.node_rank == 0
     try:
         with _quiet_stderr():  # c10d logs every failed connect with a C++ stack
             store = TCPStore(
                 host,
-                int(port) + 1,
+                port,
                 is_master=master,
                 wait_for_workers=False,
                 timeout=timedelta(seconds=wait),
             )
-    except Exception:  # RuntimeError/DistNetworkError: nobody listens there
-        result = Muster(expected=launch.nnodes, names=names, store_unreachable=not master)
+    except Exception as exc:  # RuntimeError/DistNetworkError: nobody listens there
+        if master:  # its own port: taken, or not an address of this host
+            raise UserError(
+                f"node rank 0 cannot keep the diagnosis's sign-in on {host}:{port} (the "
+                f"rendezvous port + 1): {_reason(exc)}; free that port or choose another "
+                "--rdzv-endpoint port"
+            ) from None
+        result = Muster(expected=launch.nnodes, names=names, store_unreachable=True)
         result.joined = {launch.node_rank: socket.gethostname()}
         return result
     if not master:  # its read waits for node rank 0's result: at most its wait, and the read's
@@ -119,6 +133,17 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
         result.joined.update({j.node: j.host for j in answer.joined})
         result.joined[launch.node_rank] = socket.gethostname()
     return result
+
+
+def _reason(exc: BaseException) -> str:
+    """c10d's one line of why a store could not listen (its message runs on for lines, the
+    errno's name in the middle: `... code: -98, name: EADDRINUSE, message: address already
+    in use`)."""
+    text = " ".join(str(exc).split())
+    at = text.find("message: ")
+    if at >= 0:
+        return text[at + len("message: ") :][:200]
+    return text[:200] or type(exc).__name__
 
 
 def _keep_up(store: object, seconds: float) -> None:

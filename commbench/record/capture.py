@@ -80,6 +80,10 @@ from commbench.traces.trace import (
 DIR_ENV = "COMMBENCH_RECORD_DIR"
 CLOSE_DRAIN_S = 1.0
 """At exit, how long the calls in flight get to be stamped complete."""
+META_EVERY_S = 1.0
+"""The rank's meta file is rewritten at a step's end at most this often (a file written and
+renamed costs 0.2-0.3 ms, a step of a small job a few ms), and always at the end or on an
+error: a rank killed outright leaves counts up to a second old, its calls all written."""
 MAX_PENDING = 4096
 """Calls held back waiting for an earlier one to complete; past it the oldest is written
 without a completion time (a call that never completes must not grow memory)."""
@@ -300,6 +304,9 @@ class Capture:
         self.completions: Completions[_Pending] = Completions(self._stamped)
         self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
         self.cuda: CudaCompletions[_Pending] | None = None
+        self._meta_due = 0.0
+        self._dtypes: dict[torch.dtype, str] = {}
+        self._devices: dict[torch.device, str] = {}
 
     # -- installing ----------------------------------------------------------------------
 
@@ -478,13 +485,13 @@ class Capture:
             name=op.traced_name,
             in_bytes=in_bytes,
             out_bytes=_nbytes(outs) if data else 0,
-            dtype=canonical_dtype(str(first.dtype)) if data and first is not None else "",
+            dtype=self._dtype(first.dtype) if data and first is not None else "",
             count=sum(t.numel() for t in ins) if data else 0,
             group=group,
             async_op=bool(is_async),
             issued_ns=issued,
             host=self.host,
-            device=str(first.device) if first is not None else "",
+            device=self._device(first.device) if first is not None else "",
             step=step,
             peer=peer,
             in_splits=in_splits,
@@ -511,6 +518,19 @@ class Capture:
             while len(self.pending) > MAX_PENDING:
                 self._write(self.pending.popleft())
         return entry
+
+    def _dtype(self, dtype: torch.dtype) -> str:
+        """The trace's name of `dtype`, remembered: a job calls with a handful of them."""
+        name = self._dtypes.get(dtype)
+        if name is None:
+            name = self._dtypes[dtype] = canonical_dtype(str(dtype))
+        return name
+
+    def _device(self, device: torch.device) -> str:
+        name = self._devices.get(device)
+        if name is None:
+            name = self._devices[device] = str(device)
+        return name
 
     def _cuda_start(self, entry: _Pending) -> Any:
         """A timing event on the job's stream before a call on CUDA tensors; None for other
@@ -667,7 +687,7 @@ class Capture:
             self._flush_done()
             if self.writer is not None:
                 self.writer.flush()  # a killed job loses at most the step in flight
-        if self.meta is not None:
+        if self.meta is not None and time.monotonic() >= self._meta_due:
             self._write_meta()
 
     def _say_world(self, world: int) -> None:
@@ -701,6 +721,7 @@ class Capture:
             graph_captured=self.graph_captured,
             closed=closed,
         )
+        self._meta_due = time.monotonic() + META_EVERY_S
         path = self.directory / META_FILE.format(rank=meta.rank)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(dump_json(meta.payload()))

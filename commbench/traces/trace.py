@@ -57,6 +57,29 @@ SPLITS_SINCE = 2
 BATCHES_SINCE = 3
 _PAYLOAD_KEYS = {"async_op": "async"}
 """A `Call` field whose key in a line is another name."""
+_LINE_CHANGES = frozenset({"completed_ns", "async_op"})
+"""The changes `TraceWriter.write` writes without building the call's payload."""
+MAX_REMEMBERED = 4096
+"""Strings and groups a `TraceWriter` keeps the JSON of (past it, each is encoded anew)."""
+
+
+def _json_value(value: Any) -> str:
+    """An int, bool or None as JSON; anything else as `dump_json` writes it."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    return dump_json(value, indent=None)[:-1]
+
+
+def _json_list(values: Sequence[Any]) -> str:
+    return "[" + ", ".join(map(_json_value, values)) + "]"
+
+
 """The first version whose all_to_all without splits was even (before it: not recorded)."""
 TOOL = "commbench"
 MANIFEST_FILE = "manifest.json"
@@ -579,6 +602,8 @@ class TraceWriter:
         self._offset = 0
         self._group_seq: dict[str, int] = {}
         self._unflushed = 0
+        self._texts: dict[Any, str] = {}
+        self._groups: dict[str, tuple[Group, str]] = {}
 
     def write(self, call: Call, **changes: Any) -> None:
         """Append `call` as this rank's next: its `rank`, `seq` and `group_seq` are the
@@ -591,17 +616,71 @@ class TraceWriter:
         if call.op not in P2P_OPS:
             group_seq = self._group_seq.get(call.group.name, 0)
             self._group_seq[call.group.name] = group_seq + 1
-        payload = call.payload()
-        payload.update(rank=self.rank, seq=self._seq, group_seq=group_seq)
-        for name, value in changes.items():
-            payload[_PAYLOAD_KEYS.get(name, name)] = value
-        data = dump_json(payload, indent=None).encode("ascii")
+        if changes.keys() <= _LINE_CHANGES:
+            data = self._line(call, group_seq, changes).encode("ascii")
+        else:
+            payload = call.payload()
+            payload.update(rank=self.rank, seq=self._seq, group_seq=group_seq)
+            for name, value in changes.items():
+                payload[_PAYLOAD_KEYS.get(name, name)] = value
+            data = dump_json(payload, indent=None).encode("ascii")
         self._fh.write(data)
         self._offset += len(data)
         self._seq += 1
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
             self.flush()
+
+    def _line(self, call: Call, group_seq: int | None, changes: Mapping[str, Any]) -> str:
+        """`call`'s line as `dump_json(payload)` writes it, character for character, without
+        building the payload: the capture writes one per call the job makes, on the job's
+        thread, and the dict, the merges and a fresh encoder cost it 15 us a call, this a few
+        (tests/test_trace_writer.py holds the two to the same text)."""
+        text = self._text
+        value = _json_value
+        completed = changes.get("completed_ns", call.completed_ns)
+        async_op = changes.get("async_op", call.async_op)
+        head = (
+            f'{{"rank": {value(self.rank)}, "seq": {value(self._seq)}, "op": {text(call.op)}, '
+            f'"name": {text(call.name)}, "in_bytes": {value(call.in_bytes)}, '
+            f'"out_bytes": {value(call.out_bytes)}, "dtype": {text(call.dtype)}, '
+            f'"count": {value(call.count)}, "group": {self._group_text(call.group)}, '
+            f'"async": {value(async_op)}, "issued_ns": {value(call.issued_ns)}, '
+            f'"completed_ns": {value(completed)}, "host": {text(call.host)}, '
+            f'"device": {text(call.device)}, "step": {value(call.step)}, '
+            f'"group_seq": {value(group_seq)}, "peer": {value(call.peer)}'
+        )
+        tail = []
+        if call.in_splits is not None:
+            tail.append(f', "in_splits": {_json_list(call.in_splits)}')
+        if call.out_splits is not None:
+            tail.append(f', "out_splits": {_json_list(call.out_splits)}')
+        if call.graph:
+            tail.append(', "graph": true')
+        if call.batch is not None:
+            tail.append(f', "batch": {value(call.batch)}')
+        if call.cpu_ns is not None:
+            tail.append(f', "cpu_ns": {value(call.cpu_ns)}')
+        return head + "".join(tail) + "}\n"
+
+    def _text(self, value: Any) -> str:
+        """A string as JSON (ASCII, escaped), remembered: a job's names, dtypes, hosts and
+        devices are a handful, written again on every line."""
+        out = self._texts.get(value)
+        if out is None:
+            out = dump_json(value, indent=None)[:-1]
+            if len(self._texts) < MAX_REMEMBERED:
+                self._texts[value] = out
+        return out
+
+    def _group_text(self, group: Group) -> str:
+        known = self._groups.get(group.name)
+        if known is not None and (known[0] is group or known[0] == group):
+            return known[1]
+        out = dump_json(group.payload(), indent=None)[:-1]
+        if len(self._groups) < MAX_REMEMBERED:
+            self._groups[group.name] = (group, out)
+        return out
 
     def flush(self) -> None:
         if self._fh is not None:
