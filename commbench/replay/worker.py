@@ -327,7 +327,8 @@ class ReplayWorker(Worker):
         are queued as fill the gap, the device's rate of them measured once, so that the
         next call, queued behind them in stream order as the job's was behind its compute,
         starts when they end); else, for `busy_s` (the CPU time the job's process recorded
-        in the gap, `Issue.busy_s`), computing on the host's CPU first: a CPU job's compute
+        in the gap, `Issue.busy_s`), computing on the host's CPU first until the process has
+        used as much CPU time (its every thread's, as recorded): a CPU job's compute
         competing with its communication for the cores, a gap the job slept or waited
         through replayed idle."""
         if self.r.pace_compute and self.device.type == "cuda":
@@ -336,11 +337,13 @@ class ReplayWorker(Worker):
                 a, out = self._compute_operands()
                 for _ in range(int(left / self._product_s())):
                     torch.mm(a, a, out=out)
-        else:
-            end = until if self.r.pace_compute else min(until, time.perf_counter() + busy_s)
-            if end > time.perf_counter():
+        elif self.r.pace_compute or busy_s > 0:
+            # the job's process spent busy_s of CPU in the gap: so does this one, within the
+            # gap (on a loaded machine, busy_s of wall clock would be less CPU than the job's)
+            cpu_end = math.inf if self.r.pace_compute else time.process_time() + busy_s
+            if until > time.perf_counter():
                 a, out = self._compute_operands(host=True)
-                while time.perf_counter() < end:
+                while time.perf_counter() < until and time.process_time() < cpu_end:
                     torch.mm(a, a, out=out)
         while (late := until - time.perf_counter()) > 0:
             time.sleep(min(late, POLL_S))
