@@ -112,7 +112,10 @@ def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer
     """typer's CliRunner builds the click command from the Typer app at every `invoke`
     (walking every command and option: a tenth of the fast lane's time, over its thousands of
     invocations), where `commbench` builds it once per process. Built once per app here too;
-    the app is kept, so that its id is never another's."""
+    the app is kept, so that its id is never another's. So are the command and the group
+    that commbench's job commands (`commbench.cli._job`, once per job asked for: hundreds
+    here) and the tests that read every command's options build with typer's own
+    functions."""
     built: dict[int, tuple[typer.Typer, object]] = {}
 
     def get(app: typer.Typer) -> object:
@@ -125,6 +128,8 @@ def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer
 
 if callable(getattr(typer.testing, "_get_command", None)):  # typer's own name: kept if it goes
     typer.testing._get_command = _built_once(typer.testing._get_command)  # type: ignore[attr-defined]
+typer.main.get_command = _built_once(typer.main.get_command)  # type: ignore[assignment]
+typer.main.get_group = _built_once(typer.main.get_group)  # type: ignore[assignment]
 
 
 @pytest.fixture(autouse=True, scope="session")
