@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import os
 import random
@@ -69,6 +70,29 @@ def pytest_make_collect_report(collector: pytest.Collector) -> object:
         return (yield)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> object:
+    """Collection imports every test module, torch and matplotlib among what they import:
+    hundreds of thousands of objects that live as long as the session. The cyclic garbage
+    collector walked all of them at each of its full collections, a score of them while
+    collecting and dozens over the tests (12 s of the fast lane's 57 s of CPU). So it is off
+    while collecting, and what collection made is moved out of its sight (`gc.freeze`).
+    Over the tests it collects every 5,000 new objects rather than 700: the tests make
+    millions, nearly all freed by their counts, and the young collections and the full ones
+    they lead to cost 3 s more than at 5,000 (tests/package_source.py freezes the source's
+    syntax trees likewise)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(5_000, *gc.get_threshold()[1:])
+        if enabled:
+            gc.enable()
+
+
 @functools.cache
 def _netns_unavailable() -> str | None:
     from netns_cluster import netns_available  # tests/ is on sys.path, as for the modules
@@ -88,7 +112,10 @@ def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer
     """typer's CliRunner builds the click command from the Typer app at every `invoke`
     (walking every command and option: a tenth of the fast lane's time, over its thousands of
     invocations), where `commbench` builds it once per process. Built once per app here too;
-    the app is kept, so that its id is never another's."""
+    the app is kept, so that its id is never another's. So are the command and the group
+    that commbench's job commands (`commbench.cli._job`, once per job asked for: hundreds
+    here) and the tests that read every command's options build with typer's own
+    functions."""
     built: dict[int, tuple[typer.Typer, object]] = {}
 
     def get(app: typer.Typer) -> object:
@@ -101,6 +128,8 @@ def _built_once(get_command: Callable[[typer.Typer], object]) -> Callable[[typer
 
 if callable(getattr(typer.testing, "_get_command", None)):  # typer's own name: kept if it goes
     typer.testing._get_command = _built_once(typer.testing._get_command)  # type: ignore[attr-defined]
+typer.main.get_command = _built_once(typer.main.get_command)  # type: ignore[assignment]
+typer.main.get_group = _built_once(typer.main.get_group)  # type: ignore[assignment]
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -126,6 +155,24 @@ def _figures_drawn_once() -> Iterator[None]:
     plots.png_bytes = png_bytes  # type: ignore[assignment]
     yield
     plots.png_bytes = draw_png
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fsync_checks_its_file() -> Iterator[None]:
+    """The suite writes runs by the hundred, each file through `atomic_write`'s fsync (2 to 3
+    ms on a disk: two seconds of the fast lane), and nothing a test can see depends on it: a
+    file's bytes reach every reader, in this process or another, without it; only a power
+    cut would tell. So `os.fsync` only checks its file descriptor here (a closed or bad one
+    raises as fsync's would), in this process; processes a test starts sync for real.
+    `test_a_durable_write_syncs_its_file` checks that atomic_write calls it."""
+    real = os.fsync
+
+    def fsync(fd: object) -> None:
+        os.fstat(fd)  # type: ignore[arg-type]
+
+    os.fsync = fsync
+    yield
+    os.fsync = real
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import math
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 torch_distributed = pytest.importorskip("torch.distributed")
 
+from commbench.launch import control  # noqa: E402
 from commbench.launch.control import (  # noqa: E402
     GROUP_NODES,
     KEEPALIVE_INTERVALS,
@@ -35,6 +37,7 @@ from commbench.launch.control import (  # noqa: E402
     aggregation_requests,
     group_count,
     plan_interval,
+    rollcall_poll,
     silence_after,
     steady_requests,
 )
@@ -297,10 +300,33 @@ def test_the_muster_costs_two_requests_a_node(store: object) -> None:
     assert links[0].total_requests <= 1 + (1 + math.ceil(0.5 / POLL)) + 1
 
 
+class SleeplessTime:
+    """The `time` module as commbench.launch.control sees it, where only a sleep moves the
+    monotonic clock, and takes no time: the roll call's deadlines and polls run as they do,
+    on a clock no slow store request or busy machine moves, and a wait for the lost costs
+    the test nothing. The sleeps are kept."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return sum(self.slept)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 @pytest.mark.parametrize("lost", [[], [7], [3, 512, 1023]])
-def test_the_roll_call_names_the_lost_nodes_among_1024(store: object, lost: list[int]) -> None:
+def test_the_roll_call_names_the_lost_nodes_among_1024(
+    store: object, lost: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """1,024 nodes through the real RollCall: every survivor answers once, the first counts
     one counter (not 1,024 keys), the others read its result; requests stay O(1) per node."""
+    clock = SleeplessTime()
+    monkeypatch.setattr(control, "time", clock)
     nnodes = 1024
     keys = Keys(f"roll{len(lost)}")
     link = StoreLink(lambda: store)
@@ -310,8 +336,10 @@ def test_the_roll_call_names_the_lost_nodes_among_1024(store: object, lost: list
     assert positions == list(range(1, len(survivors) + 1))
     before = link.total_requests
     wait = 0.6  # the counter waits the whole of it for the lost: two polls (ROLLCALL_POLL)
-    result = roll.count(survivors[0], wait=wait if lost else 30)
+    result = roll.count(survivors[0], wait=wait if lost else 30, sleep=clock.sleep)
     assert result.lost == lost and result.counter == survivors[0]
+    # polled at ROLLCALL_POLL until the wait was over; not at all once every node answered
+    assert clock.slept == ([rollcall_poll(nnodes)] * 2 if lost else []), clock.slept
     counting = link.total_requests - before
     # one count per poll (ROLLCALL_POLL), one read of the answers, one set of the result
     assert counting <= (3 if not lost else wait / ROLLCALL_POLL + 4), counting
@@ -429,7 +457,6 @@ def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
     wake-up), not ten times (the real thread and its real wait, on a one-node job, where a
     step makes no request)."""
     import threading
-    import time
 
     from commbench.launch.control import MIN_INTERVAL, ControlPlane
 
@@ -459,7 +486,6 @@ def test_a_stopped_store_never_holds_a_request_past_its_deadline() -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     from commbench.launch.control import RECONNECT_AFTER, SLOW_CALL, tcp_store_factory
 

@@ -14,8 +14,10 @@ pytest_plugins = ["pytester"]
 
 CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
 
-INNER = ("-p", "no:cacheprovider", "-p", "no:benchmark")
-"""The inner session's options: pytest-benchmark, where installed, runs git at start-up."""
+INNER = ("-p", "no:cacheprovider", "-p", "no:benchmark", "-p", "no:hypothesispytest")
+"""The inner session's options, the plugins the suite's own addopts (pyproject.toml) leave
+out: pytest-benchmark, where installed, runs git at start-up; hypothesis's plugin imports
+hypothesis and reports at the end (most of a second per inner session)."""
 
 CASES = {
     "in_the_test": """

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import commbench
 from commbench import ops
 from commbench.collectives.ops import Group
 from commbench.collectives.registry import COLLECTIVES, collective, selected
@@ -32,8 +31,8 @@ from commbench.traces.chakra import comm_types
 from commbench.traces.names import canonical_op, shard, trace_ops
 from commbench.traces.trace import Call, _signature
 from commbench.traces.trace import Group as TraceGroup
+from tests.package_source import ROOT, parsed
 
-ROOT = Path(commbench.__file__).parent
 CPU = torch.device("cpu")
 
 
@@ -131,11 +130,11 @@ def _literals() -> Iterator[tuple[str, str, list[str]]]:
     """(file, enclosing definition, op names) of every tuple, list, set or dict literal in
     commbench that names two ops or more (a send and its recv are one op's halves)."""
     known = set(OPS) | set(ops.traced())
-    for path in sorted(ROOT.rglob("*.py")):
+    for path, tree in parsed():  # parsed once for the suite's checks of the source
         rel = path.relative_to(ROOT).as_posix()
         if rel == "ops.py":
             continue
-        for top in ast.parse(path.read_text()).body:
+        for top in tree.body:
             where = getattr(top, "name", "")
             if isinstance(top, ast.Assign | ast.AnnAssign):
                 targets = top.targets if isinstance(top, ast.Assign) else [top.target]

@@ -1,6 +1,7 @@
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from functools import partial
@@ -188,6 +189,25 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_durable_write_syncs_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is synced before it is renamed into place (a crash leaves the old file or
+    the whole new one); a heartbeat (`durable=False`) is not synced. (The suite's fsync only
+    checks its descriptor: tests/conftest.py.)"""
+    from commbench.results.store import atomic_write
+
+    synced: list[tuple[int, bool]] = []  # the synced file's size, and whether it was in place
+    path = tmp_path / "results.json"
+
+    def fsync(fd: int) -> None:
+        synced.append((os.fstat(fd).st_size, path.exists()))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(path, "first")
+    assert synced == [(5, False)] and path.read_text() == "first"
+    atomic_write(path, "beat", durable=False)
+    assert len(synced) == 1 and path.read_text() == "beat"
 
 
 def _left_running_by_a_process_that_exited(parent: Path) -> tuple[int, Path]:
