@@ -356,7 +356,7 @@ def dump_json(data: Any, *, indent: int | None = 2) -> str:
     """Strict JSON text of `data`, ending in a newline: NaN and infinities are written as null
     (the one way commbench writes a value that is not a finite number, in every file; CSV
     files leave the cell empty), so any JSON reader, not only Python's, can load it."""
-    try:  # most data holds no such float: json's C encoder checks that at no cost
+    try:  # most data holds no such float: the encoder checks that as it writes
         text = json.dumps(data, indent=indent, default=_json_default, allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(data), indent=indent, default=_json_default, allow_nan=False)
