@@ -72,6 +72,11 @@ JOBS = (
     JobSpec("p2p_ring", "hostile_p2p_ring_job.py"),
     JobSpec("subgroups_local", "hostile_subgroups_job.py", nproc=4),
     JobSpec("compiled_funcol", "hostile_compiled_funcol_job.py"),
+    # pipelining's 1F1B (batched p2p), with its shapes given and inferred (metadata objects),
+    # and Interleaved 1F1B with 2 stages a rank
+    JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
+    JobSpec("pp_1f1b_inferred", "pipeline_1f1b_job.py", args=("--shapes", "inferred")),
+    JobSpec("pp_interleaved", "pipeline_1f1b_job.py", args=("--schedule", "interleaved")),
 )
 """The jobs whose truth is in truth.py's format."""
 
