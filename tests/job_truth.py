@@ -77,6 +77,12 @@ JOBS = (
     JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
     JobSpec("pp_1f1b_inferred", "pipeline_1f1b_job.py", args=("--shapes", "inferred")),
     JobSpec("pp_interleaved", "pipeline_1f1b_job.py", args=("--schedule", "interleaved")),
+    # FSDP2 beyond the defaults: nested groups with mixed precision and some modules kept
+    # unsharded after forward; gradient accumulation without sync on all but the last
+    JobSpec(
+        "fsdp2_nested_mixed_keep", "fsdp2_variants_job.py", args=("--nested", "--mixed", "--keep")
+    ),
+    JobSpec("fsdp2_accumulate", "fsdp2_variants_job.py", args=("--accumulate", "2")),
 )
 """The jobs whose truth is in truth.py's format."""
 
