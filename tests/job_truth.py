@@ -83,6 +83,10 @@ JOBS = (
         "fsdp2_nested_mixed_keep", "fsdp2_variants_job.py", args=("--nested", "--mixed", "--keep")
     ),
     JobSpec("fsdp2_accumulate", "fsdp2_variants_job.py", args=("--accumulate", "2")),
+    # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
+    # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
+    JobSpec("tp_sequence", "tp_sequence_job.py"),
+    JobSpec("tp_fsdp_2d", "tp_fsdp_2d_job.py", nproc=4),
 )
 """The jobs whose truth is in truth.py's format."""
 
