@@ -72,17 +72,25 @@ JOBS = (
     JobSpec("p2p_ring", "hostile_p2p_ring_job.py"),
     JobSpec("subgroups_local", "hostile_subgroups_job.py", nproc=4),
     JobSpec("compiled_funcol", "hostile_compiled_funcol_job.py"),
-    # pipelining's 1F1B (batched p2p), with its shapes given and inferred (metadata objects),
-    # and Interleaved 1F1B with 2 stages a rank
+    # pipelining's 1F1B (batched p2p) with its shapes given; with them inferred (metadata
+    # objects) on pipeline subgroups of a dp x pp mesh, the replicas' gradients all-reduced;
+    # Interleaved 1F1B with 2 stages a rank, shapes inferred
     JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
-    JobSpec("pp_1f1b_inferred", "pipeline_1f1b_job.py", args=("--shapes", "inferred")),
-    JobSpec("pp_interleaved", "pipeline_1f1b_job.py", args=("--schedule", "interleaved")),
+    JobSpec(
+        "pp_1f1b_dp", "pipeline_1f1b_job.py", nproc=4, args=("--dp", "2", "--shapes", "inferred")
+    ),
+    JobSpec(
+        "pp_interleaved",
+        "pipeline_1f1b_job.py",
+        args=("--schedule", "interleaved", "--shapes", "inferred"),
+    ),
     # FSDP2 beyond the defaults: nested groups with mixed precision and some modules kept
     # unsharded after forward; gradient accumulation without sync on all but the last
     JobSpec(
         "fsdp2_nested_mixed_keep", "fsdp2_variants_job.py", args=("--nested", "--mixed", "--keep")
     ),
     JobSpec("fsdp2_accumulate", "fsdp2_variants_job.py", args=("--accumulate", "2")),
+    JobSpec("fsdp2_hsdp", "fsdp2_variants_job.py", nproc=4, args=("--hsdp", "--nested")),
     # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
     # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
     JobSpec("tp_sequence", "tp_sequence_job.py"),

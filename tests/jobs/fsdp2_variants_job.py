@@ -11,6 +11,11 @@ projection and an output head, 5 rows: not divisible by 2) around two blocks, ea
 - `--accumulate N`: N microbatches a step, `set_requires_gradient_sync(False)` before each but
   the last, `True` before the last: no reduce-scatter but in the last.
 - `--keep`: `reshard_after_forward=False` on block 0 (and, nested, on its second linear).
+- `--hsdp`: on 4 ranks, every `fully_shard` over a 2-D mesh `("replicate", "shard")` of
+  (2, 2): HSDP. The "shard" groups are {0, 1} and {2, 3}, the "replicate" ones {0, 2} and
+  {1, 3}; all-gathers and reduce-scatters go over the rank's "shard" group, and each
+  reduce-scatter is followed by an all_reduce of its output (one rank's shard, in the reduce
+  dtype) over the rank's "replicate" group (`foreach_reduce`).
 
 Prints its own truth (tests/jobs/truth.py), simulating FSDP2's documented algorithm on the
 module structure (torch 2.13's _fsdp_state.py, _fsdp_param_group.py):
@@ -38,11 +43,13 @@ module structure (torch 2.13's _fsdp_state.py, _fsdp_param_group.py):
 
 import argparse
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import truth
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 IN, DIM, HIDDEN, OUT = 16, 32, 48, 5
@@ -96,10 +103,12 @@ def own_params(module: nn.Module, exclude: list[nn.Module]) -> list[nn.Parameter
     return [p for p in module.parameters() if id(p) not in apart]
 
 
-def shard(model: Net, nested: bool, mixed: bool, keep: bool) -> Group:
+def shard(model: Net, nested: bool, mixed: bool, keep: bool, mesh: DeviceMesh | None) -> Group:
     """Apply fully_shard as the options say; the root's group and its tree."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    kwargs = {"mp_policy": mp} if mixed else {}
+    kwargs: dict[str, Any] = {"mp_policy": mp} if mixed else {}
+    if mesh is not None:
+        kwargs["mesh"] = mesh
     block_groups = []
     for b, block in enumerate(model.blocks):
         children = []
@@ -121,8 +130,11 @@ def shard(model: Net, nested: bool, mixed: bool, keep: bool) -> Group:
 class Simulation:
     """FSDP2's collectives for one forward and backward (the module docstring)."""
 
-    def __init__(self, root: Group, world: int, mixed: bool) -> None:
-        self.root, self.world = root, world
+    def __init__(
+        self, root: Group, shard_group: list[int], replicate_group: list[int] | None, mixed: bool
+    ) -> None:
+        self.root, self.world = root, len(shard_group)
+        self.shard_group, self.replicate_group = shard_group, replicate_group
         self.gather_dtype = torch.bfloat16 if mixed else torch.float32
         self.reduce_dtype = torch.float32
 
@@ -132,13 +144,17 @@ class Simulation:
         group.sharded = False
         shard = group.shard_numel(self.world) * SIZE[self.gather_dtype]
         truth.say("all_gather", step, in_bytes=shard, out_bytes=shard * self.world,
-                  dtype=truth.dtype_name(self.gather_dtype))  # fmt: skip
+                  dtype=truth.dtype_name(self.gather_dtype), group=self.shard_group)  # fmt: skip
 
     def reduce_scatter(self, group: Group, step: int, sync: bool) -> None:
         if sync:
             shard = group.shard_numel(self.world) * SIZE[self.reduce_dtype]
+            dtype = truth.dtype_name(self.reduce_dtype)
             truth.say("reduce_scatter", step, in_bytes=shard * self.world, out_bytes=shard,
-                      dtype=truth.dtype_name(self.reduce_dtype))  # fmt: skip
+                      dtype=dtype, group=self.shard_group)  # fmt: skip
+            if self.replicate_group is not None:
+                truth.say("all_reduce", step, in_bytes=shard, dtype=dtype,
+                          group=self.replicate_group)  # fmt: skip
         group.sharded = True  # reshard_after_backward
 
     def microbatch(self, step: int, sync: bool) -> None:
@@ -178,13 +194,20 @@ def main() -> None:
     parser.add_argument("--mixed", action="store_true")
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--hsdp", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = Net()
-    root = shard(model, args.nested, args.mixed, args.keep)
-    simulation = Simulation(root, world, args.mixed)
+    mesh, shard_group, replicate_group = None, list(range(world)), None
+    if args.hsdp:
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+        width = world // 2
+        shard_group = [rank // width * width + i for i in range(width)]
+        replicate_group = [r * width + rank % width for r in range(2)]
+    root = shard(model, args.nested, args.mixed, args.keep, mesh)
+    simulation = Simulation(root, shard_group, replicate_group, args.mixed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(1, args.steps + 1):
         for micro in range(args.accumulate):

@@ -37,16 +37,24 @@ then the pickle (uint8), each in a `batch_isend_irecv` of its own. The pickle's 
 that of `pickle.dumps` of the metadata object, which the job computes from its stage's own
 inferred metadata, as `send_object_list` does.
 
+`--dp 2` (4 ranks) runs two pipelines side by side on a DeviceMesh ("dp", "pp") of (2, 2):
+each `PipelineStage` on its "pp" group ({0, 1} or {2, 3}), every call above on that group
+with global peers; after each `schedule.step` the job all-reduces each gradient over its
+"dp" group ({0, 2} or {1, 3}) itself, in its parameters' order (synchronous).
+
     torchrun --nproc-per-node 2 tests/jobs/pipeline_1f1b_job.py [--schedule 1f1b|interleaved]
+        [--shapes given|inferred] [--dp N]
 """
 
 import argparse
 import io
 import pickle
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import truth
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 from torch.distributed.pipelining.schedules import _ComputationType
 
@@ -69,13 +77,43 @@ class Counter:
         return self.next - 1
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the stages are: the rank's pipeline group of `pp` ranks is the `dp`-th of the
+    world's (global ranks dp * pp + q), and stage s is on its rank s % pp (looped)."""
+
+    pp: int
+    dp: int
+    pp_rank: int
+
+    def rank_of(self, stage: int) -> int:
+        """The global rank that holds `stage`."""
+        return self.dp * self.pp + stage % self.pp
+
+    def local(self, stage: int) -> bool:
+        return stage % self.pp == self.pp_rank
+
+    @property
+    def group(self) -> list[int]:
+        return [self.dp * self.pp + q for q in range(self.pp)]
+
+
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (output - target).square().mean()
 
 
-def p2p(op: str, step: int, peer: int, nbytes: int, dtype: str, batch: int | None = None) -> None:
+def p2p(
+    op: str,
+    step: int,
+    peer: int,
+    nbytes: int,
+    dtype: str,
+    batch: int | None = None,
+    *,
+    group: list[int],
+) -> None:
     truth.say(op, step, in_bytes=0 if op == "recv" else nbytes, out_bytes=nbytes, dtype=dtype,
-              peer=peer, batch=batch)  # fmt: skip
+              peer=peer, batch=batch, group=group)  # fmt: skip
 
 
 def pickled_bytes(obj: object) -> int:
@@ -86,137 +124,133 @@ def pickled_bytes(obj: object) -> int:
     return len(f.getvalue())
 
 
-def warmup_truth(stage_ids: list[int], num_stages: int, world: int, rank: int) -> None:
+def warmup_truth(stage_ids: list[int], num_stages: int, at: Placement) -> None:
     """The inference-mode vote: forward over the rank's stages in order, then back."""
-
-    def on(s: int) -> int:  # the rank of stage s (looped placement)
-        return s % world
-
+    on, group = at.rank_of, at.group
     for s in stage_ids:
-        if s > 0 and on(s - 1) != rank:
-            p2p("recv", 1, on(s - 1), I32, "int32")
-        if s < num_stages - 1 and on(s + 1) != rank:
-            p2p("send", 1, on(s + 1), I32, "int32")
+        if s > 0 and not at.local(s - 1):
+            p2p("recv", 1, on(s - 1), I32, "int32", group=group)
+        if s < num_stages - 1 and not at.local(s + 1):
+            p2p("send", 1, on(s + 1), I32, "int32", group=group)
     for s in reversed(stage_ids):
-        if s < num_stages - 1 and on(s + 1) != rank:
-            p2p("recv", 1, on(s + 1), I32, "int32")
-        if s > 0 and on(s - 1) != rank:
-            p2p("send", 1, on(s - 1), I32, "int32")
+        if s < num_stages - 1 and not at.local(s + 1):
+            p2p("recv", 1, on(s + 1), I32, "int32", group=group)
+        if s > 0 and not at.local(s - 1):
+            p2p("send", 1, on(s - 1), I32, "int32", group=group)
 
 
-def meta_truth(stages: list[PipelineStage], num_stages: int, world: int, rank: int,
-               batches: Counter) -> None:  # fmt: skip
+def meta_truth(
+    stages: list[PipelineStage], num_stages: int, at: Placement, batches: Counter
+) -> None:
     """The inferred shapes: forward metadata across each boundary in stage order, then the
     gradients' back in reverse; each object a length and a pickle, each its own batch."""
     from torch.distributed.pipelining.stage import _StageBackwardMeta, _StageForwardMeta
 
-    def on(s: int) -> int:
-        return s % world
-
+    on, group = at.rank_of, at.group
     by_index = {stage.stage_index: stage for stage in stages}
 
     def obj(op: str, peer: int, nbytes: int) -> None:
-        p2p(op, 1, peer, I64, "int64", batches.take())
-        p2p(op, 1, peer, nbytes, "uint8", batches.take())
+        p2p(op, 1, peer, I64, "int64", batches.take(), group=group)
+        p2p(op, 1, peer, nbytes, "uint8", batches.take(), group=group)
 
-    def forward_meta(s: int) -> int:  # what stage s sends forward (its outputs')
-        return pickled_bytes(_StageForwardMeta(forward_metas=by_index[s]._stage_meta.outputs))
-
-    def backward_meta(s: int) -> int:  # what stage s sends back (its input grads')
-        return pickled_bytes(_StageBackwardMeta(backward_metas=by_index[s]._stage_meta.input_grads))
+    def meta(s: int, forward: bool, sent: bool) -> int:
+        """The pickle's length of the metadata stage s sends (`sent`) or receives: the
+        receiver's is the same object, unpickled."""
+        m = by_index[s]._stage_meta
+        if forward:
+            return pickled_bytes(_StageForwardMeta(forward_metas=m.outputs if sent else m.inputs))
+        grads = m.input_grads if sent else m.output_grads
+        return pickled_bytes(_StageBackwardMeta(backward_metas=grads))
 
     for s in sorted(by_index):
-        if s > 0 and on(s - 1) != rank:  # the same object the sender pickled
-            obj("recv", on(s - 1), pickled_bytes(
-                _StageForwardMeta(forward_metas=by_index[s]._stage_meta.inputs)))  # fmt: skip
-        if s < num_stages - 1 and on(s + 1) != rank:
-            obj("send", on(s + 1), forward_meta(s))
+        if s > 0 and not at.local(s - 1):
+            obj("recv", on(s - 1), meta(s, forward=True, sent=False))
+        if s < num_stages - 1 and not at.local(s + 1):
+            obj("send", on(s + 1), meta(s, forward=True, sent=True))
     for s in sorted(by_index, reverse=True):
-        if s < num_stages - 1 and on(s + 1) != rank:
-            obj("recv", on(s + 1), pickled_bytes(
-                _StageBackwardMeta(backward_metas=by_index[s]._stage_meta.output_grads)))  # fmt: skip
-        if s > 0 and on(s - 1) != rank:
-            obj("send", on(s - 1), backward_meta(s))
+        if s < num_stages - 1 and not at.local(s + 1):
+            obj("recv", on(s + 1), meta(s, forward=False, sent=False))
+        if s > 0 and not at.local(s - 1):
+            obj("send", on(s - 1), meta(s, forward=False, sent=True))
 
 
-def one_f_one_b_truth(step: int, stage: int, num_stages: int, batches: Counter) -> None:
+def one_f_one_b_truth(
+    step: int, stage: int, num_stages: int, at: Placement, batches: Counter
+) -> None:
     """Schedule1F1B's sends and receives for one stage (module docstring)."""
-    nxt, prev = stage + 1, stage - 1
+    nxt, prev = at.rank_of(stage + 1), at.rank_of(stage - 1)
     first, last = stage == 0, stage == num_stages - 1
-
-    def fwd_send(mb: int) -> list[tuple[str, int]]:
-        return [] if last else [("send", nxt)]
-
-    def fwd_recv(mb: int) -> list[tuple[str, int]]:
-        return [] if first else [("recv", prev)]
-
-    def bwd_send(mb: int) -> list[tuple[str, int]]:
-        return [] if first else [("send", prev)]
-
-    def bwd_recv(mb: int) -> list[tuple[str, int]]:
-        return [] if last else [("recv", nxt)]
+    fwd_send = [] if last else [("send", nxt)]
+    fwd_recv = [] if first else [("recv", prev)]
+    bwd_send = [] if first else [("send", prev)]
+    bwd_recv = [] if last else [("recv", nxt)]
 
     def issue(ops: list[tuple[str, int]]) -> None:
         mixed = len({op for op, _ in ops}) > 1
         batch = batches.take() if mixed else None
         for op, peer in ops:
-            p2p(op, step, peer, ACTIVATION, "float32", batch)
+            p2p(op, step, peer, ACTIVATION, "float32", batch, group=at.group)
 
     warmup = min(MICRO, num_stages - stage)
     fwd = bwd = 0
     sends: list[tuple[str, int]] = []
     for _ in range(warmup):
-        issue(fwd_recv(fwd))
-        sends = fwd_send(fwd)
+        issue(fwd_recv)
+        sends = fwd_send
         if fwd != warmup - 1:
             issue(sends)
         fwd += 1
     while True:
-        issue(sends + bwd_recv(bwd))
-        back = bwd_send(bwd)
+        issue(sends + bwd_recv)
         bwd += 1
         if fwd == MICRO:
             break
-        issue(back + fwd_recv(fwd))
-        sends = fwd_send(fwd)
+        issue(bwd_send + fwd_recv)
+        sends = fwd_send
         fwd += 1
-    issue(back)
+    issue(bwd_send)
     while bwd < MICRO:
-        issue(bwd_recv(bwd))
-        issue(bwd_send(bwd))
+        issue(bwd_recv)
+        issue(bwd_send)
         bwd += 1
 
 
-def interleaved_truth(step: int, schedule: ScheduleInterleaved1F1B, rank: int, world: int) -> None:
+def interleaved_truth(step: int, schedule: ScheduleInterleaved1F1B, at: Placement) -> None:
     """The communication actions of the rank's lowered program, one call each."""
-
-    def on(s: int) -> int:
-        return s % world
-
     ct = _ComputationType
     peers = {ct.SEND_F: ("send", 1), ct.RECV_F: ("recv", -1),
              ct.SEND_B: ("send", -1), ct.RECV_B: ("recv", 1)}  # fmt: skip
-    for action in schedule.pipeline_order_with_comms[rank]:
+    for action in schedule.pipeline_order_with_comms[at.pp_rank]:
         if action.computation_type in peers:
             op, towards = peers[action.computation_type]
-            p2p(op, step, on(action.stage_index + towards), ACTIVATION, "float32")
+            peer = at.rank_of(action.stage_index + towards)
+            p2p(op, step, peer, ACTIVATION, "float32", group=at.group)
+
+
+def dp_truth(step: int, stages: list[PipelineStage], dp_group: list[int]) -> None:
+    """The job's own all_reduce of each gradient over its data-parallel group."""
+    for stage in stages:
+        for param in stage.submod.parameters():
+            truth.say_tensor("all_reduce", step, param, group=dp_group, async_op=False)
 
 
 def build(
-    schedule_name: str, shapes: str, rank: int, world: int
+    schedule_name: str, shapes: str, at: Placement, pp_group: dist.ProcessGroup | None
 ) -> tuple[list[PipelineStage], Schedule1F1B | ScheduleInterleaved1F1B, int]:
     per_rank = 1 if schedule_name == "1f1b" else 2
-    num_stages = per_rank * world
+    num_stages = per_rank * at.pp
     torch.manual_seed(0)
     layers = [torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU())
               for _ in range(num_stages)]  # fmt: skip
     stages = []
-    for s in range(rank, num_stages, world):
+    for s in range(at.pp_rank, num_stages, at.pp):
         given = {  # the input's gradient is sent back from every stage but the first
             "input_args": torch.empty(MICROBATCH, HIDDEN, requires_grad=s > 0),
             "output_args": torch.empty(MICROBATCH, HIDDEN, requires_grad=True),
         } if shapes == "given" else {}  # fmt: skip
-        stages.append(PipelineStage(layers[s], s, num_stages, torch.device("cpu"), **given))
+        stage = PipelineStage(layers[s], s, num_stages, torch.device("cpu"), group=pp_group,
+                              **given)  # fmt: skip
+        stages.append(stage)
     if schedule_name == "1f1b":
         schedule = Schedule1F1B(stages[0], n_microbatches=MICRO, loss_fn=loss_fn)
     else:
@@ -228,35 +262,48 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b")
     parser.add_argument("--shapes", choices=("given", "inferred"), default="given")
+    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    stages, schedule, num_stages = build(args.schedule, args.shapes, rank, world)
+    pp = world // args.dp
+    at = Placement(pp=pp, dp=rank // pp, pp_rank=rank % pp)
+    pp_group, dp_group = None, None
+    if args.dp > 1:
+        mesh = init_device_mesh("cpu", (args.dp, pp), mesh_dim_names=("dp", "pp"))
+        pp_group, dp_group = mesh["pp"].get_group(), mesh["dp"].get_group()
+    stages, schedule, num_stages = build(args.schedule, args.shapes, at, pp_group)
     params = [p for stage in stages for p in stage.submod.parameters()]
     optimizer = torch.optim.SGD(params, lr=0.01)
     batches = Counter()
     holds_first = any(stage.is_first for stage in stages)
     holds_last = any(stage.is_last for stage in stages)
     for step in range(1, args.steps + 1):
-        data = torch.Generator().manual_seed(step)
+        data = torch.Generator().manual_seed(step * 7 + at.dp)  # one batch a replica
         x, target = torch.randn(BATCH, HIDDEN, generator=data), torch.randn(BATCH, HIDDEN)
         kwargs = {"target": target, "losses": []} if holds_last else {}
         schedule.step(*((x,) if holds_first else ()), **kwargs)
+        if dp_group is not None:  # average the replicas' gradients, as DDP would
+            for param in params:
+                dist.all_reduce(param.grad, group=dp_group)
+                param.grad /= args.dp
         optimizer.step()
         optimizer.zero_grad()
         if step == 1:
-            warmup_truth([s.stage_index for s in stages], num_stages, world, rank)
+            warmup_truth([s.stage_index for s in stages], num_stages, at)
             if args.shapes == "inferred":
-                meta_truth(stages, num_stages, world, rank, batches)
+                meta_truth(stages, num_stages, at, batches)
         if args.schedule == "1f1b":
-            one_f_one_b_truth(step, stages[0].stage_index, num_stages, batches)
+            one_f_one_b_truth(step, stages[0].stage_index, num_stages, at, batches)
         else:
-            interleaved_truth(step, schedule, rank, world)
+            interleaved_truth(step, schedule, at)
+        if dp_group is not None:
+            dp_truth(step, stages, [d * pp + at.pp_rank for d in range(args.dp)])
     dist.barrier()
     truth.say_barrier(None)
     if rank == 0:
-        truth.log(f"pipeline_1f1b_job: {args.schedule}, {args.shapes} shapes, {args.steps} steps")
+        truth.log(f"pipeline_1f1b_job: {vars(args)}")
     dist.destroy_process_group()
 
 
