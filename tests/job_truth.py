@@ -74,7 +74,8 @@ JOBS = (
     JobSpec("compiled_funcol", "hostile_compiled_funcol_job.py"),
     # pipelining's 1F1B (batched p2p) with its shapes given; with them inferred (metadata
     # objects) on pipeline subgroups of a dp x pp mesh, the replicas' gradients all-reduced;
-    # Interleaved 1F1B with 2 stages a rank, shapes inferred
+    # Interleaved 1F1B with 2 stages a rank, shapes inferred, an optimizer a stage (a training
+    # step steps two optimizers)
     JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
     JobSpec(
         "pp_1f1b_dp", "pipeline_1f1b_job.py", nproc=4, args=("--dp", "2", "--shapes", "inferred")
@@ -82,7 +83,7 @@ JOBS = (
     JobSpec(
         "pp_interleaved",
         "pipeline_1f1b_job.py",
-        args=("--schedule", "interleaved", "--shapes", "inferred"),
+        args=("--schedule", "interleaved", "--shapes", "inferred", "--optimizer-per-stage"),
     ),
     # FSDP2 beyond the defaults: nested groups with mixed precision and some modules kept
     # unsharded after forward; gradient accumulation without sync on all but the last
@@ -94,6 +95,7 @@ JOBS = (
     # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
     # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
     JobSpec("tp_sequence", "tp_sequence_job.py"),
+    JobSpec("tp_sequence_two_optimizers", "tp_sequence_job.py", args=("--two-optimizers",)),
     JobSpec("tp_fsdp_2d", "tp_fsdp_2d_job.py", nproc=4),
 )
 """The jobs whose truth is in truth.py's format."""

@@ -635,6 +635,8 @@ class Capture:
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.poll()  # the backward is over: DDP's reducer has waited for its buckets
+        with self.lock:  # right after another optimizer's step: the same training step's
+            self.steps.optimizer_begins()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.stepped and self.meta is not None and self.meta.rank == 0:
@@ -648,18 +650,19 @@ class Capture:
                         if p.requires_grad
                     ]
                 ).write(self.directory)
-        self.end_step()
+        self.end_step(optimizer=True)
 
     @property
     def steps_done(self) -> int:
         return self.steps.done
 
-    def end_step(self) -> None:
-        """Close the open step: the next call belongs to the next one (or to none, if no
-        marker follows it)."""
+    def end_step(self, *, optimizer: bool = False) -> None:
+        """Close the open step (at an optimizer's step when `optimizer`): the next call
+        belongs to the next one (or to none, if no marker follows it)."""
         self.poll()
         with self.lock:
-            if self.steps.end():  # nothing began before the first marker: no start-up
+            # True: nothing began before the first marker: no start-up
+            if self.steps.end(optimizer=optimizer):
                 for entry in self.pending:
                     if entry.call.step is None:
                         entry.call = replace(entry.call, step=1)

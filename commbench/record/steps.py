@@ -20,6 +20,14 @@ after its (k-1)th marker, up to its kth. Around them:
   data loader's seed) is start-up by the rule above in step 1 only; step 2 shows that the
   job repeats it, so it is step 1's as it is every later step's. DDP's start-up is repeated
   by no step and stays start-up. A job of one step cannot tell, and keeps it in start-up.
+- **optimizers stepped in turn**: a job with one optimizer a model part (torchtitan's
+  pipeline stages) or a kind of parameter (Muon beside AdamW) steps them one after the
+  other, and each step is a marker. An optimizer's step that begins right after another's,
+  nothing between them (no call, no forward, no send or recv), ends the same training step:
+  it reopens the step the other closed (its own calls, a DTensor's Partial gradient
+  reduced, are that step's) and closes it again. A forward or a call between two optimizer
+  steps (a GAN's generator after its discriminator) makes them two steps, as two
+  `commbench.record.step()` markers always are.
 - **after the last marker**: no step (a final barrier, an evaluation after training). The
   capture cannot know a marker is the last until the process ends, so the calls after a
   marker are written as the next step's and given none when the process ends (`tail`).
@@ -92,6 +100,10 @@ class Steps:
         self.prologue: deque[Signature] | None = None
         """Step 2's calls before it began, while they are collected (after the first marker,
         when there was a start-up, until step 2 begins or ends)."""
+        self.idle = False
+        """Nothing (no call, no forward, no send or recv) since the last marker."""
+        self.optimizer_marked = False
+        """The last marker was an optimizer's step."""
 
     @property
     def collecting(self) -> bool:
@@ -103,6 +115,7 @@ class Steps:
         if none follows), and what the rule changed if the call begins a step (a send or
         recv)."""
         restep = self.begin() if p2p else None
+        self.idle = False
         if not self.began:
             self.startup_calls += 1
             return None, restep
@@ -118,6 +131,7 @@ class Steps:
     def begin(self) -> Restep | None:
         """A module forward or a send/recv: the rank is training. The first ends start-up;
         the one that begins step 2 compares its prologue with the start-up's end."""
+        self.idle = False
         if not self.began:
             self.began = True
             return None
@@ -129,12 +143,24 @@ class Steps:
             return None
         return Restep(range(self.startup_calls - repeated, self.startup_calls), 1)
 
-    def end(self) -> bool:
-        """A marker: the open step closes. True when the rank had not begun (no forward, no
-        send or recv): the calls held so far are step 1, not start-up."""
+    def optimizer_begins(self) -> bool:
+        """An optimizer's step begins. Right after another optimizer's step, nothing between
+        them, it is the same training step's: the step the other closed is open again, until
+        this one's marker. True when it reopened one."""
+        if not (self.idle and self.optimizer_marked and self.done > 0):
+            return False
+        self.done -= 1
+        return True
+
+    def end(self, *, optimizer: bool = False) -> bool:
+        """A marker (an optimizer's step when `optimizer`): the open step closes. True when
+        the rank had not begun (no forward, no send or recv): the calls held so far are step
+        1, not start-up."""
         first = not self.began
         self.began = True
         self.done += 1
+        self.idle = True
+        self.optimizer_marked = optimizer
         collect = self.done == 1 and bool(self.startup)
         self.prologue = deque(maxlen=len(self.startup)) if collect else None
         return first

@@ -37,6 +37,10 @@ then the pickle (uint8), each in a `batch_isend_irecv` of its own. The pickle's 
 that of `pickle.dumps` of the metadata object, which the job computes from its stage's own
 inferred metadata, as `send_object_list` does.
 
+`--optimizer-per-stage`: one optimizer for each of the rank's stages, each stepped in turn
+at the end of a training step (torchtitan's `OptimizersContainer`): a training step is still
+one step, however many optimizers it steps.
+
 `--dp 2` (4 ranks) runs two pipelines side by side on a DeviceMesh ("dp", "pp") of (2, 2):
 each `PipelineStage` on its "pp" group ({0, 1} or {2, 3}), every call above on that group
 with global peers; after each `schedule.step` the job all-reduces each gradient over its
@@ -263,6 +267,7 @@ def main() -> None:
     parser.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b")
     parser.add_argument("--shapes", choices=("given", "inferred"), default="given")
     parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    parser.add_argument("--optimizer-per-stage", action="store_true")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     dist.init_process_group("gloo")
@@ -275,7 +280,10 @@ def main() -> None:
         pp_group, dp_group = mesh["pp"].get_group(), mesh["dp"].get_group()
     stages, schedule, num_stages = build(args.schedule, args.shapes, at, pp_group)
     params = [p for stage in stages for p in stage.submod.parameters()]
-    optimizer = torch.optim.SGD(params, lr=0.01)
+    if args.optimizer_per_stage:  # torchtitan's way: one optimizer a model part, stepped in turn
+        optimizers = [torch.optim.SGD(stage.submod.parameters(), lr=0.01) for stage in stages]
+    else:
+        optimizers = [torch.optim.SGD(params, lr=0.01)]
     batches = Counter()
     holds_first = any(stage.is_first for stage in stages)
     holds_last = any(stage.is_last for stage in stages)
@@ -288,8 +296,9 @@ def main() -> None:
             for param in params:
                 dist.all_reduce(param.grad, group=dp_group)
                 param.grad /= args.dp
-        optimizer.step()
-        optimizer.zero_grad()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
         if step == 1:
             warmup_truth([s.stage_index for s in stages], num_stages, at)
             if args.shapes == "inferred":

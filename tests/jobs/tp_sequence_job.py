@@ -26,7 +26,11 @@ each step:
   each, an all_reduce of [DIM] float32, weight then bias. The other gradients keep their
   parameters' placements: nothing.
 
-    torchrun --nproc-per-node 2 tests/jobs/tp_sequence_job.py [--steps 3]
+`--two-optimizers`: one SGD for the matrices, stepped first, one for the rest (the norm's
+parameters and the biases), stepped second (as with Muon beside AdamW): the all_reduces are
+the second's, in the same training step.
+
+    torchrun --nproc-per-node 2 tests/jobs/tp_sequence_job.py [--steps 3] [--two-optimizers]
 """
 
 import argparse
@@ -87,6 +91,7 @@ def step_truth(step: int, world: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--two-optimizers", action="store_true")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     dist.init_process_group("gloo")
@@ -100,14 +105,20 @@ def main() -> None:
     }
     model = parallelize_module(Block(), mesh, plan)
     start_up_truth(rank, world)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)
+    if args.two_optimizers:  # Muon-style: one for the matrices, one for the rest, in turn
+        matrices = [p for p in model.parameters() if p.ndim == 2]
+        rest = [p for p in model.parameters() if p.ndim != 2]
+        optimizers = [torch.optim.SGD(ps, lr=0.01, foreach=False) for ps in (matrices, rest)]
+    else:
+        optimizers = [torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)]
     for step in range(1, args.steps + 1):
         data = torch.Generator().manual_seed(step * 17 + rank)  # this rank's half sequence
         x = torch.randn(BATCH, SEQ // world, DIM, generator=data)
         loss = model(x).square().mean()
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
         step_truth(step, world)
     dist.barrier()
     truth.say_barrier(None)
