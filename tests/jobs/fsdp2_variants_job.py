@@ -11,6 +11,11 @@ projection and an output head, 5 rows: not divisible by 2) around two blocks, ea
 - `--accumulate N`: N microbatches a step, `set_requires_gradient_sync(False)` before each but
   the last, `True` before the last: no reduce-scatter but in the last.
 - `--keep`: `reshard_after_forward=False` on block 0 (and, nested, on its second linear).
+- `--clip`: `torch.nn.utils.clip_grad_norm_` of the parameters before each optimizer step,
+  as torchtitan's loop does: the gradients are DTensors sharded on dim 0, so each one's
+  norm (`_foreach_norm`) is a partial norm; `_get_total_norm` stacks them, a [N] tensor of
+  partial norms (N parameters), whose `vector_norm` needs them whole: one all_reduce of N
+  float32 over the group the gradients are sharded on.
 - `--hsdp`: on 4 ranks, every `fully_shard` over a 2-D mesh `("replicate", "shard")` of
   (2, 2): HSDP. The "shard" groups are {0, 1} and {2, 3}, the "replicate" ones {0, 2} and
   {1, 3}; all-gathers and reduce-scatters go over the rank's "shard" group, and each
@@ -38,7 +43,7 @@ module structure (torch 2.13's _fsdp_state.py, _fsdp_param_group.py):
 - `fully_shard` and the optimizer's step (on the shards) make no collectives.
 
     torchrun --nproc-per-node 2 tests/jobs/fsdp2_variants_job.py [--nested] [--mixed]
-        [--accumulate N] [--keep]
+        [--accumulate N] [--keep] [--clip] [--hsdp]
 """
 
 import argparse
@@ -195,6 +200,7 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--hsdp", action="store_true")
+    parser.add_argument("--clip", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -217,6 +223,10 @@ def main() -> None:
             loss = model(torch.randn(BATCH, IN, generator=data)).float().square().mean()
             loss.backward()
             simulation.microbatch(step, sync)
+        if args.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            norms = len(list(model.parameters())) * 4
+            truth.say("all_reduce", step, in_bytes=norms, dtype="float32", group=shard_group)
         optimizer.step()
         optimizer.zero_grad()
     dist.barrier()
