@@ -96,7 +96,13 @@ JOBS = (
     # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
     # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
     JobSpec("tp_sequence", "tp_sequence_job.py"),
-    JobSpec("tp_sequence_two_optimizers", "tp_sequence_job.py", args=("--two-optimizers",)),
+    # rank 0 broadcasts batches of varying length; an optimizer for the matrices, one for the
+    # rest (whose step reduces the norm's Partial gradients)
+    JobSpec(
+        "tp_sequence_data_two_optimizers",
+        "tp_sequence_job.py",
+        args=("--broadcast-data", "--two-optimizers"),
+    ),
     JobSpec("tp_fsdp_2d", "tp_fsdp_2d_job.py", nproc=4),
 )
 """The jobs whose truth is in truth.py's format."""

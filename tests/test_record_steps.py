@@ -27,10 +27,12 @@ class Job:
         self.calls: list[tuple[str, int | None]] = []
         self.resteps: list[Restep] = []
 
-    def call(self, op: str, nbytes: int = 16) -> None:
+    def call(self, op: str, nbytes: int = 16, site: str | None = None) -> None:
+        """A call of `nbytes`, issued at `site` (a line of the job) where given."""
         step, restep = self.steps.call(p2p=op in ("send", "recv"))
         if self.steps.collecting:
-            self.steps.remember((op, nbytes))
+            where = None if site is None else ((site, 1),)
+            self.steps.remember((op, nbytes), where, (op,))
         self._apply(restep)
         self.calls.append((op, step))
 
@@ -153,6 +155,40 @@ def test_a_job_without_markers_keeps_step_1_after_its_start_up() -> None:
     job.forward()
     job.call(*ALL_REDUCE)
     assert job.end() == [("broadcast", None), ("all_reduce", 1)]
+
+
+def test_a_batch_of_varying_length_broadcast_before_each_forward_is_each_steps() -> None:
+    """Rank 0 broadcasts each step's batch, its shape first: the shape is the same every
+    step, the batch's length is not. The same lines of the job issue them: step 1's are
+    step 1's, as when they are the same size."""
+    job = Job()
+    job.call(*PARAMS, site="startup")
+    for length in (2048, 3072):
+        job.call("broadcast", 24, site="shape")
+        job.call("broadcast", length, site="batch")
+        job.forward()
+        job.call(*ALL_REDUCE)
+        job.marker()
+    assert job.end() == [
+        ("broadcast", None), ("broadcast", 1), ("broadcast", 1), ("all_reduce", 1),
+        ("broadcast", 2), ("broadcast", 2), ("all_reduce", 2),
+    ]  # fmt: skip
+
+
+def test_calls_of_other_sizes_from_other_lines_stay_start_up() -> None:
+    """A job broadcasts its parameters itself, then each step a batch of another size, of
+    the same dtype, from another line: its last parameter is start-up still (the batch is
+    step 1's); the same without sites: sizes that differ are other calls."""
+    for site in ("parameters", None):
+        job = Job()
+        for _ in range(2):
+            job.call("broadcast", 4096, site=site)
+        for length in (2048, 3072):
+            job.call("broadcast", length, site=site and "batch")
+            job.forward()
+            job.marker()
+        expected = [None, None, 1, 2] if site else [None, None, None, 2]
+        assert [step for _, step in job.end()] == expected
 
 
 def test_optimizers_stepped_in_turn_end_one_step() -> None:

@@ -62,7 +62,7 @@ from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
 from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
-from commbench.record.steps import Restep, Steps, signature
+from commbench.record.steps import Restep, Site, Steps, signature, sized_apart
 from commbench.traces import splits
 from commbench.traces.names import P2P_OPS, canonical_dtype, canonical_op
 from commbench.traces.trace import (
@@ -161,6 +161,33 @@ def _blocking_p2p() -> bool | None:
             return True
         frame = frame.f_back
     return False
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(module.__file__) + os.sep
+    for module in (torch, sys.modules[__name__.split(".")[0]])
+    if module.__file__
+)
+SITE_DEPTH = 64
+"""Python frames looked through for a call's site (`_site`)."""
+
+
+def _site() -> Site | None:
+    """Where the job issued the call being noted (steps.Site): the (file, line) of each
+    frame outside torch and commbench, innermost first. Read only for the start-up's and
+    step 2's first calls (`Steps.collecting`). None where the frames cannot be read."""
+    if not hasattr(sys, "_getframe"):
+        return None
+    frame: FrameType | None = sys._getframe(2)
+    out: list[tuple[str, int]] = []
+    for _ in range(SITE_DEPTH):
+        if frame is None:
+            break
+        path = frame.f_code.co_filename
+        if not path.startswith(_LIBRARY_DIRS):
+            out.append((path, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out)
 
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -497,7 +524,7 @@ class Capture:
             cpu_ns=cpu,
         )
         if self.steps.collecting:
-            self.steps.remember(signature(call))
+            self.steps.remember(signature(call), _site(), sized_apart(call))
         if restep is not None:
             with self.lock:
                 self._restep(restep)

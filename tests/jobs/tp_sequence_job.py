@@ -30,7 +30,14 @@ each step:
 parameters and the biases), stepped second (as with Muon beside AdamW): the all_reduces are
 the second's, in the same training step.
 
+`--broadcast-data`: rank 0 loads each step's batch and broadcasts it (Megatron's
+`broadcast_data`): its shape first, an int64 [3], then the batch, [BATCH, seq, DIM]
+float32, whose sequence length varies from step to step (SEQ, then 1.5 x SEQ, in turn);
+each rank keeps its half. Both broadcasts are the step's, before its forward, the first
+step's included.
+
     torchrun --nproc-per-node 2 tests/jobs/tp_sequence_job.py [--steps 3] [--two-optimizers]
+        [--broadcast-data]
 """
 
 import argparse
@@ -71,8 +78,32 @@ def start_up_truth(rank: int, world: int) -> None:
     truth.say("broadcast", None, in_bytes=DIM * F32, dtype="float32", peer=0)  # fc2.bias
 
 
-def step_truth(step: int, world: int) -> None:
-    whole = BATCH * SEQ * DIM * F32
+def seq_len(step: int, varied: bool) -> int:
+    """The step's sequence length: SEQ, or with `--broadcast-data` SEQ and 1.5 x SEQ in turn
+    (packed batches of varying length)."""
+    return SEQ * 3 // 2 if varied and step % 2 == 0 else SEQ
+
+
+def load(step: int, rank: int, world: int, broadcast: bool) -> torch.Tensor:
+    """This rank's half of the step's sequence: its own, or with `broadcast` rank 0's batch,
+    its shape broadcast first (int64 [3]), then the batch ([BATCH, seq, DIM] float32)."""
+    if not broadcast:
+        data = torch.Generator().manual_seed(step * 17 + rank)
+        return torch.randn(BATCH, SEQ // world, DIM, generator=data)
+    shape = torch.tensor([BATCH, seq_len(step, True), DIM] if rank == 0 else [0, 0, 0])
+    dist.broadcast(shape, src=0)
+    truth.say_tensor("broadcast", step, shape, peer=0, async_op=False)
+    if rank == 0:
+        batch = torch.randn(*shape.tolist(), generator=torch.Generator().manual_seed(step))
+    else:
+        batch = torch.empty(*shape.tolist())
+    dist.broadcast(batch, src=0)
+    truth.say_tensor("broadcast", step, batch, peer=0, async_op=False)
+    return batch.chunk(world, dim=1)[rank]
+
+
+def step_truth(step: int, world: int, seq: int) -> None:
+    whole = BATCH * seq * DIM * F32
     part = whole // world
 
     def gather() -> None:
@@ -92,6 +123,7 @@ def step_truth(step: int, world: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--two-optimizers", action="store_true")
+    parser.add_argument("--broadcast-data", action="store_true")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     dist.init_process_group("gloo")
@@ -112,14 +144,13 @@ def main() -> None:
     else:
         optimizers = [torch.optim.SGD(model.parameters(), lr=0.01, foreach=False)]
     for step in range(1, args.steps + 1):
-        data = torch.Generator().manual_seed(step * 17 + rank)  # this rank's half sequence
-        x = torch.randn(BATCH, SEQ // world, DIM, generator=data)
+        x = load(step, rank, world, args.broadcast_data)
         loss = model(x).square().mean()
         loss.backward()
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad()
-        step_truth(step, world)
+        step_truth(step, world, seq_len(step, args.broadcast_data))
     dist.barrier()
     truth.say_barrier(None)
     if rank == 0:
