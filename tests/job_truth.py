@@ -75,11 +75,12 @@ JOBS = (
     # pipelining's 1F1B (batched p2p) with its shapes given; with them inferred (metadata
     # objects) on pipeline subgroups of a dp x pp mesh, the replicas' gradients all-reduced;
     # Interleaved 1F1B with 2 stages a rank, shapes inferred, an optimizer a stage (a training
-    # step steps two optimizers)
+    # step steps two optimizers); the zero-bubble V schedule (2 stages a rank, in a V)
     JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
     JobSpec(
         "pp_1f1b_dp", "pipeline_1f1b_job.py", nproc=4, args=("--dp", "2", "--shapes", "inferred")
     ),
+    JobSpec("pp_zbv", "pipeline_1f1b_job.py", args=("--schedule", "zbv")),
     JobSpec(
         "pp_interleaved",
         "pipeline_1f1b_job.py",

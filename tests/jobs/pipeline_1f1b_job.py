@@ -23,6 +23,11 @@ each SEND/RECV one `isend`/`irecv` of a microbatch's activation or gradient, no 
 The job reads that program from the schedule (it is the schedule's definition of what runs)
 and turns each of its communication actions into one call.
 
+`--schedule zbv`: `ScheduleZBVZeroBubble` (zero bubble, backward split into input and weight
+parts) with 2 stages a rank in a V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. Its
+runtime and its program are the interleaved one's; between stages 1 and 2, on the same rank,
+the activation and the gradient are handed over locally: no call.
+
 `--shapes given` (default) hands each stage its input and output shapes: every stage votes
 STATIC. `--shapes inferred` does not: the stages infer them (DYNAMIC), in step 1.
 
@@ -46,7 +51,7 @@ each `PipelineStage` on its "pp" group ({0, 1} or {2, 3}), every call above on t
 with global peers; after each `schedule.step` the job all-reduces each gradient over its
 "dp" group ({0, 2} or {1, 3}) itself, in its parameters' order (synchronous).
 
-    torchrun --nproc-per-node 2 tests/jobs/pipeline_1f1b_job.py [--schedule 1f1b|interleaved]
+    torchrun --nproc-per-node 2 tests/jobs/pipeline_1f1b_job.py [--schedule 1f1b|interleaved|zbv]
         [--shapes given|inferred] [--dp N]
 """
 
@@ -59,8 +64,15 @@ import torch
 import torch.distributed as dist
 import truth
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
-from torch.distributed.pipelining.schedules import _ComputationType
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleInterleaved1F1B,
+    ScheduleZBVZeroBubble,
+)
+from torch.distributed.pipelining.schedules import _ComputationType, _PipelineScheduleRuntime
+
+Schedule = Schedule1F1B | ScheduleInterleaved1F1B | ScheduleZBVZeroBubble
 
 HIDDEN = 32
 BATCH = 16
@@ -84,18 +96,29 @@ class Counter:
 @dataclass(frozen=True)
 class Placement:
     """Where the stages are: the rank's pipeline group of `pp` ranks is the `dp`-th of the
-    world's (global ranks dp * pp + q), and stage s is on its rank s % pp (looped)."""
+    world's (global ranks dp * pp + q), and stage s is on its rank s % pp (looped), or with
+    `v` on rank s or 2 pp - 1 - s (the V: rank 0 holds the first and the last stage)."""
 
     pp: int
     dp: int
     pp_rank: int
+    v: bool = False
+
+    def pp_rank_of(self, stage: int) -> int:
+        if self.v:
+            return stage if stage < self.pp else 2 * self.pp - 1 - stage
+        return stage % self.pp
 
     def rank_of(self, stage: int) -> int:
         """The global rank that holds `stage`."""
-        return self.dp * self.pp + stage % self.pp
+        return self.dp * self.pp + self.pp_rank_of(stage)
 
     def local(self, stage: int) -> bool:
-        return stage % self.pp == self.pp_rank
+        return self.pp_rank_of(stage) == self.pp_rank
+
+    def stages(self, num_stages: int) -> list[int]:
+        """The rank's stages, in the order it hands them to its schedule."""
+        return [s for s in range(num_stages) if self.local(s)]
 
     @property
     def group(self) -> list[int]:
@@ -219,7 +242,7 @@ def one_f_one_b_truth(
         bwd += 1
 
 
-def interleaved_truth(step: int, schedule: ScheduleInterleaved1F1B, at: Placement) -> None:
+def interleaved_truth(step: int, schedule: _PipelineScheduleRuntime, at: Placement) -> None:
     """The communication actions of the rank's lowered program, one call each."""
     ct = _ComputationType
     peers = {ct.SEND_F: ("send", 1), ct.RECV_F: ("recv", -1),
@@ -240,14 +263,14 @@ def dp_truth(step: int, stages: list[PipelineStage], dp_group: list[int]) -> Non
 
 def build(
     schedule_name: str, shapes: str, at: Placement, pp_group: dist.ProcessGroup | None
-) -> tuple[list[PipelineStage], Schedule1F1B | ScheduleInterleaved1F1B, int]:
-    per_rank = 1 if schedule_name == "1f1b" else 2
+) -> tuple[list[PipelineStage], Schedule, int]:
+    per_rank = 1 if schedule_name == "1f1b" else 2  # interleaved, zbv: 2 stages a rank
     num_stages = per_rank * at.pp
     torch.manual_seed(0)
     layers = [torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU())
               for _ in range(num_stages)]  # fmt: skip
     stages = []
-    for s in range(at.pp_rank, num_stages, at.pp):
+    for s in at.stages(num_stages):
         given = {  # the input's gradient is sent back from every stage but the first
             "input_args": torch.empty(MICROBATCH, HIDDEN, requires_grad=s > 0),
             "output_args": torch.empty(MICROBATCH, HIDDEN, requires_grad=True),
@@ -257,6 +280,8 @@ def build(
         stages.append(stage)
     if schedule_name == "1f1b":
         schedule = Schedule1F1B(stages[0], n_microbatches=MICRO, loss_fn=loss_fn)
+    elif schedule_name == "zbv":
+        schedule = ScheduleZBVZeroBubble(stages, n_microbatches=MICRO, loss_fn=loss_fn)
     else:
         schedule = ScheduleInterleaved1F1B(stages, n_microbatches=MICRO, loss_fn=loss_fn)
     return stages, schedule, num_stages
@@ -264,7 +289,7 @@ def build(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b")
+    parser.add_argument("--schedule", choices=("1f1b", "interleaved", "zbv"), default="1f1b")
     parser.add_argument("--shapes", choices=("given", "inferred"), default="given")
     parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     parser.add_argument("--optimizer-per-stage", action="store_true")
@@ -273,7 +298,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     pp = world // args.dp
-    at = Placement(pp=pp, dp=rank // pp, pp_rank=rank % pp)
+    at = Placement(pp=pp, dp=rank // pp, pp_rank=rank % pp, v=args.schedule == "zbv")
     pp_group, dp_group = None, None
     if args.dp > 1:
         mesh = init_device_mesh("cpu", (args.dp, pp), mesh_dim_names=("dp", "pp"))
