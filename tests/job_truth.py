@@ -105,6 +105,8 @@ JOBS = (
         args=("--broadcast-data", "--two-optimizers"),
     ),
     JobSpec("tp_fsdp_2d", "tp_fsdp_2d_job.py", nproc=4),
+    # a vocabulary-parallel head and loss_parallel's cross entropy (its inserted all_reduces)
+    JobSpec("tp_loss_parallel", "tp_loss_parallel_job.py"),
 )
 """The jobs whose truth is in truth.py's format."""
 
