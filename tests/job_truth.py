@@ -87,13 +87,19 @@ JOBS = (
         args=("--schedule", "interleaved", "--shapes", "inferred", "--optimizer-per-stage"),
     ),
     # FSDP2 beyond the defaults: nested groups with mixed precision and some modules kept
-    # unsharded after forward; gradient accumulation without sync on all but the last; HSDP;
-    # the last two clip their gradients' norm (an all_reduce of the partial norms)
+    # unsharded after forward; gradient accumulation without sync on all but the last; HSDP
+    # accumulating with reduce-scatters, all-reducing the last; the last two clip their
+    # gradients' norm (an all_reduce of the partial norms)
     JobSpec(
         "fsdp2_nested_mixed_keep", "fsdp2_variants_job.py", args=("--nested", "--mixed", "--keep")
     ),
     JobSpec("fsdp2_accumulate", "fsdp2_variants_job.py", args=("--accumulate", "2", "--clip")),
-    JobSpec("fsdp2_hsdp", "fsdp2_variants_job.py", nproc=4, args=("--hsdp", "--nested", "--clip")),
+    JobSpec(
+        "fsdp2_hsdp",
+        "fsdp2_variants_job.py",
+        nproc=4,
+        args=("--hsdp", "--nested", "--clip", "--accumulate", "2", "--reduce-scatter-each"),
+    ),
     # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
     # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
     JobSpec("tp_sequence", "tp_sequence_job.py"),

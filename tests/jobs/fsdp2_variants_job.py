@@ -11,6 +11,10 @@ projection and an output head, 5 rows: not divisible by 2) around two blocks, ea
 - `--accumulate N`: N microbatches a step, `set_requires_gradient_sync(False)` before each but
   the last, `True` before the last: no reduce-scatter but in the last.
 - `--keep`: `reshard_after_forward=False` on block 0 (and, nested, on its second linear).
+- `--reduce-scatter-each` (with `--hsdp --accumulate N`): `set_requires_all_reduce(False)`
+  on the microbatches but the last instead (FSDP2's way to accumulate with HSDP): each
+  microbatch reduce-scatters, only the last all-reduces (the sum of the microbatches'
+  reduce-scatter outputs, the same shard).
 - `--clip`: `torch.nn.utils.clip_grad_norm_` of the parameters before each optimizer step,
   as torchtitan's loop does: the gradients are DTensors sharded on dim 0, so each one's
   norm (`_foreach_norm`) is a partial norm; `_get_total_norm` stacks them, a [N] tensor of
@@ -43,7 +47,7 @@ module structure (torch 2.13's _fsdp_state.py, _fsdp_param_group.py):
 - `fully_shard` and the optimizer's step (on the shards) make no collectives.
 
     torchrun --nproc-per-node 2 tests/jobs/fsdp2_variants_job.py [--nested] [--mixed]
-        [--accumulate N] [--keep] [--clip] [--hsdp]
+        [--accumulate N] [--keep] [--clip] [--hsdp] [--reduce-scatter-each]
 """
 
 import argparse
@@ -151,18 +155,18 @@ class Simulation:
         truth.say("all_gather", step, in_bytes=shard, out_bytes=shard * self.world,
                   dtype=truth.dtype_name(self.gather_dtype), group=self.shard_group)  # fmt: skip
 
-    def reduce_scatter(self, group: Group, step: int, sync: bool) -> None:
+    def reduce_scatter(self, group: Group, step: int, sync: bool, all_reduce: bool) -> None:
         if sync:
             shard = group.shard_numel(self.world) * SIZE[self.reduce_dtype]
             dtype = truth.dtype_name(self.reduce_dtype)
             truth.say("reduce_scatter", step, in_bytes=shard * self.world, out_bytes=shard,
                       dtype=dtype, group=self.shard_group)  # fmt: skip
-            if self.replicate_group is not None:
+            if self.replicate_group is not None and all_reduce:
                 truth.say("all_reduce", step, in_bytes=shard, dtype=dtype,
                           group=self.replicate_group)  # fmt: skip
         group.sharded = True  # reshard_after_backward
 
-    def microbatch(self, step: int, sync: bool) -> None:
+    def microbatch(self, step: int, sync: bool, all_reduce: bool = True) -> None:
         order: list[Group] = []  # the post-forward order
 
         def forward(group: Group) -> None:
@@ -183,13 +187,13 @@ class Simulation:
             pre_backward(group)
             for child in reversed(group.children):
                 backward(child)
-            self.reduce_scatter(group, step, sync)
+            self.reduce_scatter(group, step, sync, all_reduce)
 
         forward(self.root)
         pre_backward(self.root)
         for child in reversed(self.root.children):
             backward(child)
-        self.reduce_scatter(self.root, step, sync)  # the final callback
+        self.reduce_scatter(self.root, step, sync, all_reduce)  # the final callback
 
 
 def main() -> None:
@@ -201,6 +205,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--hsdp", action="store_true")
     parser.add_argument("--clip", action="store_true")
+    parser.add_argument("--reduce-scatter-each", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -217,12 +222,16 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(1, args.steps + 1):
         for micro in range(args.accumulate):
-            sync = micro == args.accumulate - 1
-            model.set_requires_gradient_sync(sync)
+            last = micro == args.accumulate - 1
+            if args.reduce_scatter_each:  # HSDP: reduce-scatter each, all-reduce the last
+                model.set_requires_all_reduce(last)
+            else:
+                model.set_requires_gradient_sync(last)
             data = torch.Generator().manual_seed(step * 131 + micro * 7 + rank)
             loss = model(torch.randn(BATCH, IN, generator=data)).float().square().mean()
             loss.backward()
-            simulation.microbatch(step, sync)
+            sync = last or args.reduce_scatter_each
+            simulation.microbatch(step, sync, all_reduce=last)
         if args.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             norms = len(list(model.parameters())) * 4
