@@ -72,6 +72,47 @@ JOBS = (
     JobSpec("p2p_ring", "hostile_p2p_ring_job.py"),
     JobSpec("subgroups_local", "hostile_subgroups_job.py", nproc=4),
     JobSpec("compiled_funcol", "hostile_compiled_funcol_job.py"),
+    # pipelining's 1F1B (batched p2p) with its shapes given; with them inferred (metadata
+    # objects) on pipeline subgroups of a dp x pp mesh, the replicas' gradients all-reduced;
+    # Interleaved 1F1B with 2 stages a rank, shapes inferred, an optimizer a stage (a training
+    # step steps two optimizers); the zero-bubble V schedule (2 stages a rank, in a V)
+    JobSpec("pp_1f1b", "pipeline_1f1b_job.py"),
+    JobSpec(
+        "pp_1f1b_dp", "pipeline_1f1b_job.py", nproc=4, args=("--dp", "2", "--shapes", "inferred")
+    ),
+    JobSpec("pp_zbv", "pipeline_1f1b_job.py", args=("--schedule", "zbv")),
+    JobSpec(
+        "pp_interleaved",
+        "pipeline_1f1b_job.py",
+        args=("--schedule", "interleaved", "--shapes", "inferred", "--optimizer-per-stage"),
+    ),
+    # FSDP2 beyond the defaults: nested groups with mixed precision and some modules kept
+    # unsharded after forward; gradient accumulation without sync on all but the last; HSDP
+    # accumulating with reduce-scatters, all-reducing the last; the last two clip their
+    # gradients' norm (an all_reduce of the partial norms)
+    JobSpec(
+        "fsdp2_nested_mixed_keep", "fsdp2_variants_job.py", args=("--nested", "--mixed", "--keep")
+    ),
+    JobSpec("fsdp2_accumulate", "fsdp2_variants_job.py", args=("--accumulate", "2", "--clip")),
+    JobSpec(
+        "fsdp2_hsdp",
+        "fsdp2_variants_job.py",
+        nproc=4,
+        args=("--hsdp", "--nested", "--clip", "--accumulate", "2", "--reduce-scatter-each"),
+    ),
+    # tensor parallel with sequence parallel (all_gather, reduce_scatter, the optimizer's
+    # all_reduce of Partial gradients); TP within "tp" and FSDP2 over "dp" on a 2-D mesh
+    JobSpec("tp_sequence", "tp_sequence_job.py"),
+    # rank 0 broadcasts batches of varying length; an optimizer for the matrices, one for the
+    # rest (whose step reduces the norm's Partial gradients)
+    JobSpec(
+        "tp_sequence_data_two_optimizers",
+        "tp_sequence_job.py",
+        args=("--broadcast-data", "--two-optimizers"),
+    ),
+    JobSpec("tp_fsdp_2d", "tp_fsdp_2d_job.py", nproc=4),
+    # a vocabulary-parallel head and loss_parallel's cross entropy (its inserted all_reduces)
+    JobSpec("tp_loss_parallel", "tp_loss_parallel_job.py"),
 )
 """The jobs whose truth is in truth.py's format."""
 

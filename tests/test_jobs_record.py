@@ -3,7 +3,10 @@ of what it recorded (issue 34).
 
 Each job of tests/jobs/ in `job_truth.JOBS` trains for 3 steps with standard PyTorch APIs
 (DTensor tensor parallel, subgroups, async and object collectives, functional collectives
-eager and compiled, batched p2p and coalesced collectives, FSDP2) and prints the truth of
+eager and compiled, batched p2p and coalesced collectives, FSDP2; pipelining's 1F1B,
+Interleaved 1F1B and zero-bubble V schedules, on a dp x pp mesh too; FSDP2 nested, in mixed
+precision, accumulating, HSDP, clipping; sequence parallel, loss_parallel, TP with FSDP2 on
+a 2-D mesh) and prints the truth of
 every collective it makes, computed from its own tensors and torch's documented behaviour
 (tests/jobs/truth.py). The recording must match it call for call, per rank, in issue order:
 op, bytes in and out, dtype, group, root or peer, step, and async and splits where the job

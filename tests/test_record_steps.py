@@ -27,19 +27,28 @@ class Job:
         self.calls: list[tuple[str, int | None]] = []
         self.resteps: list[Restep] = []
 
-    def call(self, op: str, nbytes: int = 16) -> None:
+    def call(self, op: str, nbytes: int = 16, site: str | None = None) -> None:
+        """A call of `nbytes`, issued at `site` (a line of the job) where given."""
         step, restep = self.steps.call(p2p=op in ("send", "recv"))
         if self.steps.collecting:
-            self.steps.remember((op, nbytes))
+            where = None if site is None else ((site, 1),)
+            self.steps.remember((op, nbytes), where, (op,))
         self._apply(restep)
         self.calls.append((op, step))
 
     def forward(self) -> None:
         self._apply(self.steps.begin())
 
-    def marker(self) -> None:
-        if self.steps.end():
+    def marker(self, *, optimizer: bool = False) -> None:
+        if self.steps.end(optimizer=optimizer):
             self.calls = [(op, 1 if step is None else step) for op, step in self.calls]
+
+    def optimizer(self, *inside: str) -> None:
+        """An optimizer's step (its pre-hook, the calls it makes, its post-hook: a marker)."""
+        self.steps.optimizer_begins()
+        for op in inside:
+            self.call(op)
+        self.marker(optimizer=True)
 
     def end(self) -> list[tuple[str, int | None]]:
         """The calls as written when the process ends."""
@@ -146,6 +155,81 @@ def test_a_job_without_markers_keeps_step_1_after_its_start_up() -> None:
     job.forward()
     job.call(*ALL_REDUCE)
     assert job.end() == [("broadcast", None), ("all_reduce", 1)]
+
+
+def test_a_batch_of_varying_length_broadcast_before_each_forward_is_each_steps() -> None:
+    """Rank 0 broadcasts each step's batch, its shape first: the shape is the same every
+    step, the batch's length is not. The same lines of the job issue them: step 1's are
+    step 1's, as when they are the same size."""
+    job = Job()
+    job.call(*PARAMS, site="startup")
+    for length in (2048, 3072):
+        job.call("broadcast", 24, site="shape")
+        job.call("broadcast", length, site="batch")
+        job.forward()
+        job.call(*ALL_REDUCE)
+        job.marker()
+    assert job.end() == [
+        ("broadcast", None), ("broadcast", 1), ("broadcast", 1), ("all_reduce", 1),
+        ("broadcast", 2), ("broadcast", 2), ("all_reduce", 2),
+    ]  # fmt: skip
+
+
+def test_calls_of_other_sizes_from_other_lines_stay_start_up() -> None:
+    """A job broadcasts its parameters itself, then each step a batch of another size, of
+    the same dtype, from another line: its last parameter is start-up still (the batch is
+    step 1's); the same without sites: sizes that differ are other calls."""
+    for site in ("parameters", None):
+        job = Job()
+        for _ in range(2):
+            job.call("broadcast", 4096, site=site)
+        for length in (2048, 3072):
+            job.call("broadcast", length, site=site and "batch")
+            job.forward()
+            job.marker()
+        expected = [None, None, 1, 2] if site else [None, None, None, 2]
+        assert [step for _, step in job.end()] == expected
+
+
+def test_optimizers_stepped_in_turn_end_one_step() -> None:
+    """One optimizer a model part (torchtitan's pipeline stages) or a kind of parameter
+    (Muon and AdamW), stepped one after the other: one training step, not one per optimizer;
+    the calls an optimizer makes in its step (a DTensor's Partial gradient reduced) are that
+    step's, the second optimizer's too."""
+    job = Job()
+    for _ in range(2):
+        job.forward()
+        job.call(*ALL_REDUCE)
+        job.optimizer("all_reduce")
+        job.optimizer("all_gather")
+    job.call("barrier")
+    assert job.end() == [
+        ("all_reduce", 1), ("all_reduce", 1), ("all_gather", 1),
+        ("all_reduce", 2), ("all_reduce", 2), ("all_gather", 2), ("barrier", None),
+    ]  # fmt: skip
+    assert job.steps.done == 2
+
+
+def test_optimizers_with_a_forward_or_a_call_between_end_a_step_each() -> None:
+    """A GAN's discriminator and generator each train and step in turn: two steps; so do two
+    optimizer steps with a call between, and two `commbench.record.step()` markers."""
+    gan = Job()
+    gan.forward()
+    gan.call(*ALL_REDUCE)
+    gan.optimizer()
+    gan.forward()
+    gan.optimizer()
+    gan.call(*ALL_REDUCE)
+    gan.optimizer()
+    gan.optimizer("all_gather")
+    assert gan.end() == [("all_reduce", 1), ("all_reduce", 3), ("all_gather", 3)]
+    marked = Job()
+    marked.call(*ALL_REDUCE)
+    marked.marker()
+    marked.marker()
+    marked.call("all_gather")
+    marked.marker()
+    assert marked.end() == [("all_reduce", 1), ("all_gather", 3)]
 
 
 def _call(step: int | None) -> Call:

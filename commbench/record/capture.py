@@ -62,7 +62,7 @@ from commbench.completion import Completions, CudaCompletions, PolledCompletions
 from commbench.files import dump_json
 from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
-from commbench.record.steps import Restep, Steps, signature
+from commbench.record.steps import Restep, Site, Steps, signature, sized_apart
 from commbench.traces import splits
 from commbench.traces.names import P2P_OPS, canonical_dtype, canonical_op
 from commbench.traces.trace import (
@@ -165,6 +165,33 @@ def _blocking_p2p() -> bool | None:
             return True
         frame = frame.f_back
     return False
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(module.__file__) + os.sep
+    for module in (torch, sys.modules[__name__.split(".")[0]])
+    if module.__file__
+)
+SITE_DEPTH = 64
+"""Python frames looked through for a call's site (`_site`)."""
+
+
+def _site() -> Site | None:
+    """Where the job issued the call being noted (steps.Site): the (file, line) of each
+    frame outside torch and commbench, innermost first. Read only for the start-up's and
+    step 2's first calls (`Steps.collecting`). None where the frames cannot be read."""
+    if not hasattr(sys, "_getframe"):
+        return None
+    frame: FrameType | None = sys._getframe(2)
+    out: list[tuple[str, int]] = []
+    for _ in range(SITE_DEPTH):
+        if frame is None:
+            break
+        path = frame.f_code.co_filename
+        if not path.startswith(_LIBRARY_DIRS):
+            out.append((path, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out)
 
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -504,7 +531,7 @@ class Capture:
             cpu_ns=cpu,
         )
         if self.steps.collecting:
-            self.steps.remember(signature(call))
+            self.steps.remember(signature(call), _site(), sized_apart(call))
         if restep is not None:
             with self.lock:
                 self._restep(restep)
@@ -655,6 +682,8 @@ class Capture:
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.poll()  # the backward is over: DDP's reducer has waited for its buckets
+        with self.lock:  # right after another optimizer's step: the same training step's
+            self.steps.optimizer_begins()
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.stepped and self.meta is not None and self.meta.rank == 0:
@@ -668,18 +697,19 @@ class Capture:
                         if p.requires_grad
                     ]
                 ).write(self.directory)
-        self.end_step()
+        self.end_step(optimizer=True)
 
     @property
     def steps_done(self) -> int:
         return self.steps.done
 
-    def end_step(self) -> None:
-        """Close the open step: the next call belongs to the next one (or to none, if no
-        marker follows it)."""
+    def end_step(self, *, optimizer: bool = False) -> None:
+        """Close the open step (at an optimizer's step when `optimizer`): the next call
+        belongs to the next one (or to none, if no marker follows it)."""
         self.poll()
         with self.lock:
-            if self.steps.end():  # nothing began before the first marker: no start-up
+            # True: nothing began before the first marker: no start-up
+            if self.steps.end(optimizer=optimizer):
                 for entry in self.pending:
                     if entry.call.step is None:
                         entry.call = replace(entry.call, step=1)

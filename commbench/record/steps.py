@@ -20,6 +20,16 @@ after its (k-1)th marker, up to its kth. Around them:
   data loader's seed) is start-up by the rule above in step 1 only; step 2 shows that the
   job repeats it, so it is step 1's as it is every later step's. DDP's start-up is repeated
   by no step and stays start-up. A job of one step cannot tell, and keeps it in start-up.
+  Calls are the same if their signatures are, or if the same lines of the job issued them
+  and only their sizes differ: a batch broadcast each step, its length varying.
+- **optimizers stepped in turn**: a job with one optimizer a model part (torchtitan's
+  pipeline stages) or a kind of parameter (Muon beside AdamW) steps them one after the
+  other, and each step is a marker. An optimizer's step that begins right after another's,
+  nothing between them (no call, no forward, no send or recv), ends the same training step:
+  it reopens the step the other closed (its own calls, a DTensor's Partial gradient
+  reduced, are that step's) and closes it again. A forward or a call between two optimizer
+  steps (a GAN's generator after its discriminator) makes them two steps, as two
+  `commbench.record.step()` markers always are.
 - **after the last marker**: no step (a final barrier, an evaluation after training). The
   capture cannot know a marker is the last until the process ends, so the calls after a
   marker are written as the next step's and given none when the process ends (`tail`).
@@ -38,6 +48,10 @@ from commbench.traces.trace import Call
 
 Signature = tuple[object, ...]
 """What makes two calls the same call of two steps."""
+
+Site = tuple[tuple[str, int], ...]
+"""Where the job issued a call: the (file, line) of each of its frames outside torch and
+commbench, innermost first."""
 
 
 def signature(call: Call) -> Signature:
@@ -63,11 +77,34 @@ class Restep:
     step: int | None
 
 
-def common_suffix(a: deque[Signature], b: deque[Signature]) -> int:
+def sized_apart(call: Call) -> Signature:
+    """The call's signature less its sizes: a batch of a varying length, broadcast by the
+    same line of the job every step, is the same call in each."""
+    return (call.op, call.name, call.dtype, call.group.name, call.group.ranks, call.peer)
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """A start-up or prologue call as the rule compares it."""
+
+    sig: Signature
+    site: Site | None = None
+    unsized: Signature | None = None
+    """Its signature less its sizes (`sized_apart`), where its site is known."""
+
+    def alike(self, other: Remembered) -> bool:
+        """The same call: the same signature, or the same but for the sizes issued from the
+        same place of the job (a batch whose length varies, broadcast each step)."""
+        if self.sig == other.sig:
+            return True
+        return self.site is not None and self.site == other.site and self.unsized == other.unsized
+
+
+def common_suffix(a: deque[Remembered], b: deque[Remembered]) -> int:
     """How many calls `a` and `b` end with alike."""
     n = 0
     for x, y in zip(reversed(a), reversed(b), strict=False):
-        if x != y:
+        if not x.alike(y):
             break
         n += 1
     return n
@@ -86,12 +123,16 @@ class Steps:
         self.began = False
         """The rank began training (a forward, a send or recv, a marker): calls are no
         longer start-up."""
-        self.startup: deque[Signature] = deque(maxlen=keep)
+        self.startup: deque[Remembered] = deque(maxlen=keep)
         self.startup_calls = 0
         """Start-up calls: seqs 0 to startup_calls - 1."""
-        self.prologue: deque[Signature] | None = None
+        self.prologue: deque[Remembered] | None = None
         """Step 2's calls before it began, while they are collected (after the first marker,
         when there was a start-up, until step 2 begins or ends)."""
+        self.idle = False
+        """Nothing (no call, no forward, no send or recv) since the last marker."""
+        self.optimizer_marked = False
+        """The last marker was an optimizer's step."""
 
     @property
     def collecting(self) -> bool:
@@ -103,21 +144,27 @@ class Steps:
         if none follows), and what the rule changed if the call begins a step (a send or
         recv)."""
         restep = self.begin() if p2p else None
+        self.idle = False
         if not self.began:
             self.startup_calls += 1
             return None, restep
         return self.done + 1, restep
 
-    def remember(self, sig: Signature) -> None:
-        """The signature of the call just issued (`call`), when `collecting`."""
+    def remember(
+        self, sig: Signature, site: Site | None = None, unsized: Signature | None = None
+    ) -> None:
+        """The signature of the call just issued (`call`), when `collecting`, and where the job
+        issued it with its signature less its sizes, where known."""
+        remembered = Remembered(sig, site, unsized)
         if not self.began:
-            self.startup.append(sig)
+            self.startup.append(remembered)
         elif self.prologue is not None:
-            self.prologue.append(sig)
+            self.prologue.append(remembered)
 
     def begin(self) -> Restep | None:
         """A module forward or a send/recv: the rank is training. The first ends start-up;
         the one that begins step 2 compares its prologue with the start-up's end."""
+        self.idle = False
         if not self.began:
             self.began = True
             return None
@@ -129,12 +176,24 @@ class Steps:
             return None
         return Restep(range(self.startup_calls - repeated, self.startup_calls), 1)
 
-    def end(self) -> bool:
-        """A marker: the open step closes. True when the rank had not begun (no forward, no
-        send or recv): the calls held so far are step 1, not start-up."""
+    def optimizer_begins(self) -> bool:
+        """An optimizer's step begins. Right after another optimizer's step, nothing between
+        them, it is the same training step's: the step the other closed is open again, until
+        this one's marker. True when it reopened one."""
+        if not (self.idle and self.optimizer_marked and self.done > 0):
+            return False
+        self.done -= 1
+        return True
+
+    def end(self, *, optimizer: bool = False) -> bool:
+        """A marker (an optimizer's step when `optimizer`): the open step closes. True when
+        the rank had not begun (no forward, no send or recv): the calls held so far are step
+        1, not start-up."""
         first = not self.began
         self.began = True
         self.done += 1
+        self.idle = True
+        self.optimizer_marked = optimizer
         collect = self.done == 1 and bool(self.startup)
         self.prologue = deque(maxlen=len(self.startup)) if collect else None
         return first
