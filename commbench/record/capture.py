@@ -78,8 +78,12 @@ from commbench.traces.trace import (
 )
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"
-CLOSE_DRAIN_S = 1.0
-"""At exit, how long the calls in flight get to be stamped complete."""
+CLOSE_DRAIN_S = 5.0
+"""At exit, how long the calls in flight get to be stamped complete (at once, normally: the
+job has waited its calls). Long enough for a starved core: a completion thread still inside
+`Work.wait()` when the interpreter finalizes must take the GIL to return, and Python 3.11
+then ends the thread through C++ frames, which aborts the process ("terminate called
+without an active exception"); one job of the suite aborted so at exit under load 3."""
 META_EVERY_S = 1.0
 """The rank's meta file is rewritten at a step's end at most this often (a file written and
 renamed costs 0.2-0.3 ms, a step of a small job a few ms), and always at the end or on an
