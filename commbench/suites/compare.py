@@ -1,5 +1,5 @@
 """What `commbench compare` and `compare_runs` are asked, declared once, and the gate they
-return: two runs, or two suites entry by entry (`gate`). Light at import, as `--help` reads
+return: two runs, or two suites entry by entry (`judge`). Light at import, as `--help` reads
 the record; the statistics load when a gate is judged."""
 
 from __future__ import annotations
