@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from commbench.collectives.settings import MAX_NODES, CollectivesSettings, Point, plan_points
 from commbench.context import env_knobs, host_context, topology_snapshot
@@ -48,6 +48,10 @@ from commbench.results.store import RunDir
 from commbench.results.verdict import Verdict, judge, wrong_points
 from commbench.topology.sysfs import check_sysfs_root
 from commbench.torch_version import require_torch
+
+if TYPE_CHECKING:
+    from commbench.launch.request import CollectivesRun
+    from commbench.results.runs import Run
 
 POLL = 0.1
 DESCENDANTS_SCAN = 2.0
@@ -687,3 +691,34 @@ def _add_workers(context: RunContext, reported: dict[str, Any]) -> None:
     )
     context.device_names = sorted({str(r["device_name"]) for r in workers.ranks})
     context.driver = context.topology.host.driver_version if context.topology else None
+
+
+def run_request(request: CollectivesRun, plot: Callable[[Path], str]) -> Run:
+    """`run_collectives`' work: launch, then the `Run` whatever happened to it, with its plots
+    (`plot(run_dir)`: report's, above this package) when it measured what it should."""
+    from commbench.results.runs import Run
+    from commbench.results.store import check_parent
+
+    out = Path(request.out)
+    check_parent(out)
+    launch = request.launch()
+    settings = request.settings(request.placement())
+    on_progress = request.on_progress
+    no_plot = request.no_plot
+    outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)
+    run = Run(
+        path=outcome.run_dir,
+        record=outcome.record,
+        rows=outcome.rows,
+        stopped=outcome.stop_requested,
+    )
+    verdict = outcome.verdict
+    # A run that measured what it should is plotted; a stop request leaves that to `plot`.
+    if not no_plot and outcome.rows and not verdict.stopped and verdict.message is None:
+        try:
+            run.plots = plot(outcome.run_dir)
+        except KeyboardInterrupt:  # the record is whole: say so, not just "interrupted"
+            raise Interrupted(
+                f"interrupted while plotting; every point was measured and is in {outcome.run_dir}"
+            ) from None
+    return run

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from commbench.context import host_context
 from commbench.errors import Interrupted, UserError
@@ -27,7 +27,7 @@ from commbench.p2p.expect import (
 )
 from commbench.p2p.fabric import Fabric
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, no_gpu, plan
-from commbench.p2p.settings import P2PSettings
+from commbench.p2p.settings import P2PRun, P2PSettings
 from commbench.results.lifecycle import start_run
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import (
@@ -43,6 +43,9 @@ from commbench.stats import Stats
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.topology.discover import no_gpu_reason
 from commbench.torch_version import require_torch
+
+if TYPE_CHECKING:
+    from commbench.results.runs import Run
 
 HEATMAP_FILE = "p2p-matrix.png"
 
@@ -367,3 +370,20 @@ def _heatmap(run_dir: Path, rows: list[ResultRow], n: int) -> list[str]:
     except Exception as exc:  # a figure must never cost the measurements
         return [f"could not draw {HEATMAP_FILE}: {type(exc).__name__}: {exc}"]
     return []
+
+
+def run_request(request: P2PRun) -> Run | DryRun:
+    """`run_p2p`'s work: the plan alone with `dry_run`, else the copies measured into a run
+    directory, explained by NVML's topology or the snapshot given."""
+    from commbench.results.runs import Run
+    from commbench.results.store import check_parent
+
+    settings = request.settings()
+    out, topology = Path(request.out), request.topology
+    if not request.dry_run:
+        check_parent(out)
+    snapshot = load_topology(None if topology is None else Path(topology))
+    if request.dry_run:
+        return dry_run(settings, snapshot)
+    outcome = run_p2p(settings, out, snapshot=snapshot, on_step=request.on_step)
+    return Run(path=outcome.run_dir, record=outcome.record, rows=outcome.rows)

@@ -20,7 +20,7 @@ from commbench.replay.buckets import cap_mb
 from commbench.replay.events import CapTimes, SequenceTimes, read_event
 from commbench.replay.explain import fit_rows, predict_buckets_s
 from commbench.replay.program import Program
-from commbench.replay.settings import ReplaySettings
+from commbench.replay.settings import ReplayRun, ReplaySettings
 from commbench.results.record import RunKind
 from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.runs import Run
@@ -167,3 +167,27 @@ def _gaps_as(settings: ReplaySettings, trace: Trace) -> str:
         for c in calls
     )
     return "host" if any(recorded) else "idle"
+
+
+def run_request(request: ReplayRun) -> Run | Program:
+    """`replay_trace`'s work: the trace read into a program (with the model's prediction
+    elsewhere, given `bw` and `latency`), returned with `dry_run`, else replayed."""
+    from commbench.replay.settings import prepare
+    from commbench.results.store import check_parent
+
+    out = Path(request.out)
+    launch = request.launch()
+    trace, program, settings, collectives = prepare(request, request, launch)
+    if request.bw is not None and request.latency is not None:
+        from commbench.replay.explain import predict_elsewhere
+
+        elsewhere = predict_elsewhere(
+            program.reducer, settings.rebucket, program.world, request.bw, request.latency
+        )
+        program = replace(program, elsewhere=elsewhere)
+    if request.dry_run:
+        return program
+    check_parent(out)
+    return run_replay(
+        trace, program, settings, collectives, out, launch, on_progress=request.on_progress
+    )

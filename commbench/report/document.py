@@ -10,16 +10,21 @@ hold the same content. Plots are PNGs embedded as data URIs: the file stands alo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from commbench.compare import Comparison
 from commbench.report.blocks import Block, Bullets, Contents, Heading, Image, Para, Table
 from commbench.report.options import Images, ReportFormat
+from commbench.report.requests import Report, ReportRequest
 from commbench.report.sections import SECTIONS, Page, comparison_blocks, topology_blocks
 from commbench.report.writers import WRITERS, Rendered
 from commbench.results.runs import Run, Suite, load
 from commbench.topology import load_snapshot
 from commbench.version import VERSION
+
+Compared = Callable[[Path, Path, bool], list[tuple[str, Comparison]]]
+"""The regression gate of `baseline` against `run` (`allow_mismatch`): the suites' comparison."""
 
 
 def _figures(runs: list[Run], prefix: str = "") -> dict[str, Image]:
@@ -118,3 +123,55 @@ def render_report(
     images = Images(images)
     blocks = build_report(path, images, comparisons)
     return WRITERS[ReportFormat(fmt)](blocks, images, folder)
+
+
+def write_report(request: ReportRequest, compared: Compared) -> Report:
+    """`report_run`'s work: the images chosen by format and `out`, the output refused
+    before the work (its image files after it), then written, or returned as text.
+    `compared(baseline, run, allow_mismatch)` is the gate (suites' work, above this package)."""
+    run, fmt, out, baseline = request.run, request.fmt, request.out, request.baseline
+    allow_mismatch, images = request.allow_mismatch, request.images
+    from commbench.errors import UserError
+    from commbench.files import write_bytes, write_text
+    from commbench.results.store import check_output, writing
+
+    run_path = Path(run)
+    out_path = None if out is None else Path(out)
+    base_path = None if baseline is None else Path(baseline)
+    try:
+        form = ReportFormat(fmt)
+        chosen = None if images is None else Images(images)
+    except ValueError:
+        raise UserError(f"unknown report format or images: {fmt!r}, {images!r}") from None
+    if chosen is None:
+        if form is ReportFormat.html:
+            chosen = Images.embed
+        else:
+            chosen = Images.files if out_path is not None else Images.none
+    if chosen is Images.files and out_path is None:
+        raise UserError("--images files writes PNGs beside the report: give --out FILE")
+    reads = [run_path] if base_path is None else [run_path, base_path]
+    if out_path is not None:  # refused before the work, its image files after it
+        check_output([out_path], reads)
+    comparisons = None
+    if base_path is not None:
+        comparisons = compared(base_path, run_path, allow_mismatch)
+    folder = f"{out_path.stem}_files" if out_path is not None else "report_files"
+    rendered: Rendered = render_report(run_path, form, chosen, comparisons, folder=folder)
+    if out_path is not None:
+        check_output([out_path, *(out_path.parent / rel for rel in rendered.files)], reads)
+        with writing(out_path):
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            for rel, png in rendered.files.items():
+                target = out_path.parent / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes(target, png)
+            write_text(out_path, rendered.text)
+        return Report(text=rendered.text, out=out_path)
+    note = None
+    if images is None and form is ReportFormat.md:
+        note = (
+            "plots left out of markdown on stdout: --out FILE writes them beside it, "
+            "--images embed puts them inline"
+        )
+    return Report(text=rendered.text, out=None, note=note)

@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
     from commbench.diagnose.verdict import Diagnosis
+    from commbench.report.requests import ExportRequest
     from commbench.results.openmetrics import Dialect, Family
     from commbench.results.runs import Run
 
@@ -126,3 +128,76 @@ def one_op_formats() -> list[str]:
 
 def export(source: ExportSource, fmt: ExportFormat | str) -> str:
     return EXPORTERS[ExportFormat(fmt)](source)
+
+
+def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], Gate]) -> str:
+    """`export_run`'s work: every refusal before anything is read, then the text, written
+    atomically to `out`. `judge(baseline, run, allow_mismatch)` is `compare_runs`' gate."""
+    from commbench.diagnose.verdict import DIAGNOSIS_FILE, load_diagnosis
+    from commbench.errors import UserError
+    from commbench.files import shown
+    from commbench.results.record import RunKind
+    from commbench.results.runs import is_suite
+    from commbench.results.runs import load_run as load_one
+    from commbench.results.store import atomic_write, check_output, writing
+
+    run_path, out, baseline = Path(request.run), request.out, request.baseline
+    out_path = None if out is None else Path(out)
+    base_path = None if baseline is None else Path(baseline)
+    try:
+        fmt = ExportFormat(request.fmt)
+    except ValueError:
+        known = ", ".join(f.value for f in ExportFormat)
+        raise UserError(f"--format: unknown format {request.fmt!r}; choose from {known}") from None
+    for path in (run_path, base_path):
+        if path is not None and is_suite(path):
+            raise UserError(f"{shown(path)}: a suite directory; export one of its runs")
+    if out_path is not None:
+        check_output([out_path], [run_path] if base_path is None else [run_path, base_path])
+        out_path = _regular_file(out_path)
+    if request.op is not None and not request.op.strip():
+        raise UserError("--op is empty: name the op to write")
+    written = EXPORTS[fmt]
+    if base_path is not None and written.no_gate is not None:
+        raise UserError(
+            f"--baseline adds the regression gate to the metrics; {written.no_gate} has no "
+            "place for it"
+        )
+    # a node that did not run global rank 0 holds no rows: it would publish an empty run
+    run = load_one(run_path).held_here()
+    diagnosis = None
+    if run.kind is RunKind.DIAGNOSE and (run.path / DIAGNOSIS_FILE).exists():
+        diagnosis = load_diagnosis(run.path)
+    gate = base = None
+    if base_path is not None:
+        base = load_one(base_path)
+        gate = judge(base_path, run_path, request.allow_mismatch)
+    if request.op is not None and not written.one_op:
+        chosen = ", ".join(one_op_formats())
+        raise UserError(f"--op chooses the op of --format {chosen}; the others hold every op")
+    source = ExportSource(run, diagnosis=diagnosis, gate=gate, baseline=base, op=request.op)
+    text = export(source, fmt)
+    if out_path is not None:
+        with writing(out_path):
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out_path, text)
+    return text
+
+
+def _regular_file(out: Path) -> Path:
+    """Where `--out` is replaced atomically: the file a symlink names (the link stays), and
+    nothing but a regular file (a rename would put the file in place of a FIFO or device)."""
+    import os
+    import stat
+
+    from commbench.errors import UserError
+    from commbench.files import shown
+
+    real = Path(os.path.realpath(out))
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return real  # nothing there yet, or the write says why it cannot be
+    if not stat.S_ISREG(mode):
+        raise UserError(f"--out {shown(out)}: not a regular file (it is replaced by a rename)")
+    return real

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from commbench.drawing import literal_text, new_figure
 from commbench.errors import UserError
 from commbench.heatmap import draw_heatmap
 from commbench.report.figures import Figure, Panel, all_figures
+from commbench.report.requests import PlotRequest, Plotted
 from commbench.results.runs import Run, load_run
 from commbench.results.store import RunDir, check_output, writing
 from commbench.sizes import format_size
@@ -295,3 +297,36 @@ def write_run_plots(run_dir: Path) -> RunPlots:
     except (OSError, ValueError, RuntimeError) as exc:  # a matplotlib or disk problem
         return RunPlots(run_dir, [], f"{type(exc).__name__}: {exc}")
     return RunPlots(run_dir, written)
+
+
+def plot_request(request: PlotRequest) -> Plotted:
+    """`plot_run`'s work: a suite stands for its runs, the figures go where `out` says or
+    beside the one run (suite) drawn, and every unfinished run drawn is a warning."""
+    runs, out, formats = request.runs, request.out, request.formats
+    peak, labels = request.peak, request.labels or None
+    from commbench.lists import split_list
+    from commbench.numbers import parse_number
+    from commbench.results.runs import is_suite, load_suite
+    from commbench.results.runs import load_run as load_one
+    from commbench.results.store import PLOTS_DIR
+
+    paths = [Path(runs)] if isinstance(runs, str | os.PathLike) else [Path(r) for r in runs]
+    peak_gbps = None
+    if peak is not None:
+        peak_gbps = check_peak(parse_number(str(peak), "--peak"))
+    expanded: list[Path] = []
+    for path in paths:  # a suite directory stands for every run it holds
+        if is_suite(path):
+            expanded += [path / e.path for e in load_suite(path).entries if e.path]
+        else:
+            expanded.append(path)
+    loaded = [load_one(p).held_here() for p in expanded]
+    warnings = [f"{run.path} {run.unfinished}" for run in loaded if run.unfinished]
+    single = paths[0] if len(paths) == 1 else None  # one run, or one suite
+    target = Path(out) if out is not None else None
+    if target is None:
+        target = single / PLOTS_DIR if single is not None else Path(PLOTS_DIR)
+    names = check_labels(list(labels) if labels else None, loaded)
+    fmts = split_list(formats, "--formats") if isinstance(formats, str) else list(formats)
+    written = plot_runs(loaded, target, fmts, peak_gbps=peak_gbps, labels=names, reads=paths)
+    return Plotted(written=list(written), warnings=warnings)

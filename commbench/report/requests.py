@@ -121,3 +121,22 @@ class ExportRequest(Request):
         help="With --format nccl-tests-json: the op to write, when the run measured "
         "several (nccl-tests' file holds one op's results).",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Plotted:
+    """What `plot_run` wrote, and what it has to say of the runs it drew (a run that did not
+    finish is drawn, with a warning)."""
+
+    written: list[Path]
+    warnings: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A rendered report: its text, and where it was written (None: the caller prints it)
+    with the image files beside it; `note` is a hint for the person reading it."""
+
+    text: str
+    out: Path | None
+    note: str | None = None

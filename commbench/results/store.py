@@ -56,6 +56,7 @@ __all__ = [
     "result_rows",
     "rows_to_csv",
     "run_dir_of",
+    "run_file_in",
     "write_results",
 ]
 
@@ -313,6 +314,16 @@ def load_json(path: Path, what: str = "run file") -> dict[str, Any]:
         raise UserError(f"{shown(path)}: expected a JSON object")
     schema_version(data, shown(path))
     return data
+
+
+def run_file_in(path: Path) -> Path:
+    """The run.json of a run directory, else `path` as given (a snapshot file, or a name the
+    system refuses: its reader says so): a run directory names its run.json."""
+    source = Path(path)
+    with contextlib.suppress(OSError):
+        if source.is_dir() and (source / RUN_FILE).is_file():
+            source = source / RUN_FILE
+    return source
 
 
 def run_dir_of(path: Path) -> Path:

@@ -38,6 +38,7 @@ from commbench.torch_version import require_torch
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
     from commbench.launch.launcher import LaunchOptions
+    from commbench.suites.request import SuiteRun
 
 EventFn = Callable[[str], None]
 _DONE = (RunStatus.COMPLETE, RunStatus.SKIPPED)
@@ -536,3 +537,37 @@ def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Compar
         for name, c in results
     ]
     atomic_write(SuiteDir(path).comparison_md, "\n".join(parts))
+
+
+def run_request(request: SuiteRun) -> SuiteOutcome:
+    """`run_suite`'s work: the suite file read and checked against the launch, then run."""
+    from commbench.collectives.placement import resolve_placement
+    from commbench.results.store import check_parent
+
+    out = Path(request.out)
+    check_parent(out)
+    launch = request.launch()
+    config, baseline = request.config, request.baseline
+    nproc, device, backend = request.nproc, request.device, request.backend
+    tolerance, allow_mismatch = request.tolerance, request.allow_mismatch
+    no_plot, on_event, on_progress = request.no_plot, request.on_event, request.on_progress
+    suite, machine, gate = prepare_suite(
+        Path(config),
+        launch,
+        resolve_placement,
+        nproc=nproc,
+        device=device,
+        backend=backend,
+        tolerance=tolerance,
+        allow_mismatch=allow_mismatch,
+    )
+    return run_suite(
+        suite,
+        out,
+        machine,
+        baseline=None if baseline is None else Path(baseline),
+        gate=gate,
+        plot=not no_plot,
+        on_event=on_event,
+        on_progress=on_progress,
+    )

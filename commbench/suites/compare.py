@@ -1,0 +1,98 @@
+"""What `commbench compare` and `compare_runs` are asked, declared once, and the gate they
+return: two runs, or two suites entry by entry (`judge`). Light at import, as `--help` reads
+the record; the statistics load when a gate is judged."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from commbench.arguments import PathLike, Request
+from commbench.flags import ALLOW_MISMATCH, TOLERANCE
+from commbench.options import arg, cli, field_of
+
+if TYPE_CHECKING:
+    from commbench.compare import Gate
+    from commbench.results.runs import Run, Suite
+
+
+@dataclass(kw_only=True)
+class CompareRequest(Request):
+    """Every option of `commbench compare` and `compare_runs`, declared once."""
+
+    baseline: PathLike | Run | Suite = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="BASELINE", type=Path, help="Baseline run directory (or suite directory)."
+        ),
+    )
+    new: PathLike | Run | Suite = field(
+        kw_only=False,
+        metadata=arg(metavar="NEW", type=Path, help="New run directory (or suite directory)."),
+    )
+    tolerance: str | float | None = field_of(
+        TOLERANCE,
+        default=None,
+        help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
+        "the suite's config says when comparing suites.",
+    )
+    latency_tolerance: str | float | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
+            "Default 15%, or the suite's.",
+        ),
+    )
+    alpha: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Significance level of the one-sided Mann-Whitney test. Default 0.01.",
+        ),
+    )
+    noisy_cv: float | None = field(
+        default=None,
+        metadata=cli(
+            type=float,
+            help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
+            "baseline, is called noisy in the notes (the noise bands, not this, set the "
+            "limits). Default 0.2.",
+        ),
+    )
+    allow_mismatch: bool = field_of(
+        ALLOW_MISMATCH,
+        default=False,
+        help="Compare runs whose GPU model, world size, backend or topology differ.",
+    )
+
+
+def judge(request: CompareRequest) -> Gate:
+    """`compare_runs`' work: the gate the suites' configs give, under the values given, over
+    every pair of runs the two targets hold."""
+    from commbench.compare import Gate, parse_fraction
+    from commbench.suites.gate import compare_targets, gate_for
+
+    baseline, new, tolerance = request.baseline, request.new, request.tolerance
+    latency_tolerance, allow_mismatch = request.latency_tolerance, request.allow_mismatch
+    alpha, noisy_cv = request.alpha, request.noisy_cv
+    base_path, new_path = _path(baseline), _path(new)
+    settings = gate_for(
+        base_path,
+        new_path,
+        allow_mismatch=allow_mismatch,
+        tolerance=None if tolerance is None else parse_fraction(tolerance, "--tolerance"),
+        latency_tolerance=None
+        if latency_tolerance is None
+        else parse_fraction(latency_tolerance, "--latency-tolerance"),
+        alpha=alpha,
+        noisy_cv=noisy_cv,
+    )
+    return Gate(compare_targets(base_path, new_path, settings))
+
+
+def _path(target: PathLike | Run | Suite) -> Path:
+    """Where a run or suite is stored: a path as given, or a loaded one's directory."""
+    return Path(target) if isinstance(target, str | os.PathLike) else target.path
