@@ -75,20 +75,18 @@ def judge(request: CompareRequest) -> Gate:
     from commbench.compare import Gate, parse_fraction
     from commbench.suites.gate import compare_targets, gate_for
 
-    baseline, new, tolerance = request.baseline, request.new, request.tolerance
-    latency_tolerance, allow_mismatch = request.latency_tolerance, request.allow_mismatch
-    alpha, noisy_cv = request.alpha, request.noisy_cv
-    base_path, new_path = _path(baseline), _path(new)
+    tolerance, latency_tolerance = request.tolerance, request.latency_tolerance
+    base_path, new_path = _path(request.baseline), _path(request.new)
     settings = gate_for(
         base_path,
         new_path,
-        allow_mismatch=allow_mismatch,
+        allow_mismatch=request.allow_mismatch,
         tolerance=None if tolerance is None else parse_fraction(tolerance, "--tolerance"),
         latency_tolerance=None
         if latency_tolerance is None
         else parse_fraction(latency_tolerance, "--latency-tolerance"),
-        alpha=alpha,
-        noisy_cv=noisy_cv,
+        alpha=request.alpha,
+        noisy_cv=request.noisy_cv,
     )
     return Gate(compare_targets(base_path, new_path, settings))
 
