@@ -1,49 +1,45 @@
-"""The regression gate: compare two runs point by point and say whether the new one is worse.
+"""The regression gate: compare a new run with a baseline, point by point, and say whether it
+is worse, judged against how far a point's median moves between runs.
 
 A point is keyed by (op, strategy, dtype, reduce op, world size, size, in-place, skew): an
-all_to_allv point of one skew is never held to another's, and a row stored before rows named
-their skew has none, the key it always had. It
-regresses when its bus bandwidth drops by more than its limit AND a one-sided Mann-Whitney U
-test on the stored per-iteration samples says the drop is not chance. The limit is the
-largest of:
+all_to_allv point of one skew is never held to another's. Its figure is the median of its
+samples (`ResultRow.sample_median_us`): the samples decide, never a stats block that
+disagrees with them.
 
-- the tolerance, or the latency tolerance at latency-bound points (busbw under half the best
-  of their series, or no busbw at all): their times are a few microseconds of launch and
-  wake-up jitter;
-- the noise floor: the baseline's own dispersion, the median robust spread (IQR / 1.349
-  median) of its points;
-- the noise bands: what the baseline itself produced, its iteration times from the 5th to
-  the 95th percentile as multiples of their point's median (`NoiseBand`), at the point and
-  pooled over the whole baseline. A new median inside a band is a time the baseline's own
-  iterations took: on a noisy machine a median moves between two runs of the same work about
-  as far as the machine's iterations stray, more than one point's few samples show, so such
-  a drop is noise (a warning). A significant drop beyond every band fails. On a quiet
-  machine the bands are narrower than the tolerance and change nothing.
+Why between runs: a gate asks whether the next run's median is where the last ones were, and
+that is set by how far a median moves from run to run, not by the tails of the iterations
+inside one run (a few slow iterations say nothing about where the next median lands; a noise
+band built from them once excused a 95% drop). That spread (`Spread`, the standard deviation
+of the log of a point's median) comes from:
 
-On a noisy baseline (`baseline_is_noisy`) one more rule, of breadth, judges the run as a
-whole: a significant drop beyond the bands at fewer than half of the points of its series
-and fewer than a quarter of all the points is isolated, a warning ("rerun to confirm"), not a
-failure. On such a machine a whole point now and then runs in a slow mode (a rank waiting
-for a core) that its baseline never showed, 6-60x slower; a regression of the code or the
-machine is shared by a series or by the run. A quiet baseline keeps the per-point rule, so a
-single-size regression fails there.
+- a history (`commbench history`, `compare --history`) of at least `MIN_HISTORY` comparable
+  runs since the point's series last changed: the medians of those runs, their robust spread
+  (MAD), and their median as the reference (`Basis.history_spread`);
+- without one, the baseline itself: its iterations in time order, cut into `BLOCKS` blocks,
+  whose medians move as a run's median does over time; a slow iteration moves one block's
+  median a little, never the limit (`Basis.block_spread`).
 
-Only the baseline excuses a drop: a new run's own noise is no reason to pass it. A speed-up
-is better when it is significant and beyond the same limits on the fast side (the bands'
-5th percentile). The spread is the interquartile range rather than the standard deviation
-because a few outliers (a descheduled iteration) inflate the latter without making the
-median less sure.
+Each point's spread is at least its series' typical spread (the median over the points of its
+op and dtype, `pooled`): a point whose few blocks or runs happened to agree is not held to a
+limit tighter than its neighbours'. A drop fails (worse) when it is beyond the largest of the
+tolerance (the latency tolerance at latency-bound points) and `Z_LIMIT` spreads of the
+difference, and significant: the one-sided Mann-Whitney U test on the samples (pairwise), or
+the z of the new median against the history's (with a history). Such a drop fails wherever it
+is: at one size (a protocol threshold) as at all of them. A one-off (a point that ran in a
+slow mode on a loaded machine) looks the same in one run; `commbench run --confirm K`
+measures the points that look worse again before the verdict (`suites/confirm.py`).
 
-A point present in the baseline but missing, failed or not run in the new run always
-regresses. Runs whose comparability context differs are refused unless asked otherwise.
+Only the baseline (or the history) sets a limit: a new run's own noise is no reason to pass
+it. A speed-up is better when significant and beyond the same limits on the fast side. A point
+present in the baseline but missing, failed or not run in the new run always regresses. Runs
+whose comparability context differs are refused unless asked otherwise.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -54,7 +50,6 @@ from commbench.results.record import RunContext, RunKind
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ROW_KEY, ResultRow, RowKey
 from commbench.results.summary import SeriesKey, bandwidth_bound, series_key, series_peaks
-from commbench.stats import quantile
 
 if TYPE_CHECKING:
     import pandas
@@ -68,19 +63,25 @@ DEFAULT_NOISY_CV = 0.2
 # Fewer samples than this on either side, or too few for the test to decide (`decisive`): no
 # test, the ratio alone decides.
 MIN_SAMPLES = 3
-BAND_QUANTILES = (0.05, 0.95)
-"""The quantiles of a baseline's iteration times (each over its point's median) that bound
-its noise band: a new median between them is a time the baseline itself produced."""
-
-SLOW_TAIL = 2.0
-"""A baseline whose pooled band reaches this multiple of its points' medians (one iteration
-in twenty took at least twice its point's median) is noisy whatever its spread: the machine
-takes a rank's core away, and can take a whole point's."""
-ISOLATED_SERIES = 0.5
-"""On a noisy baseline, a drop beyond the bands is isolated at fewer than this fraction of the
-points of its series ..."""
-ISOLATED_RUN = 0.25
-"""... and fewer than this fraction of all the points compared (`isolate`)."""
+MIN_HISTORY = 5
+"""Comparable runs a history needs before its spread replaces the baseline's blocks: fewer
+than 5 medians say little about how far the next one lands."""
+HISTORY_RUNS = 20
+"""The most recent runs of a series (after its last change) a history reference takes."""
+BLOCKS = 8
+"""Blocks a baseline point's iterations are cut into, in time order, when there is no
+history: their medians stand for the medians of short runs."""
+MIN_BLOCKS = 4
+"""Fewer blocks (iterations) than this give no spread: the tolerance and the ratio decide."""
+Z_LIMIT = 4.0
+"""How many spreads of the difference of two medians a drop must pass to fail: at 4, a
+comparison of 15 points fails a repeat of the same work about once in 1,000 when the spread
+is right (docs/ci.md: the power and false failures measured on links of known truth)."""
+MIN_SPREAD = 0.002
+"""The smallest spread a point is held to (0.2%): a median that never moved in a handful of
+runs did not stop moving."""
+MAD_TO_SIGMA = 1.4826
+"""MAD x 1.4826 estimates the standard deviation of normal values."""
 
 PointKey = RowKey
 KEY_FIELDS = ROW_KEY
@@ -115,15 +116,10 @@ class Basis(str, Enum):
     tolerance = "tolerance"
     latency_tolerance = "latency tolerance"
     """The point is latency-bound (`latency_bound`)."""
-    noise_floor = "noise floor"
-    """The baseline's median robust spread (`noise_index`)."""
-    point_band = "point's noise band"
-    """The band of the baseline point's own samples."""
-    baseline_band = "baseline's noise band"
-    """The band of all the baseline's samples, pooled."""
-    isolated = "isolated drop on a noisy baseline"
-    """The drop was beyond the limit its reason names (a band), but at too few points of its
-    series and of the run to fail on a noisy baseline (`isolate`): a warning."""
+    block_spread = "between-block spread"
+    """`Z_LIMIT` spreads of the baseline's block medians (no history)."""
+    history_spread = "between-run spread"
+    """`Z_LIMIT` spreads of the history's medians of the point."""
 
 
 def parse_fraction(text: str | float, what: str = "tolerance") -> float:
@@ -271,53 +267,111 @@ def noise_index(rows: Iterable[ResultRow]) -> float | None:
     return statistics.median(spreads) if spreads else None
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
-class NoiseBand:
-    """What a baseline produced: the `BAND_QUANTILES` of its iteration times, each divided by
-    its point's median. A new median between `low` and `high` times the baseline's median is
-    a time the baseline's own iterations took; beyond them, it is not."""
+def block_medians(samples: Sequence[float], blocks: int = BLOCKS) -> list[float]:
+    """The medians of `samples` cut, in the order they were taken, into `blocks` contiguous
+    blocks of nearly equal size (one per sample when there are fewer)."""
+    n = len(samples)
+    blocks = min(blocks, n)
+    return [
+        statistics.median(samples[i * n // blocks : (i + 1) * n // blocks]) for i in range(blocks)
+    ]
 
-    low: float
-    """The 5th percentile, as a multiple of the median (at most 1)."""
-    high: float
-    """The 95th percentile, as a multiple of the median (at least 1)."""
-    samples: int
-    """How many iteration times it was measured from."""
+
+def robust_sigma(values: Sequence[float]) -> float:
+    """The standard deviation of normal values, estimated robustly: MAD x 1.4826. One wild
+    value among eight moves it little; the standard deviation it would multiply."""
+    center = statistics.median(values)
+    return MAD_TO_SIGMA * statistics.median(abs(v - center) for v in values)
+
+
+def _logs(values: Iterable[float]) -> list[float]:
+    return [math.log(v) for v in values if math.isfinite(v) and v > 0]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Spread:
+    """How far a point's median moves between runs: the standard deviation of its log (0.02:
+    about 2%), and what it was measured from."""
+
+    sigma: float
+    basis: Basis
+    """`Basis.history_spread` or `Basis.block_spread`."""
+    count: int
+    """The runs (history) or blocks (baseline) it was measured from."""
+    own: float
+    """The point's own estimate, before its series' typical spread (`pooled`) raised it."""
 
     @classmethod
-    def of(cls, rows: Iterable[ResultRow]) -> NoiseBand | None:
-        """The band of the measured rows' samples, pooled; None without samples."""
-        every = (s / r.time_us for r in rows if _measured(r) for s in r.samples_us)
-        # a zero time is a clock's resolution, not a speed; an infinite ratio no band at all
-        ratios = sorted(x for x in every if 0 < x < math.inf)
-        if not ratios:
+    def of_history(cls, medians_us: Sequence[float]) -> Spread | None:
+        """From the medians of a point in the history's runs; None with fewer than
+        `MIN_HISTORY` of them."""
+        logs = _logs(medians_us)
+        if len(logs) < MIN_HISTORY:
             return None
-        low, high = (quantile(ratios, q) for q in BAND_QUANTILES)
-        return cls(low=min(low, 1.0), high=max(high, 1.0), samples=len(ratios))
+        own = robust_sigma(logs)
+        return cls(sigma=max(own, MIN_SPREAD), basis=Basis.history_spread, count=len(logs), own=own)
+
+    @classmethod
+    def of_blocks(cls, samples_us: Sequence[float]) -> Spread | None:
+        """From the baseline point's blocks of iterations in time order (`block_medians`),
+        by batch means: the spread of the block medians over the square root of their number
+        is how far the run's median would move, slow periods inside the run included (a run
+        whose second half ran slower shows it; iterations taken as independent would not).
+        None with fewer than `MIN_BLOCKS` samples."""
+        logs = _logs(samples_us)
+        if len(logs) < MIN_BLOCKS:
+            return None
+        blocks = block_medians(logs)
+        own = robust_sigma(blocks) / math.sqrt(len(blocks))
+        return cls(sigma=max(own, MIN_SPREAD), basis=Basis.block_spread, count=len(blocks), own=own)
 
     @property
-    def drop(self) -> float:
-        """The busbw drop (fraction) at its slow edge."""
-        return as_drop(self.high - 1)
+    def scale(self) -> float:
+        """The spread of the difference the gate tests, as a multiple of `sigma`: two
+        medians of runs (pairwise), or a run's against the median of `count` runs (a history:
+        a median of k runs varies about pi/2 / k as much as one)."""
+        if self.basis is Basis.history_spread:
+            return math.sqrt(1 + math.pi / 2 / self.count)
+        return math.sqrt(2)
 
     @property
-    def gain(self) -> float:
-        """The busbw gain (fraction) at its fast edge."""
-        return 1 / self.low - 1
+    def limit(self) -> float:
+        """The change of log time beyond which a point's median has moved more than the runs
+        do: `Z_LIMIT` spreads of the difference."""
+        return Z_LIMIT * self.sigma * self.scale
+
+    def z(self, log_ratio: float) -> float:
+        """A change of log time in spreads of the difference."""
+        return log_ratio / (self.sigma * self.scale)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"quantiles": list(BAND_QUANTILES), **asdict(self)}
+        return {
+            "sigma": self.sigma,
+            "basis": self.basis.value,
+            "count": self.count,
+            "own": self.own,
+        }
 
 
-def baseline_is_noisy(
-    spread: float | None, band: NoiseBand | None, threshold: float = DEFAULT_NOISY_CV
-) -> bool:
-    """Whether a baseline is noisy, from its own samples: its median robust spread
-    (`noise_index`) is past `threshold`, or its pooled band reaches `SLOW_TAIL` (a body too
-    wide, or a tail too slow, to trust one run's median of a point). A quiet GPU node is
-    neither (spread 0.02, band 0.97x-1.03x); the shared 2-core VM both, or at least the tail
-    (spread 0.17-0.49, band top 3.8x-20x)."""
-    return is_noisy(spread, threshold) or (band is not None and band.high >= SLOW_TAIL)
+def pooled(
+    spreads: dict[PointKey, Spread], series: dict[PointKey, SeriesKey]
+) -> dict[PointKey, Spread]:
+    """Each point's spread raised to its series' typical one (the median of the series' own
+    estimates): a point whose few runs or blocks happened to agree is held to its neighbours'
+    spread, never to a tighter one of chance."""
+    by_series: dict[SeriesKey, list[float]] = {}
+    for key, spread in spreads.items():
+        by_series.setdefault(series[key], []).append(spread.own)
+    typical = {s: statistics.median(v) for s, v in by_series.items()}
+    return {
+        key: replace(spread, sigma=max(spread.sigma, typical[series[key]]))
+        for key, spread in spreads.items()
+    }
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -341,7 +395,9 @@ class PointResult:
     new_time_us: float | None = None
     ratio: float | None = None
     p_value: float | None = None
-    """One-sided Mann-Whitney p (slower for drops, faster for gains); None without samples."""
+    """One-sided p of the move (slower for drops, faster for gains): the Mann-Whitney test on
+    the samples (pairwise), or the normal tail of the new median's z against the history's;
+    None where nothing could test it."""
     threshold: float | None = None
     """The limit the point was held to, as a busbw change (fraction), on the side it moved:
     -0.05 for a point no faster than the baseline that had to drop more than 5% to count,
@@ -351,6 +407,14 @@ class PointResult:
     latency_bound: bool = False
     base_cv: float | None = None
     new_cv: float | None = None
+    spread: float | None = None
+    """The between-run spread the point was judged against (`Spread.sigma`: the standard
+    deviation of the log of its median); None where none could be measured."""
+    z: float | None = None
+    """The change in spreads of the difference (`Spread.z`), slower positive."""
+    confirmed: str | None = None
+    """What measuring the point again said (`run --confirm`): how many of the confirmations
+    were worse too; None when it was not measured again."""
 
     @property
     def key(self) -> PointKey:
@@ -380,9 +444,11 @@ class Comparison:
     baseline_noise: float | None = None
     new_noise: float | None = None
     noisy_baseline: bool = False
-    """The baseline is noisy (`baseline_is_noisy`): said in a note; isolated drops warn."""
-    baseline_band: NoiseBand | None = None
-    """The whole baseline's noise band, under every point's limit; None without samples."""
+    """The baseline's iterations are noisy (`noise_index` past `noisy_cv`): said in a note."""
+    reference: str = "baseline"
+    """What the limits came from: the baseline's blocks of iterations, or the history."""
+    history_runs: list[str] = field(default_factory=list)
+    """The history's runs the reference was taken from (oldest first); [] without one."""
     notes: list[str] = field(default_factory=list)
     incomplete: str | None = None
     """Why the new run cannot pass whatever its points say: it failed, was interrupted, or
@@ -438,7 +504,8 @@ class Comparison:
             "baseline_noise": self.baseline_noise,
             "new_noise": self.new_noise,
             "noisy_baseline": self.noisy_baseline,
-            "baseline_band": self.baseline_band.to_dict() if self.baseline_band else None,
+            "reference": self.reference,
+            "history_runs": self.history_runs,
             "mismatches": self.mismatches,
             "notes": self.notes,
             "incomplete": self.incomplete,
@@ -488,20 +555,22 @@ def judge_point(
     settings: GateSettings,
     *,
     peak: float = 0.0,
-    floor: float = 0.0,
-    band: NoiseBand | None = None,
+    spread: Spread | None = None,
+    center_us: float | None = None,
 ) -> PointResult:
     """The gate's decision on one measured baseline point, the one place it is made.
 
     `new` is the new run's point with the same key (None: absent); `peak` the highest busbw
-    of the baseline point's series (`results.summary.series_peaks`), `floor` the baseline's
-    own dispersion (`noise_index`) and `band` the whole baseline's `NoiseBand`. The new point
-    is missing when absent, wrong or not measured. Otherwise its limit is the largest of the
-    tolerance (the latency tolerance below half the peak), the floor, the point's own band and
-    `band`. A drop past the limit is worse when it is significant (one-sided Mann-Whitney
-    below `alpha`, or no samples to test), noisy when not; a drop past the tolerance and the
-    floor but inside a band is noisy; a gain past the limit on the fast side is better when
-    significant. Only the baseline's noise widens a limit.
+    of the baseline point's series (`results.summary.series_peaks`); `spread` how far the
+    point's median moves between runs (`Spread`: the history's, or the baseline's blocks);
+    `center_us` the history's median of the point, which then stands for the baseline's.
+    The new point is missing when absent, wrong or not measured. Otherwise its limit is the
+    largest of the tolerance (the latency tolerance below half the peak) and the spread's
+    (`Spread.limit`). A drop past the limit is worse when it is significant (the one-sided
+    Mann-Whitney test on the samples below `alpha`, or with a history the normal tail of its
+    z; with neither, the ratio alone), noisy when not; a drop past the tolerance but within
+    the spread is noisy; a gain past the limit on the fast side is better when significant.
+    Every figure is the samples' (`ResultRow.sample_median_us`).
     """
     key = base.key
     if new is None:
@@ -516,29 +585,38 @@ def judge_point(
         if latency
         else (settings.tolerance, Basis.tolerance)
     )
-    drops = [tolerance, (as_drop(floor), Basis.noise_floor)]
-    gains = [tolerance, (floor, Basis.noise_floor)]
-    bands = [(NoiseBand.of([base]), Basis.point_band), (band, Basis.baseline_band)]
+    base_us = center_us if center_us is not None else base.sample_median_us()
+    new_us = new.sample_median_us()
+    ratio = base_us / new_us
+    log_ratio = math.log(new_us / base_us)  # > 0: slower
+    drops, gains = [tolerance], [tolerance]
+    if spread is not None:
+        drops.append((1 - math.exp(-spread.limit), spread.basis))
+        gains.append((math.exp(spread.limit) - 1, spread.basis))
     # The first of equal limits names the rule: max() keeps the first largest.
-    plain_drop, plain_gain = max(drops, key=_first), max(gains, key=_first)
-    drop = max([*drops, *((b.drop, why) for b, why in bands if b)], key=_first)
-    gain = max([*gains, *((b.gain, why) for b, why in bands if b)], key=_first)
+    drop, gain = max(drops, key=_first), max(gains, key=_first)
 
-    ratio = base.time_us / new.time_us
-    base_cv = base.stats.cv if math.isfinite(base.stats.cv) else None
-    new_cv = new.stats.cv if math.isfinite(new.stats.cv) else None
-    moved_down = ratio < 1 - plain_drop[0]
-    moved_up = ratio > 1 + plain_gain[0]
-    tested = decisive(len(base.samples_us), len(new.samples_us), settings.alpha)
+    moved_down = ratio < 1 - tolerance[0]
+    moved_up = ratio > 1 + tolerance[0]
     p_value: float | None = None
-    if tested and (moved_down or moved_up):
-        x, y = (
-            (new.samples_us, base.samples_us) if moved_down else (base.samples_us, new.samples_us)
-        )
-        p_value = mann_whitney_greater(x, y)
+    z = spread.z(log_ratio) if spread is not None else None
+    if center_us is not None and spread is not None:  # the new median against the history's
+        p_value = normal_sf(abs(log_ratio) / (spread.sigma * spread.scale))
+        how = f"z={z:+.1f} against {spread.count} runs, p={p_value:.2g}"
+    elif decisive(len(base.samples_us), len(new.samples_us), settings.alpha):
+        if moved_down or moved_up:
+            x, y = (
+                (new.samples_us, base.samples_us)
+                if moved_down
+                else (base.samples_us, new.samples_us)
+            )
+            p_value = mann_whitney_greater(x, y)
+        how = f"p={p_value:.2g}" if p_value is not None else ""
+    else:
+        how = "too few samples to test: ratio alone"
     significant = p_value is None or p_value < settings.alpha
-    how = f"p={p_value:.2g}" if p_value is not None else "too few samples to test: ratio alone"
-    change = f"{ratio - 1:+.1%} busbw" if base.busbw_gbps else f"{1 / ratio - 1:+.1%} time"
+    busbw = base.busbw_gbps is not None and math.isfinite(base.busbw_gbps)
+    change = f"{ratio - 1:+.1%} busbw" if busbw else f"{1 / ratio - 1:+.1%} time"
     limit, basis = (-drop[0], drop[1]) if ratio <= 1 else gain
     beyond = f"beyond {limit:+.0%} ({basis.value})"
 
@@ -555,21 +633,26 @@ def judge_point(
     else:
         mark, reason = Mark.same, change
 
+    base_busbw = base.sample_busbw_gbps()
+    if center_us is not None and base_busbw is not None:  # the history's median, in busbw
+        base_busbw *= base.sample_median_us() / center_us
     return PointResult(
         **_key_fields(key),
         mark=mark,
         reason=reason,
-        base_busbw_gbps=base.busbw_gbps,
-        new_busbw_gbps=new.busbw_gbps,
-        base_time_us=base.time_us,
-        new_time_us=new.time_us,
+        base_busbw_gbps=base_busbw,
+        new_busbw_gbps=new.sample_busbw_gbps(),
+        base_time_us=base_us,
+        new_time_us=new_us,
         ratio=ratio,
         p_value=p_value,
         threshold=limit,
         basis=basis,
         latency_bound=latency,
-        base_cv=base_cv,
-        new_cv=new_cv,
+        base_cv=base.stats.cv if math.isfinite(base.stats.cv) else None,
+        new_cv=new.stats.cv if math.isfinite(new.stats.cv) else None,
+        spread=spread.sigma if spread is not None else None,
+        z=z,
     )
 
 
@@ -589,75 +672,73 @@ def _bare(key: PointKey, mark: Mark, reason: str, row: ResultRow) -> PointResult
         **_key_fields(key),
         mark=mark,
         reason=reason,
-        base_busbw_gbps=row.busbw_gbps if mark is not Mark.new else None,
-        new_busbw_gbps=row.busbw_gbps if mark is Mark.new else None,
-        base_time_us=row.time_us if mark is not Mark.new else None,
-        new_time_us=row.time_us if mark is Mark.new else None,
+        base_busbw_gbps=row.sample_busbw_gbps() if mark is not Mark.new else None,
+        new_busbw_gbps=row.sample_busbw_gbps() if mark is Mark.new else None,
+        base_time_us=row.sample_median_us() if mark is not Mark.new else None,
+        new_time_us=row.sample_median_us() if mark is Mark.new else None,
     )
+
+
+History = Mapping[PointKey, Sequence[float]]
+"""A history's reference: for each point, its median time (µs) in each comparable run since
+its series last changed, oldest first (`commbench.history`'s `Reference.medians_us`)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Reference:
+    """What each point of a comparison is held to: its spread, and with a history the
+    history's median of it (which then stands for the baseline's)."""
+
+    spreads: dict[PointKey, Spread]
+    centers_us: dict[PointKey, float]
+
+    @classmethod
+    def of(cls, base: Mapping[PointKey, ResultRow], history: History | None) -> Reference:
+        """Each measured baseline point's spread: the history's where it holds at least
+        `MIN_HISTORY` runs of the point (the baseline's median among them, if it is not one of
+        them already), else its blocks'; then raised to its series' typical one (`pooled`)."""
+        spreads: dict[PointKey, Spread] = {}
+        centers: dict[PointKey, float] = {}
+        for key, row in base.items():
+            medians = [m for m in (history or {}).get(key, ()) if math.isfinite(m) and m > 0]
+            spread = Spread.of_history(medians) if history is not None else None
+            if spread is not None:
+                centers[key] = statistics.median(medians)
+            else:
+                spread = Spread.of_blocks(row.samples_us)
+            if spread is not None:
+                spreads[key] = spread
+        series = {key: series_key(base[key]) for key in spreads}
+        return cls(spreads=pooled(spreads, series), centers_us=centers)
 
 
 def compare_rows(
     base_rows: list[ResultRow],
     new_rows: list[ResultRow],
     settings: GateSettings,
-) -> tuple[list[PointResult], float | None, NoiseBand | None]:
-    """Judge every point; returns (points, the baseline's noise index, its noise band)."""
+    history: History | None = None,
+) -> tuple[list[PointResult], Reference]:
+    """Judge every point; returns the points and what they were held to."""
     base, new = _index(base_rows), _index(new_rows)
-    base_noise = noise_index(base.values())
-    floor = base_noise or 0.0
-    band = NoiseBand.of(base.values())
-    peaks = series_peaks(row for row in base.values() if _measured(row))
-
+    measured = {key: row for key, row in base.items() if _measured(row)}
+    reference = Reference.of(measured, history)
+    peaks = series_peaks(measured.values())
     points: list[PointResult] = []
-    series: dict[PointKey, SeriesKey] = {}
-    for key, b in base.items():
-        if not _measured(b):
-            continue  # nothing to hold the new run to
-        series[key] = series_key(b)
-        peak = peaks.get(series[key], 0.0)
-        points.append(judge_point(b, new.get(key), settings, peak=peak, floor=floor, band=band))
-    if baseline_is_noisy(base_noise, band, settings.noisy_cv):
-        points = isolate(points, series)
+    for key, b in measured.items():
+        points.append(
+            judge_point(
+                b,
+                new.get(key),
+                settings,
+                peak=peaks.get(series_key(b), 0.0),
+                spread=reference.spreads.get(key),
+                center_us=reference.centers_us.get(key),
+            )
+        )
     for key, n in new.items():
         if key not in base and _measured(n):
             points.append(_bare(key, Mark.new, "not in the baseline", n))
-    return points, base_noise, band
-
-
-def isolate(points: list[PointResult], series: dict[PointKey, SeriesKey]) -> list[PointResult]:
-    """The breadth rule of a noisy baseline: each worse point whose drop is isolated, at fewer
-    than `ISOLATED_SERIES` of the judged points of its series (`series`: each judged point's
-    series key) while the run has worse points at fewer than `ISOLATED_RUN` of all it judged,
-    becomes noisy, its reason saying so. Missing points are judged and counted, never
-    excused.
-
-    Why breadth: on a loaded machine a point sometimes runs wholly in a slow mode its baseline
-    never showed (a rank waiting for a core), 6-60x slower and significant, at 1-2 points
-    of a series of 8 and at most 2 of 40 in 270 repeat comparisons on the 2-core VM
-    (results/reference/gate-false-positives-cpu.md); a regression of the code or the
-    machine is shared by its series or by the run (the issue's 50 of 100 points, a throttled
-    run's 10 of 10). A point cannot tell the two apart; the run can."""
-    judged = [p for p in points if p.mark is not Mark.new]
-    worse = [p for p in judged if p.mark is Mark.worse]
-    if not worse or len(worse) >= ISOLATED_RUN * len(judged):
-        return points
-    size = Counter(series[p.key] for p in judged)
-    hit = Counter(series[p.key] for p in worse)
-    out = []
-    for p in points:
-        if p.mark is Mark.worse and hit[series[p.key]] < ISOLATED_SERIES * size[series[p.key]]:
-            p = replace(
-                p,
-                mark=Mark.noisy,
-                basis=Basis.isolated,
-                reason=(
-                    f"{p.reason}; isolated: {hit[series[p.key]]} of {size[series[p.key]]} "
-                    f"points of its series ({len(worse)} of {len(judged)} in all) on a noisy "
-                    "baseline; rerun to confirm"
-                ),
-            )
-        out.append(p)
-    return out
+    return points, reference
 
 
 def _family(kind: RunKind) -> RunKind:
@@ -667,8 +748,17 @@ def _family(kind: RunKind) -> RunKind:
     return RunKind.COLLECTIVES if kind is RunKind.NCCL_TESTS else kind
 
 
-def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> Comparison:
-    """Compare two stored runs. Raises UserError when they cannot be compared."""
+def compare_runs(
+    base: Run,
+    new: Run,
+    settings: GateSettings | None = None,
+    *,
+    history: History | None = None,
+    history_runs: Sequence[str] = (),
+) -> Comparison:
+    """Compare two stored runs, judged against the baseline's blocks of iterations, or with
+    `history` (its points' medians in `history_runs`) against how far they moved between
+    those runs. Raises UserError when they cannot be compared."""
     settings = settings or GateSettings()
     if _family(base.kind) != _family(new.kind):  # no point of one is a point of the other
         raise UserError(
@@ -684,27 +774,34 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         )
     if not any(_measured(r) for r in base.rows):
         raise UserError(f"{base.path}: the baseline has no measured points")
-    points, base_noise, band = compare_rows(base.rows, new.rows, settings)
+    points, reference = compare_rows(base.rows, new.rows, settings, history)
+    base_noise = noise_index(base.rows)
     notes = []
     if base.unfinished:
         notes.append(f"the baseline {base.unfinished}")
     incomplete = None
     if new.unfinished:
         incomplete = f"the new run {new.unfinished}"
-    noisy_baseline = baseline_is_noisy(base_noise, band, settings.noisy_cv)
-    if noisy_baseline and band is not None:
-        why = (
-            f"median spread {base_noise:.3f} > {settings.noisy_cv:g}"
-            if is_noisy(base_noise, settings.noisy_cv)
-            else f"5% of its iterations took {SLOW_TAIL:g}x their point's median or more"
+    judged = [p for p in points if p.mark is not Mark.new]
+    from_history = sum(1 for s in reference.spreads.values() if s.basis is Basis.history_spread)
+    if history is not None:
+        described = f"a history of {len(history_runs)} run(s)" + (
+            f" ({from_history} of {len(judged)} points with {MIN_HISTORY} or more)"
         )
+        if from_history < len(judged):
+            notes.append(
+                f"{len(judged) - from_history} point(s) have fewer than {MIN_HISTORY} comparable "
+                "runs in the history: judged against the baseline's blocks of iterations"
+            )
+    else:
+        described = f"the baseline's iterations in {BLOCKS} blocks over time"
+    noisy_baseline = is_noisy(base_noise, settings.noisy_cv)
+    if noisy_baseline:
         notes.append(
-            f"the baseline is noisy ({why}): its iterations took {band.low:.2f}x to "
-            f"{band.high:.2f}x their point's median, so a change within {-band.drop:+.0%} to "
-            f"{band.gain:+.0%} busbw is noise here, and a drop beyond that at fewer than "
-            f"{ISOLATED_SERIES:.0%} of its series' points and {ISOLATED_RUN:.0%} of all is "
-            "isolated (a warning: rerun to confirm); gate on a quieter machine or raise "
-            "--min-time to judge smaller changes"
+            f"the baseline's iterations are noisy (median spread {base_noise:.3f} > "
+            f"{settings.noisy_cv:g}); the limits come from how far its medians move, and a "
+            "point that ran in a slow mode once fails like a regression: confirm with "
+            "`commbench run --confirm 3`, or judge against a history"
         )
     if any(not r.samples_us for r in base.rows + new.rows if _measured(r)):
         notes.append("points without per-iteration samples are judged on the ratio alone")
@@ -717,7 +814,8 @@ def compare_runs(base: Run, new: Run, settings: GateSettings | None = None) -> C
         baseline_noise=base_noise,
         new_noise=noise_index(new.rows),
         noisy_baseline=noisy_baseline,
-        baseline_band=band,
+        reference=described,
+        history_runs=list(history_runs),
         notes=notes,
         incomplete=incomplete,
     )

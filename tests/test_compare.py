@@ -26,27 +26,29 @@ from typer.testing import CliRunner, Result
 
 from commbench.cli import app
 from commbench.compare import (
+    MIN_HISTORY,
+    Z_LIMIT,
     Basis,
     Comparison,
     GateSettings,
     Mark,
-    NoiseBand,
-    baseline_is_noisy,
+    Spread,
+    block_medians,
     compare_rows,
     compare_runs,
     context_mismatches,
     decisive,
     judge_point,
     mann_whitney_greater,
-    noise_index,
     parse_fraction,
+    robust_sigma,
 )
 from commbench.errors import UserError
 from commbench.results.record import RunRecord
 from commbench.results.runs import Run, load_run
 from commbench.results.schema import CHECK_FAILED, ResultRow
 from tests.cpu_quota import CpuQuota, unavailable
-from tests.factories import make_row, rescaled, row_at, write_run
+from tests.factories import make_row, rescaled, write_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -163,7 +165,10 @@ def test_faster_is_better_and_passes(tmp_path: Path) -> None:
     assert {p.mark for p in result.points} == {Mark.better}
 
 
-def test_a_point_noisy_in_the_baseline_warns_within_its_band(tmp_path: Path) -> None:
+def test_wide_iterations_never_widen_the_limit_of_a_median(tmp_path: Path) -> None:
+    """The issue's first case: a point whose iterations are spread wide (the noise bands read
+    them as 0.5x to 20x and excused any drop) but whose median stays put over the run: a 20%
+    drop there fails, judged against how far its blocks' medians move."""
     target = ("all_reduce", "", 256 << 20)
 
     def at_target(speed: float, spread: float = 1.0) -> Callable[[ResultRow], ResultRow]:
@@ -175,11 +180,20 @@ def test_a_point_noisy_in_the_baseline_warns_within_its_band(tmp_path: Path) -> 
 
     base = derive(tmp_path, "wide", at_target(1.0, spread=15.0))  # spread ~0.3: noisy here
     result = compare(base, derive(tmp_path, "slower", at_target(0.8), source=base))
-    assert result.exit_code == 0, result.verdict
-    (noisy,) = result.marked(Mark.noisy)
-    assert (noisy.op, noisy.strategy, noisy.size_bytes) == target
-    assert noisy.basis is Basis.point_band and "within the point's noise band" in noisy.reason
-    assert "warnings" in result.verdict
+    assert result.exit_code == 1, result.verdict
+    (worse,) = result.marked(Mark.worse)
+    assert (worse.op, worse.strategy, worse.size_bytes) == target
+    assert worse.spread is not None and worse.spread < 0.04
+
+
+def test_a_point_whose_median_wanders_over_the_run_warns(tmp_path: Path) -> None:
+    """Its iterations' medians moved 30% between the first and second halves of the run: a
+    20% drop is within how far such a median moves, a warning, not a failure."""
+    base = [_row([1000.0 * (1.3 if (i // 25) % 2 else 1.0) + i % 5 for i in range(200)])]
+    new = [_row([1300.0 + i % 5 for i in range(200)])]
+    (point,), _ = compare_rows(base, new, GateSettings())
+    assert point.mark is Mark.noisy and point.basis is Basis.block_spread, point.reason
+    assert "within the between-block spread" in point.reason
 
 
 def test_the_new_runs_own_noise_excuses_nothing(tmp_path: Path) -> None:
@@ -234,12 +248,12 @@ def test_a_twenty_fold_drop_on_three_iterations_fails_on_the_ratio() -> None:
     """Three against three can never be significant at 0.01: the test would have called the
     collapse chance. The ratio decides, as for points without samples."""
     base = _latency(1 << 20, [100.0, 101.0, 102.0])
-    (point,), _, _ = compare_rows(
+    (point,), _ = compare_rows(
         [base], [_latency(1 << 20, [2000.0, 2020.0, 2040.0])], GateSettings()
     )
     assert point.mark is Mark.worse and point.p_value is None
     assert "too few samples to test: ratio alone" in point.reason
-    (same,), _, _ = compare_rows([base], [_latency(1 << 20, [101.0, 102.0, 103.0])], GateSettings())
+    (same,), _ = compare_rows([base], [_latency(1 << 20, [101.0, 102.0, 103.0])], GateSettings())
     assert same.mark is Mark.same
 
 
@@ -293,18 +307,22 @@ def test_unknown_context_on_one_side_is_not_a_mismatch() -> None:
     assert context_mismatches(base, replace(base, topology=None, device_names=[])) == []
 
 
-def test_a_real_repeat_on_a_noisy_machine_passes_both_ways() -> None:
-    # Two real runs of the same sweep on a shared 2-core VM: medians differ up to 3.6x.
+def test_a_real_repeat_on_a_noisy_machine_is_judged_by_how_far_its_medians_move() -> None:
+    """Two real runs of the same sweep on a shared 2-core VM, whose medians differ up to 3.6x
+    while each run's own medians hold still: two runs alone cannot tell such a machine's
+    moves from a regression (docs/ci.md measures how often a pair of repeats fails here), so
+    the verdict names its limits and the note says what can: `run --confirm`, or a history.
+    Every drop it fails is beyond its point's between-block limit and significant."""
     a, b = RUNS / "cpu-gloo-a", RUNS / "cpu-gloo-b"
     for base, new in ((a, b), (b, a)):
         result = compare(base, new)
-        assert result.exit_code == 0, result.verdict
-        assert result.noisy_baseline
-        assert any("baseline is noisy" in n for n in result.notes)
-        # ... because of the noise bands: significant drops the tolerance alone would fail
-        excused = [p for p in result.marked(Mark.noisy) if "within the" in p.reason]
-        assert any(p.p_value is not None and p.p_value < 0.01 for p in excused)
-        assert all(p.basis in (Basis.point_band, Basis.baseline_band) for p in excused)
+        assert result.noisy_baseline and any("--confirm 3" in n for n in result.notes)
+        for p in result.marked(Mark.worse):
+            assert p.basis is Basis.block_spread and p.threshold is not None
+            assert p.ratio is not None and p.ratio < 1 + p.threshold, p.reason
+            assert p.p_value is not None and p.p_value < 0.01
+        within = [p for p in result.marked(Mark.noisy) if "within the" in p.reason]
+        assert within and all(p.basis is Basis.block_spread for p in within)
 
 
 def test_a_noisy_baseline_still_fails_on_missing_points(tmp_path: Path) -> None:
@@ -359,15 +377,15 @@ def test_every_format_says_which_limit_applied_and_why(tmp_path: Path) -> None:
     data = json.loads(invoke(a, b, "--format", "json").stdout)
     points = [p for p in data["points"] if p["mark"] != "new"]
     limits = [f"{p['threshold']:+.0%} {p['basis']}" for p in points]
-    assert {p["basis"] for p in points} >= {"point's noise band", "baseline's noise band"}
+    assert "between-block spread" in {p["basis"] for p in points}
     for p in points:
         tolerance = data["settings"]["latency_tolerance" if p["latency_bound"] else "tolerance"]
         assert abs(p["threshold"]) >= tolerance  # never a limit below the one stated
         assert (p["threshold"] < 0) == (p["ratio"] <= 1)  # the side the point moved
         if p["basis"] in ("tolerance", "latency tolerance"):
             assert abs(p["threshold"]) == tolerance
-    band = data["baseline_band"]
-    assert band["quantiles"] == [0.05, 0.95] and band["low"] < 1 < band["high"]
+    assert data["reference"] == "the baseline's iterations in 8 blocks over time"
+    assert all(p["spread"] > 0 for p in points)
 
     md = invoke(a, b, "--format", "md").stdout
     rows = [
@@ -377,7 +395,7 @@ def test_every_format_says_which_limit_applied_and_why(tmp_path: Path) -> None:
     table = invoke(a, b).stdout
     cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if "GB/s" in line]
     assert [row[5] for row in cells] == limits
-    assert "the largest of the tolerance 5% (latency-bound 15%), the noise floor" in table
+    assert f"the largest of the tolerance 5% (latency-bound 15%) and {Z_LIMIT:g} spreads" in table
     csv_rows = list(csv.DictReader(io.StringIO(invoke(a, b, "--format", "csv").stdout)))
     assert [(float(r["threshold"]), r["basis"]) for r in csv_rows] == [
         (p["threshold"], p["basis"]) for p in points
@@ -409,7 +427,7 @@ def test_one_outlier_does_not_hide_a_real_slowdown() -> None:
     base = _row(_steady(1000.0))
     slow = _row([*_steady(1400.0, 199), 100_000.0])  # 40% slower, and one descheduled iteration
     assert slow.stats.cv > 1  # the plain cv calls this point very noisy ...
-    (point,), _, _ = compare_rows([base], [slow], GateSettings())
+    (point,), _ = compare_rows([base], [slow], GateSettings())
     assert point.mark == Mark.worse, point.reason  # ... the robust spread does not
 
 
@@ -442,93 +460,159 @@ def _slowed(rows: list[ResultRow], size: int, factor: float) -> list[ResultRow]:
 
 
 def _judged(base: list[ResultRow], new: list[ResultRow], size: int) -> Any:
-    points, _, _ = compare_rows(base, new, GateSettings())
+    points, _ = compare_rows(base, new, GateSettings())
     return next(p for p in points if p.size_bytes == size)
 
 
-def test_a_noise_band_is_the_5th_to_95th_percentile_of_iterations_over_their_median() -> None:
-    # 21 samples 10, 20, ..., 210: median 110, so ratios i/11; p5 at i=2, p95 at i=20
-    row = _latency(1024, [10.0 * i for i in range(1, 22)])
-    band = NoiseBand.of([row])
-    assert band is not None and band.samples == 21
-    assert (band.low, band.high) == (pytest.approx(2 / 11), pytest.approx(20 / 11))
-    assert band.drop == pytest.approx(1 - 11 / 20) and band.gain == pytest.approx(11 / 2 - 1)
-    # pooled: a point at another speed with the same shape adds samples, not width
-    twice = NoiseBand.of([row, _latency(4096, [5.0 * i for i in range(1, 22)])])
-    assert twice is not None and twice.samples == 42
-    assert (twice.low, twice.high) == (pytest.approx(2 / 11), pytest.approx(20 / 11))
+def test_block_medians_by_hand() -> None:
+    samples = [float(v) for v in range(1, 17)]  # 16 samples, 8 blocks of 2
+    assert block_medians(samples) == [1.5, 3.5, 5.5, 7.5, 9.5, 11.5, 13.5, 15.5]
+    assert block_medians([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]  # fewer samples: one a block
+    assert len(block_medians([1.0] * 21)) == 8
 
 
-@pytest.mark.parametrize(
-    "samples",
-    [
-        [],  # an imported nccl-tests line: a time, no samples
-        [0.0, 0.0, 0.0, 0.0, 5.0],  # the median is 0: not measured, no speed to divide by
-    ],
-)
-def test_no_band_without_samples_to_measure_it_from(samples: list[float]) -> None:
-    row = _latency(1024, samples) if samples else row_at(1024, 1.0)
-    assert NoiseBand.of([row]) is None
+def test_robust_sigma_by_hand_and_one_wild_value_moves_it_little() -> None:
+    values = [0.0, 1.0, 2.0, 3.0, 4.0]  # median 2, |deviations| 2 1 0 1 2, MAD 1
+    assert robust_sigma(values) == pytest.approx(1.4826)
+    assert robust_sigma([0.0, 1.0, 2.0, 3.0, 400.0]) == pytest.approx(1.4826)
 
 
-def test_zero_and_tiny_samples_never_make_a_band_infinite() -> None:
-    row = _latency(1024, [0.0, 5e-324, *[100.0] * 20, 200.0])
-    band = NoiseBand.of([row])
-    assert band is not None and 0 < band.low <= 1 <= band.high
-    assert math.isfinite(band.gain) and math.isfinite(band.drop)
+def test_slow_iterations_never_widen_the_limit() -> None:
+    """5% of the baseline's iterations at 20x their median, spread through the run: the
+    bands once excused a 95% drop; the block medians barely move."""
+    steady = _steady(1000.0)
+    tailed = [v * 20 if i % 20 == 7 else v for i, v in enumerate(steady)]
+    quiet, slow = Spread.of_blocks(steady), Spread.of_blocks(tailed)
+    assert quiet is not None and slow is not None and slow.sigma < 0.02
+    (point,), _ = compare_rows([_row(tailed)], [_row(_steady(1250.0))], GateSettings())
+    assert point.mark is Mark.worse and point.threshold is not None and point.threshold > -0.1
+
+
+def test_the_issues_quiet_shaped_link_with_a_slow_tail_fails_a_uniform_25_percent_drop() -> None:
+    """The issue's case 1 in its figures: 15 points, iterations within ~7% of their median,
+    and 1 in 20 at 2-3x (the bands ran 0.54x to 19.98x and excused it all). Every point 25%
+    slower fails; the same run again passes."""
+
+    def shaped(center: float, seed: int) -> list[float]:
+        out = []
+        for i in range(60):
+            jitter = 1 + 0.07 * (((i * 7919 + seed * 104729) % 101) / 50 - 1)
+            out.append(center * jitter * (2.5 if (i + seed) % 20 == 3 else 1.0))
+        return out
+
+    sizes = [64 << 10 << (2 * i) for i in range(5)]
+    ops = ("all_reduce", "all_gather", "broadcast")
+
+    def run(slowdown: float, seed: int) -> list[ResultRow]:
+        return [
+            make_row(s, shaped(s / 250 * slowdown, seed + k), op=op)
+            for k, (op, s) in enumerate((op, s) for op in ops for s in sizes)
+        ]
+
+    base = run(1.0, 0)
+    points, _ = compare_rows(base, run(1 / 0.75, 1), GateSettings())
+    assert sum(p.mark is Mark.worse for p in points) == 15
+    again, _ = compare_rows(base, run(1.0, 2), GateSettings())
+    assert not any(p.failing for p in again)
+
+
+def test_the_samples_decide_never_a_stats_block_that_disagrees() -> None:
+    """The issue's case 3: samples 20x slower while the stats block still claims the old
+    median. The gate reads the samples."""
+    base = _row(_steady(1000.0))
+    slow = _row(_steady(20_000.0))
+    slow.stats = base.stats  # the old summary, kept
+    (point,), _ = compare_rows([base], [slow], GateSettings())
+    assert point.mark is Mark.worse and point.ratio == pytest.approx(1 / 20, rel=0.01)
+    assert point.new_time_us == pytest.approx(20_000.0, rel=0.01)
 
 
 def test_the_issues_twenty_fold_drop_on_a_noisy_baseline_fails() -> None:
-    """all_reduce 16K, 0.0595 -> 0.00305 GB/s at p < 1e-6: the old gate called every drop on
-    a noisy baseline noise. This baseline's own iterations never took 19.5x their median."""
+    """The issue's case 2: all_reduce 16K 20x slower on a noisy baseline, the rest as it was.
+    It fails (the breadth rule once called it isolated), at p < 1e-6."""
     base = _loaded_baseline()
-    points, noise, band = compare_rows(
-        base, _slowed(base, 16 << 10, 0.0595 / 0.00305), GateSettings()
-    )
-    assert noise is not None and noise > 0.5 and band is not None and 11 < band.high < 13
-    (worse,) = [p for p in points if p.failing]
-    assert worse.size_bytes == 16 << 10 and worse.mark is Mark.worse
-    assert worse.ratio == pytest.approx(0.00305 / 0.0595)
-    assert worse.p_value is not None and worse.p_value < 1e-6
-    assert worse.basis in (Basis.point_band, Basis.baseline_band)
-    assert worse.threshold == pytest.approx(-NoiseBand.of([base[2]]).drop)  # type: ignore[union-attr]
-    assert "beyond" in worse.reason
-
-
-def test_a_drop_inside_the_baselines_own_band_is_noise() -> None:
-    base = _loaded_baseline()
-    point = _judged(base, _slowed(base, 16 << 10, 5.0), 16 << 10)
-    assert point.mark is Mark.noisy and point.basis is Basis.point_band
-    assert "within the point's noise band" in point.reason
-
-
-def test_a_steady_point_of_a_noisy_baseline_is_held_to_the_baselines_band() -> None:
-    """A large point with 10 steady samples moved 3.6x between two real repeats
-    (cpu-gloo-b -> a, reduce_scatter 64M): its own samples do not show the machine's noise,
-    the baseline's do. Beyond that band, the drop fails."""
-    base = _loaded_baseline()
-    repeat = _judged(base, _slowed(base, 64 << 20, 3.6), 64 << 20)
-    assert repeat.mark is Mark.noisy and repeat.basis is Basis.baseline_band
-    collapse = _judged(base, _slowed(base, 64 << 20, 20.0), 64 << 20)
-    assert collapse.mark is Mark.worse and collapse.basis is Basis.baseline_band
-    assert collapse.p_value is not None and collapse.p_value < 0.01  # 10 samples against 10
+    points, _ = compare_rows(base, _slowed(base, 16 << 10, 20.0), GateSettings())
+    worse = [p for p in points if p.mark is Mark.worse]
+    assert [p.size_bytes for p in worse] == [16 << 10]
+    assert worse[0].p_value is not None and worse[0].p_value < 1e-6
 
 
 def test_a_large_speed_up_is_better_even_on_a_noisy_baseline() -> None:
     base = _loaded_baseline()
-    faster = _judged(base, _slowed(base, 64 << 20, 1 / 3.59), 64 << 20)
-    assert faster.mark is Mark.better and faster.threshold is not None and faster.threshold > 0
-    # ... and the real one: cpu-gloo-a -> b, reduce_scatter 64M, 3.59x (was "= same")
-    real = compare(RUNS / "cpu-gloo-a", RUNS / "cpu-gloo-b")
-    (point,) = [p for p in real.points if (p.op, p.size_bytes) == ("reduce_scatter", 64 << 20)]
-    assert point.ratio == pytest.approx(3.59, abs=0.01) and point.mark is Mark.better
+    point = _judged(base, _slowed(base, 4 << 10, 1 / 20), 4 << 10)
+    assert point.mark is Mark.better
 
 
-def test_a_quiet_baselines_bands_are_inside_the_tolerance() -> None:
-    """2% jitter: the bands change nothing, the tolerance decides (5%, 15% latency-bound)."""
-    result = compare(GOLDEN, GOLDEN)
-    assert result.baseline_band is not None and result.baseline_band.drop < 0.05
-    assert {p.basis for p in result.points} == {Basis.tolerance, Basis.latency_tolerance}
+def test_a_quiet_baselines_spread_is_inside_the_tolerance() -> None:
+    """2% jitter: the spread's limit is under the tolerance, which decides (5%)."""
+    base = [_row(_steady(1000.0))]
+    (point,), reference = compare_rows(base, [_row(_steady(1040.0))], GateSettings())
+    assert point.mark is Mark.same and point.basis is Basis.tolerance
+    assert next(iter(reference.spreads.values())).limit < 0.05
+
+
+def test_a_point_is_held_to_at_least_its_series_typical_spread() -> None:
+    """A point whose blocks happened to agree exactly is not held to a limit tighter than the
+    other points of its series."""
+    wandering = [1000.0 * (1.1 if (i // 25) % 2 else 1.0) for i in range(200)]
+    rows = [_row(wandering, size=s) for s in (64 << 20, 128 << 20)]
+    rows.append(_row([1000.0] * 200, size=512 << 20))
+    _, reference = compare_rows(rows, rows, GateSettings())
+    sigmas = {key[5]: s for key, s in reference.spreads.items()}
+    assert sigmas[512 << 20].own < 0.003
+    assert sigmas[512 << 20].sigma == pytest.approx(sigmas[64 << 20].sigma)
+
+
+# -- a history: the spread of the point's median between runs ----------------------------------
+
+
+def _history(key: Any, medians: list[float]) -> dict[Any, list[float]]:
+    return {key: medians}
+
+
+def test_a_history_sets_the_spread_and_the_reference_median() -> None:
+    base = _row(_steady(1000.0))
+    runs = [1000.0, 1004.0, 996.0, 1002.0, 998.0, 1001.0]  # spread ~0.3%
+    slower = _row(_steady(1070.0))  # 7% slower: past the tolerance and the history's spread
+    (point,), reference = compare_rows([base], [slower], GateSettings(), _history(base.key, runs))
+    spread = reference.spreads[base.key]
+    assert spread.basis is Basis.history_spread and spread.count == len(runs)
+    assert point.mark is Mark.worse and point.p_value is not None and point.p_value < 1e-6
+    assert "against 6 runs" in point.reason
+    assert point.base_time_us == pytest.approx(1000.5)  # the history's median
+
+
+def test_a_history_whose_medians_move_excuses_a_drop_within_them() -> None:
+    base = _row(_steady(1000.0))
+    runs = [1000.0, 1150.0, 900.0, 1080.0, 960.0]  # they move ~10%
+    (point,), _ = compare_rows(
+        [base], [_row(_steady(1200.0))], GateSettings(), _history(base.key, runs)
+    )
+    assert point.mark is Mark.noisy and point.basis is Basis.history_spread, point.reason
+
+
+def test_fewer_than_five_history_runs_fall_back_to_the_blocks() -> None:
+    base = _row(_steady(1000.0))
+    runs = [1000.0] * (MIN_HISTORY - 1)
+    (point,), reference = compare_rows(
+        [base], [_row(_steady(1300.0))], GateSettings(), _history(base.key, runs)
+    )
+    assert reference.spreads[base.key].basis is Basis.block_spread
+    assert point.mark is Mark.worse
+
+
+def test_compare_runs_with_a_history_says_so(tmp_path: Path) -> None:
+    slow = derive(tmp_path, "slow", lambda r: rescaled(r, 0.93) if bandwidth_bound(r) else r)
+    golden = load_run(GOLDEN)
+    history = {
+        r.key: [r.time_us * f for f in (1.0, 1.001, 0.999, 1.002, 0.998)] for r in golden.rows
+    }
+    result = compare_runs(golden, load_run(slow), history=history, history_runs=list("abcde"))
+    assert result.exit_code == 1 and result.history_runs == list("abcde")
+    assert result.reference.startswith("a history of 5 run(s)")
+    assert {p.basis for p in result.marked(Mark.worse)} == {Basis.tolerance}
+    plain = compare_runs(golden, load_run(slow))
+    assert plain.exit_code == 1  # 7% beyond 5%, and the golden run's blocks are quiet
 
 
 # -- the breadth rule: an isolated drop on a noisy baseline warns ----------------------------
@@ -560,123 +644,22 @@ def _slow(rows: list[ResultRow], slowdown: dict[tuple[str, int], float]) -> list
 
 def _gate(base: list[ResultRow], new: list[ResultRow]) -> tuple[list[Any], int]:
     """The judged points and the exit code `Comparison` would give them."""
-    points, _, _ = compare_rows(base, new, GateSettings())
+    points, _ = compare_rows(base, new, GateSettings())
     return points, int(any(p.failing for p in points))
 
 
-def test_an_isolated_drop_on_a_noisy_baseline_warns_and_says_why() -> None:
-    """A whole point 20x slower, beyond every band and significant, alone in its series: on
-    this VM a point now and then runs wholly in a slow mode its baseline never showed (13-60x
-    in results/reference/gate-false-positives-cpu.md). One run cannot tell that from a
-    regression of one size; on a noisy baseline it warns and asks for a rerun."""
+def test_a_drop_at_one_point_of_a_noisy_sweep_fails_wherever_it_is() -> None:
+    """A whole point 20x slower, alone in its series of a noisy sweep: significant against how
+    far the point's median moves, it fails (a protocol-threshold regression hits one size
+    range only). The same sweep again passes."""
     base = _noisy_sweep()
-    for slowed in ([0], [0, 1, 2]):  # 1 and 3 of 8: fewer than half of the series
-        points, code = _gate(base, _slow(base, {("broadcast", i): 20.0 for i in slowed}))
-        assert code == 0
-        excused = [p for p in points if p.basis is Basis.isolated]
-        assert [p.size_bytes for p in excused] == [1024 << (2 * i) for i in slowed]
-        for p in excused:
-            assert p.mark is Mark.noisy and p.op == "broadcast"
-            assert p.p_value is not None and p.p_value < 1e-6 and p.ratio == pytest.approx(0.05)
-            assert p.threshold is not None and -0.95 < p.threshold < -0.85  # the band it passed
-            assert "beyond" in p.reason and "noise band" in p.reason
-            assert p.reason.endswith(
-                f"isolated: {len(slowed)} of 8 points of its series ({len(slowed)} of 40 in "
-                "all) on a noisy baseline; rerun to confirm"
-            )
-        assert all(p.mark is not Mark.worse for p in points)
-
-
-def test_the_same_drop_across_half_its_series_fails() -> None:
-    base = _noisy_sweep()
-    points, code = _gate(base, _slow(base, {("broadcast", i): 20.0 for i in range(4)}))
-    assert code == 1  # 4 of 8: the series shares it (4 of 40 is under a quarter of the run)
-    worse = [p for p in points if p.mark is Mark.worse]
-    assert [(p.op, p.size_bytes) for p in worse] == [
-        ("broadcast", 1024 << (2 * i)) for i in range(4)
-    ]
-    assert not any(p.basis is Basis.isolated for p in points)
-
-
-def test_a_drop_at_a_quarter_of_the_run_fails_though_no_series_shares_it() -> None:
-    """Two points in each of five series: no series at half, but 10 of 40 points."""
-    base = _noisy_sweep()
-    ten = {(op, i): 20.0 for op in OPS for i in (3, 6)}
-    points, code = _gate(base, _slow(base, ten))
-    assert code == 1 and sum(p.mark is Mark.worse for p in points) == 10
-    nine = {k: v for k, v in ten.items() if k != ("broadcast", 6)}
-    points, code = _gate(base, _slow(base, nine))
-    assert code == 0 and sum(p.basis is Basis.isolated for p in points) == 9
-
-
-def test_the_issues_fifty_of_a_hundred_points_five_to_forty_times_slower_fail() -> None:
-    """The issue's case: two sweeps on the busy VM, 50 of 100 points 5-40x slower at
-    p < 1e-6. Those inside the baseline's band (~12x) are noise; the rest, beyond it at more
-    than a quarter of the run, fail, none of them excused."""
-    base = _noisy_sweep(sizes=20)
-    factors = [5 * 8 ** (j / 49) for j in range(50)]  # 5x to 40x, geometrically
-    half = {(op, i): factors.pop() for op in OPS for i in range(0, 20, 2)}
-    points, code = _gate(base, _slow(base, half))
-    worse = [p for p in points if p.mark is Mark.worse]
-    assert code == 1 and 25 <= len(worse) < 50
-    assert all(p.p_value is not None and p.p_value < 1e-6 for p in worse)
-    assert all(p.ratio is not None and p.ratio < 1 / 12 for p in worse)
-    assert not any(p.basis is Basis.isolated for p in points)
-    noise = [p for p in points if p.mark is Mark.noisy]
-    assert noise and all("within the" in p.reason for p in noise)
-
-
-def test_on_a_quiet_baseline_a_single_twenty_fold_drop_fails(tmp_path: Path) -> None:
-    """A GPU node's 2% jitter: no breadth rule, a regression at one size fails."""
-    target = ("all_reduce", "", 1 << 20)
-    new = derive(
-        tmp_path,
-        "one",
-        lambda r: rescaled(r, 0.05) if (r.op, r.strategy, r.size_bytes) == target else r,
-    )
-    result = compare(GOLDEN, new)
-    assert not result.noisy_baseline and result.exit_code == 1
-    (worse,) = result.regressions
-    assert (worse.op, worse.strategy, worse.size_bytes) == target and worse.mark is Mark.worse
-    assert worse.basis is not Basis.isolated and "isolated" not in worse.reason
-
-
-def test_a_baseline_is_noisy_by_its_spread_or_by_a_slow_tail() -> None:
-    """A narrow body (spread under 0.2) with one iteration in fifteen at 3x its median is a
-    machine that takes a core away: noisy, though its spread alone would not say so."""
-    tail = [100.0 * (3.0 if i % 15 == 0 else 1 + 0.01 * (i % 5)) for i in range(150)]
-    quiet_body = _latency(1024, tail)
-    spread, band = quiet_body.stats.spread(), NoiseBand.of([quiet_body])
-    assert spread is not None and spread < 0.2 and band is not None and band.high >= 2
-    assert baseline_is_noisy(spread, band) and not baseline_is_noisy(spread, None)
-    assert baseline_is_noisy(0.25, None) and not baseline_is_noisy(0.25, None, threshold=0.3)
-    golden = load_run(GOLDEN).rows
-    golden_band = NoiseBand.of(golden)
-    assert golden_band is not None and not baseline_is_noisy(noise_index(golden), golden_band)
-
-
-def test_every_format_says_a_point_was_excused_as_isolated(tmp_path: Path) -> None:
-    a = RUNS / "cpu-gloo-a"
-    target = ("all_gather", 16 << 10)
-    new = derive(
-        tmp_path,
-        "mode",
-        lambda r: rescaled(r, 0.02) if (r.op, r.size_bytes) == target else r,
-        source=a,
-    )
-    data = json.loads(invoke(str(a), str(new), "--format", "json").stdout)
-    assert data["exit_code"] == 0 and data["noisy_baseline"]
-    (point,) = [p for p in data["points"] if p["basis"] == "isolated drop on a noisy baseline"]
-    assert (point["op"], point["size_bytes"], point["mark"]) == (*target, "noisy")
-    assert "isolated: 1 of 9 points of its series (1 of 27 in all)" in point["reason"]
-    assert any("isolated (a warning: rerun to confirm)" in n for n in data["notes"])
-    rows = list(csv.DictReader(io.StringIO(invoke(str(a), str(new), "--format", "csv").stdout)))
-    (row,) = [r for r in rows if r["basis"] == "isolated drop on a noisy baseline"]
-    assert row["reason"] == point["reason"]
-    table = invoke(str(a), str(new)).stdout
-    (line,) = [line for line in table.splitlines() if "isolated drop" in line]
-    assert f"{point['threshold']:+.0%} isolated drop on a noisy baseline" in line
-    assert "rerun to confirm" in line and "PASS with warnings" in table
+    for op, i in (("all_reduce", 0), ("broadcast", 7), ("all_to_all", 3)):
+        points, code = _gate(base, _slow(base, {(op, i): 20.0}))
+        assert code == 1
+        (worse,) = [p for p in points if p.mark is Mark.worse]
+        assert (worse.op, worse.size_bytes) == (op, 1024 << (2 * i))
+        assert worse.p_value is not None and worse.p_value < 1e-6
+    assert _gate(base, base)[1] == 0
 
 
 def test_one_function_decides_each_point_and_the_summary_agrees_on_latency_bound() -> None:

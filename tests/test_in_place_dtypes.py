@@ -91,7 +91,7 @@ def test_the_two_forms_of_a_point_are_two_points_to_compare() -> None:
     out_of_place, in_place = _row(False, 1024, 1.0), _row(True, 1024, 3.0)
     assert out_of_place.key != in_place.key  # rows keyed by ResultRow.key never collide
     assert out_of_place.key == _row(False, 1024, 2.0).key
-    points, _, _ = compare_rows([out_of_place, in_place], [out_of_place], GateSettings())
+    points, _ = compare_rows([out_of_place, in_place], [out_of_place], GateSettings())
     assert sorted((p.in_place, p.mark) for p in points) == [
         (False, Mark.same),
         (True, Mark.missing),

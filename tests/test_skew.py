@@ -279,14 +279,14 @@ def test_the_gate_never_pairs_points_of_two_skews() -> None:
     other_seed = [_v_row(s, "zipf:1.2 seed=1", 1.3) for s in sizes]
     a2a = [make_row(s, op="all_to_all", reduce_op="", busbw_factor=0.5) for s in sizes]
     for base, new in ((uniform, zipf), (zipf, other_seed)):
-        points, _, _ = compare_rows(base + a2a, new + a2a, GateSettings())
+        points, _ = compare_rows(base + a2a, new + a2a, GateSettings())
         marks = {(p.op, p.skew, p.size_bytes): p.mark for p in points}
         for r in base:
             assert marks[(r.op, r.skew, r.size_bytes)] is Mark.missing
         for r in new:
             assert marks[(r.op, r.skew, r.size_bytes)] is Mark.new
         assert all(marks[("all_to_all", "", s)] is Mark.same for s in sizes)
-    points, _, _ = compare_rows(zipf, zipf, GateSettings())
+    points, _ = compare_rows(zipf, zipf, GateSettings())
     assert {p.mark for p in points} == {Mark.same} and {p.skew for p in points} == {zipf[0].skew}
 
 
@@ -295,7 +295,7 @@ def test_a_row_stored_before_skews_keys_as_it_always_did() -> None:
     assert "skew" not in old
     (row,) = rows_from_stored({"schema_version": 2, "rows": [old]}, "results.json")
     assert row.key == (*make_row(4096).key[:-1], "")
-    points, _, _ = compare_rows([row], [make_row(4096)], GateSettings())
+    points, _ = compare_rows([row], [make_row(4096)], GateSettings())
     assert [p.mark for p in points] == [Mark.same]
 
 
@@ -356,11 +356,11 @@ def test_a_comparisons_csv_names_the_skew_of_each_point() -> None:
 
     uniform = [_v_row(4096, "uniform", 1.0)]
     zipf = [_v_row(4096, "zipf:1.2 seed=0", 1.4)]
-    points, _, _ = compare_rows(uniform, zipf, GateSettings())
+    points, _ = compare_rows(uniform, zipf, GateSettings())
     comparison = Comparison(baseline="a", new="b", settings=GateSettings(), points=points)
     lines = render(comparison, Format.csv).splitlines()
     assert lines[0].split(",")[6:8] == ["in_place", "skew"]
     assert [ln.split(",")[7] for ln in lines[1:]] == ["uniform", "zipf:1.2 seed=0"]
-    plain, _, _ = compare_rows([make_row(4096)], [make_row(4096)], GateSettings())
+    plain, _ = compare_rows([make_row(4096)], [make_row(4096)], GateSettings())
     even = Comparison(baseline="a", new="b", settings=GateSettings(), points=plain)
     assert render(even, Format.csv).splitlines()[0].split(",") == CSV_COLUMNS  # as before

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from commbench.compare import Comparison, Mark, PointResult, as_drop
+from commbench.compare import Z_LIMIT, Comparison, Mark, PointResult
 from commbench.results.exporters import Format, group_title, write
 from commbench.results.schema import ROW_POINT
 from commbench.sizes import format_size
@@ -74,18 +74,14 @@ def summary_lines(comparison: Comparison) -> list[str]:
         if value is not None
     ]
     s = comparison.settings
-    band = comparison.baseline_band
     lines.append(
         f"limit of each point: the largest of the tolerance {s.tolerance:.0%} (latency-bound "
-        f"{s.latency_tolerance:.0%}), the noise floor "
-        f"{-as_drop(comparison.baseline_noise or 0.0):+.0%} (the baseline's median spread) "
-        "and the noise bands (5th to 95th percentile of the baseline's iteration times over "
-        "their point's median: the point's own, and the whole baseline's"
-        + (f", {-band.drop:+.0%} to {band.gain:+.0%} busbw" if band else "")
-        + ")"
+        f"{s.latency_tolerance:.0%}) and {Z_LIMIT:g} spreads of how far the point's median "
+        f"moves between runs, measured from {comparison.reference}"
     )
     lines.append(
-        f"significance: one-sided Mann-Whitney at alpha {s.alpha:g}; noisy: a spread (IQR / "
+        f"significance: one-sided Mann-Whitney on the samples (with a history: the new "
+        f"median's z against the history's) at alpha {s.alpha:g}; noisy: a spread (IQR / "
         f"1.349 median) above {s.noisy_cv:g}" + (f"; {', '.join(noise)}" if noise else "")
     )
     lines += [f"allowed mismatch: {m}" for m in comparison.mismatches]
@@ -136,6 +132,8 @@ CSV_COLUMNS = [
     "p_value",
     "threshold",
     "basis",
+    "spread",
+    "z",
     "latency_bound",
     "base_busbw_gbps",
     "new_busbw_gbps",
@@ -143,6 +141,7 @@ CSV_COLUMNS = [
     "new_time_us",
     "base_cv",
     "new_cv",
+    "confirmed",
     "reason",
 ]
 

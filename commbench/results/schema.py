@@ -360,6 +360,24 @@ class ResultRow:
         """The median time, microseconds (NaN when the point has none)."""
         return self.stats.median
 
+    def sample_median_us(self) -> float:
+        """The median of `samples_us` where the row holds them, else the stats' median: what
+        the gate and the history judge a point by. The samples decide: a stats block that
+        disagrees with them (edited, or written by another tool) never does."""
+        if not self.samples_us:
+            return self.stats.median
+        return statistics.median(self.samples_us)
+
+    def sample_busbw_gbps(self) -> float | None:
+        """`busbw_gbps` at `sample_median_us` (busbw is inversely proportional to the
+        time); None where the row has no busbw."""
+        busbw, stored, median = self.busbw_gbps, self.stats.median, self.sample_median_us()
+        if busbw is None or not math.isfinite(busbw):
+            return None
+        if not self.samples_us or stored == median or not (median > 0 and stored > 0):
+            return busbw
+        return busbw * stored / median
+
     @property
     def straggler(self) -> Straggler | None:
         """The rank the others waited for at this point (`RankTimes.straggler`); None
