@@ -713,15 +713,21 @@ class Reference:
 
 
 def compare_rows(
-    base_rows: list[ResultRow],
+    base_rows: list[ResultRow] | None,
     new_rows: list[ResultRow],
     settings: GateSettings,
     history: History | None = None,
 ) -> tuple[list[PointResult], Reference]:
-    """Judge every point; returns the points and what they were held to."""
-    base, new = _index(base_rows), _index(new_rows)
+    """Judge every point; returns the points and what they were held to. Without
+    `base_rows` (a gate against a history alone) the new run's points are judged against the
+    history's medians where it holds `MIN_HISTORY` runs of them, and shown as new where not."""
+    new = _index(new_rows)
+    alone = base_rows is None
+    base = new if base_rows is None else _index(base_rows)
     measured = {key: row for key, row in base.items() if _measured(row)}
     reference = Reference.of(measured, history)
+    if alone:  # no baseline to fall back on: only the history's points are judged
+        measured = {k: r for k, r in measured.items() if k in reference.centers_us}
     peaks = series_peaks(measured.values())
     points: list[PointResult] = []
     for key, b in measured.items():
@@ -736,8 +742,9 @@ def compare_rows(
             )
         )
     for key, n in new.items():
-        if key not in base and _measured(n):
-            points.append(_bare(key, Mark.new, "not in the baseline", n))
+        if key not in measured and _measured(n):
+            why = f"fewer than {MIN_HISTORY} comparable runs in the history"
+            points.append(_bare(key, Mark.new, why if alone else "not in the baseline", n))
     return points, reference
 
 
@@ -818,6 +825,38 @@ def compare_runs(
         history_runs=list(history_runs),
         notes=notes,
         incomplete=incomplete,
+    )
+
+
+def compare_history(
+    new: Run,
+    history: History,
+    history_runs: Sequence[str],
+    settings: GateSettings | None = None,
+) -> Comparison:
+    """Judge a new run against a history alone (`run --gate --history`): each point against
+    the median of its comparable runs since its series last changed, and how far those moved
+    (`Basis.history_spread`); a point with fewer than `MIN_HISTORY` of them is shown, not
+    judged."""
+    settings = settings or GateSettings()
+    points, _ = compare_rows(None, new.rows, settings, history)
+    judged = sum(1 for p in points if p.mark is not Mark.new)
+    notes = []
+    if judged < len(points):
+        notes.append(
+            f"{len(points) - judged} point(s) have fewer than {MIN_HISTORY} comparable runs in "
+            "the history: shown, not judged"
+        )
+    return Comparison(
+        baseline=f"history ({len(history_runs)} runs)",
+        new=str(new.path),
+        settings=settings,
+        points=points,
+        new_noise=noise_index(new.rows),
+        reference=f"a history of {len(history_runs)} run(s)",
+        history_runs=list(history_runs),
+        notes=notes,
+        incomplete=f"the new run {new.unfinished}" if new.unfinished else None,
     )
 
 

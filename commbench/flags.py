@@ -35,6 +35,8 @@ FORMAT = flag("--format", "-f")
 """How a command prints (each command's choices are its own Enum)."""
 BASELINE = flag("--baseline", type=Path)
 """What a run is compared with: a run, a suite or an expectations file."""
+HISTORY = flag("--history", type=str, metavar="DB")
+"""A runs history (`commbench history`): a SQLite file, or a postgresql:// URL."""
 TOLERANCE = flag("--tolerance", "-t", type=str)
 """How far below its baseline a measurement may fall (5%, 0.05)."""
 FROM = flag("--from", type=Path)
@@ -44,6 +46,9 @@ DRY_RUN = flag("--dry-run", type=bool)
 SIZES = flag("--sizes", "-s", type=str)
 STRATEGIES = flag("--strategies", type=str)
 OP = flag("--op", type=str)
+LABEL = flag("--label", type=str, metavar="NAME")
+"""A name a user gives what a command stores or draws (a run in a plot's legend, a run's
+commit in the history)."""
 WORLD = flag("--world")
 BW = flag("--bw", type=float)
 LATENCY = flag("--latency", type=float)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.arguments import PathLike, Request
-from commbench.flags import ALLOW_MISMATCH, TOLERANCE
+from commbench.flags import ALLOW_MISMATCH, HISTORY, TOLERANCE
 from commbench.options import arg, cli, field_of
 
 if TYPE_CHECKING:
@@ -67,6 +67,13 @@ class CompareRequest(Request):
         default=False,
         help="Compare runs whose GPU model, world size, backend or topology differ.",
     )
+    history: str | None = field_of(
+        HISTORY,
+        default=None,
+        help="A runs history (SQLite file or postgresql:// URL): each point is judged against "
+        "how far its median moved in the history's comparable runs (5 or more since its "
+        "series last changed), and their median stands for the baseline's.",
+    )
 
 
 def judge(request: CompareRequest) -> Gate:
@@ -88,7 +95,13 @@ def judge(request: CompareRequest) -> Gate:
         alpha=request.alpha,
         noisy_cv=request.noisy_cv,
     )
-    return Gate(compare_targets(base_path, new_path, settings))
+    reference = None
+    if request.history is not None:
+        from commbench.suites.history import check, reference_in
+
+        check(request.history, must_exist=True)
+        reference = reference_in(request.history)
+    return Gate(compare_targets(base_path, new_path, settings, reference))
 
 
 def _path(target: PathLike | Run | Suite) -> Path:

@@ -8,10 +8,11 @@ Entries are named by what they measured (`collectives-float32`, `strategies-bflo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from commbench.compare import Comparison, GateSettings, compare_runs
+from commbench.compare import Comparison, GateSettings, History, compare_history, compare_runs
 from commbench.errors import UserError
 from commbench.fields import Fields, anything, string
 from commbench.results.record import RunKind, RunRecord
@@ -47,19 +48,35 @@ def _absent(path: Path, name: str) -> Run:
     return Run(path=path / f"<no {name}>", record=record, rows=[])
 
 
+ReferenceFn = Callable[[Run], tuple[History, Sequence[str]]]
+"""A history's reference for a run: its points' medians in the comparable runs since each
+series last changed, and those runs' ids (`commbench.history`)."""
+
+
 def compare_targets(
-    baseline: Path, new: Path, settings: GateSettings | None = None
+    baseline: Path,
+    new: Path,
+    settings: GateSettings | None = None,
+    reference: ReferenceFn | None = None,
 ) -> list[tuple[str, Comparison]]:
-    """Compare two run directories, two suites entry by entry, or a run with its suite entry."""
+    """Compare two run directories, two suites entry by entry, or a run with its suite entry;
+    with `reference`, each against how far its points moved in the history."""
     base_runs, new_runs = load_runs(baseline), load_runs(new)
     if not base_runs:
         raise UserError(f"{baseline}: the baseline suite has no runs")
+
+    def judged(b: Run, n: Run) -> Comparison:
+        if reference is None:
+            return compare_runs(b, n, settings)
+        history, runs = reference(n)
+        return compare_runs(b, n, settings, history=history, history_runs=runs)
+
     single = len(base_runs) == 1 and len(new_runs) == 1
     if single and not (is_suite(Path(baseline)) and is_suite(Path(new))):
         # A run against a run (or a one-run suite): names need not match.
         ((name, b),) = base_runs.items()
         ((_, n),) = new_runs.items()
-        return [(name, compare_runs(b, n, settings))]
+        return [(name, judged(b, n))]
     if not is_suite(Path(baseline)) and next(iter(base_runs)) not in new_runs:
         raise UserError(
             f"{new} has no {next(iter(base_runs))} run to compare {baseline} with "
@@ -68,7 +85,21 @@ def compare_targets(
     out = []
     for name, b in base_runs.items():
         n = new_runs.get(name) or _absent(Path(new), name)
-        out.append((name, compare_runs(b, n, settings)))
+        out.append((name, judged(b, n)))
+    return out
+
+
+def compare_to_history(
+    new: Path, reference: ReferenceFn, settings: GateSettings | None = None
+) -> list[tuple[str, Comparison]]:
+    """Every collectives run at `new` (a run, or a suite's entries) against the history
+    alone (`compare_history`); runs of other kinds have no series the gate reads yet."""
+    out = []
+    for name, run in load_runs(new).items():
+        if run.kind is not RunKind.COLLECTIVES:
+            continue
+        history, runs = reference(run)
+        out.append((name, compare_history(run, history, runs, settings)))
     return out
 
 

@@ -14,13 +14,14 @@ from commbench.flags import (
     BACKEND,
     BASELINE,
     DEVICE,
+    HISTORY,
     NO_PLOT,
     NPROC,
     OUT,
     TOLERANCE,
 )
 from commbench.launch.request import LaunchRequest
-from commbench.options import arg, field_of
+from commbench.options import arg, cli, field_of
 
 if TYPE_CHECKING:
     from commbench.launch.job import MultiNodeJob
@@ -60,6 +61,37 @@ class SuiteRun(LaunchRequest, Request):
         ALLOW_MISMATCH, default=False, help="Compare with a baseline from a different machine."
     )
     no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
+    history: str | None = field_of(
+        HISTORY,
+        default=None,
+        help="A runs history (SQLite file or postgresql:// URL): the suite's runs are added to "
+        "it when it ends; with --gate, judged against it first.",
+    )
+    gate: bool = field(
+        default=False,
+        metadata=cli(
+            help="Judge the suite against --history: each point against how far its median "
+            "moved in the history's comparable runs (5 or more since its series last changed)."
+        ),
+    )
+    confirm: int = field(
+        default=0,
+        metadata=cli(
+            metavar="K",
+            maximum=10,
+            help="Measure the points that look worse again K times before the verdict: a drop "
+            "that persists (worse in most of the K) fails, a one-off is a warning.",
+        ),
+    )
+    label: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            help="What the history records this suite's runs as (a commit, a driver version); "
+            "default: the CI's commit variable (GITHUB_SHA, CI_COMMIT_SHA, ...), or the "
+            "checkout's.",
+        ),
+    )
     on_event: Callable[[str], None] | None = None
     """Gets the progress lines the CLI prints (API only)."""
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None

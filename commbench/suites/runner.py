@@ -32,7 +32,7 @@ from commbench.results.record import Entry, RunContext, RunKind, RunStatus, Suit
 from commbench.results.schema import SCHEMA_VERSION
 from commbench.results.store import SuiteDir, atomic_write, dump_json
 from commbench.suites.config import Sizes, SuiteConfig, Timing
-from commbench.suites.gate import compare_targets, load_runs
+from commbench.suites.gate import ReferenceFn, compare_targets, compare_to_history, load_runs
 from commbench.torch_version import require_torch
 
 if TYPE_CHECKING:
@@ -239,6 +239,29 @@ class _Suite:
             raise KeyboardInterrupt
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
+
+    def confirmation(self, name: str, i: int, settings: Any) -> Path | None:
+        """Measure `settings` (an entry's worse points) again into `confirm/`, a run that
+        is no entry of the suite (a history adds entries only); None when it failed."""
+        from commbench.launch.launcher import run_collectives
+
+        parent = self.path / "confirm"
+        parent.mkdir(exist_ok=True)
+        try:
+            outcome = run_collectives(
+                settings,
+                parent,
+                launch=self.machine.launch(f"{name}-confirm{i}"),
+                name=f"{name}-confirm{i}",
+            )
+        except CommbenchError as exc:
+            self.warn(f"{name}: confirmation {i} failed: {exc}")
+            if isinstance(exc, RunFailed) and exc.stop_requested:
+                raise KeyboardInterrupt from None
+            return None
+        if outcome.verdict.stopped:
+            raise KeyboardInterrupt
+        return outcome.run_dir
 
     def counter(self) -> str:
         """`[2/3]`: which of the suite's measuring entries starts now."""
@@ -462,11 +485,25 @@ def run_suite(
     plot: bool = True,
     on_event: EventFn | None = None,
     on_progress: ProgressFn | None = None,
+    confirm: int = 0,
+    history: str | None = None,
+    gate_history: bool = False,
+    label: str | None = None,
 ) -> SuiteOutcome:
-    """Run every enabled section of `config`; compare with `baseline` when given."""
+    """Run every enabled section of `config`; compare with `baseline` when given, or with
+    `history` (`gate_history`), the points that look worse measured again `confirm` times;
+    then add the suite's runs to `history`, when given."""
     require_suite_torch(config)
+    if gate_history and history is None:
+        raise UserError("--gate judges the suite against a history: pass --history DB")
+    if confirm and baseline is None and not gate_history:
+        raise UserError(
+            "--confirm measures again what the gate found worse: pass --baseline or --gate"
+        )
     if baseline is not None:  # refuse a bad or incomparable baseline before measuring
         _check_baseline(baseline, machine, gate or GateSettings())
+    if history is not None:  # a history that cannot be read or written: before measuring
+        _history_link().check(history)
     planned = _plan(config, machine)
     on_event = on_event or (lambda _: None)
     suite = _Suite(config, out_parent, machine, on_event, on_progress, plot)
@@ -502,8 +539,25 @@ def run_suite(
     if interrupted:
         raise Interrupted(f"interrupted; what was measured is in {suite.path}")
     outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
-    if baseline is not None:
-        comparisons = compare_targets(baseline, suite.path, gate or config.gate)
+    settings = gate or config.gate
+    reference = _history_link().reference_in(history) if gate_history and history else None
+    if baseline is not None or reference is not None:
+        if baseline is not None:
+            comparisons = compare_targets(baseline, suite.path, settings, reference)
+            against = str(baseline)
+        else:
+            assert reference is not None
+            comparisons = compare_to_history(suite.path, reference, settings)
+            against = f"the history {history}"
+            if not any(p for _, c in comparisons for p in c.points if p.mark.value != "new"):
+                suite.warn(
+                    f"the history {history} holds fewer than 5 comparable runs of this suite's "
+                    "points: nothing judged yet (every run added makes it longer)"
+                )
+        if confirm:
+            comparisons = _confirmed(
+                suite, planned, comparisons, confirm, baseline, reference, settings
+            )
         if suite.held_elsewhere:
             # Each node of a multi-node suite gates what it holds; the job fails if any does.
             outcome.comparisons = [(n, c) for n, c in comparisons if n not in suite.held_elsewhere]
@@ -513,14 +567,70 @@ def run_suite(
             )
         else:
             outcome.comparisons = comparisons
-        write_comparison(suite.path, baseline, outcome.comparisons)
-        suite.record.baseline = str(baseline)
+        write_comparison(suite.path, against, outcome.comparisons)
+        suite.record.baseline = against
         suite.record.exit_code = outcome.exit_code
         suite.save()
+    if history is not None and not failed and not suite.held_elsewhere:
+        added = _history_link().add(history, suite.path, label)
+        on_event(f"history: {added}")
     return outcome
 
 
-def write_comparison(path: Path, baseline: Path, results: list[tuple[str, Comparison]]) -> None:
+def _history_link() -> Any:
+    """The runs history, imported when a suite uses one (`suites/history.py`)."""
+    from commbench.suites import history
+
+    return history
+
+
+def _confirmed(
+    suite: _Suite,
+    planned: list[_Planned],
+    comparisons: list[tuple[str, Comparison]],
+    k: int,
+    baseline: Path | None,
+    reference: ReferenceFn | None,
+    settings: GateSettings,
+) -> list[tuple[str, Comparison]]:
+    """Each comparison whose points look worse, with those points measured `k` times more
+    (a run of just them each time, under the suite's `confirm/`) and judged against the
+    same reference (`suites.confirm`)."""
+    from commbench.compare import compare_history, compare_runs
+    from commbench.results.runs import load_run
+    from commbench.suites.confirm import confirm, confirmation_settings, worse_keys
+
+    by_name = {item.name: item for item in planned if item.settings is not None}
+    base_runs = load_runs(baseline) if baseline is not None else {}
+    out = []
+    for name, comparison in comparisons:
+        keys = worse_keys(comparison)
+        item = by_name.get(name)
+        if not keys or item is None:
+            out.append((name, comparison))
+            continue
+        base = base_runs.get(name) or (
+            next(iter(base_runs.values())) if len(base_runs) == 1 else None
+        )
+        settings_k = confirmation_settings(item.settings, keys)
+        judged = []
+        for i in range(1, k + 1):
+            suite.on_event(f"{name}: confirming {len(keys)} worse point(s), {i}/{k}")
+            run_dir = suite.confirmation(name, i, settings_k)
+            if run_dir is None:
+                continue
+            run = load_run(run_dir)
+            if base is not None:
+                history, runs = reference(run) if reference is not None else (None, ())
+                judged.append(compare_runs(base, run, settings, history=history, history_runs=runs))
+            elif reference is not None:
+                history, runs = reference(run)
+                judged.append(compare_history(run, history or {}, runs, settings))
+        out.append((name, confirm(comparison, judged)))
+    return out
+
+
+def write_comparison(path: Path, baseline: str, results: list[tuple[str, Comparison]]) -> None:
     """comparison.json (every decision) and comparison.md (what CI publishes)."""
     from commbench.escape import markdown_text
     from commbench.report.comparison import to_markdown
@@ -570,4 +680,8 @@ def run_request(request: SuiteRun) -> SuiteOutcome:
         plot=not no_plot,
         on_event=on_event,
         on_progress=on_progress,
+        confirm=request.confirm,
+        history=request.history,
+        gate_history=request.gate,
+        label=request.label,
     )
