@@ -150,13 +150,13 @@ class GateSettings:
     latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE
     """Largest drop accepted at latency-bound points (small messages)."""
     alpha: float = DEFAULT_ALPHA
-    """Significance level of the one-sided Mann-Whitney test."""
+    """Significance level of the one-sided test (Mann-Whitney on the samples, or the z
+    against a history)."""
     noisy_cv: float = DEFAULT_NOISY_CV
     """Robust spread (`dispersion`, IQR / 1.349 median) above which a point, or a whole
-    baseline, is called noisy, in the notes and warnings; a noisy baseline (this, or a slow
-    tail: `baseline_is_noisy`) also gets the breadth rule (`isolate`). It moves no limit: the
-    noise bands (`NoiseBand`) do that, measured rather than switched on. Named for the
-    coefficient of variation it stands in for."""
+    baseline, is called noisy, in the notes and warnings. It moves no limit: how far the
+    point's median moves between runs (`Spread`) does. Named for the coefficient of
+    variation it stands in for."""
     allow_mismatch: bool = False
     """Compare runs whose comparability context differs, instead of refusing."""
 

@@ -58,8 +58,8 @@ class CompareRequest(Request):
         metadata=cli(
             type=float,
             help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
-            "baseline, is called noisy in the notes (the noise bands, not this, set the "
-            "limits). Default 0.2.",
+            "baseline, is called noisy in the notes (it moves no limit: how far the medians "
+            "move between runs does). Default 0.2.",
         ),
     )
     allow_mismatch: bool = field_of(
