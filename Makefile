@@ -6,7 +6,7 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install test test-fast lint deps docs bench demo clean slurm-deps browser-deps metrics-deps gpu-check browser-check
+.PHONY: install test test-fast lint deps docs bench demo clean slurm-deps browser-deps metrics-deps postgres-deps gpu-check browser-check
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || \
@@ -90,6 +90,25 @@ metrics-deps:
 			if systemctl is-active --quiet $$s 2>/dev/null || systemctl is-enabled --quiet $$s 2>/dev/null; \
 			then systemctl disable --now $$s >/dev/null 2>&1 || true; fi; done; fi; \
 	else echo "metrics-deps: not root or no apt-get; the Prometheus tests will be skipped"; fi
+
+# Debian's PostgreSQL server for the history's tests against a real database
+# (tests/postgres.py starts a throwaway server of its own, as the user postgres, on a free
+# port). Without it those tests are skipped, except under CI=true where they fail. The
+# service the install starts (and its cluster on port 5432) is stopped and disabled.
+postgres-deps:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends postgresql >/dev/null; \
+		if command -v systemctl >/dev/null && \
+			{ systemctl is-active --quiet postgresql 2>/dev/null || \
+			  systemctl is-enabled --quiet postgresql 2>/dev/null; }; then \
+			systemctl disable --now postgresql >/dev/null 2>&1 || true; fi; \
+		if command -v pg_lsclusters >/dev/null; then \
+			pg_lsclusters -h 2>/dev/null | while read -r version cluster port state rest; do \
+				if [ "$$state" = online ]; then pg_ctlcluster "$$version" "$$cluster" stop || true; fi; \
+			done; fi; \
+	else echo "postgres-deps: not root or no apt-get; the PostgreSQL tests will be skipped"; fi
 
 # The HTML report in Debian's headless Chromium (apt-get install chromium): no outside
 # reference, every image decodes, a screenshot in /tmp/commbench-browser/screenshot.png.

@@ -28,6 +28,11 @@ from commbench.version import VERSION as __version__
 _VERBS = {
     "compare_runs": "commbench.api",
     "export_run": "commbench.api",
+    "history_add": "commbench.api",
+    "history_changes": "commbench.api",
+    "history_list": "commbench.api",
+    "history_plot": "commbench.api",
+    "history_show": "commbench.api",
     "import_nccl_tests": "commbench.api",
     "k8s_manifest": "commbench.cli.k8s",
     "load_run": "commbench.api",
@@ -41,6 +46,7 @@ _VERBS = {
     "run_diagnose": "commbench.api",
     "run_p2p": "commbench.api",
     "run_suite": "commbench.api",
+    "settle_runs": "commbench.api",
     "slurm_script": "commbench.cli.slurm",
 }
 """Each verb of the API and the module it lives in."""
@@ -49,6 +55,11 @@ __all__ = [
     "__version__",
     "compare_runs",
     "export_run",
+    "history_add",
+    "history_changes",
+    "history_list",
+    "history_plot",
+    "history_show",
     "import_nccl_tests",
     "k8s_manifest",
     "load_run",
@@ -62,6 +73,7 @@ __all__ = [
     "run_diagnose",
     "run_p2p",
     "run_suite",
+    "settle_runs",
     "slurm_script",
 ]
 
@@ -69,6 +81,11 @@ if TYPE_CHECKING:
     from commbench.api import (
         compare_runs,
         export_run,
+        history_add,
+        history_changes,
+        history_list,
+        history_plot,
+        history_show,
         import_nccl_tests,
         load_run,
         load_topology,
@@ -81,6 +98,7 @@ if TYPE_CHECKING:
         run_diagnose,
         run_p2p,
         run_suite,
+        settle_runs,
     )
     from commbench.cli.k8s import k8s_manifest
     from commbench.cli.slurm import slurm_script

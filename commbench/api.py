@@ -14,6 +14,7 @@ cannot drift apart. Nothing here prints; nothing heavy is imported before a func
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,9 +22,17 @@ from typing import TYPE_CHECKING
 from commbench.arguments import PathLike, Request
 from commbench.diagnose.settings import DiagnoseRun
 from commbench.flags import FROM
+from commbench.history.request import (
+    HistoryAdd,
+    HistoryChanges,
+    HistoryList,
+    HistoryPlot,
+    HistoryShow,
+    Shown,
+)
 from commbench.importers.request import ImportRequest
 from commbench.launch.request import CollectivesRun
-from commbench.options import cli, field_of, verb
+from commbench.options import arg, cli, field_of, verb
 from commbench.p2p.settings import P2PRun
 from commbench.record.request import RecordRequest
 from commbench.replay.settings import ReplayRun
@@ -37,9 +46,11 @@ from commbench.suites.request import SuiteRun
 if TYPE_CHECKING:
     from commbench.compare import Comparison, Gate
     from commbench.diagnose.run import Diagnosis
+    from commbench.history.store import Added, FoundChange, StoredRun
     from commbench.p2p.run import DryRun
     from commbench.record.run import Recorded
     from commbench.replay.program import Program
+    from commbench.results.lifecycle import Settled
     from commbench.results.runs import Run, Suite
     from commbench.suites.runner import SuiteOutcome
     from commbench.topology import TopologySnapshot
@@ -52,6 +63,11 @@ __all__ = [
     "DiagnoseRun",
     "ExportFormat",
     "ExportRequest",
+    "HistoryAdd",
+    "HistoryChanges",
+    "HistoryList",
+    "HistoryPlot",
+    "HistoryShow",
     "Images",
     "ImportRequest",
     "LoadRequest",
@@ -65,10 +81,17 @@ __all__ = [
     "Report",
     "ReportFormat",
     "ReportRequest",
+    "SettleRequest",
+    "Shown",
     "SuiteRun",
     "TopologyRequest",
     "compare_runs",
     "export_run",
+    "history_add",
+    "history_changes",
+    "history_list",
+    "history_plot",
+    "history_show",
     "import_nccl_tests",
     "load_run",
     "load_topology",
@@ -82,6 +105,7 @@ __all__ = [
     "run_diagnose",
     "run_p2p",
     "run_suite",
+    "settle_runs",
 ]
 """The verbs, and the records they take and return (each declared in its domain's package,
 where the verb's work is too: a verb here is its docstring and the call)."""
@@ -146,6 +170,38 @@ def load_run(request: LoadRequest) -> Run | Suite:
     from commbench.results.runs import load as load_stored
 
     return load_stored(Path(request.path))
+
+
+@dataclass(kw_only=True)
+class SettleRequest(Request):
+    """Every option of `commbench settle` and `settle_runs`, declared once (beside
+    `LoadRequest`: the package of stored runs, `results`, lies below the records' checks)."""
+
+    runs: PathLike | Sequence[PathLike] = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR",
+            type=list[Path],
+            help="Run directories, or suite directories (each stands for its runs).",
+        ),
+    )
+
+
+@verb(SettleRequest)
+def settle_runs(request: SettleRequest) -> list[Settled]:
+    """Write into each run whose launcher was killed outright what every reader already
+    takes it as (`commbench settle`): the points only its journal holds into results.json
+    and results.csv, then run.json saying interrupted and why. A run that ended, whose
+    launcher may still run (here, or on another host) or whose workers still run is left as
+    it is, saying why. Returns one `Settled` per run; UserError for a path that is not a run
+    or suite, or a run that cannot be written."""
+    import os
+
+    from commbench.results.lifecycle import settle_paths
+
+    runs = request.runs
+    paths = [Path(runs)] if isinstance(runs, str | os.PathLike) else [Path(r) for r in runs]
+    return settle_paths(paths)
 
 
 @verb(CompareRequest)
@@ -323,6 +379,59 @@ def record_job(request: RecordRequest) -> Recorded:
 
     out = request.out
     return record(request.command, Path(out) if out is not None else None)
+
+
+@verb(HistoryAdd)
+def history_add(request: HistoryAdd) -> Added:
+    """Add runs to the history (`commbench history add`): run or suite directories of any
+    kind, loaded and never written. A run that did not finish, or failed, is refused
+    (UserError) and then nothing is added; a run stored already is left as it is. Returns
+    `Added`: each run (`.added` False: it was there), and the change points adding them found.
+    `db`: a SQLite file (made if need be) or a postgresql:// URL."""
+    from commbench.history.request import add_runs
+
+    return add_runs(request)
+
+
+@verb(HistoryList)
+def history_list(request: HistoryList) -> list[StoredRun]:
+    """The runs of the history, oldest first (`commbench history list`): each one's id,
+    run_id, time, label, kind, machine and points. Reads only: UserError for a history that
+    is not there."""
+    from commbench.history.request import list_runs
+
+    return list_runs(request)
+
+
+@verb(HistoryShow)
+def history_show(request: HistoryShow) -> Shown:
+    """One run of the history and its points, or one series, its values over the runs and
+    its change points (`commbench history show`). `target`: a run_id, a run's or a series'
+    history id (or its first digits). UserError when it names none, or several."""
+    from commbench.history.request import show
+
+    return show(request)
+
+
+@verb(HistoryChanges)
+def history_changes(request: HistoryChanges) -> list[FoundChange]:
+    """The change points of the history's series (`commbench history changes`), oldest
+    first: each one's series, first run after it, ratio of the medians (busbw: new over old)
+    with its 95% interval and p-value, and `.changed`, what differs between the runs on
+    either side. `op`, `sizes`, `series` choose the series."""
+    from commbench.history.request import find_changes
+
+    return find_changes(request)
+
+
+@verb(HistoryPlot)
+def history_plot(request: HistoryPlot) -> list[Path]:
+    """Each chosen series over its runs, its change points marked and what changed written
+    beside them (`commbench history plot`), as PNG and/or SVG files under `out`; returns
+    the files. `op`, `sizes`, `series` choose the series."""
+    from commbench.history.request import plot_history
+
+    return plot_history(request)
 
 
 def _plots(run_dir: Path) -> str:

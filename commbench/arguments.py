@@ -13,7 +13,10 @@ The annotation is the declaration: there is one check per kind of field (`KINDS`
 that is not a bool and is in range, a finite number, a non-empty string, a path, a bool, a
 callable, a loaded run, a sequence of one of these), and a record names none of them: a new
 field is checked by the type it is given, and a type without a check is refused when the
-record is first built (`tests/test_arguments.py` builds every verb's). A `str` field whose
+record is first built (`tests/test_arguments.py` builds every verb's). A value of a subclass
+of its kind (an IntEnum, a StrEnum, numpy's integers and floats) is converted here to the
+plain int, float or str, so that what the record holds is what every writer downstream (YAML,
+JSON, an sbatch line) takes: `k8s_manifest(nodes=Nodes.two)` holds 2. A `str` field whose
 option parses into an Enum (`--format`) takes a member or a member's value. What a value
 means (a size string, a bucket spec, a rank that must exist) is the record's own business,
 checked where it is parsed; this is the check of what can be said from the type alone.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,12 +52,37 @@ class Kind:
     what: str
     takes: Callable[[Any], bool]
     check: Callable[[Any, str], None] = lambda value, path: None
+    plain: Callable[[Any], Any] = lambda value: value
+    """The value as the builtin it stands for (an IntEnum as its int): what the record keeps."""
+
+    def admit(self, value: Any, path: str) -> Any:
+        """`value` as the record keeps it (`plain`), checked."""
+        value = self.plain(value)
+        self.check(value, path)
+        return value
 
 
 def _no_nul(value: str, path: str) -> None:
     # no argument, path or file commbench writes can hold one: the OS cuts or refuses it
     if "\x00" in value:
         raise UserError(f"{path}: {quoted(value)} holds a NUL character")
+
+
+def _is_integer(value: Any) -> bool:
+    """An int or what stands for one (`__index__`: an IntEnum, numpy's integers), not a
+    bool (numpy's bool refuses `__index__`, and so does an array of more than one)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except Exception:  # whatever its __index__ raises, it is no integer
+        return False
+    return True
+
+
+def _plain_number(value: Any) -> int | float:
+    """The plain int or float that `value` (an int, a float, or a subclass) stands for."""
+    return float(value) if isinstance(value, float) else operator.index(value)
 
 
 def _integer(minimum: float = 0, maximum: float | None = None) -> Kind:
@@ -63,7 +92,7 @@ def _integer(minimum: float = 0, maximum: float | None = None) -> Kind:
     def check(value: int, path: str) -> None:
         check_range(value, path, minimum, top)
 
-    return Kind("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool), check)
+    return Kind("an integer", _is_integer, check, operator.index)
 
 
 def _number(minimum: float = 0, maximum: float | None = None) -> Kind:
@@ -78,7 +107,14 @@ def _number(minimum: float = 0, maximum: float | None = None) -> Kind:
             raise UserError(f"{path}: expected a finite number, got {described(value)}")
         check_range(value, path, minimum, maximum)
 
-    return Kind("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool), check)
+    return Kind(
+        "a number", lambda v: isinstance(v, float) or _is_integer(v), check, _plain_number
+    )
+
+
+def _plain_str(value: str) -> str:
+    # str.__str__ returns an exact str for a subclass too, whatever its own __str__ says
+    return str.__str__(value)
 
 
 def _check_text(value: str, path: str) -> None:
@@ -87,7 +123,7 @@ def _check_text(value: str, path: str) -> None:
     _no_nul(value, path)
 
 
-_ITEM_TEXT = Kind("a string", lambda v: isinstance(v, str), _no_nul)
+_ITEM_TEXT = Kind("a string", lambda v: isinstance(v, str), _no_nul, _plain_str)
 """A string in a list: it may be empty (an argument of a wrapped command: `--name ""`)."""
 
 
@@ -105,6 +141,10 @@ def _check_path(value: str | os.PathLike[Any], path: str) -> None:
     _no_nul(name, path)
 
 
+def _plain_path(value: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    return _plain_str(value) if isinstance(value, str) else value
+
+
 def _is_loaded(value: Any) -> bool:
     from commbench.results.runs import Run, Suite
 
@@ -114,10 +154,10 @@ def _is_loaded(value: Any) -> bool:
 KINDS: dict[str, Kind] = {
     "int": _integer(),
     "float": _number(),
-    "str": Kind("a string", lambda v: isinstance(v, str), _check_text),
+    "str": Kind("a string", lambda v: isinstance(v, str), _check_text, _plain_str),
     "bool": Kind("a bool", lambda v: isinstance(v, bool)),
-    "Path": Kind("a path", is_path, _check_path),
-    "PathLike": Kind("a path", is_path, _check_path),
+    "Path": Kind("a path", is_path, _check_path, _plain_path),
+    "PathLike": Kind("a path", is_path, _check_path, _plain_path),
     "Callable": Kind("a function", callable),
     "Run": Kind("a Run", _is_loaded),
     "Suite": Kind("a Suite", _is_loaded),
@@ -134,7 +174,10 @@ def _choice(enum_type: type[enum.Enum]) -> Kind:
         if not isinstance(value, enum_type) and value not in values:
             raise UserError(f"{path}: {quoted(value)} is not one of {', '.join(map(str, values))}")
 
-    return Kind("a string", lambda v: isinstance(v, str), check)
+    def plain(value: Any) -> Any:
+        return value if isinstance(value, enum_type) else _plain_str(value)
+
+    return Kind("a string", lambda v: isinstance(v, str), check, plain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +188,15 @@ class Union:
     members: tuple[Kind | SequenceOf, ...]
     optional: bool
 
-    def check(self, value: Any, path: str) -> None:
+    def check(self, value: Any, path: str) -> Any:
+        """`value` as the record keeps it (`Kind.plain`), or UserError naming `path`."""
         if value is None:
             if not self.optional:
                 raise UserError(f"{path}: expected {self.what()}, got null")
-            return
+            return None
         for member in self.members:
             if member.takes(value):
-                member.check(value, path)
-                return
+                return member.admit(value, path)
         raise UserError(f"{path}: expected {self.what()}, got {described(value)}")
 
     def what(self) -> str:
@@ -176,11 +219,15 @@ class SequenceOf:
     def takes(self, value: Any) -> bool:
         return isinstance(value, list | tuple)
 
-    def check(self, value: Sequence[Any], path: str) -> None:
+    def admit(self, value: Sequence[Any], path: str) -> Sequence[Any]:
+        """`value` with its items checked and plain (`Kind.plain`): itself when they already
+        are, else a new sequence of its own kind (list or tuple)."""
         if self.required and not value:
             raise UserError(f"{path} is empty: give at least one")
-        for i, item in enumerate(value):
-            self.item.check(item, f"{path}[{i}]")
+        items = [self.item.check(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if isinstance(value, tuple) else items
 
 
 def _plural(what: str) -> str:
@@ -275,4 +322,7 @@ class Request:
 
     def __post_init__(self) -> None:
         for name, path, union in checks(type(self)):
-            union.check(getattr(self, name), path)
+            value = getattr(self, name)
+            plain = union.check(value, path)
+            if plain is not value:  # a subclass's value as its builtin (records are frozen)
+                object.__setattr__(self, name, plain)

@@ -5,13 +5,18 @@ plausible default (an all_reduce of float32 sums on 2 ranks, measured and checke
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from commbench.processes import ProcessId
 from commbench.results import openmetrics as om
-from commbench.results.record import RunRecord
+from commbench.results.lifecycle import start_run
+from commbench.results.record import RunContext, RunKind, RunRecord
 from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, write_results
 from commbench.stats import Stats
@@ -170,6 +175,41 @@ def write_run(run_dir: Path, rows: list[ResultRow], record: RunRecord | Mapping[
         write_meta(run_dir, record)
     write_results(run_dir, rows)
     return run_dir
+
+
+def dead_launcher() -> ProcessId:
+    """The identity of a process that has ended, as a launcher killed outright leaves it
+    (starts a process: for a test marked `integration`)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    who = ProcessId.of(proc.pid)
+    proc.kill()
+    proc.wait()
+    return who
+
+
+def abandoned_run(parent: Path, launcher: ProcessId, *, journaled: int, written: int) -> Path:
+    """A run under `parent` as a launcher killed outright leaves it: run.json "running" and
+    naming `launcher`, `journaled` all_reduce rows (1K, 2K, 4K, ...: 5 µs and 1 GB/s, which
+    `model --from` fits) in events.jsonl of which the first `written` made it into the result
+    files."""
+    life = start_run(
+        parent,
+        RunKind.COLLECTIVES,
+        settings={},
+        context=RunContext.from_dict({"world_size": 2, "backend": "gloo"}, "context"),
+        points_total=4,
+        points_done=0,
+    )
+    life.record.launcher = launcher
+    life.save()
+    sizes = [1024 << i for i in range(journaled)]
+    rows = [make_row(n, [(5 + n / 1000) * (1 + j / 20) for j in range(3)]) for n in sizes]
+    events = [{"type": "context", "world_size": 2, "group_size": 2, "ranks": []}] + [
+        {"type": "row", "point": i, "row": r.to_dict()} for i, r in enumerate(rows)
+    ]
+    (life.path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    life.dir.write_rows(rows[:written])
+    return life.path
 
 
 def fake_snapshot(

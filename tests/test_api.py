@@ -70,6 +70,12 @@ VERBS = {
     "import_nccl_tests": "import",
     "slurm_script": "slurm-script",
     "k8s_manifest": "k8s-manifest",
+    "history_add": "history",
+    "history_list": "history",
+    "history_show": "history",
+    "history_changes": "history",
+    "history_plot": "history",
+    "settle_runs": "settle",
     "load_run": None,
 }
 """Each verb of the API, and the command that is a thin layer over it."""

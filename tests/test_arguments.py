@@ -9,13 +9,16 @@ in commbench.arguments; the test is unmarked, so the conftest fails it if a proc
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
+import yaml
 
 import commbench
 from commbench.arguments import Request
@@ -32,6 +35,9 @@ REQUIRED = {
     "replay_trace": {"trace": "trace"},
     "report_run": {"run": "run"},
     "run_suite": {"config": "suite.yaml"},
+    "history_add": {"runs": ["run"]},
+    "history_show": {"target": "run"},
+    "settle_runs": {"runs": ["run"]},
 }
 """A valid value of each verb's required parameters: the bad one is the only one."""
 
@@ -175,3 +181,78 @@ def test_every_command_that_places_ranks_takes_one_range_of_nproc(
     assert result.output.strip().splitlines() == [
         f"commbench: error: --nproc must be {bound}, got {nproc}"
     ]
+
+
+class _Two(enum.IntEnum):
+    two = 2
+
+
+class _Text(str, enum.Enum):
+    text = "collectives"
+
+
+class _Half(float):
+    pass
+
+
+def plain_cases() -> Iterator[Any]:
+    """(verb, field, stand-in, plain) for every int, float and str field of every verb: a
+    value of a subclass of the field's kind, as a caller's enum or numpy scalar gives it."""
+    for verb in VERBS:
+        for f in dataclasses.fields(getattr(commbench, verb).options):
+            heads = {m.split("[")[0] for m in top_level(str(f.type))}
+            declared = f.metadata.get(KEY)
+            if isinstance(getattr(declared, "type", None), type) and issubclass(
+                declared.type, enum.Enum
+            ):
+                continue  # a choice takes its enum's member as it is
+            if "int" in heads:
+                yield pytest.param(verb, f.name, _Two.two, 2, id=f"{verb}-{f.name}-IntEnum")
+            elif "float" in heads:
+                yield pytest.param(verb, f.name, _Half(2.5), 2.5, id=f"{verb}-{f.name}-float")
+            elif "str" in heads:
+                yield pytest.param(verb, f.name, _Text.text, "collectives", id=f"{verb}-{f.name}-str")
+
+
+@pytest.mark.parametrize(("verb", "name", "value", "plain"), list(plain_cases()))
+def test_a_subclass_of_a_fields_kind_is_kept_as_the_plain_builtin(
+    verb: str, name: str, value: object, plain: object
+) -> None:
+    """Issue 43, item 1: `k8s_manifest(nodes=IntEnum.two)` passed the int check and crashed
+    in the YAML writer. Every field converts such a value once, as the record is built: the
+    record holds the plain int, float or str (or refuses it as the plain value, in one line)."""
+    record = getattr(commbench, verb).options
+    required = {
+        f.name: ["x"] if str(f.type).startswith("Sequence") else "x"
+        for f in dataclasses.fields(record)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    try:
+        built = record(**{**required, **REQUIRED.get(verb, {}), name: value})
+    except UserError as refused:  # the plain value out of this field's own range or rules
+        assert "\n" not in str(refused)
+        return
+    held = getattr(built, name)
+    assert held == plain and type(held) is type(plain), (verb, name, held)
+
+
+@pytest.mark.parametrize(
+    "value", [_Two.two, numpy.int64(2), numpy.uint8(2)], ids=["IntEnum", "int64", "uint8"]
+)
+def test_the_issues_int_enum_writes_a_manifest_and_a_script(value: object) -> None:
+    manifest = commbench.k8s_manifest([_Text.text, "--sizes", "1K"], image="img", nodes=value)
+    assert yaml.safe_load_all(manifest)
+    assert "--nodes=2" in commbench.slurm_script([_Text.text], nodes=value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (numpy.bool_(True), "--nodes: expected an integer, got"),
+        (numpy.array([2, 3]), "--nodes: expected an integer, got"),
+        (numpy.float64(2.0), "--nodes: expected an integer, got the number"),
+    ],
+)
+def test_what_stands_for_no_integer_is_refused_in_one_line(value: object, message: str) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        commbench.k8s_manifest(image="img", nodes=value)

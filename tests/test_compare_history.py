@@ -101,3 +101,31 @@ def test_reading_a_history_changes_nothing(tmp_path: Path) -> None:
         assert sorted(p.name for p in copy.iterdir()) == ["history.db"]
     finally:
         copy.chmod(0o755)
+
+
+def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path) -> None:
+    """`report --history`: each point against the runs before it, and a figure per op; read
+    only (the history's bytes unchanged)."""
+    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999, 1.0])
+    before = db.read_bytes()
+    slow = _copy(tmp_path, "slow", 0.8, minute=40)
+    result = CliRunner().invoke(app, ["report", str(slow), "--history", str(db)])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "## Trend in the history" in text
+    assert "| all_reduce | 1K | 6 | 0.80x | none |" in text.replace("  ", " ")
+    html = CliRunner().invoke(
+        app, ["report", str(slow), "--history", str(db), "--format", "html"]
+    ).stdout
+    assert "Trend in the history" in html and html.count('alt="trend of ') == 3
+    assert db.read_bytes() == before
+
+
+def test_the_report_says_when_the_history_holds_nothing_of_the_machine(tmp_path: Path) -> None:
+    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999])
+    cpu = Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a"
+    result = CliRunner().invoke(app, ["report", str(cpu), "--history", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "holds no run of this machine" in result.stdout
+    bad = CliRunner().invoke(app, ["report", str(cpu), "--history", str(tmp_path / "no.db")])
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.package_source import ROOT, parsed
 
@@ -30,6 +35,7 @@ FLOORS: list[set[str]] = [
     {"launch"},
     {"p2p", "record"},
     {"importers"},
+    {"history"},
     {"compare"},
     {"diagnose"},
     {"replay"},
@@ -96,3 +102,61 @@ def test_no_module_imports_the_package_root() -> None:
     a foundation."""
     upward = [f"{a} -> {b}.{name}" for a, b, name in imports() if b == "commbench"]
     assert not upward, "imports of the package root:\n" + "\n".join(upward)
+
+
+# -- what a usage error imports (issue 43, item 12) --------------------------------------------
+
+MACHINERY = (
+    "torch",
+    "pydantic",  # Typer's conversion of every value (commbench.cli._values does it instead)
+    "rich",
+    "commbench.compare",
+    "commbench.launch.launcher",
+    "commbench.launch.control",
+    "commbench.launch.protocol",
+    "commbench.results.lifecycle",
+    "commbench.topology",
+    "commbench.p2p.run",
+    "commbench.replay.run",
+)
+"""What a verb needs to measure, and what the command line needs to say that a value is
+wrong does not: a usage error that imports one of them is as slow again as `--help`."""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["collectives", "--ops", "allreduce"],
+        ["collectives", "--sizes", "1Q"],
+        ["collectives", "--graph", "--device", "cpu"],
+        ["collectives", "--format", "yaml"],
+        ["p2p", "--src", "x"],
+        ["p2p", "--matrix", "--src", "1"],
+        ["diagnose", "--sizes", "1Q"],
+        ["replay", "TRACE", "--bw", "5"],
+    ],
+    ids=" ".join,
+)
+def test_a_wrong_value_is_said_before_the_verbs_machinery_is_imported(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Each value that needs no measurement is checked as the command's request is built
+    (`CollectivesRun`, `P2PRun`, `DiagnoseRun`, `ReplayRun`), before the command's body
+    imports what measures: one line, exit 2, and none of MACHINERY in the process."""
+    code = (
+        "import json, sys\n"
+        "from commbench.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit as exc:\n"
+        "    print(json.dumps([exc.code, sorted(sys.modules)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    code_, modules = json.loads(done.stdout)
+    assert code_ == 2 and done.stderr.startswith("commbench: error: "), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    loaded = [m for m in MACHINERY if any(n == m or n.startswith(m + ".") for n in modules)]
+    assert loaded == [], (args, done.stderr)

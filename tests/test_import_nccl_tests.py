@@ -299,3 +299,33 @@ def test_a_point_measured_in_several_cycles_is_one_row(tmp_path: Path) -> None:
     assert any("measured up to 3 times" in n for n in run.record.notes)
     in_place = next(r for r in run.rows if r.in_place)
     assert in_place.samples_us == [410049.0] * 3
+
+
+def _looped_log(path: Path, repeats: int) -> Path:
+    """H100's log, its header and devices kept, with one table line repeated `repeats` times:
+    a nightly loop appending the same point to one log."""
+    lines = H100.read_text().splitlines()
+    table = next(i for i, line in enumerate(lines) if line.lstrip().startswith("8 "))
+    path.write_text("\n".join([*lines[:table], *[lines[table]] * repeats]) + "\n")
+    return path
+
+
+def test_a_loops_long_log_imports_up_to_the_named_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43, item 4: a log of repeated rows past MAX_ROWS was refused with `not one
+    nccl-tests run: '2147483648 536870912 float sum ...'`, which named neither the limit nor
+    what to do. Up to the limit each point is one row holding every repeat as a sample; past
+    it, the refusal names the limit and the way out, and no line of the user's."""
+    from commbench.importers.nccl_tests import parse
+
+    monkeypatch.setattr(parse, "MAX_ROWS", 200)
+    log = _looped_log(tmp_path / "all_reduce_perf.log", 100)
+    run = load_run(import_log(log, tmp_path / "runs"))
+    assert [len(r.samples_us or ()) for r in run.rows] == [100, 100]
+    _looped_log(log, 101)
+    result = CliRunner().invoke(app, ["import", "nccl-tests", str(log), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert f"{log}:" in line and "more than 200 result rows (100 table lines" in line, line
+    assert "the most one import reads: split the log" in line and "float" not in line, line

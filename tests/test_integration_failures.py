@@ -75,9 +75,14 @@ def test_workers_stop_themselves_when_the_launcher_is_killed(tmp_path: Path) -> 
     compared = cli.invoke(app, ["compare", str(run_dir), str(run_dir)])
     assert compared.exit_code == 1
     assert compared.stdout.splitlines()[-1].startswith(f"FAIL: the new run was interrupted ({why})")
+    # the readers wrote nothing; plot writes into the run (RUN_DIR/plots), and ends it there
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
     plotted = cli.invoke(app, ["plot", str(run_dir), "--formats", "svg"])
     assert plotted.exit_code == 0
     assert f"commbench: warning: {run_dir} was interrupted ({why})" in plotted.stderr
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted" and record["failure"] == why
+    assert any("commbench plot (pid " in w for w in record["warnings"]), record["warnings"]
     assert not list(run_dir.rglob(".*.tmp"))  # nothing half-written left behind
 
 

@@ -5,7 +5,8 @@ a fake torchrun (a short Python script): no torch, no timing.
   is being stopped (after the launcher's last look at the journal, before its death) must
   still have that row in results.json and results.csv.
 - a launcher killed outright leaves run.json "running" and rows journaled after its last
-  rewrite; the first reader of the run on this host (report, compare, load_run) settles it.
+  rewrite; a reader of the run on this host (report, compare, load_run) takes it as ended,
+  with those rows, and writes nothing; `settle` writes that into the run.
 - the journal's reader skips a torn line, and takes a whole unterminated last line at the end.
 """
 
@@ -24,12 +25,11 @@ from commbench.collectives.settings import CollectivesSettings
 from commbench.launch import launcher
 from commbench.launch.protocol import RUN_MARKER, Done, Journal, JournalReader, RankBeat
 from commbench.processes import ProcessId
-from commbench.results.lifecycle import start_run
-from commbench.results.record import RunContext, RunKind, RunStatus
+from commbench.results.lifecycle import settle
+from commbench.results.record import RunStatus
 from commbench.results.runs import load_run
-from commbench.results.schema import ResultRow
 from commbench.results.store import RESULTS_CSV, RunDir
-from tests.factories import make_row
+from tests.factories import abandoned_run, dead_launcher, make_row
 
 
 def _row(size: int) -> dict:
@@ -103,65 +103,57 @@ def test_a_row_journaled_while_the_workers_of_a_killed_agent_are_stopped_is_kept
     assert "SIGKILL" in record["failure"]
 
 
-def _dead_launcher() -> ProcessId:
-    """The identity of a process that has ended (as a launcher killed outright)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    who = ProcessId.of(proc.pid)
-    proc.kill()
-    proc.wait()
-    return who
-
-
-def _abandoned_run(tmp_path: Path, launcher_id: ProcessId, journaled: int, written: int) -> Path:
-    """A run as a launcher killed outright leaves it: run.json "running", `journaled` rows in
-    events.jsonl of which the first `written` made it into the result files."""
-    life = start_run(
-        tmp_path / "out",
-        RunKind.COLLECTIVES,
-        settings={},
-        context=RunContext.from_dict({}, "context"),
-        points_total=4,
-        points_done=0,
-    )
-    life.record.launcher = launcher_id
-    life.save()
-    rows = [_row(1024 << i) for i in range(journaled)]
-    events = [_line(CONTEXT)] + [
-        _line({"type": "row", "point": i, "row": r}) for i, r in enumerate(rows)
-    ]
-    (life.path / "events.jsonl").write_text("".join(events))
-    life.dir.write_rows([ResultRow.from_dict(r) for r in rows[:written]])
-    return life.path
+def _tree(path: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under `path`: its mode, its mtime and its bytes."""
+    return {
+        str(f.relative_to(path)): (f.stat().st_mode, f.stat().st_mtime_ns, f.read_bytes())
+        for f in sorted(path.rglob("*"))
+        if f.is_file()
+    }
 
 
 @pytest.mark.integration
-def test_the_first_reader_settles_a_run_whose_launcher_was_killed(tmp_path: Path) -> None:
-    run_dir = _abandoned_run(tmp_path, _dead_launcher(), journaled=3, written=1)
+def test_a_reader_recovers_a_killed_run_in_memory_and_settle_writes_it(tmp_path: Path) -> None:
+    run_dir = abandoned_run(tmp_path / "out", dead_launcher(), journaled=3, written=1)
+    before = _tree(run_dir)
     run = load_run(run_dir)
     assert [r.size_bytes for r in run.rows] == [1024, 2048, 4096]
-    assert run.record.status == RunStatus.INTERRUPTED
+    assert run.record.status == RunStatus.INTERRUPTED and "is gone" in (run.record.failure or "")
+    assert run.record.points_done == 3
+    assert any("2 point(s) taken from events.jsonl" in w for w in run.record.warnings)
+    assert _tree(run_dir) == before  # reading wrote nothing
+    found = settle(RunDir(run_dir))
+    assert not isinstance(found, str) and found.taken == 2 and found.files_behind
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "interrupted" and "is gone" in record["failure"]
     assert record["points_done"] == 3 and "launcher" not in record
-    assert any("2 point(s) taken from events.jsonl" in w for w in record["warnings"])
+    said = [w for w in record["warnings"] if "2 point(s) taken from events.jsonl" in w]
+    assert len(said) == 1 and "commbench settle (pid " in said[0], record["warnings"]
     assert len((run_dir / RESULTS_CSV).read_text().splitlines()) == 1 + 3
-    again = json.loads((run_dir / "run.json").read_text())
-    load_run(run_dir)
-    assert json.loads((run_dir / "run.json").read_text()) == again  # settled once
+    assert [r.size_bytes for r in RunDir(run_dir).read_rows()] == [1024, 2048, 4096]
+    again = _tree(run_dir)
+    assert settle(RunDir(run_dir)) == "it is interrupted"  # settled once
+    assert _tree(run_dir) == again
+    settled = load_run(run_dir)
+    assert settled.record.warnings == record["warnings"]
+    assert [r.size_bytes for r in settled.rows] == [1024, 2048, 4096]
 
 
 @pytest.mark.integration
 def test_a_launcher_killed_between_its_json_and_its_csv_is_settled(tmp_path: Path) -> None:
     """The launcher writes results.json, then results.csv: killed between the two, the JSON
-    holds every journaled row and the CSV one fewer. The reader settles the CSV too (seen
-    once in test_kill_anywhere's 20 random kills)."""
-    run_dir = _abandoned_run(tmp_path, _dead_launcher(), journaled=3, written=3)
+    holds every journaled row and the CSV one fewer. A reader takes the JSON's rows; settle
+    rewrites the CSV too (seen once in test_kill_anywhere's 20 random kills)."""
+    run_dir = abandoned_run(tmp_path / "out", dead_launcher(), journaled=3, written=3)
     rows = RunDir.of(run_dir).read_rows()
     from commbench.results.exporters import rows_to_csv
 
     (run_dir / RESULTS_CSV).write_text(rows_to_csv(rows[:2]))
     run = load_run(run_dir)
     assert len(run.rows) == 3 and run.record.status == RunStatus.INTERRUPTED
+    assert len((run_dir / RESULTS_CSV).read_text().splitlines()) == 1 + 2
+    found = settle(RunDir(run_dir))
+    assert not isinstance(found, str) and found.taken == 0 and found.files_behind
     assert len((run_dir / RESULTS_CSV).read_text().splitlines()) == 1 + 3
 
 
@@ -169,12 +161,13 @@ def test_a_launcher_killed_between_its_json_and_its_csv_is_settled(tmp_path: Pat
 def test_a_run_whose_launcher_runs_or_whose_workers_still_run_is_left_alone(
     tmp_path: Path,
 ) -> None:
-    live = _abandoned_run(tmp_path / "live", ProcessId.of(), journaled=2, written=1)
+    live = abandoned_run(tmp_path / "live", ProcessId.of(), journaled=2, written=1)
     assert load_run(live).record.status == RunStatus.RUNNING
-    assert json.loads((live / "run.json").read_text())["status"] == "running"
     assert len(load_run(live).rows) == 1
+    assert settle(RunDir(live)) == f"its launcher (pid {os.getpid()}) still runs"
+    assert json.loads((live / "run.json").read_text())["status"] == "running"
     # the launcher is gone but a worker of this run is not: it may journal one more row
-    run_dir = _abandoned_run(tmp_path / "dying", _dead_launcher(), journaled=2, written=1)
+    run_dir = abandoned_run(tmp_path / "dying", dead_launcher(), journaled=2, written=1)
     worker = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"],
         env={**os.environ, RUN_MARKER: str(run_dir.resolve())},
@@ -184,12 +177,18 @@ def test_a_run_whose_launcher_runs_or_whose_workers_still_run_is_left_alone(
         beat = RankBeat(rank=0, pid=worker.pid).to_json()
         (run_dir / "ranks" / "rank0.json").write_bytes(beat)
         assert load_run(run_dir).record.status == RunStatus.INTERRUPTED  # as recognised
+        assert len(load_run(run_dir).rows) == 1  # the journal's second row is not taken yet
+        assert (
+            settle(RunDir(run_dir))
+            == "a worker of the run still runs: it may journal another point"
+        )
         assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
     finally:
         worker.kill()
         worker.wait()
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
     assert len(load_run(run_dir).rows) == 2
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    assert not isinstance(settle(RunDir(run_dir)), str)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
 
 

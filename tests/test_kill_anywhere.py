@@ -1,7 +1,7 @@
 """A SIGKILL of any process of a run, at a random moment while the rows come in, never loses
 a point that rank 0 journaled: every row of events.jsonl is in results.json and results.csv,
-and run.json is final and says what happened (after the launcher's own death, once a reader
-has looked at the run). Real launches with gloo on CPU, repeated with the kill placed at
+and run.json is final and says what happened (after the launcher's own death, once
+`commbench settle` has ended the run). Real launches with gloo on CPU, repeated with the kill placed at
 random; nothing here asserts a timing."""
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def _one_try(parent: Path, rng: random.Random, target: str) -> str:
                 os.kill(victim, signal.SIGKILL)
         proc.communicate(timeout=90)
         if target == "launcher":
-            # the workers stop themselves once their launcher is gone; then a reader settles
-            # the run. Every process of the run, found by its marker (a rank whose heartbeat
+            # the workers stop themselves once their launcher is gone; then `settle` ends
+            # the run (a reader would take it so, writing nothing). Every process of the run, found by its marker (a rank whose heartbeat
             # was not yet written when the launcher died is not in `stray`)
             marker = str(run_dir.resolve())
 
@@ -133,7 +133,8 @@ def _one_try(parent: Path, rng: random.Random, target: str) -> str:
                 )
 
             assert _wait(run_over, 30, 0.1)
-            assert CliRunner().invoke(app, ["report", str(run_dir)]).exit_code in (0, 1)
+            settled = CliRunner().invoke(app, ["settle", str(run_dir)])
+            assert settled.exit_code == 0, settled.output
     finally:
         procs.stop_all({p for p in [proc.pid, *stray] if procs.alive(p)}, grace=1.0)
     journaled = _journal_rows(run_dir)

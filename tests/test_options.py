@@ -38,10 +38,16 @@ CLI_ONLY = {
     "plot": set(),
     "report": set(),
     "export": set(),
+    "settle": set(),
     "import nccl-tests": set(),
     "slurm-script": set(),
     "k8s-manifest": set(),
     "record": set(),
+    "history add": set(),
+    "history list": {"fmt"},
+    "history show": {"fmt"},
+    "history changes": {"fmt"},
+    "history plot": set(),
 }
 """The parameters a command has beyond its request record: each is a way of printing."""
 

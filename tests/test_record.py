@@ -129,6 +129,28 @@ def test_failing_job_leaves_an_incomplete_trace(tmp_path: Path, free_port: int) 
 
 
 @pytest.mark.integration
+def test_a_killed_jobs_summary_counts_the_calls_its_files_hold(
+    tmp_path: Path, free_port: int
+) -> None:
+    """Issue 43, item 5: every rank SIGKILLed at step 3 left the calls of steps 1 and 2 in its
+    file, while `record` said `0 calls from 2 of 2 ranks`: the meta files it counted were a
+    second old. The summary counts what the files hold."""
+    job = [str(JOBS / "ddp_mlp.py"), "--steps", "4", "--kill-at", "3"]
+    done = record(tmp_path, job, free_port)
+    assert done.returncode != 0, done.stderr
+    said = re.search(r"commbench record: (\d+) calls from 2 of 2 ranks", done.stderr)
+    assert said is not None, done.stderr
+    held = [
+        (tmp_path / "trace" / f"rank-{r}.jsonl").read_bytes().count(b"\n") for r in (0, 1)
+    ]
+    assert int(said[1]) == sum(held), (said[0], held)
+    trace = read_trace(tmp_path / "trace")
+    assert not trace.manifest.complete
+    for rank in (0, 1):  # the start-up's broadcast and both closed steps' buckets, at least
+        assert {1, 2} <= {c.step for c in trace.calls[rank]}, rank
+
+
+@pytest.mark.integration
 def test_many_steps_do_not_deadlock(tmp_path: Path, free_port: int) -> None:
     """The GIL deadlock of a Python kernel that calls gloo holding the GIL (2 hangs in 3 runs
     of this job before the capture redispatched without it): thousands of calls, in time."""

@@ -316,3 +316,19 @@ def test_replay_rebucket_says_the_parameters_were_left_out(tmp_path: Path) -> No
     write_manifest(trace, dataclasses.replace(manifest, parameters_left_out=300_000))
     with pytest.raises(UserError, match="does not list the job's 300000 parameters"):
         commbench.replay_trace(trace=trace, dry_run=True, rebucket="25", device="cpu")
+
+
+def test_a_killed_jobs_calls_are_counted_from_its_files(tmp_path: Path) -> None:
+    """Issue 43, item 5: after a SIGKILL, `record` said `0 calls from 2 of 2 ranks`: the
+    ranks' meta files, rewritten at most once a second, still said 0, while rank-0.jsonl held
+    every call of the closed steps. The summary counts what the files hold: a closed rank's
+    own count, and the whole lines of the others (a torn last line is no call)."""
+    ddp_trace(tmp_path, world=3, steps=2)  # 9 calls per rank
+    (tmp_path / RANK_FILE.format(rank=1)).open("a").write('{"rank": 1, "seq": 9, "op"')
+    for rank in (0, 1):
+        write_meta(tmp_path, dataclasses.replace(meta(rank, 3), calls=0, closed=False))
+    write_meta(tmp_path, dataclasses.replace(meta(2, 3), calls=9))
+    recorded = finished(tmp_path, exit_code=137)
+    assert recorded.calls == 27 and recorded.ranks == (0, 1, 2)
+    assert not recorded.manifest.complete
+    assert sum(len(c) for c in read_trace(tmp_path).calls.values()) == 27

@@ -12,6 +12,7 @@ import pytest
 from commbench.errors import UserError
 from commbench.processes import ProcessId
 from commbench.results.exporters import Format, export
+from commbench.results.lifecycle import settle
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import load_run
 from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
@@ -234,7 +235,9 @@ def test_a_run_whose_launcher_is_gone_reads_as_interrupted(tmp_path: Path) -> No
     assert run.record.status == "interrupted"
     assert run.record.failure == f"its launcher (pid {pid}) is gone"
     assert run.unfinished == f"was interrupted (its launcher (pid {pid}) is gone)"
-    # its first reader on this host ends it for the launcher: run.json is final
+    # reading writes nothing: run.json still says running, until `commbench settle` ends it
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    settle(RunDir(run_dir))
     stored = json.loads((run_dir / "run.json").read_text())
     assert stored["status"] == "interrupted" and stored["failure"] == run.record.failure
 

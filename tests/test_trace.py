@@ -197,6 +197,44 @@ def test_groups_whose_call_sequences_disagree_are_refused(tmp_path: Path) -> Non
     refused(tmp_path, "float32", "bfloat16")
 
 
+def test_a_member_that_makes_fewer_of_a_groups_calls_is_refused(tmp_path: Path) -> None:
+    """Issue 43, item 2: a complete trace whose rank-0.jsonl is empty, while rank 1 holds 10
+    collectives, was accepted: a replay would have nothing to pair them with. Every member of
+    a group makes its calls, so the one that makes fewer is named with the first it lacks."""
+    calls = [trace_call("all_reduce", MiB, step=s) for s in range(10)]
+    write_trace(tmp_path, {0: calls, 1: calls})
+    rank_file(tmp_path, 0).write_text("")
+    message = refused(tmp_path, "group '0'", "rank 0 makes 0", "rank 1 makes 10")
+    assert "rank 1's call 0 (all_reduce of 1048576 B float32)" in message
+    three = [trace_call("all_reduce", MiB, ranks=(0, 1, 2), step=s) for s in range(10)]
+    write_trace(tmp_path, {0: three[:4], 1: three, 2: three[:7]})
+    refused(tmp_path, "rank 0 makes 4", "rank 1 makes 10", "rank 1's call 4 (all_reduce")
+    write_trace(tmp_path, {0: [trace_call(ranks=(0, 2), group="pp")], 1: [], 2: []})
+    refused(tmp_path, "group 'pp'", "rank 2 makes 0", "rank 0 makes 1", "rank 0's call 0")
+
+
+def test_an_incomplete_trace_may_end_a_members_calls_early(tmp_path: Path) -> None:
+    """A job killed in a step leaves its ranks' last calls uneven: that trace still reads
+    (the replay keeps the steps every rank finished)."""
+    calls = [trace_call("all_reduce", MiB, step=s) for s in range(3)]
+    write_trace(tmp_path, {0: calls[:2], 1: calls}, complete=False)
+    assert [len(c) for c in read_trace(tmp_path).calls.values()] == [2, 3]
+
+
+def test_replay_refuses_the_issues_trace_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from commbench.cli import app
+
+    calls = [trace_call("all_reduce", MiB, step=s) for s in range(10)]
+    write_trace(tmp_path / "t", {0: calls, 1: calls})
+    rank_file(tmp_path / "t", 0).write_text("")
+    result = CliRunner().invoke(app, ["replay", str(tmp_path / "t"), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert "rank 0 makes 0" in line, line
+
+
 def test_ranks_the_trace_has_not_are_refused(tmp_path: Path) -> None:
     """A group member or a peer past the world size, a rank listed twice in a group, a send
     to itself: a replay of them would fail in new_group or hang on a send nobody receives."""

@@ -24,6 +24,12 @@ class _Commands(TyperGroup):
     from, the command's request record included (it checks what was typed before the
     command's body runs, commbench.arguments), as `main` says it, under CliRunner too."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from commbench.cli._values import install
+
+        install(self)  # values converted without pydantic: a wrong one is said at once
+
     def invoke(self, ctx: Any) -> Any:
         with reported_errors():
             return super().invoke(ctx)
@@ -59,9 +65,11 @@ _COMMANDS = (
     "k8s",
     "run",
     "compare",
+    "history",
     "plot",
     "report",
     "export",
+    "settle",
     "import_nccl",
 )
 

@@ -25,16 +25,19 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
             from commbench.report.comparison import render_many
+            from commbench.results.lifecycle import settle_written
             from commbench.results.store import check_output, writing
 
+            reads = [Path(str(request.baseline)), Path(str(request.new))]
             if out is not None:
-                check_output([out], [Path(str(request.baseline)), Path(str(request.new))])
+                check_output([out], reads)
             gate = commbench.api.compare_runs(**values(request))
             text = render_many(gate.comparisons, fmt)
             if out is not None:
                 with writing(out):
                     out.parent.mkdir(parents=True, exist_ok=True)
                     write_text(out, text)
+                settle_written([out], reads, "commbench compare")
         typer.echo(text, nl=False)
         for _, result in gate:  # whatever the format: csv has no verdict line to say it
             if result.incomplete:

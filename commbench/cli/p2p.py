@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from commbench.options import values
 from commbench.results.exporters import Format
 
 if TYPE_CHECKING:  # imported inside the command at run time (torch and NVML behind them)
+    from rich.progress import Progress, TaskID
+
     from commbench.p2p.plan import Step
     from commbench.p2p.run import DryRun
     from commbench.results.runs import Run
@@ -31,20 +34,23 @@ def register(app: typer.Typer) -> None:
     @verb_command(app, "p2p", P2PRun, output=Output(Format, "Output format on stdout."))
     def p2p(request: P2PRun, fmt: Format) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
-        with reported_errors():
+        with reported_errors(), contextlib.ExitStack() as shown:
             import commbench.api
             from commbench.p2p.run import DryRun
 
-            progress = progress_bar()
-            task = progress.add_task("p2p", total=None)
+            bar: list[tuple[Progress, TaskID]] = []  # made at the first copy (rich: 30 ms)
 
             def on_step(done: int, total: int, step: Step) -> None:
+                if not bar:
+                    progress = shown.enter_context(progress_bar())
+                    bar.append((progress, progress.add_task("p2p", total=None)))
+                progress, task = bar[0]
                 label = f"{step.mode} {step.label}"
                 progress.update(task, completed=done, total=total, description=label)
 
             request.on_step = on_step
-            with progress:
-                result = commbench.api.run_p2p(**values(request))
+            result = commbench.api.run_p2p(**values(request))
+            shown.close()  # the bar gone before the table
             topology = None if request.topology is None else Path(request.topology)
             if isinstance(result, DryRun):
                 _show_dry_run(result, topology, fmt)

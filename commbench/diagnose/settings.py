@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.arguments import Request
-from commbench.collectives.placement import PlacementRequest
+from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.errors import UserError
 from commbench.fields import known_fields
 from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
@@ -113,7 +113,6 @@ def diagnose_settings(
     own settings and the collectives settings of its launch. The command, the Python API
     and `slurm-script` (checking the command it wraps) all build them here."""
     from commbench.collectives.settings import DEFAULT_TIMEOUT, Timing, build_settings
-    from commbench.compare import parse_fraction
     from commbench.diagnose.expectations import load_expectations
     from commbench.sizes import parse_sizes
 
@@ -127,12 +126,14 @@ def diagnose_settings(
     if isinstance(stages, str):
         stages = split_list(stages, "--stages")
     expected = load_expectations(Path(baseline)) if baseline is not None else None
+    if tolerance is not None:
+        from commbench.compare import parse_fraction  # the gate's statistics: 170 ms
+
+        tolerance = parse_fraction(tolerance, "--tolerance")
     settings = DiagnoseSettings(
         size_bytes=parsed[0],
         stages=list(stages) if stages is not None else list(STAGES),
-        tolerance=DEFAULT_TOLERANCE
-        if tolerance is None
-        else parse_fraction(tolerance, "--tolerance"),
+        tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance,
         expected_gbps=expected.gbps if expected else {},
         baseline_notes=expected.notes if expected else [],
     )
@@ -151,6 +152,12 @@ class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementReques
 
     on_test: Callable[[dict[str, object]], None] | None = None
     """Called as each test ends, with its event (API only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # every value that needs no machine refused before the machine is asked: the
+        # settings on a node of one GPU, as `CollectivesRun` checks its own (issue 43)
+        diagnose_settings(placement_for(1, self.device, self.nproc, self.backend), self)
 
     @classmethod
     def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from commbench.arguments import PathLike, Request
-from commbench.collectives.placement import PlacementRequest
+from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.collectives.settings import CollectivesRequest
 from commbench.flags import NO_PLOT, OUT
 from commbench.options import cli, field_of, from_params
@@ -85,6 +85,13 @@ class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, Collectives
     )
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Called as points are measured: `(done, total, row)` (API only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Every value that needs no machine is refused here, before the machine is asked
+        # (NVML) or the launcher imported: the settings on a node of one GPU, where each
+        # check of the placement asked for fails as it would on any (issue 43, item 12).
+        self.settings(placement_for(1, self.device, self.nproc, self.backend))
 
     @classmethod
     def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:

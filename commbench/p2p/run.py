@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from commbench.context import host_context
 from commbench.errors import Interrupted, UserError
 from commbench.fields import pick
 from commbench.gpu_memory import P2P_RESERVE, P2P_RESERVE_FOR, GpuMemory, refuse_if_short
@@ -28,8 +27,6 @@ from commbench.p2p.expect import (
 from commbench.p2p.fabric import Fabric
 from commbench.p2p.plan import Plan, Step, gpu_buffer_bytes, no_gpu, plan
 from commbench.p2p.settings import P2PRun, P2PSettings
-from commbench.results.lifecycle import start_run
-from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_OK,
@@ -42,9 +39,9 @@ from commbench.sizes import format_size
 from commbench.stats import Stats
 from commbench.topology import Gpu, Pair, TopologySnapshot, discover, load_snapshot
 from commbench.topology.discover import no_gpu_reason
-from commbench.torch_version import require_torch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what measuring needs, imported when it starts: a refusal is said first
+    from commbench.results.record import RunRecord, RunStatus
     from commbench.results.runs import Run
 
 HEATMAP_FILE = "p2p-matrix.png"
@@ -285,6 +282,8 @@ def run_p2p(
         reason = no_gpu_reason(discover() if given else snapshot)
         if reason is not None:
             raise no_gpu(reason)
+        from commbench.torch_version import require_torch
+
         require_torch()
         from commbench.p2p.measure import TorchMeasurer
 
@@ -304,6 +303,10 @@ def _run(
     out_parent: Path,
     on_step: StepFn | None,
 ) -> P2POutcome:
+    from commbench.context import host_context
+    from commbench.results.lifecycle import start_run
+    from commbench.results.record import RunContext, RunKind, RunStatus
+
     snapshot, topo_notes = _topology_for(snapshot, measurer)
     the_plan = plan(settings, measurer.device_count)
     devices = sorted({gpu for step in the_plan.steps for gpu in step.devices})
@@ -375,7 +378,6 @@ def _heatmap(run_dir: Path, rows: list[ResultRow], n: int) -> list[str]:
 def run_request(request: P2PRun) -> Run | DryRun:
     """`run_p2p`'s work: the plan alone with `dry_run`, else the copies measured into a run
     directory, explained by NVML's topology or the snapshot given."""
-    from commbench.results.runs import Run
     from commbench.results.store import check_parent
 
     settings = request.settings()
@@ -386,4 +388,6 @@ def run_request(request: P2PRun) -> Run | DryRun:
     if request.dry_run:
         return dry_run(settings, snapshot)
     outcome = run_p2p(settings, out, snapshot=snapshot, on_step=request.on_step)
+    from commbench.results.runs import Run
+
     return Run(path=outcome.run_dir, record=outcome.record, rows=outcome.rows)

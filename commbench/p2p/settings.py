@@ -280,3 +280,7 @@ class P2PRun(RunDirRequest, P2PRequest, Request):
     )
     on_step: Callable[[int, int, Step], None] | None = None
     """Called as copies are measured: `(done, total, step)` (API only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.settings()  # every flag refused as it enters, before any GPU is looked for

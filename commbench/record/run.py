@@ -48,6 +48,7 @@ from commbench.traces.trace import (
     MAX_WORLD,
     RANK_FILE,
     Manifest,
+    held_calls,
     write_manifest,
 )
 
@@ -221,7 +222,7 @@ def finish(
         return Recorded(directory=directory, exit_code=exit_code, manifest=bare, calls=0,
                         ranks=(), lost=lost)  # fmt: skip
     manifest, notes = left.manifest(argv, started, ended, exit_code)
-    calls = sum(m.calls for m in left.metas)
+    calls = left.calls(directory)
     ranks = tuple(sorted(r for r in left.present if r < manifest.world_size))
     try:
         manifest = write_manifest(directory, manifest)
@@ -260,6 +261,21 @@ class _Left:
             problems.append(str(exc))
             stepped = Stepped(())
         return cls(present, metas, problems, stepped)
+
+    def calls(self, directory: Path) -> int:
+        """The calls the rank files hold, all ranks together: a closed rank's own count (its
+        file is whole), the lines of any other's. A rank killed outright (SIGKILL, the OOM
+        killer) left a count up to a second old, 0 when it died within its first second,
+        while its file holds every call of the steps it closed."""
+        closed = {m.rank: m.calls for m in self.metas if m.closed}
+        total = 0
+        for rank in self.present:
+            if rank in closed:
+                total += closed[rank]
+                continue
+            with contextlib.suppress(OSError, UserError):  # replaced as we read: not counted
+                total += held_calls(directory / RANK_FILE.format(rank=rank))
+        return total
 
     def manifest(
         self, argv: Sequence[str], started: float, ended: float, exit_code: int

@@ -160,10 +160,9 @@ def prepare(
     from commbench.collectives.placement import resolve_placement
     from commbench.collectives.settings import Timing, build_settings
     from commbench.replay.program import build_program
-    from commbench.sizes import parse_sizes
     from commbench.traces.formats import load_any
 
-    max_gap = max_gap_for(request.max_gap, request.timeout)
+    max_gap, caps = check_flags(request)
     trace = load_any(Path(request.trace))
     program = build_program(
         trace,
@@ -172,14 +171,6 @@ def prepare(
         max_gap_s=max_gap,
         pace=request.pace or request.pace_compute,
     )
-    caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
-    if (request.bw is None) != (request.latency is None):
-        raise UserError("--bw and --latency describe another fabric together: give both")
-    if request.bw is not None and request.rebucket is None:
-        raise UserError(
-            "--bw and --latency predict the bucket advisor's caps on another fabric: "
-            "give --rebucket too"
-        )
     left_out = trace.manifest.parameters_left_out
     if request.rebucket is not None and left_out and not trace.manifest.parameters:
         raise UserError(
@@ -207,6 +198,23 @@ def prepare(
         pace_compute=request.pace_compute,
     )
     return trace, program, settings, collectives
+
+
+def check_flags(request: ReplayRequest) -> tuple[float, list[int]]:
+    """What the flags alone say, without the trace: the cap on a paced gap and the bucket
+    caps to try; `ReplayRun` checks them as it is built, before the launcher is imported."""
+    from commbench.sizes import parse_sizes
+
+    max_gap = max_gap_for(request.max_gap, request.timeout)
+    caps = parse_sizes(request.rebucket) if request.rebucket is not None else []
+    if (request.bw is None) != (request.latency is None):
+        raise UserError("--bw and --latency describe another fabric together: give both")
+    if request.bw is not None and request.rebucket is None:
+        raise UserError(
+            "--bw and --latency predict the bucket advisor's caps on another fabric: "
+            "give --rebucket too"
+        )
+    return max_gap, caps
 
 
 def max_gap_for(max_gap: float | None, timeout: float) -> float:
@@ -253,3 +261,7 @@ class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest, R
 
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Called as rows are measured: `(done, total, row)` (API only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_flags(self)  # refused before the launcher is imported, or the trace read

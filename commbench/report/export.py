@@ -132,10 +132,12 @@ def export(source: ExportSource, fmt: ExportFormat | str) -> str:
 
 def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], Gate]) -> str:
     """`export_run`'s work: every refusal before anything is read, then the text, written
-    atomically to `out`. `judge(baseline, run, allow_mismatch)` is `compare_runs`' gate."""
+    atomically to `out` (into a run it read whose launcher died, it settles that run:
+    `settle_written`). `judge(baseline, run, allow_mismatch)` is `compare_runs`' gate."""
     from commbench.diagnose.verdict import DIAGNOSIS_FILE, load_diagnosis
     from commbench.errors import UserError
     from commbench.files import shown
+    from commbench.results.lifecycle import settle_written
     from commbench.results.record import RunKind
     from commbench.results.runs import is_suite
     from commbench.results.runs import load_run as load_one
@@ -181,6 +183,7 @@ def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], G
         with writing(out_path):
             out_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(out_path, text)
+        settle_written([out_path], [p for p in (run_path, base_path) if p], "commbench export")
     return text
 
 

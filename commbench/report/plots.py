@@ -301,11 +301,14 @@ def write_run_plots(run_dir: Path) -> RunPlots:
 
 def plot_request(request: PlotRequest) -> Plotted:
     """`plot_run`'s work: a suite stands for its runs, the figures go where `out` says or
-    beside the one run (suite) drawn, and every unfinished run drawn is a warning."""
+    beside the one run (suite) drawn, and every unfinished run drawn is a warning. A run whose
+    launcher died, drawn as its readers take it, is settled where figures went into its
+    directory (or its suite's): the command writes there anyway (`settle_written`)."""
     runs, out, formats = request.runs, request.out, request.formats
     peak, labels = request.peak, request.labels or None
     from commbench.lists import split_list
     from commbench.numbers import parse_number
+    from commbench.results.lifecycle import settle_written
     from commbench.results.runs import is_suite, load_suite
     from commbench.results.runs import load_run as load_one
     from commbench.results.store import PLOTS_DIR
@@ -329,4 +332,6 @@ def plot_request(request: PlotRequest) -> Plotted:
     names = check_labels(list(labels) if labels else None, loaded)
     fmts = split_list(formats, "--formats") if isinstance(formats, str) else list(formats)
     written = plot_runs(loaded, target, fmts, peak_gbps=peak_gbps, labels=names, reads=paths)
+    # figures written into a run (RUN_DIR/plots) end it there too, if its launcher died
+    settle_written(written, [*paths, *(r.path for r in loaded)], "commbench plot")
     return Plotted(written=list(written), warnings=warnings)

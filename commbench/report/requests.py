@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commbench.arguments import PathLike, Request
-from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, OP, OUT
+from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, HISTORY, LABEL, OP, OUT
 from commbench.options import arg, cli, field_of
 from commbench.report.export import ExportFormat
 from commbench.report.export import formats_help as export_formats_help
@@ -49,15 +49,12 @@ class PlotRequest(Request):
             "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
         ),
     )
-    labels: Sequence[str] | None = field(
+    labels: Sequence[str] | None = field_of(
+        LABEL,
         default=None,
-        metadata=cli(
-            "--label",
-            metavar="NAME",
-            type=list[str],
-            help="Name a run in the legends; repeat once per run, in order (a suite counts "
-            "one per entry). Default: the suite entry's name, else the directory name.",
-        ),
+        type=list[str],
+        help="Name a run in the legends; repeat once per run, in order (a suite counts "
+        "one per entry). Default: the suite entry's name, else the directory name.",
     )
 
 
@@ -75,6 +72,12 @@ class ReportRequest(Request):
         BASELINE, default=None, help="Add the regression gate against this run or suite."
     )
     allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
+    history: str | None = field_of(
+        HISTORY,
+        default=None,
+        help="A runs history (SQLite file or postgresql:// URL): add each run's trend in "
+        "it, its points against the runs before, and each op's series with its change points.",
+    )
     images: str | None = field(
         default=None,
         metadata=cli(

@@ -40,6 +40,10 @@ class Page:
     out, and the last section (`plots_section`) shows the rest."""
     topology: bool = True
     """False under a suite whose runs share one topology, shown once at its top."""
+    history: str | None = None
+    """A runs history (`report --history`): the run's trend in it (`trend_section`)."""
+    images: bool = True
+    """Whether the page shows figures at all (`--images none`: tables only)."""
 
 
 Section = Callable[[Page], list[Block]]
@@ -408,6 +412,16 @@ def plots_section(page: Page) -> list[Block]:
     return [Heading(page.level, "Plots"), *page.figures.values()]
 
 
+def trend_section(page: Page) -> list[Block]:
+    """With a history, where each point of the run stands among its series' runs, and a
+    figure of each op's series over time with its change points (`report/trend.py`)."""
+    if page.history is None or not page.run.rows:
+        return []
+    from commbench.report.trend import trend_blocks
+
+    return trend_blocks(page.run, page.history, page.level, figures=page.images)
+
+
 SECTIONS: tuple[Section, ...] = (
     title_section,
     summary_section,
@@ -420,6 +434,7 @@ SECTIONS: tuple[Section, ...] = (
     slow_processes_section,
     network_section,
     link_health_section,
+    trend_section,
     plots_section,
 )
 """A run's page, top to bottom. `plots_section` comes last: it shows the figures that no

@@ -1,8 +1,8 @@
 """A run's journal, `events.jsonl`, read back: rank 0 appends one JSON object per line
 (`launch.protocol.Journal`: the run's context, one row per measured point, health, the end);
-the launcher tails it while the run runs, and a reader settles a run whose launcher died from
-it (`results.lifecycle.settle`). Here, below both, so that a reader of results never imports
-the launcher."""
+the launcher tails it while the run runs, and a reader recovers from it, in memory, the points
+of a run whose launcher died (`results.lifecycle.recover`; `settle` writes them). Here, below
+both, so that a reader of results never imports the launcher."""
 
 from __future__ import annotations
 

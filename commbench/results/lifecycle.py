@@ -9,8 +9,11 @@ it), and ends it complete, failed or interrupted through here.
 
 A record saying "running" names its writer (`ProcessId`): a writer killed outright (SIGKILL,
 OOM), or one that can no longer write (full disk), leaves it so; readers then check that
-writer (`RunRecord.recognised`), and the first reader on its host ends the run for it
-(`settle`).
+writer (`RunRecord.recognised`). On its host, once no process of the run is left, a reader
+takes the run as ended, its points recovered from the journal, in memory (`recover`): reading
+never writes, so a read-only copy reads the same. Writing that into the run is a deliberate
+act (`settle`): `commbench settle`, or a command that writes into the run's directory anyway
+(`settle_written`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -38,6 +43,7 @@ from commbench.results.store import (
     RunDir,
     SuiteDir,
     load_json,
+    suite_entries,
     temp_name,
 )
 
@@ -155,52 +161,188 @@ def _csv_rows(directory: RunDir) -> int:
         return 0
 
 
-def settle(directory: RunDir) -> RunRecord | None:
-    """End, for it, a run whose launcher died outright (SIGKILL, the OOM killer): its record
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """A run whose launcher died outright (SIGKILL, the OOM killer), as it ended: its record
     still says "running", and the rows rank 0 journaled after the launcher's last rewrite of
     the results (its workers measure on until they notice, within a heartbeat) are only in
-    events.jsonl. Every reader calls this first (`results.runs.load_run`); it acts only where
-    the launcher is known to be gone (this host: `ProcessId.running()` is False) and no
-    process of the run is left that could still journal. The result files are rewritten from
-    the journal, then run.json says interrupted and why, with its points. Returns the record
-    written; None when there was nothing to settle or the directory cannot be written (the
-    reader then takes the record as `recognised` says)."""
+    events.jsonl. A reader takes it so (`recover`: `record`, `rows`); `settle` writes it."""
+
+    ended: RunRecord
+    """Interrupted, "its launcher (pid N) is gone", its points counted; no word yet of who
+    ended it (`record`, `written`)."""
+    rows: list[ResultRow]
+    """Every point the run measured: the journal's where it holds more than results.json,
+    else results.json's."""
+    taken: int
+    """Points of `rows` that only events.jsonl holds."""
+    files_behind: bool
+    """results.json or results.csv lacks a point of `rows` (a launcher killed between its
+    rewrite of the one and of the other leaves the CSV a row behind): `settle` rewrites
+    both."""
+    launcher: ProcessId
+    """The launcher that died."""
+
+    @property
+    def record(self) -> RunRecord:
+        """The record as a reader takes it, with a warning saying how it was read; run.json
+        still says "running" (`recorded_status`)."""
+        return self._noted("read as interrupted", "; `commbench settle` writes that into the run")
+
+    def written(self, by: str) -> RunRecord:
+        """The record `settle` writes: `by` (the command, e.g. "commbench settle") ended it."""
+        noted = self._noted(f"{by} (pid {ProcessId.of().pid}) ended it on {now()}")
+        return replace(noted, recorded_status=None)
+
+    def _noted(self, how: str, then: str = "") -> RunRecord:
+        taken = f", with {self.taken} point(s) taken from {EVENTS_FILE}" if self.taken else ""
+        note = (
+            f"its launcher (pid {self.launcher.pid}) died before it finished this record; "
+            f"{how}{taken}{then}"
+        )
+        return replace(self.ended, warnings=[*self.ended.warnings, note])
+
+
+def recover(directory: RunDir) -> Recovery | None:
+    """The run in `directory` as it ended, where its launcher died outright: it acts only
+    where the launcher is known to be gone (this host: `ProcessId.running()` is False) and no
+    process of the run is left that could still journal. Every reader takes a run through
+    this (`results.runs.load_run`), and it writes nothing. None when there is nothing to
+    recover (`settle` says why)."""
+    found = _recovery(directory)
+    return found if isinstance(found, Recovery) else None
+
+
+def _recovery(directory: RunDir) -> Recovery | str:
+    """The run's recovery, or why there is none; UserError for a run.json that cannot be
+    read (as `RunDir.read_record` says it)."""
+    record = RunRecord.from_dict(load_json(directory.run_file), shown(directory.run_file))
+    if record.status is not RunStatus.RUNNING:
+        return f"it is {record.status}"
+    launcher = record.launcher
+    if launcher is None:
+        return "it says running and names no launcher: whether it still runs cannot be told"
+    running = launcher.running()
+    if running:
+        return f"its launcher (pid {launcher.pid}) still runs"
+    if running is None:
+        return (
+            f"its launcher (pid {launcher.pid}) ran on host {launcher.host}: only there can "
+            "it be told whether it still runs"
+        )
+    if _run_processes_left(directory):
+        return "a worker of the run still runs: it may journal another point"
     try:
-        record = RunRecord.from_dict(load_json(directory.run_file), shown(directory.run_file))
+        stored: list[ResultRow] = directory.read_rows(kind=record.kind.value)
     except UserError:
-        return None  # the reader says what is wrong with it
-    if record.status is not RunStatus.RUNNING or record.launcher is None:
-        return None
-    if record.launcher.running() is not False or _run_processes_left(directory):
-        return None
-    try:
-        rows = directory.read_rows(kind=record.kind.value)
-    except UserError:
-        rows = []
+        stored = []  # a reader that takes results.json says what is wrong with it
     journaled = _journaled_rows(directory)
-    recovered = len(journaled) - len(rows)
-    settled = record.recognised()  # interrupted: "its launcher (pid N) is gone"
-    settled.recorded_status = None
-    if settled.points_done is not None or recovered > 0:
-        settled.points_done = max(len(rows), len(journaled))
-    settled.warnings = [
-        *settled.warnings,
-        f"its launcher (pid {record.launcher.pid}) died before it finished this record; a "
-        f"reader (pid {ProcessId.of().pid}) ended it on {now()}"
-        + (f", with {recovered} point(s) taken from {EVENTS_FILE}" if recovered > 0 else ""),
-    ]
-    # the launcher writes results.json, then results.csv: killed between the two, the CSV
-    # lags a row behind the JSON and the journal
-    csv_behind = _csv_rows(directory) < len(journaled)
-    try:
-        if recovered > 0 or csv_behind:  # the rows first: an ended run.json vouches for them
-            directory.write_rows(journaled)
-        directory.write_record(settled)
-    except UserError:
-        return None  # not ours to write (another user's run, a read-only copy)
+    rows = journaled if len(journaled) > len(stored) else stored
+    taken = len(rows) - len(stored) if rows is journaled else 0
+    ended = record.recognised()  # interrupted: "its launcher (pid N) is gone"
+    if ended.points_done is not None or taken > 0:
+        ended = replace(ended, points_done=len(rows))
+    return Recovery(
+        ended=ended,
+        rows=rows,
+        taken=taken,
+        files_behind=taken > 0 or _csv_rows(directory) < len(rows),
+        launcher=launcher,
+    )
+
+
+def settle(directory: RunDir, by: str = "commbench settle") -> Recovery | str:
+    """Write the run's recovery (`recover`) into it: the result files from the journal when
+    they lack a point of it, then run.json saying interrupted and why, with its points and a
+    warning naming `by`, the command that ended it; then the temporary files the launcher
+    was writing are removed. Returns what was written, or why nothing was ("it is
+    complete"). UserError, naming the file, when it cannot be read or written (another
+    user's run, a read-only copy): what was written before stays, and every reader still
+    takes the run as recovered."""
+    found = _recovery(directory)
+    if isinstance(found, str):
+        return found
+    if found.files_behind:  # the rows first: an ended run.json vouches for them
+        directory.write_rows(found.rows)
+    directory.write_record(found.written(by))
     for name in (RUN_FILE, RESULTS_JSON, RESULTS_CSV):  # what the launcher was writing
         with contextlib.suppress(OSError):
-            temp_name(directory.path / name, record.launcher.pid).unlink(missing_ok=True)
+            temp_name(directory.path / name, found.launcher.pid).unlink(missing_ok=True)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What `commbench settle` did to one run: what it wrote, or why it wrote nothing."""
+
+    path: Path
+    recovery: Recovery | None
+    """What was written; None when nothing was (`left`)."""
+    left: str | None = None
+    """Why the run was left as it is, e.g. "it is complete"."""
+
+    def __str__(self) -> str:
+        where = shown(self.path)
+        if self.recovery is None:
+            return f"{where}: left as it is: {self.left}"
+        done = [f"run.json says {self.recovery.ended.status} ({self.recovery.ended.failure})"]
+        if self.recovery.taken:
+            done.append(
+                f"{self.recovery.taken} point(s) from {EVENTS_FILE} written into "
+                f"{RESULTS_JSON} and {RESULTS_CSV}"
+            )
+        elif self.recovery.files_behind:
+            done.append(f"{RESULTS_CSV} rewritten: it lacked a point of {RESULTS_JSON}")
+        return f"{where}: settled: " + "; ".join(done)
+
+
+def settle_paths(paths: Iterable[Path]) -> list[Settled]:
+    """`commbench settle`'s work: each run directory of `paths` (a suite directory stands for
+    its runs) settled in turn (`settle`). Every path is checked to be a run or a suite before
+    anything is written; UserError when one is not, or when a run cannot be read or
+    written."""
+    runs: list[RunDir] = []
+    for path in paths:
+        if SuiteDir.holds(path):
+            suite = SuiteDir(Path(path))
+            runs += [suite.entry(e.path) for e in suite.read_record().entries if e.path]
+        else:
+            runs.append(RunDir.of(path))
+    done = []
+    for run in runs:
+        found = settle(run)
+        if isinstance(found, Recovery):
+            done.append(Settled(run.path, found))
+        else:
+            done.append(Settled(run.path, None, found))
+    return done
+
+
+def settle_written(written: Iterable[Path], reads: Iterable[Path], by: str) -> list[Path]:
+    """What a command that wrote files (`written`) after reading runs and suites (`reads`)
+    does to a run it read whose launcher died: where a file of `written` lies in the run's
+    directory, or in the directory of a suite of `reads` that holds the run, the command
+    has written there anyway, and settles the run too (`settle`, naming `by`). Best effort:
+    a run whose files it cannot write is left as it is (its readers recover it). Returns the
+    directories of the runs settled."""
+    outs = [Path(os.path.realpath(p)) for p in written]
+    runs: dict[Path, list[Path]] = {}  # a run's directory: the directories it lies in
+    for read in reads:
+        real = Path(os.path.realpath(read))
+        if real.name == RUN_FILE:
+            real = real.parent
+        entries = [Path(os.path.realpath(e)) for e in suite_entries(real)]
+        for run in entries or [real]:
+            runs.setdefault(run, []).extend([run, real] if entries else [run])
+    settled = []
+    for run, homes in runs.items():
+        if not any(out.is_relative_to(home) for out in outs for home in homes):
+            continue
+        if not (run / RUN_FILE).is_file():
+            continue
+        with contextlib.suppress(UserError):
+            if isinstance(settle(RunDir(run), by), Recovery):
+                settled.append(run)
     return settled
 
 

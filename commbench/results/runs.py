@@ -1,5 +1,6 @@
 """Stored runs as their readers (report, compare, plot, model, suites, the Python API) take
-them: any run kind, or a suite, loaded from its directory.
+them: any run kind, or a suite, loaded from its directory. Loading writes nothing, so a
+read-only copy (another user's, an archive) reads as the original does.
 
     run = load_run("results/20240611-090000-collectives")
     run.kind, run.status, run.context.world_size, run.rows, run.to_frame()
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from commbench.errors import UserError
 from commbench.files import shown
 from commbench.health.findings import Finding, run_findings
-from commbench.results.lifecycle import settle
+from commbench.results.lifecycle import recover
 from commbench.results.record import Entry, RunContext, RunKind, RunRecord, RunStatus, SuiteRecord
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir, SuiteDir, rows_to_csv
@@ -131,13 +132,19 @@ class Suite:
 
 
 def load_run(path: Path) -> Run:
-    """A run directory of any kind (or its run.json). Raises UserError naming what is wrong."""
+    """A run directory of any kind (or its run.json). Raises UserError naming what is wrong.
+    Writes nothing: a run whose launcher was killed outright is taken as it ended, its points
+    recovered from its journal, in memory (`lifecycle.recover`; `commbench settle` writes
+    that into it)."""
     run_dir = RunDir.of(path)
-    settle(run_dir)  # a run whose launcher was killed outright is ended by its first reader
-    record = run_dir.read_record()
+    recovery = recover(run_dir)
+    record = run_dir.read_record() if recovery is None else recovery.record
     # what a version-1 p2p row, which did not store it, gets as its world size
     world = record.context.device_count or len(record.context.device_names) or 1
-    rows = run_dir.read_rows(kind=record.kind.value, world_size=world)
+    if recovery is not None and recovery.taken:
+        rows = recovery.rows
+    else:
+        rows = run_dir.read_rows(kind=record.kind.value, world_size=world)
     _ranks_in_world(rows, record.context.world_size, run_dir)
     return Run(path=run_dir.path, record=record, rows=rows)
 

@@ -169,11 +169,11 @@ def _identities(reads: Iterable[Path]) -> dict[tuple[int, int], str]:
                         found.setdefault((info.st_dev, info.st_ino), what)
             if walked >= _MAX_WALKED:
                 break
-        pending += _suite_entries(Path(real))
+        pending += suite_entries(Path(real))
     return found
 
 
-def _suite_entries(path: Path) -> list[Path]:
+def suite_entries(path: Path) -> list[Path]:
     """The run directories a suite directory's entries name (none when it is not one, or
     its suite.json cannot be read: the command that reads it says why)."""
     if not os.path.isfile(path / SUITE_FILE):

@@ -15,6 +15,7 @@ from commbench.flags import (
     BASELINE,
     DEVICE,
     HISTORY,
+    LABEL,
     NO_PLOT,
     NPROC,
     OUT,
@@ -83,14 +84,12 @@ class SuiteRun(LaunchRequest, Request):
             "that persists (worse in most of the K) fails, a one-off is a warning.",
         ),
     )
-    label: str | None = field(
+    label: str | None = field_of(
+        LABEL,
         default=None,
-        metadata=cli(
-            type=str,
-            help="What the history records this suite's runs as (a commit, a driver version); "
-            "default: the CI's commit variable (GITHUB_SHA, CI_COMMIT_SHA, ...), or the "
-            "checkout's.",
-        ),
+        help="What the history records this suite's runs as (a commit, a driver version); "
+        "default: the CI's commit variable (GITHUB_SHA, CI_COMMIT_SHA, ...), or the "
+        "checkout's.",
     )
     on_event: Callable[[str], None] | None = None
     """Gets the progress lines the CLI prints (API only)."""

@@ -781,6 +781,17 @@ def read_lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
             yield number, raw
 
 
+def held_calls(path: Path, chunk: int = 1 << 20) -> int:
+    """The calls rank file `path` holds, counted without parsing them: its whole lines (a
+    torn last line, of a rank killed while writing it, is no call). What a summary counts
+    where the rank's own count may be stale (a rank killed outright)."""
+    with _open_regular(path, "trace rank file") as fh:
+        lines = 0
+        while block := fh.read(chunk):
+            lines += block.count(b"\n")
+        return lines
+
+
 def read_manifest(directory: Path) -> Manifest:
     path = directory / MANIFEST_FILE
     data = read_bytes(path, "trace manifest", limit=MAX_MANIFEST_BYTES)
@@ -872,7 +883,7 @@ def read_trace(directory: Path | str) -> Trace:
             torn[rank] = rank_torn
     check_no_rank_past_world(directory, manifest.world_size)
     check_ranks(calls, manifest.world_size, shown(directory))
-    check_groups(calls, shown(directory))
+    check_groups(calls, shown(directory), whole=manifest.complete)
     if manifest.records_splits:  # members that disagree on what they exchange: refused here
         splits.exchanges(calls, manifest.world_size, recorded=True, where=shown(directory))
     return Trace(manifest=manifest, calls=calls, torn=torn, source=shown(directory))
@@ -968,13 +979,16 @@ def lone_peer(rank: int, members: Sequence[int], world: int) -> int | None:
     return 1 - rank if world == 2 and rank in (0, 1) else None
 
 
-def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
+def check_groups(calls: Mapping[int, Sequence[Call]], where: str, *, whole: bool = False) -> None:
     """Refuse a trace whose ranks disagree on a group: its ranks, or its sequence of
     collectives (op, dtype, and the size where every member passes the same). Calls are
     matched by `group_seq`, so ranks whose traces cover different windows (a ring buffer)
-    are compared where they overlap."""
+    are compared where they overlap; in a `whole` trace (every call of every rank: a
+    commbench trace marked complete), every member also makes as many of them, or a replay
+    would leave the calls of the one that makes more with nothing to pair with."""
     members: dict[str, tuple[tuple[int, ...], int]] = {}
     made: dict[tuple[str, int], tuple[int, Call]] = {}
+    counts: dict[str, dict[int, int]] = {}
     for rank in sorted(calls):
         for call in calls[rank]:
             group = call.group
@@ -984,7 +998,11 @@ def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
                     f"{where}: group {quoted(group.name)} has ranks {_ranks(seen[0])} in rank "
                     f"{seen[1]}'s calls but {_ranks(group.ranks)} in rank {rank}'s"
                 )
-            if call.group_seq is None or call.op in P2P_OPS:
+            if call.op in P2P_OPS:
+                continue
+            made_by = counts.setdefault(group.name, {})
+            made_by[rank] = made_by.get(rank, 0) + 1
+            if call.group_seq is None:
                 continue
             first = made.setdefault((group.name, call.group_seq), (rank, call))
             if _signature(first[1]) != _signature(call):
@@ -992,6 +1010,30 @@ def check_groups(calls: Mapping[int, Sequence[Call]], where: str) -> None:
                     f"{where}: group {quoted(group.name)}'s collective {call.group_seq} is "
                     f"{describe(first[1])} on rank {first[0]} but {describe(call)} on rank {rank}"
                 )
+    if whole:
+        for name, made_by in counts.items():
+            ranks = members[name][0] or tuple(sorted(calls))  # no ranks said: the whole world
+            _check_counts(calls, name, {r: made_by.get(r, 0) for r in ranks}, where)
+
+
+def _check_counts(
+    calls: Mapping[int, Sequence[Call]], name: str, made_by: Mapping[int, int], where: str
+) -> None:
+    """Refuse group `name` when its members (`made_by`: rank -> its collectives in the
+    group) make different numbers of its collectives, naming the member that makes fewest,
+    the one that makes most, and the first call of the latter that the former never makes."""
+    fewest = min(made_by, key=lambda r: (made_by[r], r))
+    most = max(made_by, key=lambda r: (made_by[r], -r))
+    if made_by[fewest] == made_by[most]:
+        return
+    theirs = (c for c in calls.get(most, ()) if c.group.name == name and c.op not in P2P_OPS)
+    lacked = next(c for i, c in enumerate(theirs) if i == made_by[fewest])
+    raise UserError(
+        f"{where}: the members of group {quoted(name)} make different numbers of its "
+        f"collectives: rank {fewest} makes {made_by[fewest]}, rank {most} makes "
+        f"{made_by[most]}; rank {most}'s call {lacked.seq} ({describe(lacked)}) is the first "
+        f"rank {fewest} never makes: a replay would have nothing to pair it with"
+    )
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -6,6 +6,8 @@ about 4.2 MB trained for a few steps on gloo, launched by torchrun.
 
 import argparse
 import json
+import os
+import signal
 import time
 
 import torch
@@ -22,6 +24,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--bucket-cap-mb", type=float, default=1.0)
     parser.add_argument("--fail-at", type=int, default=0, help="raise at this step (tests)")
+    parser.add_argument("--kill-at", type=int, default=0, help="SIGKILL itself at this step")
     parser.add_argument("--width", type=int, default=WIDTH)
     parser.add_argument("--layers", type=int, default=LAYERS)
     parser.add_argument("--batch", type=int, default=16)
@@ -39,6 +42,8 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         if step == args.fail_at:
             raise RuntimeError(f"failing at step {step}, as asked")
+        if step == args.kill_at:  # no handler, no atexit: as the OOM killer or `kill -9` does
+            os.kill(os.getpid(), signal.SIGKILL)
         start, cpu = time.perf_counter(), time.process_time()
         opt.zero_grad()
         loss = ddp(torch.randn(args.batch, args.width)).square().mean()

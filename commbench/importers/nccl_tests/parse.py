@@ -303,8 +303,12 @@ class _TextParser:
             figures = self.figures(lineno, values, line.dtype)
             world = self.world_size(section, line.op, figures.algbw, figures.busbw, lineno)
             self.rows += 1
-            if self.rows > MAX_ROWS:
-                raise self.fail(lineno, f"more than {MAX_ROWS} result rows: not one nccl-tests run")
+            if self.rows > MAX_ROWS:  # the limit and what to do, not the line: it is fine
+                raise UserError(
+                    f"{self.source}:{lineno}: more than {MAX_ROWS} result rows ({MAX_ROWS // 2} "
+                    "table lines, each an out-of-place and an in-place row), the most one "
+                    "import reads: split the log (one file per run of a loop) and import the parts"
+                )
             section.rows.append(
                 result_row(
                     line,
