@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
 from commbench.numbers import parse_number
-from commbench.results.record import RunContext, RunKind
+from commbench.results.record import RunContext
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ROW_KEY, ResultRow, RowKey
 from commbench.results.summary import SeriesKey, bandwidth_bound, series_key, series_peaks
@@ -748,13 +748,6 @@ def compare_rows(
     return points, reference
 
 
-def _family(kind: RunKind) -> RunKind:
-    """What a run's points measure: an nccl-tests import times the same collectives as a
-    collectives run (comparing the two is what an import is for); p2p copies and diagnose's
-    tests are of their own kinds."""
-    return RunKind.COLLECTIVES if kind is RunKind.NCCL_TESTS else kind
-
-
 def compare_runs(
     base: Run,
     new: Run,
@@ -767,7 +760,7 @@ def compare_runs(
     `history` (its points' medians in `history_runs`) against how far they moved between
     those runs. Raises UserError when they cannot be compared."""
     settings = settings or GateSettings()
-    if _family(base.kind) != _family(new.kind):  # no point of one is a point of the other
+    if base.kind.family is not new.kind.family:  # no point of one is a point of the other
         raise UserError(
             f"{base.path} and {new.path} are not comparable: a {base.kind.value} run and a "
             f"{new.kind.value} run measure different things"

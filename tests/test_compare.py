@@ -811,8 +811,7 @@ def test_runs_of_different_kinds_are_not_comparable() -> None:
         )
         assert result.exit_code == 2, result.output
         assert "a p2p run and a collectives run measure different things" in result.stderr
-    from commbench.compare import _family
     from commbench.results.record import RunKind
 
-    assert _family(RunKind.NCCL_TESTS) is _family(RunKind.COLLECTIVES)
-    assert _family(RunKind.P2P) is not _family(RunKind.COLLECTIVES)
+    assert RunKind.NCCL_TESTS.family is RunKind.COLLECTIVES.family
+    assert RunKind.P2P.family is not RunKind.COLLECTIVES.family

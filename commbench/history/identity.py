@@ -49,9 +49,8 @@ DIGEST_SHOWN = 12
 
 
 def family(kind: RunKind) -> str:
-    """What a run's points measure (compare's rule): an nccl-tests import times the same
-    collectives as a collectives run; p2p, diagnose and replay are their own."""
-    return (RunKind.COLLECTIVES if kind is RunKind.NCCL_TESTS else kind).value
+    """What a run's points measure (`RunKind.family`), as the series key stores it."""
+    return kind.family.value
 
 
 def _digest(data: Any) -> str:

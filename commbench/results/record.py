@@ -100,6 +100,14 @@ class RunKind(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def family(self) -> RunKind:
+        """What its points measure: an nccl-tests import times the same collectives as a
+        collectives run (comparing the two is what an import is for; the gate and the
+        history's series both join them); p2p copies, diagnose's tests and a replay's rows
+        are of their own kinds."""
+        return RunKind.COLLECTIVES if self is RunKind.NCCL_TESTS else self
+
 
 def enum_of(cls: type[E]) -> Conv[E]:
     """A converter to one of `cls`'s values, naming them when the value is another."""

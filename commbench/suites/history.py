@@ -12,7 +12,7 @@ from commbench.compare import HISTORY_RUNS, History
 from commbench.history.identity import environment, label_of
 from commbench.history.store import History as Store
 from commbench.results.runs import Run
-from commbench.suites.gate import ReferenceFn, load_runs
+from commbench.suites.gate import ReferenceFn
 
 
 def check(db: str, *, must_exist: bool = False) -> None:
@@ -43,7 +43,9 @@ def reference_in(db: str, limit: int = HISTORY_RUNS) -> ReferenceFn:
 def add(db: str, path: Path, label: str | None) -> str:
     """Add every run at `path` (a suite's entries, or one run) to `db`, labelled `label` (or
     the CI's commit, `label_of`); a line saying what was added."""
-    runs = list(load_runs(path).values())
+    from commbench.history.request import runs_at
+
+    runs = runs_at(path)  # what `history add` takes: complete, passed, measured
     labelled = [(run, *label_of(label, environment(), run.context)) for run in runs]
     with Store.open(db, write=True) as store:
         added = store.add(labelled)

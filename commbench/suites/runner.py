@@ -572,8 +572,10 @@ def run_suite(
         suite.record.exit_code = outcome.exit_code
         suite.save()
     if history is not None and not failed and not suite.held_elsewhere:
-        added = _history_link().add(history, suite.path, label)
-        on_event(f"history: {added}")
+        try:  # what was measured and judged stands whether the history takes it or not
+            on_event(f"history: {_history_link().add(history, suite.path, label)}")
+        except UserError as exc:
+            suite.warn(f"history: {exc}")
     return outcome
 
 
