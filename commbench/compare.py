@@ -16,8 +16,10 @@ of the log of a point's median) comes from:
   runs since the point's series last changed: the medians of those runs, their robust spread
   (MAD), and their median as the reference (`Basis.history_spread`);
 - without one, the baseline itself: its iterations in time order, cut into `BLOCKS` blocks,
-  whose medians move as a run's median does over time; a slow iteration moves one block's
-  median a little, never the limit (`Basis.block_spread`).
+  short runs whose medians move as a run's median does; a slow iteration moves one block's
+  median a little, never the limit (`Basis.block_spread`). One run cannot show a point that
+  switches mode from run to run (its blocks agree); only a history, or measuring again
+  (`run --confirm`), can.
 
 Each point's spread is at least its series' typical spread (the median over the points of its
 op and dtype, `pooled`): a point whose few blocks or runs happened to agree is not held to a
@@ -313,16 +315,19 @@ class Spread:
 
     @classmethod
     def of_blocks(cls, samples_us: Sequence[float]) -> Spread | None:
-        """From the baseline point's blocks of iterations in time order (`block_medians`),
-        by batch means: the spread of the block medians over the square root of their number
-        is how far the run's median would move, slow periods inside the run included (a run
-        whose second half ran slower shows it; iterations taken as independent would not).
-        None with fewer than `MIN_BLOCKS` samples."""
+        """From the baseline point's blocks of iterations in time order (`block_medians`):
+        the robust spread of the block medians. A block is a short run, and how far its
+        median moves over the run stands for how far a run's median moves between runs: a
+        slow minute inside the run shows, a few slow iterations do not. (The batch-means
+        error of the run's median, this over the square root of the blocks, was measured too
+        small: on a shaped link a point's median moved between runs several times as far as
+        the run's own blocks said, and repeats failed 26 of 50 pairs; docs/ci.md.) None with
+        fewer than `MIN_BLOCKS` samples."""
         logs = _logs(samples_us)
         if len(logs) < MIN_BLOCKS:
             return None
         blocks = block_medians(logs)
-        own = robust_sigma(blocks) / math.sqrt(len(blocks))
+        own = robust_sigma(blocks)
         return cls(sigma=max(own, MIN_SPREAD), basis=Basis.block_spread, count=len(blocks), own=own)
 
     @property
