@@ -107,9 +107,7 @@ def _number(minimum: float = 0, maximum: float | None = None) -> Kind:
             raise UserError(f"{path}: expected a finite number, got {described(value)}")
         check_range(value, path, minimum, maximum)
 
-    return Kind(
-        "a number", lambda v: isinstance(v, float) or _is_integer(v), check, _plain_number
-    )
+    return Kind("a number", lambda v: isinstance(v, float) or _is_integer(v), check, _plain_number)
 
 
 def _plain_str(value: str) -> str:

@@ -211,7 +211,9 @@ def plain_cases() -> Iterator[Any]:
             elif "float" in heads:
                 yield pytest.param(verb, f.name, _Half(2.5), 2.5, id=f"{verb}-{f.name}-float")
             elif "str" in heads:
-                yield pytest.param(verb, f.name, _Text.text, "collectives", id=f"{verb}-{f.name}-str")
+                yield pytest.param(
+                    verb, f.name, _Text.text, "collectives", id=f"{verb}-{f.name}-str"
+                )
 
 
 @pytest.mark.parametrize(("verb", "name", "value", "plain"), list(plain_cases()))

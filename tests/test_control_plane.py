@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -523,3 +525,46 @@ def test_a_stopped_store_never_holds_a_request_past_its_deadline() -> None:
         os.kill(server.pid, signal.SIGCONT)
         server.kill()
         server.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("users_level", [None, "INFO"])
+def test_a_lost_store_prints_no_cpp_stack_in_the_launcher(users_level: str | None) -> None:
+    """Issue 43, item 6: a launcher's store client whose store went away (the node that held
+    it ended first) or cannot be reached logged each failure with libtorch's C++ stack on the
+    user's stderr, whenever TORCH_CPP_LOG_LEVEL was the user's own or diagnose's muster had
+    imported torch first. `store_class` is the one import of it, and holds the C++ log to
+    FATAL whatever the user said; the user's level is back in the environment at once, for
+    the workers it is meant for. The failures are still said, once, as commbench's own."""
+    code = (
+        "import os, socket\n"
+        "from commbench.launch.control import StoreDown, StoreLink, tcp_store_factory\n"
+        "from commbench.launch.control import store_class\n"
+        "from datetime import timedelta\n"
+        "tcp_store = store_class()\n"
+        "print(os.environ.get('TORCH_CPP_LOG_LEVEL'))\n"
+        "with socket.socket() as s:\n"
+        "    s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
+        "server = tcp_store('127.0.0.1', port, is_master=True, wait_for_workers=False,\n"
+        "                   timeout=timedelta(seconds=5))\n"
+        "link = StoreLink(tcp_store_factory('127.0.0.1', port))\n"
+        "link.call('set', 'k', b'1')\n"
+        "del server\n"
+        "for op in range(3):\n"
+        "    try:\n"
+        "        link.call('compare_set', 'k', '', b'x')\n"
+        "    except StoreDown:\n"
+        "        pass\n"
+        "print(link.degraded is not None)\n"
+        "link.close()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    if users_level is not None:
+        env["TORCH_CPP_LOG_LEVEL"] = users_level
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(users_level), "True"], done.stdout
+    assert "Exception raised from" not in done.stderr and "frame #" not in done.stderr, done.stderr
+    assert not re.search(r"^\[[WEI]\d{4}", done.stderr, re.M), done.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -390,3 +391,73 @@ def test_a_store_stopped_for_60_s_never_holds_a_launcher(tmp_path: Path, free_po
     assert len(load_run(paths[at].parent).rows) == 9
     # the aggregator's read of the digests waits for an answer: the stop is recorded there
     assert writer["launch"]["watch"]["degraded"], writer["launch"]["watch"]
+
+
+GARBAGE = [
+    b"\xff\xfe not json",
+    b'{"type": "digest", "version": 99}',
+    b'{"type": "fleet", "version": 1}',
+    b"x" * (1 << 20),
+    b"null",
+]
+"""What another program may leave under the control plane's keys: each a different reason
+for the aggregator to skip it (malformed, newer, kind, oversized)."""
+
+
+def _workers_store(rdzv_id: str) -> tuple[str, int] | None:
+    """The job's store (MASTER_ADDR:MASTER_PORT), from its workers' environment, as the
+    launchers' control planes find it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(e.split("=", 1) for e in raw.decode(errors="replace").split("\0") if "=" in e)
+        if env.get("TORCHELASTIC_RUN_ID") == rdzv_id and "MASTER_PORT" in env:
+            return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    return None
+
+
+def test_garbage_under_the_watchs_keys_is_said_once_per_kind_and_no_cpp_stack(
+    tmp_path: Path, free_port: int
+) -> None:
+    """Issue 43, item 6: a 2-node run while another program writes garbage under the control
+    plane's keys. Each kind the aggregator skipped reached stderr twice, first as a bare line
+    between the points; a store request that failed could print libtorch's C++ stack. Each
+    node ends with one `commbench: warning: skipped a ...` line per kind and reason, and no
+    C++ log at all."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    rdzv_id = "garbage"
+    common = ["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--rdzv-id",
+              rdzv_id, "--nproc", "1", "--device", "cpu", "--ops", "all_reduce,all_gather",
+              "--sizes", "1K-1M", "--min-time", "0.3", "--timeout", "60"]  # fmt: skip
+    nodes = start_nodes("collectives", *common)
+    store, writes = None, 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and all(p.poll() is None for p in nodes):
+        if store is None and (at := _workers_store(rdzv_id)) is not None:
+            with contextlib.suppress(Exception):  # not listening yet: the next poll
+                store = TCPStore(*at, is_master=False, timeout=timedelta(seconds=5),
+                                 wait_for_workers=False)  # fmt: skip
+        if store is not None:
+            with contextlib.suppress(Exception):  # the job ending under us
+                store.set(f"commbench/job/digest/{writes % 2}", GARBAGE[writes % len(GARBAGE)])
+                writes += 1
+        time.sleep(0.3)
+    outputs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    assert writes > 10, writes
+    said = []
+    for _, err in outputs:
+        lines = err.splitlines()
+        cpp = [ln for ln in lines if re.match(r"\[[WEI]\d{4}|Exception raised from|frame #", ln)]
+        assert cpp == [], err
+        skipped = [ln for ln in lines if "skipped a " in ln]
+        assert all(ln.startswith("commbench: warning: skipped a ") for ln in skipped), err
+        reasons = [ln.split(" (")[1].split(")")[0] for ln in skipped]
+        assert len(reasons) == len(set(reasons)), err
+        said += reasons
+    assert said, outputs  # the aggregator read some of it

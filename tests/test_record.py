@@ -140,9 +140,7 @@ def test_a_killed_jobs_summary_counts_the_calls_its_files_hold(
     assert done.returncode != 0, done.stderr
     said = re.search(r"commbench record: (\d+) calls from 2 of 2 ranks", done.stderr)
     assert said is not None, done.stderr
-    held = [
-        (tmp_path / "trace" / f"rank-{r}.jsonl").read_bytes().count(b"\n") for r in (0, 1)
-    ]
+    held = [(tmp_path / "trace" / f"rank-{r}.jsonl").read_bytes().count(b"\n") for r in (0, 1)]
     assert int(said[1]) == sum(held), (said[0], held)
     trace = read_trace(tmp_path / "trace")
     assert not trace.manifest.complete

@@ -406,3 +406,27 @@ def test_a_hang_blames_the_silent_rank_not_those_that_died_or_waited_after_it(
     watch.poll(lambda row: None)
     message, culprits = describe_hang(watch, timeout=10)
     assert culprits == [2] and "rank 2 (host n1" in message and "is behind the others" in message
+
+
+def test_the_launchers_failure_is_never_a_line_of_a_cpp_stack(tmp_path: Path) -> None:
+    """Issue 43, item 6: torchrun that fails with no worker failed (its store lost at exit)
+    ends its log in libtorch's C++ stack; the failure named its last line, `frame #27:
+    _start + 0x21`. It names the last line that says something."""
+    from commbench.launch.watchdog import describe_crash
+
+    (tmp_path / "launcher.log").write_text(
+        "torch.distributed.DistNetworkError: failed to recv, got 0 bytes\n"
+        "[W1128 15:52:55.814732369 TCPStore.cpp:106] [c10d] sendBytes failed: Broken pipe\n"
+        "Exception raised from sendBytes at torch/csrc/distributed/c10d/Utils.hpp:758:\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d\n"
+        "<omitting python frames>\n"
+        "frame #27: _start + 0x21 (0x55e609216081 in python)\n\n"
+    )
+    watch = Watch(tmp_path, [])
+    watch.poll(lambda row: None)
+    assert describe_crash(watch, 1, timeout=5) == (
+        "the launcher failed: torch.distributed.DistNetworkError: failed to recv, got 0 bytes",
+        [],
+    )
+    (tmp_path / "launcher.log").write_text("frame #0: c10::Error::Error()\n")
+    assert describe_crash(watch, 1, timeout=5)[0] == "the launcher failed: torchrun exited with 1"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from commbench.errors import UserError
-from commbench.launch.control import StoreDown, StoreLink, peek
+from commbench.launch.control import StoreDown, StoreLink, peek, store_class
 from commbench.launch.launcher import LaunchOptions
 from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
 
@@ -42,6 +42,8 @@ class Muster:
     names: list[str] | None = None
     """The job's host names by node rank (SLURM's node list), where known."""
     store_unreachable: bool = False
+    skipped: list[str] = field(default_factory=list)
+    """Values refused on read (`Skips`): what another program left under the sign-in's keys."""
 
     @property
     def missing(self) -> list[int]:
@@ -83,7 +85,7 @@ def _quiet_stderr() -> Iterator[None]:
 
 def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -> Muster:
     """Sign this node in and wait up to `wait` s for the others (a multi-node launch only)."""
-    from torch.distributed import TCPStore
+    tcp_store = store_class()  # its C++ log held, as the watch's
 
     host, _, rdzv_port = (launch.rdzv_endpoint or "").rpartition(":")
     host = host.strip("[]")
@@ -96,7 +98,7 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
     master = launch.node_rank == 0
     try:
         with _quiet_stderr():  # c10d logs every failed connect with a C++ stack
-            store = TCPStore(
+            store = tcp_store(
                 host,
                 port,
                 is_master=master,
@@ -124,6 +126,7 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
     if master:
         _keep_up(store, READ_WAIT)
     result = Muster(expected=launch.nnodes, names=names, store_unreachable=answer is None)
+    result.skipped = list(roll.skips.warnings)
     if answer is None:
         result.joined = {launch.node_rank: socket.gethostname()}
     elif master:

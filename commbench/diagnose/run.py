@@ -205,10 +205,12 @@ def run_diagnose(
 
     On several nodes, the nodes first sign in (`muster`): a node that never comes is named
     by its host at once, and nothing is launched (torchrun would wait for it for minutes)."""
+    skipped: list[str] = []
     if launch is not None and launch.nnodes > 1:
         came = _muster(launch, collectives)
         if came.missing:
             return _not_all_came(came, settings, collectives, out_parent, launch)
+        skipped = came.skipped
     events: list[dict[str, Any]] = []
 
     def on_event(event: dict[str, Any]) -> None:
@@ -247,7 +249,8 @@ def run_diagnose(
         else None,
     )
     add_health(diagnosis, outcome.record.context.health, launch.node_rank if launch else 0)
-    diagnosis.notes = list(settings.baseline_notes)
+    # the run's own warnings (a degraded cross-node watch, values refused on read), each once
+    diagnosis.notes = [*settings.baseline_notes, *skipped, *outcome.record.warnings]
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     if diagnosis.pair_gbps:
         try:
@@ -331,7 +334,7 @@ def _not_all_came(
         nodes=nodes,
         stages=[],
         failure=failure,
-        notes=list(settings.baseline_notes),
+        notes=[*settings.baseline_notes, *came.skipped],
     )
     atomic_write(life.path / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))
     life.finish(RunStatus.FAILED, failure)

@@ -337,29 +337,39 @@ def _one_line(exc: BaseException) -> str:
     return text[:160]
 
 
-def _store_class() -> Any:
-    """torch's TCPStore, imported with c10d's C++ log held to FATAL unless the user chose a
-    level: a client that cannot connect logs every retry at ERROR, and a degraded watch is
-    already said once, in run.json and a warning."""
-    if "TORCH_CPP_LOG_LEVEL" in os.environ or "torch" in sys.modules:
-        from torch.distributed import TCPStore
+CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
 
-        return TCPStore
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
-    try:
-        from torch.distributed import TCPStore
-    finally:
-        os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+
+def store_class() -> Any:
+    """torch's TCPStore: the one import of it in a launcher (the cross-node watch, diagnose's
+    muster). c10d logs every failed request with a C++ stack on the launcher's stderr (a
+    client that cannot connect, a store gone with the node that held it, which ended first),
+    where commbench says a degraded watch once, in run.json and a warning; so torch's first
+    import here holds its C++ log to FATAL, whatever TORCH_CPP_LOG_LEVEL says (the level is
+    read then), and puts the user's own back at once for the workers it is meant for. A
+    process that imported torch before (a Python program using the API) keeps its level."""
+    if "torch" not in sys.modules:
+        users = os.environ.get(CPP_LOG_LEVEL)
+        os.environ[CPP_LOG_LEVEL] = "FATAL"
+        try:
+            import torch.distributed  # noqa: F401 (the import that reads the level)
+        finally:
+            if users is None:
+                os.environ.pop(CPP_LOG_LEVEL, None)
+            else:
+                os.environ[CPP_LOG_LEVEL] = users
+    from torch.distributed import TCPStore
+
     return TCPStore
 
 
 def tcp_store_factory(host: str, port: int) -> Callable[[], Any]:
     """A client of the job's store with SLOW_CALL as its timeout (torch imported here, in the
     caller's thread, never on a courier's, and only on multi-node runs)."""
-    store_class = _store_class()
+    tcp_store = store_class()
 
     def connect() -> Any:
-        return store_class(
+        return tcp_store(
             host,
             port,
             is_master=False,
@@ -844,6 +854,7 @@ class ControlPlane:
         wall: Callable[[], float] = time.time,
         find_view: Callable[[Iterable[int]], JobView | None] = job_view,
         beats: Callable[[], dict[int, Sighting]] | None = None,
+        skips: Skips | None = None,
     ) -> None:
         self.run_dir = run_dir
         self._factory = factory
@@ -853,7 +864,8 @@ class ControlPlane:
         self.wall = wall
         """The time of day the heartbeats' mtimes are on."""
         self._find_view = find_view
-        self.skips = Skips()
+        self.skips = skips or Skips()
+        """Values refused on read: the launcher's watch's own, so a kind is said once."""
         self._beats = beats or HeartbeatReader(run_dir, self.skips).read
         self.fleet: FleetSummary | None = None
         self.fleet_at: float | None = None
@@ -994,7 +1006,7 @@ class ControlPlane:
     def _run(self) -> None:
         if self._factory is tcp_store_factory:  # torch's import, done while workers start
             with contextlib.suppress(Exception):
-                _store_class()
+                store_class()
         while not self._stop.is_set():
             self.turn()
             self._wait_next()

@@ -415,7 +415,7 @@ def _start_workers(
     watch.pids.add(proc.pid)
     watch.agent_pid = proc.pid
     if launch.nnodes > 1:  # the cross-node watch, on its own thread
-        watch.control = ControlPlane(opened.run_dir)
+        watch.control = ControlPlane(opened.run_dir, skips=watch.skips)
         watch.control.start()
     return proc
 
@@ -578,6 +578,8 @@ def _complete_record(
             f"{watch.reader.torn} line(s) of the journal (events.jsonl) were cut short, "
             "by a writer killed while writing them, and skipped"
         )
+    # the values refused on read, the watch's and the cross-node watch's: each kind once
+    record.warnings.extend(watch.skips.warnings)
 
 
 def _write_results(opened: _Opened, watch: Watch, ending: _Ending) -> str | None:
@@ -670,7 +672,6 @@ def _add_watch(record: RunRecord, control: ControlPlane) -> None:
             f"the cross-node watch was degraded from {_clock(episode['since'])}{until}: "
             f"{episode['reason']} (the run went on; this node's own watchdog kept working)"
         )
-    record.warnings.extend(watch["skipped"])
 
 
 def _clock(t: float) -> str:

@@ -23,7 +23,6 @@ never an exception in a worker, a launcher or the aggregator.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -69,8 +68,6 @@ MAX_TEXT = 500
 _BIG = 1 << 53
 _TIME = number_in(0.0, 1e12)
 _SPAN = number_in(0.0, 1e9)
-
-log = logging.getLogger("commbench.protocol")
 
 
 class ProtocolError(ValueError):
@@ -727,8 +724,11 @@ MESSAGES: dict[str, type[Message]] = {
 
 
 class Skips:
-    """Values refused on read, warned about once per kind and reason (a store shared with
-    other software may hold anything under our prefix; a newer commbench may share it)."""
+    """Values refused on read, kept once per kind and reason (a store shared with other
+    software may hold anything under our prefix; a newer commbench may share it), for the
+    run's record: its owner puts `warnings` there, which the command says at its end, each
+    once (`commbench: warning: skipped a ...`). Nothing is said as it happens: a garbage
+    writer would otherwise put its lines between the points, and each kind twice."""
 
     def __init__(self) -> None:
         self._seen: set[tuple[str, str]] = set()
@@ -749,9 +749,7 @@ class Skips:
             if (exc.kind, exc.reason) in self._seen:
                 return
             self._seen.add((exc.kind, exc.reason))
-            message = f"skipped a {exc.kind} message ({exc.reason}): {exc}"[:300]
-            self.warnings.append(message)
-        log.warning("%s", message)
+            self.warnings.append(f"skipped a {exc.kind} message ({exc.reason}): {exc}"[:300])
 
 
 # -- files of the run directory ----------------------------------------------------------------

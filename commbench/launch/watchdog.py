@@ -524,6 +524,21 @@ class _Failure:
     """The rank's own words, from its heartbeat."""
 
 
+_CPP_STACK = re.compile(
+    r"^\s*(frame #\d+:|Exception raised from |<omitting python frames>|\[[WEIF]\d{4} )"
+)
+"""A line of libtorch's C++ log or of the stack it prints with an error: never a reason."""
+
+
+def _last_said(log: str) -> str | None:
+    """The last line of torchrun's log that says something, libtorch's C++ stacks and its
+    log's own lines left out (a store lost at exit ends the log in `frame #27: _start`)."""
+    for line in reversed(log.splitlines()):
+        if line.strip() and not _CPP_STACK.match(line):
+            return line.strip()[:300]
+    return None
+
+
 def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, list[int]]:
     """Name the failed ranks from the heartbeats and torchrun's failure summary, the root
     cause first: a rank killed by a signal, else one that raised an error of its own; ranks
@@ -552,10 +567,8 @@ def describe_crash(watch: Watch, returncode: int, timeout: float) -> tuple[str, 
     if not failures:
         if returncode < 0:
             return f"torchrun (the agent, not a worker) was {_killed_by(-returncode)}", []
-        tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or [
-            f"torchrun exited with {returncode}"
-        ]
-        return f"the launcher failed: {tail[0].strip()}", []
+        said = _last_said(text) or f"torchrun exited with {returncode}"
+        return f"the launcher failed: {said}", []
 
     def signalled(info: _Failure) -> bool:
         """Killed by a signal torchrun did not send: SIGKILL, or a SIGTERM to a worker whose
