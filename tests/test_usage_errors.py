@@ -41,6 +41,12 @@ WRONG = {
     "report": [["run", "--format", "pdf"], ["no-such-run"]],
     "export": [["run", "--format", "csv"], ["no-such-run"]],
     "import nccl-tests": [["log", "--world-size", "x"], ["no-such.log"]],
+    "settle": [["run", "--format", "json"], ["no-such-run"]],
+    "history add": [["run", "--db"], ["no-such-run", "--db", "h.db"]],
+    "history list": [["--format", "yaml"], ["--db", "no-such.db"]],
+    "history show": [["x", "--format", "yaml"], ["x", "--db", "no-such.db"]],
+    "history changes": [["--sizes", "1X"], ["--db", "no-such.db"]],
+    "history plot": [["--format", "gif"], ["--db", "no-such.db"]],
 }
 
 PROBE = r"""
