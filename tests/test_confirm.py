@@ -35,14 +35,17 @@ def _comparison(base: list, new: list) -> Comparison:
     [
         (0, 3, False),
         (1, 3, False),
-        (2, 3, True),
+        (2, 3, False),
         (3, 3, True),
         (1, 2, False),
         (2, 2, True),
         (1, 1, True),
+        (0, 0, False),
     ],
 )
-def test_a_drop_persists_when_most_confirmations_see_it(worse: int, k: int, expected: bool) -> None:
+def test_a_drop_persists_when_every_confirmation_sees_it(
+    worse: int, k: int, expected: bool
+) -> None:
     assert persists(worse, k) is expected
 
 

@@ -81,7 +81,7 @@ class SuiteRun(LaunchRequest, Request):
             metavar="K",
             maximum=10,
             help="Measure the points that look worse again K times before the verdict: a drop "
-            "that persists (worse in most of the K) fails, a one-off is a warning.",
+            "that persists (worse in all K) fails, a one-off is a warning.",
         ),
     )
     label: str | None = field_of(
