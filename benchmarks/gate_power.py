@@ -1110,7 +1110,28 @@ def detectors_section(tallies: dict[str, dict[str, Tally]], count: int) -> list[
     return lines
 
 
-def changes_section(scores: dict[str, StepScore], why_not: str | None, length: int) -> list[str]:
+STEP_SIZES = {"-10%": 0.10, "-25%": 0.25}
+
+
+def _quiet_score(
+    s: StepScore, spreads: dict[PointKey, float], step: float
+) -> tuple[int, float, float]:
+    """Precision and recall over the points whose own between-run spread (on shaped-base) is
+    under a third of the step: a step smaller than three spreads of its series is not one a
+    30-run series can show. Returns (points, precision, recall)."""
+    quiet = [k for k in s.per_point if spreads.get(k, math.inf) < step / 3]
+    hits = sum(s.per_point[k].hits for k in quiet)
+    found = sum(s.per_point[k].found for k in quiet)
+    steps = sum(s.per_point[k].steps for k in quiet)
+    return len(quiet), (hits / found if found else 1.0), (hits / steps if steps else math.nan)
+
+
+def changes_section(
+    scores: dict[str, StepScore],
+    why_not: str | None,
+    length: int,
+    spreads: dict[PointKey, float] | None = None,
+) -> list[str]:
     lines = ["## Change points (`commbench.history.changes.detect`)", ""]
     if not scores:
         return [*lines, f"Not measured: {why_not}."]
@@ -1155,6 +1176,12 @@ def changes_section(scores: dict[str, StepScore], why_not: str | None, length: i
         lines.append(
             f"- {label}: k in [{low}, {high}]; the points found least often (recall): {shown}"
         )
+        if spreads and label in STEP_SIZES:
+            n, precision, recall = _quiet_score(s, spreads, STEP_SIZES[label])
+            lines.append(
+                f"  - over the {n} of {len(s.per_point)} points whose own between-run spread "
+                f"is under a third of the step: precision {precision:.3f}, recall {recall:.3f}"
+            )
     noisy = (
         sorted(scores["none"].per_point.items(), key=lambda kv: -kv[1].alarmed)[:3]
         if "none" in scores
@@ -1244,7 +1271,12 @@ def evaluate(args: argparse.Namespace) -> int:
         "",
         *detectors_section(tallies, args.pairs),
         "",
-        *changes_section(scores, why_not, args.series),
+        *changes_section(
+            scores,
+            why_not,
+            args.series,
+            {k: _robust_cv(v) for k, v in _point_values(view, view.runs["shaped-base"]).items()},
+        ),
         "",
         *checks_section(view, tallies),
         "",
