@@ -1101,7 +1101,7 @@ def detectors_section(tallies: dict[str, dict[str, Tally]], count: int) -> list[
         "as `run --gate --history` does (`compare_history`); its pairs judged are those runs. "
         f"`--confirm {CONFIRM}`: a failed comparison's worse points judged again in "
         f"{CONFIRM} other runs of the new run's condition against the same reference; a "
-        "point stays worse when it is worse in most of them (`commbench.suites.confirm`).",
+        "point stays worse when it is worse in every one of them (`commbench.suites.confirm`).",
     ]
     errors = [e for by in tallies.values() for t in by.values() for e in t.errors]
     if errors:
