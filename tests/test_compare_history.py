@@ -114,9 +114,11 @@ def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path) -> None:
     text = result.stdout
     assert "## Trend in the history" in text
     assert "| all_reduce | 1K | 6 | 0.80x | none |" in text.replace("  ", " ")
-    html = CliRunner().invoke(
-        app, ["report", str(slow), "--history", str(db), "--format", "html"]
-    ).stdout
+    html = (
+        CliRunner()
+        .invoke(app, ["report", str(slow), "--history", str(db), "--format", "html"])
+        .stdout
+    )
     assert "Trend in the history" in html and html.count('alt="trend of ') == 3
     assert db.read_bytes() == before
 

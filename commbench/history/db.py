@@ -228,9 +228,7 @@ def _sqlite_reader(where: Location) -> Database:
     if path.is_dir():
         raise UserError(f"{where.shown}: is a directory, expected a history database file")
     uri = Path(os.path.abspath(path)).as_uri()
-    conn = sqlite3.connect(
-        f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S
-    )
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     db = Database(where, conn, _sqlite_errors(where))
     try:
         db.rows("SELECT name FROM sqlite_master LIMIT 1")
