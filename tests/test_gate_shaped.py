@@ -5,8 +5,9 @@ Inside a network namespace of the test's own, loopback is shaped by `tc ... tbf`
 loopback here moves 2-4x). Two runs at that rate and one at 1.5 Gbit/s (a uniform 25% drop):
 the old gate passed the drop ("13 of 15 points too noisy to judge") because a few slow
 iterations widened its noise bands to 20x. Judged against how far the medians move, the drop
-fails at (nearly) every point and the repeat passes. benchmarks/gate_power.py measures the
-rates over many such pairs (docs/ci.md).
+fails at (nearly) every point and the repeat passes, as `run --confirm 3` judges it: a point
+of a shaped link now and then switches mode for one run (docs/ci.md: 15 of 50 plain pairs
+fail, none once confirmed). benchmarks/gate_power.py measures the rates over many such pairs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from netns_cluster import _unique_tag  # tests/ is on sys.path
 from commbench.compare import Mark, compare_runs
 from commbench.report.comparison import to_table
 from commbench.results.runs import Run, load_run
+from commbench.suites.confirm import confirm
 
 SWEEP = ["--ops", "all_reduce,all_gather,broadcast", "--sizes", "256K-4M:x4"]
 SWEEP += ["--nproc", "2", "--device", "cpu", "--min-time", "0.3", "--no-plot"]
@@ -74,6 +76,10 @@ def test_a_uniform_25_percent_drop_on_a_shaped_link_fails_and_a_repeat_passes(
         _rate(ns, 2000)
         base = _sweep(ns, tmp_path / "base")
         repeat = _sweep(ns, tmp_path / "repeat")
+        again = compare_runs(base, repeat)
+        if again.exit_code:  # a point that switched mode in one run: `run --confirm 3`'s rule
+            confirmations = [_sweep(ns, tmp_path / f"confirm{i}") for i in range(3)]
+            again = confirm(again, [compare_runs(base, c) for c in confirmations])
         _rate(ns, 1500)
         slow = _sweep(ns, tmp_path / "slow")
     dropped = compare_runs(base, slow)
@@ -81,5 +87,4 @@ def test_a_uniform_25_percent_drop_on_a_shaped_link_fails_and_a_repeat_passes(
     worse = dropped.marked(Mark.worse)
     assert len(worse) >= 6, to_table(dropped)  # of 9; the drop is everywhere, and seen so
     assert all(p.ratio is not None and p.ratio < 0.85 for p in worse), to_table(dropped)
-    again = compare_runs(base, repeat)
     assert again.exit_code == 0, to_table(again)
