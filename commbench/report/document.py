@@ -162,11 +162,12 @@ def write_report(request: ReportRequest, compared: Compared) -> Report:
     from commbench.errors import UserError
     from commbench.files import write_bytes, write_text
     from commbench.results.lifecycle import settle_written
+    from commbench.results.runs import stored_at
     from commbench.results.store import check_output, writing
 
-    run_path = Path(run)
+    run_path = stored_at(run)
     out_path = None if out is None else Path(out)
-    base_path = None if baseline is None else Path(baseline)
+    base_path = None if baseline is None else stored_at(baseline)
     try:
         form = ReportFormat(fmt)
         chosen = None if images is None else Images(images)

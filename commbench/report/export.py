@@ -139,13 +139,13 @@ def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], G
     from commbench.files import shown
     from commbench.results.lifecycle import settle_written
     from commbench.results.record import RunKind
-    from commbench.results.runs import is_suite
+    from commbench.results.runs import is_suite, stored_at
     from commbench.results.runs import load_run as load_one
     from commbench.results.store import atomic_write, check_output, writing
 
-    run_path, out, baseline = Path(request.run), request.out, request.baseline
+    run_path, out, baseline = stored_at(request.run), request.out, request.baseline
     out_path = None if out is None else Path(out)
-    base_path = None if baseline is None else Path(baseline)
+    base_path = None if baseline is None else stored_at(baseline)
     try:
         fmt = ExportFormat(request.fmt)
     except ValueError:

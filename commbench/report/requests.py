@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from commbench.arguments import PathLike, Request
 from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, HISTORY, LABEL, OP, OUT
@@ -13,6 +14,9 @@ from commbench.options import arg, cli, field_of
 from commbench.report.export import ExportFormat
 from commbench.report.export import formats_help as export_formats_help
 from commbench.report.options import Images, ReportFormat
+
+if TYPE_CHECKING:
+    from commbench.results.runs import Run, Suite
 
 _MISMATCH_WITH_BASELINE = (
     "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
@@ -62,13 +66,13 @@ class PlotRequest(Request):
 class ReportRequest(Request):
     """Every option of `commbench report` and `report_run`, declared once."""
 
-    run: PathLike = field(
+    run: PathLike | Run | Suite = field(
         kw_only=False,
         metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
     )
     fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help="md or html.")
     out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
-    baseline: PathLike | None = field_of(
+    baseline: PathLike | Run | Suite | None = field_of(
         BASELINE, default=None, help="Add the regression gate against this run or suite."
     )
     allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
@@ -94,7 +98,7 @@ class ReportRequest(Request):
 class ExportRequest(Request):
     """Every option of `commbench export` and `export_run`, declared once."""
 
-    run: PathLike = field(
+    run: PathLike | Run | Suite = field(
         kw_only=False,
         metadata=arg(
             metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
@@ -112,7 +116,7 @@ class ExportRequest(Request):
         help="Write here instead of stdout, atomically (a temporary file beside it, then "
         "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
     )
-    baseline: PathLike | None = field_of(
+    baseline: PathLike | Run | Suite | None = field_of(
         BASELINE,
         default=None,
         help="Add the regression gate against this run: each point's verdict and speed ratio.",

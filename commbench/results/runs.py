@@ -12,6 +12,7 @@ read-only copy (another user's, an archive) reads as the original does.
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -160,6 +161,12 @@ def _ranks_in_world(rows: list[ResultRow], world: int | None, run_dir: RunDir) -
                 f"{shown(run_dir.results_json)}: rows[{i}].ranks.ranks: {max(row.ranks.ranks)} "
                 f"is outside 0..{world - 1} (the run's world size is {world})"
             )
+
+
+def stored_at(target: str | os.PathLike[str] | Run | Suite) -> Path:
+    """Where a run or suite is stored: a path as given, or a loaded one's directory. Every
+    verb that takes a run takes either."""
+    return target.path if isinstance(target, Run | Suite) else Path(target)
 
 
 def is_suite(path: Path) -> bool:

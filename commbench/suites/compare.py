@@ -4,7 +4,6 @@ the record; the statistics load when a gate is judged."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,7 +82,9 @@ def judge(request: CompareRequest) -> Gate:
     from commbench.suites.gate import compare_targets, gate_for
 
     tolerance, latency_tolerance = request.tolerance, request.latency_tolerance
-    base_path, new_path = _path(request.baseline), _path(request.new)
+    from commbench.results.runs import stored_at
+
+    base_path, new_path = stored_at(request.baseline), stored_at(request.new)
     settings = gate_for(
         base_path,
         new_path,
@@ -102,8 +103,3 @@ def judge(request: CompareRequest) -> Gate:
         check(request.history, must_exist=True)
         reference = reference_in(request.history)
     return Gate(compare_targets(base_path, new_path, settings, reference))
-
-
-def _path(target: PathLike | Run | Suite) -> Path:
-    """Where a run or suite is stored: a path as given, or a loaded one's directory."""
-    return Path(target) if isinstance(target, str | os.PathLike) else target.path
