@@ -32,3 +32,9 @@ def test_export_run_takes_a_loaded_run_and_a_loaded_baseline() -> None:
 def test_compare_runs_takes_both_too() -> None:
     run = commbench.load_run(GOLDEN)
     assert commbench.compare_runs(run, GOLDEN).passed
+
+
+def test_plot_run_takes_loaded_runs(tmp_path: Path) -> None:
+    run = commbench.load_run(GOLDEN)
+    plotted = commbench.plot_run([run, GOLDEN], out=tmp_path / "plots")
+    assert plotted.written and all(f.is_file() for f in plotted.written)

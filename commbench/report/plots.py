@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -309,11 +308,12 @@ def plot_request(request: PlotRequest) -> Plotted:
     from commbench.lists import split_list
     from commbench.numbers import parse_number
     from commbench.results.lifecycle import settle_written
-    from commbench.results.runs import is_suite, load_suite
+    from commbench.results.runs import is_suite, load_suite, stored_at
     from commbench.results.runs import load_run as load_one
     from commbench.results.store import PLOTS_DIR
 
-    paths = [Path(runs)] if isinstance(runs, str | os.PathLike) else [Path(r) for r in runs]
+    given: Sequence[Any] = runs if isinstance(runs, list | tuple) else [runs]
+    paths = [stored_at(r) for r in given]
     peak_gbps = None
     if peak is not None:
         peak_gbps = check_peak(parse_number(str(peak), "--peak"))

@@ -27,7 +27,7 @@ _MISMATCH_WITH_BASELINE = (
 class PlotRequest(Request):
     """Every option of `commbench plot` and `plot_run`, declared once."""
 
-    runs: PathLike | Sequence[PathLike] = field(
+    runs: PathLike | Run | Suite | Sequence[PathLike | Run | Suite] = field(
         kw_only=False,
         metadata=arg(
             metavar="RUN_DIR",
