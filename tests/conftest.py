@@ -50,6 +50,15 @@ def _unmarked(item: pytest.Item) -> bool:
     return not any(item.get_closest_marker(mark) for mark in LAUNCH_MARKS)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """matplotlib builds its font cache the first time it is imported on a machine, and runs
+    `fc-list` to do it: on a fresh machine (or a fresh MPLCONFIGDIR) the first plotting test
+    then started a process and failed the guard below, 31 fast tests at once. The cache is
+    built here, before any guard, once per machine (a second of CPU the first time, then an
+    import of a module the suite imports anyway)."""
+    import matplotlib.font_manager  # noqa: F401  (its import builds the cache)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
     """Starting a process from a test without a launch mark fails it (see the docstring):
