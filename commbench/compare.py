@@ -606,7 +606,7 @@ def judge_point(
     p_value: float | None = None
     z = spread.z(log_ratio) if spread is not None else None
     if center_us is not None and spread is not None:  # the new median against the history's
-        p_value = normal_sf(abs(log_ratio) / (spread.sigma * spread.scale))
+        p_value = normal_sf(abs(spread.z(log_ratio)))
         how = f"z={z:+.1f} against {spread.count} runs, p={p_value:.2g}"
     elif decisive(len(base.samples_us), len(new.samples_us), settings.alpha):
         if moved_down or moved_up:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.drawing import literal_text, new_figure
+from commbench.history.render import plain
 from commbench.history.store import FoundChange, Series, Value
 from commbench.results.store import writing
 from commbench.tables import fixed
@@ -39,7 +40,7 @@ def _note(change: FoundChange) -> str:
         f"{what} x{fixed(change.ratio)} [{fixed(change.ratio_low)}, {fixed(change.ratio_high)}]"
     ]
     lines.append(f"p={change.p_value:.0e}, at {change.run_id}")
-    changed = [f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in change.changed.items()]
+    changed = [f"{k}: {plain(a)} -> {plain(b)}" for k, (a, b) in change.changed.items()]
     if len(changed) > MAX_CHANGED_LINES:
         changed = [
             *changed[: MAX_CHANGED_LINES - 1],
@@ -47,12 +48,6 @@ def _note(change: FoundChange) -> str:
         ]
     lines += changed or ["nothing recorded changed"]
     return "\n".join(textwrap.shorten(line, 48, placeholder="...") for line in lines)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return "-" if value is None else str(value)
 
 
 def draw(series: Series, values: Sequence[Value], changes: Sequence[FoundChange]) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from commbench.fields import pick
 from commbench.history.store import FoundChange, Series, StoredRun, Value
 from commbench.tables import Document, Notes, TitledTable, fixed
 
@@ -32,22 +33,7 @@ def _time(at: str) -> str:
 
 
 def runs_document(runs: Sequence[StoredRun]) -> Document:
-    records = [
-        {
-            "id": r.id,
-            "run_id": r.run_id,
-            "at": r.at,
-            "label": r.label,
-            "label_from": r.label_from,
-            "kind": r.kind,
-            "machine": r.machine,
-            "points": r.points,
-            "path": r.path,
-            "software": r.software,
-            "env": r.env,
-        }
-        for r in runs
-    ]
+    records = [pick(r, *_LISTED) for r in runs]
     rows = [
         [r.id, r.run_id, _time(r.at), r.label or "-", r.kind, r.machine, str(r.points)]
         for r in runs
@@ -62,17 +48,7 @@ def runs_document(runs: Sequence[StoredRun]) -> Document:
 
 
 def _value_record(v: Value) -> dict[str, Any]:
-    return {
-        "run_id": v.run_id,
-        "run": v.run,
-        "at": v.at,
-        "label": v.label,
-        "median_us": v.median_us,
-        "busbw_gbps": v.busbw_gbps,
-        "n": v.n,
-        "q1_us": v.q1_us,
-        "q3_us": v.q3_us,
-    }
+    return pick(v, "run_id", "run", "at", "label", "median_us", "busbw_gbps", "n", "q1_us", "q3_us")
 
 
 def series_document(
@@ -113,20 +89,21 @@ def series_document(
 
 
 def _series_record(s: Series) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "label": s.label,
-        "machine": s.machine,
-        "op": s.op,
-        "strategy": s.strategy,
-        "dtype": s.dtype,
-        "reduce_op": s.reduce_op,
-        "world_size": s.world_size,
-        "size_bytes": s.size_bytes,
-        "in_place": s.in_place,
-        "skew": s.skew,
-        "runs": s.runs,
-    }
+    return pick(
+        s,
+        "id",
+        "label",
+        "machine",
+        "op",
+        "strategy",
+        "dtype",
+        "reduce_op",
+        "world_size",
+        "size_bytes",
+        "in_place",
+        "skew",
+        "runs",
+    )
 
 
 def run_document(run: StoredRun, points: Sequence[tuple[Series, Value]]) -> Document:
@@ -170,28 +147,32 @@ def run_document(run: StoredRun, points: Sequence[tuple[Series, Value]]) -> Docu
     )
 
 
+_LISTED = (
+    "id",
+    "run_id",
+    "at",
+    "label",
+    "label_from",
+    "kind",
+    "machine",
+    "points",
+    "path",
+    "software",
+    "env",
+)
+"""A stored run's fields in `history list --format json`; `history show RUN` adds its hosts."""
+
+
 def _run_record(r: StoredRun) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "run_id": r.run_id,
-        "at": r.at,
-        "label": r.label,
-        "label_from": r.label_from,
-        "kind": r.kind,
-        "machine": r.machine,
-        "hosts": r.hosts,
-        "points": r.points,
-        "path": r.path,
-        "software": r.software,
-        "env": r.env,
-    }
+    return {**pick(r, *_LISTED[:7]), "hosts": r.hosts, **pick(r, *_LISTED[7:])}
 
 
 def _changed_text(changed: dict[str, list[Any]]) -> str:
-    return "; ".join(f"{k}: {_plain(a)} -> {_plain(b)}" for k, (a, b) in changed.items()) or "-"
+    return "; ".join(f"{k}: {plain(a)} -> {plain(b)}" for k, (a, b) in changed.items()) or "-"
 
 
-def _plain(value: Any) -> str:
+def plain(value: Any) -> str:
+    """A value of what changed, as a line shows it (a list as its items)."""
     if isinstance(value, list):
         return ",".join(map(str, value))
     return "-" if value is None else str(value)

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from commbench.history.db import Database, Location, connect
 from commbench.history.identity import (
@@ -39,7 +39,7 @@ from commbench.history.identity import (
 from commbench.history.reference import PointKey, Reference, reference
 from commbench.history.schema import TABLES, create, migrate, version
 from commbench.results.runs import Run
-from commbench.results.schema import RowKey
+from commbench.results.schema import ROW_KEY, RowKey
 
 if TYPE_CHECKING:
     from commbench.history.changes import Change
@@ -107,16 +107,7 @@ class Series:
 
     @property
     def key(self) -> RowKey:
-        return (
-            self.op,
-            self.strategy,
-            self.dtype,
-            self.reduce_op,
-            self.world_size,
-            self.size_bytes,
-            self.in_place,
-            self.skew,
-        )
+        return cast(RowKey, tuple(getattr(self, name) for name in ROW_KEY))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
