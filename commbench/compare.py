@@ -684,7 +684,7 @@ def _bare(key: PointKey, mark: Mark, reason: str, row: ResultRow) -> PointResult
     )
 
 
-History = Mapping[PointKey, Sequence[float]]
+HistoryMedians = Mapping[PointKey, Sequence[float]]
 """A history's reference: for each point, its median time (µs) in each comparable run since
 its series last changed, oldest first (`commbench.history`'s `Reference.medians_us`)."""
 
@@ -698,7 +698,7 @@ class Reference:
     centers_us: dict[PointKey, float]
 
     @classmethod
-    def of(cls, base: Mapping[PointKey, ResultRow], history: History | None) -> Reference:
+    def of(cls, base: Mapping[PointKey, ResultRow], history: HistoryMedians | None) -> Reference:
         """Each measured baseline point's spread: the history's where it holds at least
         `MIN_HISTORY` runs of the point (the baseline's median among them, if it is not one of
         them already), else its blocks'; then raised to its series' typical one (`pooled`)."""
@@ -721,7 +721,7 @@ def compare_rows(
     base_rows: list[ResultRow] | None,
     new_rows: list[ResultRow],
     settings: GateSettings,
-    history: History | None = None,
+    history: HistoryMedians | None = None,
 ) -> tuple[list[PointResult], Reference]:
     """Judge every point; returns the points and what they were held to. Without
     `base_rows` (a gate against a history alone) the new run's points are judged against the
@@ -758,7 +758,7 @@ def compare_runs(
     new: Run,
     settings: GateSettings | None = None,
     *,
-    history: History | None = None,
+    history: HistoryMedians | None = None,
     history_runs: Sequence[str] = (),
 ) -> Comparison:
     """Compare two stored runs, judged against the baseline's blocks of iterations, or with
@@ -828,7 +828,7 @@ def compare_runs(
 
 def compare_history(
     new: Run,
-    history: History,
+    history: HistoryMedians,
     history_runs: Sequence[str],
     settings: GateSettings | None = None,
 ) -> Comparison:

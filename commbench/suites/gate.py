@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from commbench.compare import Comparison, GateSettings, History, compare_history, compare_runs
+from commbench.compare import (
+    Comparison,
+    GateSettings,
+    HistoryMedians,
+    compare_history,
+    compare_runs,
+)
 from commbench.errors import UserError
 from commbench.fields import Fields, anything, string
 from commbench.results.record import RunKind, RunRecord
@@ -48,7 +54,7 @@ def _absent(path: Path, name: str) -> Run:
     return Run(path=path / f"<no {name}>", record=record, rows=[])
 
 
-ReferenceFn = Callable[[Run], tuple[History, Sequence[str]]]
+ReferenceFn = Callable[[Run], tuple[HistoryMedians, Sequence[str]]]
 """A history's reference for a run: its points' medians in the comparable runs since each
 series last changed, and those runs' ids (`commbench.history`)."""
 

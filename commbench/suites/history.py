@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from commbench.compare import HISTORY_RUNS, History
+from commbench.compare import HISTORY_RUNS, HistoryMedians
 from commbench.history.identity import environment, label_of
-from commbench.history.store import History as Store
+from commbench.history.store import History
 from commbench.results.runs import Run
 from commbench.suites.gate import ReferenceFn
 
@@ -21,7 +21,7 @@ def check(db: str, *, must_exist: bool = False) -> None:
     SQLite file that is not there yet is made when the first runs are added, unless it
     `must_exist` (a gate reads it, nothing adds to it)."""
     if must_exist or Path(db).exists() or "://" in db:
-        with Store.open(db, write=False):
+        with History.open(db, write=False):
             pass
 
 
@@ -30,10 +30,10 @@ def reference_in(db: str, limit: int = HISTORY_RUNS) -> ReferenceFn:
     in the comparable runs since the point's series last changed (at most `limit`), and
     those runs' ids. A history not made yet has none."""
 
-    def of(run: Run) -> tuple[History, Sequence[str]]:
+    def of(run: Run) -> tuple[HistoryMedians, Sequence[str]]:
         if "://" not in db and not Path(db).exists():
             return {}, []
-        with Store.open(db) as store:
+        with History.open(db) as store:
             found = store.reference(run, limit=limit)
         return found.medians_us, found.run_ids
 
@@ -47,7 +47,7 @@ def add(db: str, path: Path, label: str | None) -> str:
 
     runs = runs_at(path)  # what `history add` takes: complete, passed, measured
     labelled = [(run, *label_of(label, environment(), run.context)) for run in runs]
-    with Store.open(db, write=True) as store:
+    with History.open(db, write=True) as store:
         added = store.add(labelled)
     new = sum(1 for r in added.runs if r.added)
     changes = len(added.changes)
