@@ -10,10 +10,23 @@ next polling point, which in a training job may be 100 ms of compute later (issu
 So each Work is waited by a thread of ours, one thread per process group (a group's calls
 complete in the order they were issued; two groups progress independently), which blocks in
 `Work.wait()` with the GIL released (torch's binding releases it: the job's Python runs on
-meanwhile) and stamps the clock the moment it returns. The stamp is late only by the
-thread's wake-up and, when the job runs pure Python at that moment, by the interpreter's
-switch interval (5 ms at most); in a job's compute (torch ops release the GIL) it is tens of
-microseconds.
+meanwhile) and stamps the clock the moment it returns. The stamp is late by the thread's
+wake-up and, when the job runs pure Python at that moment, by the interpreter's switch
+interval (5 ms) or more on a loaded machine: the capture therefore also stamps a call from
+the job's own thread where the job learns it is done (its wait returns), and the first
+stamp counts (record/capture.py).
+
+A thread of ours is never inside a C++ wait when the interpreter finalizes (issue 43). A
+thread that returns from `Work.wait()` after finalization has begun cannot take the GIL back:
+Python 3.11 ends it through the C++ frames it returns through, and the process aborts with
+"terminate called without an active exception" (a job that exits with a call in flight, the
+call completing while the process tears its process group down). So a thread waits in
+slices of `SLICE_S` (`Work.wait(timeout)`, which leaves the Work as it was when the slice
+ends), looks at its stop flag between slices, and `close` stops and joins every thread: the
+capture closes at exit (the last of the job's atexit functions), before finalization. One
+Work does not keep to a slice: gloo's reduce_scatter (its wait ignores the timeout, and it
+never reports completion); `close` then waits for it a bounded while more, and a thread
+still inside it is named by `close`'s result.
 
 What is never waited here, and why:
 - point-to-point Works on CPU tensors (gloo's send, recv): they can be waited once only (a
@@ -33,6 +46,7 @@ threads are daemons, a Work that fails or never completes only stops its own gro
 from __future__ import annotations
 
 import contextlib
+import datetime
 import queue
 import threading
 import time
@@ -49,19 +63,50 @@ Stamp = Callable[[T, "int | None"], None]
 """Called on the waiting thread with the token and the clock when its Work completed; None
 when the Work failed (its exception is the job's, not ours)."""
 
+SLICE_S = 0.05
+"""A waiting thread looks at its stop flag this often (a slice that ends without the Work
+done costs a C++ exception, some 20 us: 0.04% of a core)."""
+JOIN_S = 1.0
+"""How long `close` waits for each thread to see its stop flag: a slice, with room for a
+starved core."""
+
+Wait = Callable[[Any, float], bool]
+"""Waits a Work at most so many seconds: True when it is done, False when the time passed
+first; raises when the Work failed."""
+
+
+def wait_slice(work: Any, seconds: float, wait: Callable[..., Any] | None = None) -> bool:
+    """`Work.wait` (or `wait`, called with the Work) for at most `seconds`: `wait(timeout)`
+    raises "Operation timed out!" when the time passes first, and leaves the Work as it
+    was."""
+    try:
+        (wait or type(work).wait)(work, datetime.timedelta(seconds=seconds))
+    except RuntimeError as exc:
+        if "timed out" in str(exc) and not work.is_completed():
+            return False
+        raise
+    return True
+
 
 class Completions(Generic[T]):
     """Waits each Work it is given on a thread of its group, and hands `stamp` the clock
     (`clock`, e.g. `time.time_ns` or `time.perf_counter_ns`) the moment it completed."""
 
-    def __init__(self, stamp: Stamp[T], clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        stamp: Stamp[T],
+        clock: Callable[[], int] = time.time_ns,
+        wait: Wait = wait_slice,
+    ) -> None:
         self._stamp = stamp
         self._clock = clock
+        self._wait = wait
         self._lanes: dict[str, queue.SimpleQueue[tuple[Any, T] | None]] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._outstanding = 0
         self._idle = threading.Condition(self._lock)
+        self._stop = threading.Event()
 
     def watch(self, group: str, work: Any, token: T) -> None:
         """Stamp `work`'s completion for `token`, after those of `group`'s calls before it."""
@@ -75,14 +120,22 @@ class Completions(Generic[T]):
         with self._idle:
             return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
 
-    def close(self) -> None:
-        """Stop each thread after what it was given (threads blocked on a Work that never
-        completes stay blocked: daemons, gone with the process)."""
+    def close(self, timeout: float = JOIN_S) -> int:
+        """Stop every thread, within a slice, whatever it was waiting for (the Works not seen
+        complete are dropped, never stamped), and join them, each for at most `timeout`
+        seconds. Returns how many threads are still alive: inside a Work that does not keep
+        to its slice (gloo's reduce_scatter) and has not completed."""
+        self._stop.set()
         with self._lock:
             lanes = list(self._lanes.values())
             self._lanes.clear()
+            threads = list(self._threads)
         for lane in lanes:
             lane.put(None)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+        return sum(thread.is_alive() for thread in threads)
 
     def _lane(self, group: str) -> queue.SimpleQueue[tuple[Any, T] | None]:
         lane = self._lanes.get(group)
@@ -107,16 +160,21 @@ class Completions(Generic[T]):
             return lane
 
     def _run(self, lane: queue.SimpleQueue[tuple[Any, T] | None]) -> None:
-        while (item := lane.get()) is not None:
+        while not self._stop.is_set() and (item := lane.get()) is not None:
             work, token = item
+            done = False
+            stamp: int | None = None
             try:
-                work.wait()
-                stamp: int | None = self._clock()
+                while not (done := self._wait(work, SLICE_S)) and not self._stop.is_set():
+                    pass
+                if done:
+                    stamp = self._clock()
             except Exception:  # the Work failed: the job sees its error
-                stamp = None
+                done = True
             del work, item  # the Work and its tensors are not kept by a waiting thread
-            with contextlib.suppress(Exception):
-                self._stamp(token, stamp)
+            if done:
+                with contextlib.suppress(Exception):
+                    self._stamp(token, stamp)
             with self._idle:
                 self._outstanding -= 1
                 if self._outstanding == 0:
@@ -177,10 +235,18 @@ class PolledCompletions(Generic[T]):
                 return False
             time.sleep(POLL_MIN_S)
 
-    def close(self) -> None:
+    def close(self, timeout: float = JOIN_S) -> int:
+        """Stop the thread and join it (for at most `timeout`); the Works not seen complete
+        are dropped. Returns 1 if it is still alive, else 0."""
         with self._wake:
             self._closed = True
             self._wake.notify()
+            thread = self._thread
+            self._works = []
+        if thread is None or thread is threading.current_thread():
+            return 0
+        thread.join(timeout)
+        return int(thread.is_alive())
 
     def _look(self, works: list[tuple[Any, T, float]]) -> list[tuple[Any, T, float]]:
         left = []
@@ -234,7 +300,7 @@ class CudaCompletions(Generic[T]):
     def __init__(self, stamp: Stamp[T]) -> None:
         self._stamp = stamp
         self._completions: Completions[tuple[T, Any, Any, int]] = Completions(
-            self._done, clock=lambda: 0
+            self._done, clock=lambda: 0, wait=lambda side, seconds: side.wait_for(seconds)
         )
 
     def start(self) -> Any:
@@ -252,8 +318,8 @@ class CudaCompletions(Generic[T]):
     def drain(self, timeout: float | None = None) -> bool:
         return self._completions.drain(timeout)
 
-    def close(self) -> None:
-        self._completions.close()
+    def close(self, timeout: float = JOIN_S) -> int:
+        return self._completions.close(timeout)
 
     def _done(self, item: tuple[T, Any, Any, int], stamp: int | None) -> None:
         token, start, side, issued = item
@@ -269,24 +335,36 @@ nothing of the job's)."""
 
 
 class _OnSide:
-    """A Work whose `wait` makes a side stream of ours wait for it, records an end event
-    there and blocks this thread until the event has happened (`end`, read by
-    `CudaCompletions._done`)."""
+    """A Work whose `wait_for` makes a side stream of ours wait for it, records an end event
+    there and then looks, for at most so many seconds, whether the event has happened
+    (`end`, read by `CudaCompletions._done`). Looked at, not synchronized: a thread of ours
+    is never inside a C++ wait it cannot leave (the time is the events', not the host's)."""
 
     def __init__(self, work: Any, device: Any) -> None:
         self.work = work
         self.device = device
         self.end: Any = None
+        self._recorded: Any = None
+        self._since = 0.0
 
-    def wait(self) -> None:
+    def wait_for(self, seconds: float) -> bool:
         import torch
 
-        stream = _SIDE_STREAMS.get(self.device)
-        if stream is None:
-            stream = _SIDE_STREAMS[self.device] = torch.cuda.Stream(device=self.device)
-        with torch.cuda.stream(stream):
-            self.work.wait()
-            end = torch.cuda.Event(enable_timing=True)
-            end.record(stream)
-        end.synchronize()  # the GIL is released while the device catches up
-        self.end = end
+        if self._recorded is None:
+            stream = _SIDE_STREAMS.get(self.device)
+            if stream is None:
+                stream = _SIDE_STREAMS[self.device] = torch.cuda.Stream(device=self.device)
+            with torch.cuda.stream(stream):
+                self.work.wait()
+                end = torch.cuda.Event(enable_timing=True)
+                end.record(stream)
+            self._recorded, self._since = end, time.monotonic()
+        deadline = time.monotonic() + seconds
+        while not self._recorded.query():
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            # as often as polled Works: the stamp is the events', only its writing waits
+            time.sleep(min(POLL_MAX_S, max(POLL_MIN_S, (now - self._since) / POLL_FRACTION)))
+        self.end = self._recorded
+        return True

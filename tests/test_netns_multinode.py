@@ -111,3 +111,95 @@ def test_a_stopped_rank_on_the_other_machine_is_named_with_its_host(
     assert "is stopped (SIGSTOP or a debugger), as its node's launcher sees it" in err0, err0
     assert named_after < 5 + 15, named_after  # node 0's timeout, and its start-up allowance
     assert "is stopped" in err1 and cluster.hosts[1] in err1, err1
+
+
+_GARBAGE_WRITER = r"""
+import contextlib, json, os, sys, time
+from datetime import timedelta
+from pathlib import Path
+from torch.distributed import TCPStore
+
+rdzv_id, seconds = sys.argv[1], float(sys.argv[2])
+garbage = [bytes.fromhex(g) for g in json.loads(Path(sys.argv[3]).read_text())]
+
+
+def workers_store():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(e.split("=", 1) for e in raw.decode(errors="replace").split("\0") if "=" in e)
+        if env.get("TORCHELASTIC_RUN_ID") == rdzv_id and "MASTER_PORT" in env:
+            return env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    return None
+
+
+store, writes, end = None, 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    if store is None and (at := workers_store()) is not None:
+        with contextlib.suppress(Exception):
+            store = TCPStore(*at, is_master=False, timeout=timedelta(seconds=5),
+                             wait_for_workers=False)
+    if store is not None:
+        try:
+            store.set(f"commbench/job/digest/{writes % 2}", garbage[writes % len(garbage)])
+            writes += 1
+        except Exception:
+            store = None  # the job ended, or is between its stores
+    time.sleep(0.3)
+print(writes, flush=True)
+"""
+
+
+def test_garbage_under_the_watchs_keys_between_two_machines_is_said_once_per_kind(
+    tmp_path: Path, free_port: int
+) -> None:
+    """Issue 43, item 6, as the hostile round ran it: two nodes in namespaces of their own,
+    while a program on node 0's machine writes garbage under the control plane's keys in the
+    job's store. Each node ends with one `commbench: warning: skipped a ...` line per kind and
+    reason, and no libtorch C++ log or stack on either node's stderr."""
+    import json
+    import re
+
+    from tests.test_multinode import GARBAGE
+
+    with Cluster(2) as cluster:
+        endpoint = f"{cluster.addresses[0]}:{free_port}"
+        rdzv_id = f"netns-garbage-{os.getpid()}-{cluster.tag}"
+        command = (
+            f"-m commbench collectives --nnodes 2 --rdzv-endpoint {endpoint} --rdzv-id {rdzv_id} "
+            "--nproc 1 --device cpu --ops all_reduce,all_gather --sizes 1K-1M --min-time 0.3 "
+            "--timeout 60"
+        )
+        nodes = [
+            cluster.popen(
+                r,
+                [sys.executable, *command.split(), "--node-rank", str(r), "-o", f"node{r}"],
+                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+            for r in (0, 1)
+        ]  # fmt: skip
+        (tmp_path / "garbage.json").write_text(json.dumps([g.hex() for g in GARBAGE]))
+        writer = cluster.popen(
+            0,
+            [sys.executable, "-c", _GARBAGE_WRITER, rdzv_id, "90", "garbage.json"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            outputs = [p.communicate(timeout=240) for p in nodes]
+        finally:
+            writer.kill()
+        writes = writer.communicate(timeout=30)[0].strip()
+    assert [p.returncode for p in nodes] == [0, 0], outputs
+    said = []
+    for _, err in outputs:
+        lines = err.splitlines()
+        cpp = [ln for ln in lines if re.match(r"\[[WEI]\d{4}|Exception raised from|frame #", ln)]
+        assert cpp == [], err
+        skipped = [ln for ln in lines if "skipped a " in ln]
+        assert all(ln.startswith("commbench: warning: skipped a ") for ln in skipped), err
+        reasons = [ln.split(" (")[1].split(")")[0] for ln in skipped]
+        assert len(reasons) == len(set(reasons)), err
+        said += reasons
+    assert said, (writes, outputs)  # the aggregators read some of it

@@ -9,6 +9,7 @@ reports completion, was recorded without one."""
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import resource
@@ -142,7 +143,9 @@ def test_the_cpu_time_a_job_computed_between_calls_is_recorded_and_paced_as_comp
 
 
 class _Work:
-    """A Work as `commbench.completion` sees one: `wait` blocks until it is completed."""
+    """A Work as `commbench.completion` sees one: `wait` blocks until it is completed, or
+    until its timeout passes ("Operation timed out!", as torch's does). `waits` counts the
+    waits that saw it end."""
 
     def __init__(self, fails: bool = False) -> None:
         self.event = threading.Event()
@@ -152,9 +155,10 @@ class _Work:
     def complete(self) -> None:
         self.event.set()
 
-    def wait(self) -> bool:
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        if not self.event.wait(None if timeout is None else timeout.total_seconds()):
+            raise RuntimeError("Operation timed out!")
         self.waits += 1
-        self.event.wait()
         if self.fails:
             raise RuntimeError("peer gone")
         return True

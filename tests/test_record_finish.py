@@ -195,6 +195,29 @@ def test_a_whole_trace_is_complete(tmp_path: Path) -> None:
     assert read_manifest(tmp_path).complete
 
 
+@pytest.mark.parametrize(
+    ("ended", "complete"),
+    [("exit", True), ("exception RuntimeError", False), ("SIGTERM", False), (None, False)],
+)
+def test_a_job_that_failed_at_exit_after_every_rank_ended_is_said_so(
+    tmp_path: Path, ended: str | None, complete: bool
+) -> None:
+    """Issue 43: a job whose ranks all ran their program to its end and closed their files,
+    then exited non-zero (an abort in torch's teardown at exit), left a trace of every call:
+    it says so, with the count, instead of "the trace is incomplete". A rank that died of an
+    exception or a signal (its file is closed too, by atexit or the handler) left less."""
+    for rank in range(2):
+        write_meta(tmp_path, meta(rank, 2, ended=ended if rank else "exit"))
+    rank_files(tmp_path, range(2))
+    recorded = finished(tmp_path, exit_code=1)
+    assert recorded.manifest.complete is complete
+    (note,) = recorded.notes
+    if complete:
+        assert "failed at exit" in note and "holds all 8 calls" in note, note
+    else:
+        assert note == "the job exited with status 1: the trace is incomplete"
+
+
 # -- F1: one limit for the manifest's writer and reader --------------------------------------
 
 

@@ -43,12 +43,20 @@ class Job:
         if self.steps.end(optimizer=optimizer):
             self.calls = [(op, 1 if step is None else step) for op, step in self.calls]
 
-    def optimizer(self, *inside: str) -> None:
+    def optimizer(self, *inside: str, key: int = 0) -> None:
         """An optimizer's step (its pre-hook, the calls it makes, its post-hook: a marker)."""
-        self.steps.optimizer_begins()
+        self.optimizer_begins(key)
         for op in inside:
             self.call(op)
-        self.marker(optimizer=True)
+        self.optimizer_ends(key)
+
+    def optimizer_begins(self, key: int = 0) -> None:
+        self.steps.optimizer_begins(key)
+
+    def optimizer_ends(self, key: int = 0) -> None:
+        """An optimizer's post-hook: a marker unless its step is inside another's."""
+        if self.steps.optimizer_ends(key):
+            self.marker(optimizer=True)
 
     def end(self) -> list[tuple[str, int | None]]:
         """The calls as written when the process ends."""
@@ -230,6 +238,83 @@ def test_optimizers_with_a_forward_or_a_call_between_end_a_step_each() -> None:
     marked.call("all_gather")
     marked.marker()
     assert marked.end() == [("all_reduce", 1), ("all_gather", 3)]
+
+
+def zero_step(job: Job) -> None:
+    """A training step of ZeroRedundancyOptimizer over DDP: the forward, the gradients'
+    all_reduce, ZeRO's step (key 1) with its shard's optimizer's step (key 2) inside it, then
+    ZeRO's broadcast of the shards, before its own post-hook."""
+    job.forward()
+    job.call(*ALL_REDUCE)
+    job.optimizer_begins(1)
+    job.optimizer_begins(2)
+    job.optimizer_ends(2)
+    job.call(*BROADCAST)
+    job.call(*BROADCAST)
+    job.optimizer_ends(1)
+
+
+def test_an_optimizer_stepped_inside_another_is_the_outer_ones_step() -> None:
+    """Hooks fire outer-pre, inner-pre, inner-post, outer-post: only the outermost post is a
+    marker, so the broadcasts after the inner step are the step's, and 3 steps are 3."""
+    job = Job()
+    job.call(*PARAMS)
+    for _ in range(3):
+        zero_step(job)
+    job.call("barrier")
+    each = [(op, k) for k in (1, 2, 3) for op in ("all_reduce", "broadcast", "broadcast")]
+    assert job.end() == [("broadcast", None), *each, ("barrier", None)]
+    assert job.steps.done == 3
+
+
+def test_nested_optimizers_stepped_in_turn_end_one_step() -> None:
+    """Two ZeROs stepped one after the other (the rule of optimizers in turn, at the
+    outermost level): one step; the inner pre-hook, nothing between it and the reopening,
+    reopens nothing more."""
+    job = Job()
+    for _ in range(2):
+        zero_step(job)
+        job.optimizer_begins(3)
+        job.optimizer("all_gather", key=4)
+        job.optimizer_ends(3)
+    assert [step for _, step in job.end()] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert job.steps.done == 2
+
+
+def test_an_optimizer_step_that_raised_holds_no_later_step_inside_it() -> None:
+    """An exception skips an optimizer's post-hook: its next step (or an outer one's end)
+    forgets the step left running, and markers go on."""
+    job = Job()
+    job.forward()
+    job.optimizer_begins(1)  # raised: no post-hook; the job caught it and went on
+    job.forward()
+    job.call(*ALL_REDUCE)
+    job.optimizer(key=1)
+    job.forward()
+    job.call(*ALL_REDUCE)
+    job.optimizer_begins(1)
+    job.optimizer_begins(2)  # the inner one raised, ZeRO went on
+    job.optimizer_ends(1)
+    job.call(*ALL_REDUCE)
+    job.optimizer(key=1)
+    assert [step for _, step in job.end()] == [1, 2, 3]
+
+
+def test_the_captures_hooks_close_a_step_at_the_outermost_post_only(tmp_path: Path) -> None:
+    """The capture's own hooks, fired as ZeroRedundancyOptimizer fires them (its step runs
+    its shard's optimizer's step inside): one step per outer step, not two."""
+    from commbench.record.capture import Capture
+
+    capture = Capture(tmp_path)
+    zero, shard = object(), object()
+    for k in (1, 2):
+        capture._on_forward(object(), ())  # a forward between: two steps, not two in turn
+        capture._before_optimizer_step(zero, (), {})
+        capture._before_optimizer_step(shard, (), {})
+        capture._on_optimizer_step(shard, (), {})
+        assert capture.steps_done == k - 1, "the inner post closed a step"
+        capture._on_optimizer_step(zero, (), {})
+        assert capture.steps_done == k
 
 
 def _call(step: int | None) -> Call:

@@ -69,6 +69,7 @@ def report(run: Run) -> None:
         typer.echo("\nCommunication time per step:")
         for line in text_table(*summary.steps):
             typer.echo(f"  {line}")
+        typer.echo(f"  median: {summary.steps_note}")
         if summary.dominant is not None:
             typer.echo("\nWhat dominates (calls x time):")
             for line in text_table(*summary.dominant, left=(0, 2, 8)):

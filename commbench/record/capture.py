@@ -58,7 +58,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from commbench.completion import Completions, CudaCompletions, PolledCompletions
+from commbench.completion import Completions, CudaCompletions, PolledCompletions, wait_slice
 from commbench.files import dump_json
 from commbench.ops import traced
 from commbench.record.meta import META_FILE, RankMeta, Stepped
@@ -323,6 +323,9 @@ class Capture:
         self.failed: str | None = None
         self.calls = 0
         self.unfinished = 0
+        self.in_flight_at_exit = 0
+        """Threads of ours still inside a Work's wait after `close` (one that keeps to no
+        slice and never completed): said in the rank's meta file."""
         self.stepped = False
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
         self.ops = {name: _Op(name) for name in c10d_ops() if hasattr(torch.ops.c10d, name)}
@@ -332,7 +335,12 @@ class Capture:
         self._batch: tuple[int, int] | None = None
         """In a `batch_isend_irecv`: its thread and the batch's number on this rank."""
         self._batches = 0
-        self.completions: Completions[_Pending] = Completions(self._stamped)
+        self._job_wait = dist.Work.wait
+        """`Work.wait` as torch defines it: our threads wait through it, the job through
+        `_wait_returned`'s wrapper."""
+        self.completions: Completions[_Pending] = Completions(
+            self._stamped, wait=functools.partial(wait_slice, wait=self._job_wait)
+        )
         self.polled: PolledCompletions[_Pending] = PolledCompletions(self._stamped)
         self.cuda: CudaCompletions[_Pending] | None = None
         self._meta_due = 0.0
@@ -352,6 +360,7 @@ class Capture:
         register_optimizer_step_pre_hook(self._guarded(self._before_optimizer_step))
         register_optimizer_step_post_hook(self._guarded(self._on_optimizer_step))
         self._wrap_batch_isend_irecv()
+        self._wrap_work_wait()
         atexit.register(self.close)
         _chain_sigterm(self.close)
         # last: a kernel registered is a call noted, so everything it needs is in place
@@ -360,6 +369,7 @@ class Capture:
             library.impl(op.name, self._kernel(op), "BackendSelect", with_keyset=True)
         self._library = library  # kept for the process's life: dropping it unregisters
         self._symm_library = self._count_symm_mem()
+        self._wait_library = self._watch_wait_tensor()
 
     def _wrap_batch_isend_irecv(self) -> None:
         """Mark the sends and receives of each `dist.batch_isend_irecv` as one batch
@@ -381,6 +391,61 @@ class Capture:
 
         dist.batch_isend_irecv = batch_isend_irecv
         dist.distributed_c10d.batch_isend_irecv = batch_isend_irecv
+
+    def _wrap_work_wait(self) -> None:
+        """Stamp a call complete when the job's own wait for it returns (`dist.all_reduce`
+        without async_op waits so, as does `work.wait()` in a job): the job's clock, taken by
+        the thread that was waiting, not by a thread of ours that needs the GIL back first
+        (5 ms on an idle machine when the job runs Python next, more on a loaded one)."""
+        original = self._job_wait
+
+        @functools.wraps(original)
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(work, *args, **kwargs)
+            if self.pending and self.failed is None:
+                try:
+                    self._returned(work, time.time_ns())
+                except Exception as exc:
+                    self.fail(exc)
+            return result
+
+        dist.Work.wait = wait  # type: ignore[assignment]
+
+    def _watch_wait_tensor(self) -> Any:
+        """Poll when a functional collective's result is waited (`wait_tensor`, how DTensor
+        and torch.compile's collectives wait): the job's own point where it learns a call is
+        done, stamped on its clock (see `_wrap_work_wait`)."""
+        try:
+            overload = torch.ops._c10d_functional.wait_tensor.default
+        except (AttributeError, RuntimeError):  # not in this torch
+            return None
+        below = torch.DispatchKey.BackendSelect
+        meta = torch.DispatchKey.Meta
+
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            result = overload.redispatch(keyset.remove(below), *args, **kwargs)
+            if self.pending and self.failed is None and not keyset.has(meta):
+                try:
+                    self.poll()
+                except Exception as exc:
+                    self.fail(exc)
+            return result
+
+        library = torch.library.Library("_c10d_functional", "IMPL")
+        try:
+            library.impl("wait_tensor", kernel, "BackendSelect", with_keyset=True)
+        except RuntimeError:  # a kernel there already: left alone
+            return None
+        return library
+
+    def _returned(self, work: Any, now: int) -> None:
+        """The job's wait for `work` returned at `now`: its call is complete then (the first
+        stamp counts); the others are polled."""
+        with self.lock:
+            for entry in self.pending:
+                if not entry.done and entry.work is work:
+                    entry.completed_ns, entry.done = now, True
+        self.poll()
 
     def _count_symm_mem(self) -> Any:
         """Count the calls of every symmetric-memory operator there is (`SYMM_MEM_OPS`)."""
@@ -444,7 +509,7 @@ class Capture:
             result = overload.redispatch(keyset.remove(below), *args, **kwargs)
             if entry is not None:
                 try:
-                    self._watch(entry, result, start)
+                    self._watch(entry, result, start, returned=time.time_ns())
                 except Exception as exc:
                     self.fail(exc)
             return result
@@ -577,10 +642,13 @@ class Capture:
             self.cuda = CudaCompletions(self._stamped)
         return self.cuda.start()
 
-    def _watch(self, entry: _Pending, result: Any, start: Any = None) -> None:
+    def _watch(
+        self, entry: _Pending, result: Any, start: Any = None, returned: int | None = None
+    ) -> None:
         """Keep the call's Work: waited by a thread of ours (`commbench.completion`) and
-        polled at the next points the process passes (`poll`); a call without one
-        (barrier's on some backends) is done now."""
+        polled at the next points the process passes (`poll`). A call without one
+        (`monitored_barrier`, barrier's on some backends) blocks until it is done: it
+        completed when it `returned`."""
         work = result[-1] if isinstance(result, tuple) else result
         handle = None
         if isinstance(work, torch.ScriptObject):
@@ -588,7 +656,8 @@ class Capture:
                 handle = dist.Work.unbox(work)
         with self.lock:
             entry.work = handle
-            entry.done = handle is None
+            if handle is None:
+                entry.done, entry.completed_ns = True, returned
             self._flush_done()
         if handle is None:
             return
@@ -687,9 +756,13 @@ class Capture:
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.poll()  # the backward is over: DDP's reducer has waited for its buckets
         with self.lock:  # right after another optimizer's step: the same training step's
-            self.steps.optimizer_begins()
+            self.steps.optimizer_begins(id(optimizer))
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        with self.lock:
+            outermost = self.steps.optimizer_ends(id(optimizer))
+        if not outermost:  # inside another's step (ZeRO's shard's optimizer): the outer's end
+            return  # ends it, and lists the parameters: all of them, not this rank's shard
         if not self.stepped and self.meta is not None and self.meta.rank == 0:
             self.stepped = True  # once: the list does not change, and a big one costs
             with contextlib.suppress(Exception):
@@ -742,7 +815,7 @@ class Capture:
         with contextlib.suppress(Exception):
             self._write_meta()
 
-    def _write_meta(self, *, closed: bool = False) -> None:
+    def _write_meta(self, *, closed: bool = False, ended: str | None = None) -> None:
         if self.meta is None:
             return
         meta = self.meta.with_state(
@@ -754,6 +827,7 @@ class Capture:
             not_captured=tuple(sorted(self.not_captured.items())),
             graph_captured=self.graph_captured,
             closed=closed,
+            ended=ended,
         )
         self._meta_due = time.monotonic() + META_EVERY_S
         path = self.directory / META_FILE.format(rank=meta.rank)
@@ -761,9 +835,14 @@ class Capture:
         tmp.write_text(dump_json(meta.payload()))
         os.replace(tmp, path)
 
-    def close(self) -> None:
+    def close(self, how: str = "exit") -> None:
         """Write every call still held (those not seen complete without a completion time)
-        and close the rank's file. Idempotent: atexit and SIGTERM may both come."""
+        and close the rank's file, saying `how` the process ended ("exit" at exit, or the
+        signal; at exit, the exception the program died of, if it did). Idempotent: atexit
+        and SIGTERM may both come."""
+        raised = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if how == "exit" and raised is not None:
+            how = f"exception {type(raised).__name__}"
         with contextlib.suppress(Exception):
             self.poll()
             # a call the job has just waited may be a moment from its stamp; one that has
@@ -772,7 +851,13 @@ class Capture:
             if self.cuda is not None:
                 self.cuda.drain(CLOSE_DRAIN_S)
             self.poll()
+        # no thread of ours may be inside a C++ wait once the interpreter finalizes
+        # (commbench/completion.py): each is stopped and joined; the Works it held dropped
+        with contextlib.suppress(Exception):
             self.polled.close()
+            self.in_flight_at_exit = self.completions.close(CLOSE_DRAIN_S)
+            if self.cuda is not None:
+                self.in_flight_at_exit += self.cuda.close(CLOSE_DRAIN_S)
         with self.lock:
             while self.pending:
                 self._write(self.pending.popleft())
@@ -784,7 +869,7 @@ class Capture:
                 writer.close()
         if writer is not None:
             with contextlib.suppress(Exception):
-                self._write_meta(closed=True)
+                self._write_meta(closed=True, ended=how)
 
 
 def _chain_sigterm(close: Any) -> None:
@@ -796,7 +881,7 @@ def _chain_sigterm(close: Any) -> None:
 
     def on_term(signum: int, frame: Any) -> None:
         with contextlib.suppress(Exception):
-            close()
+            close("SIGTERM")
         if callable(previous):
             previous(signum, frame)
             return

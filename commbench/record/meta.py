@@ -60,6 +60,11 @@ class RankMeta:
     """Calls noted while a CUDA graph was being captured."""
     closed: bool = False
     """The process ended normally and its rank file is whole."""
+    ended: str | None = None
+    """How the process ended, as its capture saw it when it closed the file: "exit" (its
+    program ran to its end), "exception <type>" (it died of one), "SIGTERM". A job that exits
+    non-zero after every rank's program ran to its end failed in its teardown (torch's, at
+    exit): its trace holds every call."""
 
     def with_state(self, **changes: Any) -> RankMeta:
         return replace(self, **changes)
@@ -73,6 +78,7 @@ class RankMeta:
             "not_captured": [{"op": op, "calls": n} for op, n in self.not_captured],
             "graph_captured": self.graph_captured,
             "closed": self.closed,
+            "ended": self.ended,
         }
 
     @classmethod
@@ -100,6 +106,7 @@ class RankMeta:
             ),
             graph_captured=f.opt("graph_captured", count) or 0,
             closed=bool(f.opt("closed", boolean)),
+            ended=f.opt("ended", line),
         )
 
 

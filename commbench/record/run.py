@@ -288,8 +288,14 @@ class _Left:
         told = {m.rank for m in metas}
         # a rank past the world that left calls and no word is as silent as one inside it
         silent = sorted(r for r in self.present if r not in told)
+        # every rank's program ran to its end and closed its file, and the job still exited
+        # non-zero: it failed in its teardown (an abort at exit, in torch's), or said so
+        # itself; the trace holds every call
+        failed_at_exit = (
+            exit_code != 0 and bool(metas) and all(m.closed and m.ended == "exit" for m in metas)
+        )
         complete = (
-            exit_code == 0
+            (exit_code == 0 or failed_at_exit)
             and bool(metas)
             and not missing_count
             and not silent
@@ -309,7 +315,13 @@ class _Left:
             )
         if disagreement is not None:
             notes.append(disagreement)
-        if exit_code != 0:
+        if failed_at_exit:
+            notes.append(
+                f"the job exited with status {exit_code} after every rank's program had run "
+                f"to its end and closed its file: it failed at exit (an abort in its teardown, "
+                f"or its own exit status); the trace holds all {sum(m.calls for m in metas)} calls"
+            )
+        elif exit_code != 0:
             notes.append(f"the job exited with status {exit_code}: the trace is incomplete")
         elif missing_count and metas:
             notes.append(

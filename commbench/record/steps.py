@@ -30,6 +30,10 @@ after its (k-1)th marker, up to its kth. Around them:
   reduced, are that step's) and closes it again. A forward or a call between two optimizer
   steps (a GAN's generator after its discriminator) makes them two steps, as two
   `commbench.record.step()` markers always are.
+- **an optimizer's step inside another's**: ZeroRedundancyOptimizer steps the optimizer of
+  its shard inside its own step, then broadcasts the shards; both steps fire the hooks, as
+  outer-pre, inner-pre, inner-post, outer-post. The inner one is the outer one's: only the
+  outermost step's end is a marker, and the broadcasts after the inner one are the step's.
 - **after the last marker**: no step (a final barrier, an evaluation after training). The
   capture cannot know a marker is the last until the process ends, so the calls after a
   marker are written as the next step's and given none when the process ends (`tail`).
@@ -133,6 +137,9 @@ class Steps:
         """Nothing (no call, no forward, no send or recv) since the last marker."""
         self.optimizer_marked = False
         """The last marker was an optimizer's step."""
+        self.stepping: list[int] = []
+        """The optimizers whose steps are running, outermost first (their keys): a step
+        inside another's is the outer one's, and ends no step."""
 
     @property
     def collecting(self) -> bool:
@@ -176,14 +183,32 @@ class Steps:
             return None
         return Restep(range(self.startup_calls - repeated, self.startup_calls), 1)
 
-    def optimizer_begins(self) -> bool:
-        """An optimizer's step begins. Right after another optimizer's step, nothing between
-        them, it is the same training step's: the step the other closed is open again, until
-        this one's marker. True when it reopened one."""
-        if not (self.idle and self.optimizer_marked and self.done > 0):
+    def optimizer_begins(self, key: int) -> bool:
+        """An optimizer's step begins (`key` names the optimizer). Right after another
+        optimizer's step, nothing between them, it is the same training step's: the step the
+        other closed is open again, until this one's marker. A step inside another's reopens
+        nothing: the outer one's step is open. True when it reopened one."""
+        self._unwind(key)  # a step of its own still running raised before its post-hook
+        outermost = not self.stepping
+        self.stepping.append(key)
+        if not (outermost and self.idle and self.optimizer_marked and self.done > 0):
             return False
         self.done -= 1
         return True
+
+    def optimizer_ends(self, key: int) -> bool:
+        """An optimizer's step ends (its post-hook): True when that is a marker, the step
+        being no other's inner one. The steps begun inside it and not ended (they raised)
+        end with it."""
+        self._unwind(key)
+        return not self.stepping
+
+    def _unwind(self, key: int) -> None:
+        """Forget `key`'s running step and those begun inside it: an exception skips an
+        optimizer's post-hook, and a step left running would hold every later one inside
+        it."""
+        if key in self.stepping:
+            del self.stepping[self.stepping.index(key) :]
 
     def end(self, *, optimizer: bool = False) -> bool:
         """A marker (an optimizer's step when `optimizer`): the open step closes. True when

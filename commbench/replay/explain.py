@@ -28,6 +28,9 @@ from commbench.tables import text_table
 
 TOP_ROWS = 10
 """Rows a summary lists, by their share of the recorded traffic's time."""
+STEPS_NOTE = "each column's median; for a ratio, the median of the per-step ratios"
+"""Said under `step_table`: the two medians of a ratio differ (README's 0.57 against 0.48),
+and a user compares steps, so the table says which it shows."""
 
 
 def op_cost(op: str, n: int) -> Cost:
@@ -143,10 +146,21 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "-"
 
 
+def _divided(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _median_ratio(tops: Sequence[float | None], bottoms: Sequence[float | None]) -> str:
+    """The median of the per-step ratios (`STEPS_NOTE`), over the steps that have one."""
+    ratio = median_of([_divided(a, b) for a, b in zip(tops, bottoms, strict=False)])
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
 def step_table(replay: ReplayRecord) -> tuple[list[str], list[list[str]]]:
-    """Recorded against replayed communication time, per step, then their medians. The
-    recorded time's wait for peers (rank skew) is shown apart: a replay has none, so the
-    last column compares like with like."""
+    """Recorded against replayed communication time, per step, then their medians: of the
+    times, and of the per-step ratios (`STEPS_NOTE`). The recorded time's wait for peers
+    (rank skew) is shown apart: a replay has none, so the last column compares like with
+    like."""
     headers = ["step", "recorded", "waiting for peers", "replayed", "replayed / recorded"]
     headers.append("replayed / (recorded - waiting)")
     recorded, replayed = replay.recorded_comm_s_per_step, replay.replayed_comm_s_per_step
@@ -172,15 +186,15 @@ def step_table(replay: ReplayRecord) -> tuple[list[str], list[list[str]]]:
         replay.replayed_comm_s,
         replay.recorded_wait_s,
     )
-    less = median_of([_less(r, w) for r, w in zip(recorded, waits, strict=False)])
+    less = [_less(r, w) for r, w in zip(recorded, waits, strict=False)]
     cells.append(
         [
             "median",
             _time(med_rec),
             _time(med_wait),
             _time(med_rep),
-            _ratio(med_rep, med_rec),
-            _ratio(med_rep, less),
+            _median_ratio(replayed, recorded),
+            _median_ratio(replayed, less),
         ]
     )
     return headers, cells
@@ -197,7 +211,7 @@ def rows_table(explained: Sequence[Explained]) -> tuple[list[str], list[list[str
         [
             e.row.op,
             format_size(e.row.size_bytes),
-            e.row.dtype,
+            e.row.dtype or "-",  # none: an op that carries no data (a barrier)
             str(e.row.world_size),
             str(e.row.calls),
             _time(e.row.time_us / 1e6),
@@ -266,6 +280,8 @@ class Explanation:
 
     steps: Table
     """`step_table`: recorded against replayed, per step."""
+    steps_note: str
+    """`STEPS_NOTE`: what the table's median row is, said under it."""
     dominant: Table | None
     """`rows_table` of the rows that dominate; None when no row could be explained."""
     model: str
@@ -282,6 +298,7 @@ def explanation(replay: ReplayRecord, rows: Sequence[ResultRow], backend: str) -
     explained = explain(rows, params)
     return Explanation(
         steps=step_table(replay),
+        steps_note=STEPS_NOTE,
         dominant=rows_table(explained) if explained else None,
         model=model_line(params, why),
         rebucket=rebucket_table(replay) if replay.rebucket else None,

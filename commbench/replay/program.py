@@ -30,10 +30,12 @@ from dataclasses import dataclass, field, replace
 
 from commbench.collectives.specs import DTYPES
 from commbench.errors import UserError, quoted
+from commbench.ops import OPS
 from commbench.ops import traced as traced_names
 from commbench.replay.buckets import Reducer
 from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clocks
 from commbench.results.replay import Elsewhere
+from commbench.results.schema import NO_DTYPE
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
 from commbench.traces.plan import Plan, build_plan, size_bytes, sized, trace_exchanges
 from commbench.traces.splits import Exchange, Exchanges, Matrix
@@ -81,6 +83,14 @@ class RowSpec:
     the busiest's)."""
     patterns: int = 0
     """An all_to_allv's: the distinct splits among the calls it stands for (one is timed)."""
+
+    @property
+    def result_dtype(self) -> str:
+        """The dtype its result row names: none for an op that carries no data (a barrier:
+        its trace records none, and a float32 shown would be one the job never had), though
+        the worker runs it with `dtype` at hand."""
+        spec = OPS.get(self.op)
+        return NO_DTYPE if spec is not None and spec.latency_only else self.dtype
 
     @property
     def label(self) -> str:

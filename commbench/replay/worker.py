@@ -178,7 +178,7 @@ class ReplayWorker(Worker):
         result = ResultRow.measured(
             op=spec.op,
             strategy="",
-            dtype=row.dtype,
+            dtype=row.result_dtype,
             reduce_op=self.s.reduce_op if spec.reduces else "",
             world_size=row.group_size,
             size_bytes=size,

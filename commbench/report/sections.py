@@ -288,7 +288,7 @@ def replay_section(page: Page) -> list[Block]:
         ),
     ]
     said = explanation(replay, run.rows, str(run.context.backend or "nccl"))
-    blocks.append(Table(*said.steps))
+    blocks += [Table(*said.steps), Para(f"The median row: {said.steps_note}.")]
     if said.dominant is not None:
         headers, cells = said.dominant
         blocks += [

@@ -77,7 +77,8 @@ def group_title(row: Series) -> str:
     parts = [row.op]
     if row.strategy:
         parts.append(f"strategy={row.strategy}")
-    parts.append(row.dtype)
+    if row.dtype:  # none for an op that carries no data (a replayed barrier), as reduce_op
+        parts.append(row.dtype)
     if row.reduce_op:
         parts.append(f"op={row.reduce_op}")
     # the world size in words: a bare `n=2` read as the iteration count

@@ -96,6 +96,9 @@ IMPORTED_REDUCE_OPS = ("mulsum", "premulsum")
 """nccl-tests' reduce ops that commbench does not measure itself."""
 ROW_OPS = (*OP_NAMES, P2P_OP, *IMPORTED_OPS)
 ROW_DTYPES = (*DTYPES, *IMPORTED_DTYPES)
+NO_DTYPE = ""
+"""The dtype of a row whose op carries no data (a replayed barrier: its trace records none),
+as `reduce_op` is '' for an op that does not reduce; only such an op's row may have it."""
 ROW_REDUCE_OPS = ("", *REDUCE_OPS, *IMPORTED_REDUCE_OPS)
 """'': an op that does not reduce."""
 ROW_POINT = ("op", "strategy", "dtype", "reduce_op", "world_size", "size_bytes")
@@ -525,7 +528,7 @@ _iterations = integer_in(0, MAX_ITERATIONS)
 _FIELD_READERS: dict[str, Conv[Any]] = {
     "op": one_of(ROW_OPS),
     "strategy": line,  # which ones an op may have: `_check_row`
-    "dtype": one_of(ROW_DTYPES),
+    "dtype": one_of((NO_DTYPE, *ROW_DTYPES)),  # which ops may have none: `_check_row`
     "reduce_op": one_of(ROW_REDUCE_OPS),
     "world_size": integer_in(1, MAX_WORLD_SIZE),
     "size_bytes": integer_in(0, MAX_SIZE_BYTES),  # 0 for an op that moves no data only
@@ -613,8 +616,8 @@ def _process_times(f: Fields) -> ProcessTimes:
 
 def _check_row(row: ResultRow, f: Fields) -> ResultRow:
     """What one field cannot say alone: a strategy is one of its op's, a p2p row's is its
-    copy's name, only an op that moves no data (barrier) has 0 bytes, a point's elements and
-    ranks fit its bytes and its world."""
+    copy's name, only an op that moves no data (barrier) has 0 bytes or no dtype, a point's
+    elements and ranks fit its bytes and its world."""
     if row.op == P2P_OP:
         if row.p2p is None:
             raise UserError(f"{f.at('p2p')}: missing (a p2p row names its copy)")
@@ -637,6 +640,8 @@ def _check_row(row: ResultRow, f: Fields) -> ResultRow:
     if row.skew and row.op not in SKEWED_OPS:
         raise UserError(f"{f.at('skew')}: {quoted(row.skew)}, but {row.op} splits evenly")
     moves_nothing = row.op in MOVES_NOTHING
+    if row.dtype == NO_DTYPE and not moves_nothing:
+        raise UserError(f"{f.at('dtype')}: missing ({row.op} moves data of a dtype)")
     if moves_nothing and row.size_bytes != 0:
         raise UserError(f"{f.at('size_bytes')}: {row.size_bytes}, but {row.op} moves no data")
     if not moves_nothing and row.size_bytes == 0:
