@@ -130,3 +130,7 @@ def test_a_replayed_barrier_has_no_dtype_in_its_outputs(tmp_path: Path) -> None:
         assert {r["op"]: r["dtype"] for r in csv.DictReader(fh)}["barrier"] == ""
     assert "barrier  float32" not in result.stdout and "barrier  2 ranks" in result.stdout
     assert "median of the per-step ratios" in result.stdout
+    # what the progress counted ([k/3]: the two rows and the step sequence) is what it says
+    # it measured, not "2 rows" after a counter that went to 3 (issue 43, item 15)
+    assert "[1/3" in result.stderr and "[2/3" in result.stderr, result.stderr
+    assert "complete: 2 rows, the step sequence in " in result.stderr, result.stderr

@@ -52,6 +52,18 @@ def dry_run(program: Program) -> None:
             typer.echo(f"commbench: note: {note}", err=True)
 
 
+def measured(run: Run) -> str:
+    """What the replay measured, as its progress counted it (`[8/14]`: each row, the step
+    sequence and each bucket cap): `8 rows, the step sequence, 5 bucket caps`."""
+    replay = run.record.replay
+    parts = [f"{len(run.rows)} rows"]
+    if replay is not None and any(s is not None for s in replay.replayed_comm_s_per_step):
+        parts.append("the step sequence")
+    if replay is not None and replay.rebucket:
+        parts.append(f"{len(replay.rebucket)} bucket caps")
+    return ", ".join(parts)
+
+
 def report(run: Run) -> None:
     """The rows, the step times recorded against replayed, the rows that dominate with the
     model beside them and the advisor's caps on stdout; notes and the status on stderr; then
@@ -91,10 +103,7 @@ def report(run: Run) -> None:
             typer.echo(f"commbench: note: {note}", err=True)
     for said in record.warnings:
         typer.echo(f"commbench: warning: {said}", err=True)
-    typer.echo(
-        f"commbench: {record.status}: {len(rows)} rows in {run.path}",
-        err=True,
-    )
+    typer.echo(f"commbench: {record.status}: {measured(run)} in {run.path}", err=True)
     error = run.verdict.error()
     if error is not None:
         raise error
