@@ -54,6 +54,9 @@ BW = flag("--bw", type=float)
 LATENCY = flag("--latency", type=float)
 NPROC = flag("--nproc", "-n", type=int)
 """Workers per node (`collectives.placement.PlacementRequest`; a suite's override)."""
+NPROC_HINT = "-n is --nproc, processes per node; nccl-tests' -n is iterations: use --iters"
+"""Said where a `-n` asks for more ranks than the node has devices: nccl-tests users type
+`-n 20` for 20 iterations, and would get 20 processes."""
 BACKEND = flag("--backend", type=str, metavar="nccl|gloo")
 DEVICE = flag("--device", type=str, metavar="cuda|cpu")
 

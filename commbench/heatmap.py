@@ -50,6 +50,10 @@ class Heatmap:
     white."""
     annotations: list[list[str]] | None = None
     """The text in each cell ("" for none): its value, a link's name; None: no text."""
+    zero_based: bool = True
+    """The colour scale starts at 0, so a cell's colour is in proportion to its value: two
+    links 10% apart look 10% apart, not like the two ends of the scale (as they do when it
+    runs from the smallest value to the largest). False: smallest to largest."""
 
     @classmethod
     def square(cls, values: list[list[float | None]], labels: list[str], **rest: Any) -> Heatmap:
@@ -113,7 +117,13 @@ def _draw(heatmap: Heatmap) -> Any:
     fig = new_figure((width, height))
     ax = fig.subplots()
     grid = _measured(heatmap.values)
-    image = ax.imshow(grid, cmap=heatmap.colormap)
+    top = max((v for line in grid for v in line if not math.isnan(v)), default=0.0)
+    image = ax.imshow(
+        grid,
+        cmap=heatmap.colormap,
+        vmin=0.0 if heatmap.zero_based and top > 0 else None,
+        vmax=top if heatmap.zero_based and top > 0 else None,
+    )
     annotated = heatmap.annotations is not None
     fontsize = 8 if annotated else 7
     cell = ANNOTATED_CELL_INCHES if annotated else CELL_INCHES
@@ -132,7 +142,6 @@ def _draw(heatmap: Heatmap) -> Any:
     if heatmap.row_axis:
         ax.set_ylabel(heatmap.row_axis)
     if heatmap.annotations is not None:
-        top = max((v for line in grid for v in line if not math.isnan(v)), default=0.0)
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 text = heatmap.annotations[i][j]

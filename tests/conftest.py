@@ -221,6 +221,42 @@ def no_gpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def quiet_ports() -> range:
+    """Ports the kernel never picks by itself: those below its ephemeral range (10000..32767
+    by default), where `held_port` draws from when no range is given.
+
+    The kernel's own choices cannot find two free ports in a row on a busy machine. bind() to
+    port 0 gives an odd port, and connect() takes even ones first, walking up from a point
+    that is the same for every connection to one address: a machine whose tests open and
+    close thousands of store and gloo connections has most even ports of the ephemeral range
+    in TIME_WAIT for a minute (15,000 short connections: 94% of the kernel's odd choices had
+    the next port taken), and the port after the kernel's choice was taken 64 times in a row.
+    Below that range nobody is handed a port they did not ask for."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(10_000, low) if low - 10_000 >= 1_000 else range(1024, 65536)
+
+
+def _bound(port: int, span: int) -> list[socket.socket] | None:
+    """Sockets bound to port..port+span-1, none listening; None if any of them is taken."""
+    socks: list[socket.socket] = []
+    try:
+        for k in range(span):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("", port + k))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        return None
+    return socks
+
+
 @contextlib.contextmanager
 def held_port(lo: int = 0, hi: int = 0, span: int = 1) -> Iterator[int]:
     """A TCP port that no other process can take until the block ends, yet a server started
@@ -229,34 +265,34 @@ def held_port(lo: int = 0, hi: int = 0, span: int = 1) -> Iterator[int]:
     Choosing a free port and letting it go before the server binds it leaves a window for
     anything else to take it: an outgoing connection's ephemeral port, another test's choice,
     another user's daemon. So the port stays bound, by a socket that never listens. It binds
-    first without SO_REUSEADDR, which fails on a port anybody holds in any way, and only then
-    sets SO_REUSEADDR: a server that sets it too (torch's TCPStore does, with or without
-    libuv) may bind beside a socket that is not listening, while every other bind, the
-    kernel's own choices for port 0 and for connect() included, keeps off the port.
-    With `hi`, the port is drawn from lo..hi-1; without, the kernel picks it. `span`: the
-    ports after it are held too (diagnose's muster listens on the rendezvous port + 1).
+    first without SO_REUSEADDR, which fails on a port anybody holds in any way (a connection
+    in TIME_WAIT included), and only then sets SO_REUSEADDR: a server that sets it too
+    (torch's TCPStore does, with or without libuv) may bind beside a socket that is not
+    listening, while every other bind, the kernel's own choices for port 0 and for connect()
+    included, keeps off the port.
+    The port is drawn from lo..hi-1, or without `hi` from `quiet_ports()`, trying every
+    start in a random order until one is free. `span`: the ports after it are held too
+    (diagnose's muster listens on the rendezvous port + 1), all of them in the range.
     """
-    candidates = random.sample(range(lo, hi), hi - lo) if hi else [0] * 64
-    for port in candidates:
-        socks: list[socket.socket] = []
-        try:
-            for k in range(span):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind(("", port + k if k == 0 or port else socks[0].getsockname()[1] + k))
-        except OSError:
-            for sock in socks:
-                sock.close()
+    ports = range(lo, hi) if hi else quiet_ports()
+    starts = range(ports.start, ports.stop - span + 1)
+    for port in random.sample(starts, len(starts)):
+        socks = _bound(port, span)
+        if socks is None:
             continue
         for sock in socks:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            yield socks[0].getsockname()[1]
+            yield port
         finally:
             for sock in socks:
                 sock.close()
         return
-    raise RuntimeError(f"no free TCP port in {lo}..{hi - 1}")
+    run = f" with the {span - 1} after it" if span > 1 else ""
+    raise RuntimeError(
+        f"no free TCP port{run} in {ports.start}..{ports.stop - 1}: "
+        f"tried all {len(starts)}, each taken by another socket"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -75,14 +75,17 @@ def test_one_node_three_ranks(tmp_path: Path) -> None:
     stored = json.loads((run_dir / "diagnosis.json").read_text())
     assert shown == stored and stored["schema_version"] == 1
     assert [s["name"] for s in stored["stages"]] == ["intra-node", "gpu-pairs"]
-    assert [s["tests"] for s in stored["stages"]] == [1, 3]  # one node; 3 GPU pairs
+    intra, pairs = stored["stages"]
+    # one node; 3 pairs of ranks, in one pass, or in 5 when the first suspected one
+    assert intra["tests"] == 1 and pairs["tests"] == pairs["rounds"] in (3, 15)
     assert stored["verdict"] in ("healthy", "degraded") and len(stored["nodes"]) == 1
     assert result.exit_code == (0 if stored["verdict"] == "healthy" else 1)
     run = json.loads((run_dir / "run.json").read_text())
     assert run["kind"] == "diagnose" and run["status"] == "complete"
     assert (run_dir / "heatmap-gpu-pairs.png").stat().st_size > 1000
     rows = json.loads((run_dir / "results.json").read_text())["rows"]
-    assert len(rows) == 4 and all(r["op"] == "all_reduce" for r in rows)
+    assert len(rows) == 1 + pairs["tests"] and all(r["op"] == "all_reduce" for r in rows)
+    assert all(" rank " in r["note"] and "GPU" not in r["note"] for r in rows[1:])
 
 
 def test_three_nodes_reach_the_same_verdict(tmp_path: Path, free_port: int) -> None:
@@ -130,8 +133,10 @@ def test_three_nodes_reach_the_same_verdict(tmp_path: Path, free_port: int) -> N
         for r in range(3)
     ]
     assert stored[0]["nodes"] == stored[1]["nodes"] == stored[2]["nodes"]
-    assert stored[0]["stages"] == [{"name": "inter-node", "rounds": 3, "tests": 3}]
-    suite = ET.fromstring(outputs[0][0])
+    # three pairs of nodes, in one pass, or in 5 when the first suspected one
+    (stage,) = stored[0]["stages"]
+    assert stage["name"] == "inter-node" and stage["rounds"] == stage["tests"] in (3, 15)
+    suite = ET.fromstring(outputs[0][0])  # a test case per node
     assert suite.tag == "testsuite" and suite.get("tests") == "3"
     assert len(suite.findall("testcase")) == 3
 

@@ -5,6 +5,8 @@ going on as if nobody had come (which once made three nodes disagree on who came
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 
@@ -12,27 +14,25 @@ from commbench.diagnose.muster import MAX_PORT, muster
 from commbench.errors import UserError
 from commbench.launch.launcher import LaunchOptions
 
-
-def _listening() -> tuple[socket.socket, int]:
-    """A socket listening on a port whose predecessor is free too: (the socket, port - 1)."""
-    for _ in range(50):
-        sock = socket.socket()
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-        with socket.socket() as probe:
-            try:
-                probe.bind(("", port - 1))
-            except OSError:
-                sock.close()
-                continue
-        sock.listen()
-        return sock, port - 1
-    raise RuntimeError("no two free ports in a row")
+HoldPort = Callable[..., AbstractContextManager[int]]
 
 
-def test_node_rank_0_says_that_its_sign_in_port_is_taken() -> None:
-    taken, rdzv = _listening()
-    with taken:
+def _listening(port: int) -> socket.socket:
+    """A socket listening on `port`, one of a run `hold_port` holds (each bound without
+    listening, SO_REUSEADDR set once bound, so a listener with it may join them)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("", port))
+    sock.listen()
+    return sock
+
+
+def test_node_rank_0_says_that_its_sign_in_port_is_taken(hold_port: HoldPort) -> None:
+    """Its two ports were once the kernel's choice for port 0 and the one before it: on a
+    busy machine, the one before was in TIME_WAIT 50 times in a row (bind(0) gives odd ports,
+    connect() fills the even ones), and the test failed before it began. `hold_port` draws
+    both from ports the kernel never hands out, and keeps them."""
+    with hold_port(span=2) as rdzv, _listening(rdzv + 1):
         launch = LaunchOptions(nnodes=2, node_rank=0, rdzv_endpoint=f"127.0.0.1:{rdzv}")
         with pytest.raises(UserError) as err:
             muster(launch, wait=1.0)

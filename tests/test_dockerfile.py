@@ -7,6 +7,7 @@ build, and nothing of results/, tests/ or their fixtures is."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -148,3 +149,124 @@ def test_results_tests_and_fixtures_stay_out_of_the_build() -> None:
         assert not any(sent(f) for f in under), [f for f in under if sent(f)][:5]
     assert not sent("results/20240101-000000-collectives/run.json")
     assert sent("commbench/__init__.py") and not sent("commbench/__pycache__/x.pyc")
+
+
+def env_values() -> dict[str, str]:
+    """The ENV instructions' values, in order (a later one replaces an earlier)."""
+    found: dict[str, str] = {}
+    for value in instructions("ENV"):
+        found.update(zip(value[::2], value[1::2], strict=True))
+    return found
+
+
+def run_steps() -> list[list[str]]:
+    """Each command of each RUN (split at &&, ;, ||), as words."""
+    return [
+        shlex.split(step)
+        for c in commands()
+        if c.cmd == "RUN"
+        for step in re.split(r"&&|;|\|\|", c.value[0])
+        if step.strip()
+    ]
+
+
+def test_commbench_goes_into_a_venv_that_keeps_the_image_s_torch() -> None:
+    """A base image whose Python is marked externally managed (PEP 668) refuses a plain
+    `pip install`: commbench goes into a venv, made before it with the image's packages
+    visible (--system-site-packages: the image's torch and NCCL, not a second torch), its
+    bin/ first on PATH, so that the ENTRYPOINT's `commbench` is the venv's."""
+    (venv,) = [words for words in run_steps() if words[1:3] == ["-m", "venv"]]
+    assert "--system-site-packages" in venv
+    where = venv[-1]
+    (_, words), *_ = pip_installs()
+    assert words[:3] == [f"{where}/bin/python", "-m", "pip"], words
+    assert env_values()["PATH"].split(":")[0] == f"{where}/bin"
+    # made before the install, which must find it
+    order = [" ".join(words) for words in run_steps()]
+    assert order.index(" ".join(venv)) < order.index(" ".join(words))
+
+
+def test_the_image_has_ibverbs_for_nccl_s_infiniband_transport() -> None:
+    """NCCL loads libibverbs.so.1 for InfiniBand and RoCE; without it NCCL between nodes
+    falls back to TCP sockets, whatever RDMA device the pod is given."""
+    installed = {w for words in run_steps() if "apt-get" in words[:2] for w in words}
+    assert {"libibverbs1", "ibverbs-providers"} <= installed
+
+
+def test_the_image_s_user_is_the_one_the_manifest_runs_its_pods_as() -> None:
+    from commbench.launch.k8s import IMAGE_UID
+
+    (user,) = instructions("USER")
+    assert user == (str(IMAGE_UID),)
+    made = [words for words in run_steps() if words[0] in ("useradd", "groupadd")]
+    assert {w[w.index("--uid") + 1] for w in made if "--uid" in w} == {str(IMAGE_UID)}
+    assert {w[w.index("--gid") + 1] for w in made if "--gid" in w} == {str(IMAGE_UID)}
+
+
+def _marked_python() -> str | None:
+    """A Python whose installation is marked externally managed (PEP 668: Debian's
+    /usr/bin/python3), with the venv module and setuptools, or None."""
+    import shutil
+    import subprocess
+
+    for name in ("/usr/bin/python3", shutil.which("python3")):
+        if not name or not Path(name).exists():
+            continue
+        probe = (
+            "import sysconfig, os, venv, ensurepip, setuptools, sys; "
+            "sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join("
+            "sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)"
+        )
+        if subprocess.run([name, "-c", probe], capture_output=True, timeout=60).returncode == 0:
+            return name
+    return None
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_the_dockerfile_s_install_steps_run_on_a_pep_668_python(tmp_path: Path) -> None:
+    """No Docker daemon here: the Dockerfile's own venv and pip steps are run, as written
+    but for the venv's place and pip's offline flags (no index, no dependencies, the
+    marked Python's setuptools), against a Python marked externally managed, where the plain
+    `pip install .` the image used to run is refused."""
+    import shutil
+    import subprocess
+
+    python = _marked_python()
+    if python is None:
+        pytest.skip("no Python marked externally managed (PEP 668) with venv and setuptools")
+    src = tmp_path / "src"
+    src.mkdir()
+    for copy in instructions("COPY"):
+        for source in copy[:-1]:
+            if (ROOT / source).is_dir():
+                shutil.copytree(
+                    ROOT / source, src / source, ignore=shutil.ignore_patterns("__pycache__")
+                )
+            else:
+                shutil.copy2(ROOT / source, src / source)
+    offline = ["--no-index", "--no-deps", "--no-build-isolation"]
+
+    def run(words: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(words, cwd=src, capture_output=True, text=True, timeout=300)
+
+    refused = run([python, "-m", "pip", "install", *offline, "."])
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr
+
+    (venv,) = [words for words in run_steps() if words[1:3] == ["-m", "venv"]]
+    where = venv[-1]
+    made = run([python, *venv[1:-1], str(tmp_path / "venv")])
+    assert made.returncode == 0, made.stderr
+    (_, words), *_ = pip_installs()
+    into = str(tmp_path / "venv")
+    step = [w.replace(where, into, 1) for w in words]
+    installed = run(
+        [*step[: step.index("install") + 1], *offline, *step[step.index("install") + 1 :]]
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert (tmp_path / "venv" / "bin" / "commbench").exists()
+    # the marked Python's own packages stay importable in the venv (the image's torch, there)
+    show = "import json, site, sys; print(json.dumps([site.getsitepackages(), sys.path]))"
+    base, _ = json.loads(run([python, "-c", show]).stdout)
+    _, path = json.loads(run([f"{into}/bin/python", "-c", show]).stdout)
+    assert set(base) & set(path), (base, path)

@@ -12,7 +12,9 @@ docs/**/*.md is run in its language:
 
 The blocks of one page run in order in one copy of the checkout (its tracked and unignored
 files: what a fresh clone holds), so a page's later blocks see what its earlier ones wrote,
-and nothing is written into the checkout itself. `commbench`, `python` and `torchrun` are the
+and nothing is written into the checkout itself. What they write goes under `results/` (or a
+temporary directory): a reader who follows the page finds no plots/, report.html or topo.json
+left in the root of the clone, among its own files. `commbench`, `python` and `torchrun` are the
 ones of the Python running the tests, with the copy first on PYTHONPATH.
 
 A block that cannot run here says why in an HTML comment on the line right above it,
@@ -383,11 +385,48 @@ def check_promql(block: Block, clone: Path) -> str | None:
     return None if done.returncode == 0 else f"promtool: {done.stdout}{done.stderr}"
 
 
+WRITES = re.compile(r"(?:^|\s)(?:-o|--out|>>?)(?:\s+|=)?(?P<target>[^\s&|;]+)")
+"""Where a shell line writes: an `-o`/`--out` argument, a `>`/`>>` redirection."""
+ELSEWHERE = re.compile(r"results(/|$)|/tmp/|/dev/null$|\$|\"\$|&")
+"""What a block may write to: results/, a temporary directory, a variable's (a mktemp's)."""
+
+
+def test_no_block_writes_outside_results() -> None:
+    """A reader runs the blocks in their clone: what they write goes under results/ (which
+    git ignores) or a temporary directory, never among the clone's own files."""
+    found = []
+    for block in ALL:
+        if block.not_run is not None or block.lang not in SHELL:
+            continue
+        for command in commands_of(block.text)[0]:
+            for line in command.splitlines():
+                code = line.split(" #")[0]  # a comment says what it writes, in words
+                for match in WRITES.finditer(code):
+                    if not ELSEWHERE.match(match["target"]):
+                        found.append(f"{block.where}: {line.strip()[:100]}")
+    assert not found, "write under results/ or a temporary directory:\n" + "\n".join(found)
+
+
+def files_of(root: Path) -> set[str]:
+    """Every path under `root`, relative, links not followed, without Python's caches and
+    the test's own `.docs-*` files."""
+    found = set()
+    for top, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in [*dirs, *names]:
+            path = (Path(top) / name).relative_to(root).as_posix()
+            if not path.startswith(".docs-"):
+                found.add(path)
+    return found
+
+
 def run_page(page: Path, blocks: list[Block], tmp_path: Path) -> None:
     """Run `blocks` of `page` in order in one fresh copy; fail with every block that did
-    not do what the page says (not only the first)."""
+    not do what the page says (not only the first), and if they left anything outside
+    results/ in the copy."""
     clone = fresh_copy(tmp_path / "clone")
     env = environment(clone)
+    before = files_of(clone)
     failures, skipped, took = [], [], []
     for block in blocks:
         absent = missing_tool(block)
@@ -403,6 +442,9 @@ def run_page(page: Path, blocks: list[Block], tmp_path: Path) -> None:
         if why is not None:
             failures.append(f"{block.where} ({block.lang or 'shell'}): {why}")
     print("\n".join(["time per block:", *took, *skipped]))
+    left = sorted(p for p in files_of(clone) - before if not p.startswith("results"))
+    if left:
+        failures.append(f"{page.name}: written outside results/: {', '.join(left[:10])}")
     assert not failures, "\n\n".join(failures)
     if skipped:
         pytest.skip("; ".join(skipped))

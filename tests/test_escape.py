@@ -221,6 +221,7 @@ def slurm(*args: str) -> Any:
 
 
 SRUN = ["srun", "--ntasks-per-node=1", "--cpu-bind=none", "commbench"]
+SRUN_STUB = 'srun() { printf "%s\\0" "$@"; }'
 DIRECTIVE = re.compile(r"#SBATCH --[a-z-]+=[A-Za-z0-9_.,:%-]+|#SBATCH --[a-z]+")
 
 
@@ -250,7 +251,8 @@ def test_a_wrapped_argument_with_a_line_break_or_control_is_refused(text: str) -
 @pytest.mark.integration
 def test_bash_runs_the_script_s_command_line_with_the_arguments_as_given(tmp_path: Path) -> None:
     """bash itself parses each script (`bash -n`), then runs it with `srun` a function that
-    prints its arguments: they are the wrapped command's, word for word."""
+    prints its arguments: they are the wrapped command's, word for word. (`commbench` a
+    function too, for the script's check that the nodes have it on their PATH.)"""
     bash = shutil.which("bash")
     assert bash is not None
     for i, text in enumerate(SYNTAX):
@@ -258,7 +260,7 @@ def test_bash_runs_the_script_s_command_line_with_the_arguments_as_given(tmp_pat
         path.write_text(sbatch(text))
         subprocess.run([bash, "-n", str(path)], check=True, timeout=30)
         argv = subprocess.run(
-            [bash, "-c", 'srun() { printf "%s\\0" "$@"; }; source "$1"', "bash", str(path)],
+            [bash, "-c", f'commbench() {{ :; }}; {SRUN_STUB}; source "$1"', "bash", str(path)],
             check=True,
             capture_output=True,
             timeout=30,

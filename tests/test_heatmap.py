@@ -106,9 +106,30 @@ def test_a_diagnosis_builds_a_symmetric_matrix_of_its_units() -> None:
     gpus = pair_heatmap(GPU_PAIRS, {(0, 1): 10.0, (2, 3): 20.0}, layout)
     assert gpus.row_labels == gpus.col_labels == ["n0:0", "n0:1", "n1:0", "n1:1"]
     assert gpus.values[0][1] == gpus.values[1][0] == 10.0 and gpus.values[0][2] is None
-    assert gpus.title == "gpu-pairs: all_reduce bus bandwidth per pair (GB/s)"
+    assert gpus.title == "gpu-pairs: all_reduce bus bandwidth per pair (GB/s, % of the median pair)"
     nodes = pair_heatmap(INTER, {(0, 1): 5.0}, layout)
     assert nodes.row_labels == ["n0", "n1"] and nodes.values == [[None, 5.0], [5.0, None]]
+
+
+def test_a_small_gap_between_pairs_looks_small() -> None:
+    """`diagnose --device cpu --nproc 3` drew 0.66 to 1.2 GB/s as the two ends of the colour
+    scale: a gap of 10% looked like night and day. The scale starts at 0, and each cell says
+    its value and its share of the median pair."""
+    from commbench.diagnose.heatmap import pair_heatmap
+
+    layout = Layout(hosts=["vm"], ranks=[[0, 1, 2]])
+    pairs = {(0, 1): 1.0, (0, 2): 1.1, (1, 2): 0.9}
+    heatmap = pair_heatmap(GPU_PAIRS, pairs, layout)
+    assert heatmap.annotations is not None
+    assert heatmap.annotations[1][2] == heatmap.annotations[2][1] == "0.9\n90%"
+    assert heatmap.annotations[0][2] == "1.1\n110%" and heatmap.annotations[0][0] == ""
+    fig = draw_heatmap(heatmap)
+    fig.draw_without_rendering()
+    (image,) = fig.axes[0].get_images()
+    assert (image.norm.vmin, image.norm.vmax) == (0.0, 1.1)
+    # the slowest pair is 82% of the way up the scale, as it is 82% of the fastest
+    assert image.norm(0.9) == pytest.approx(0.9 / 1.1)
+    assert cell_texts(fig.axes[0])[(1, 2)] == ("0.9\n90%", "#000000")  # light cell: black text
 
 
 def test_write_heatmaps_names_a_file_per_stage(tmp_path: Path) -> None:

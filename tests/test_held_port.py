@@ -63,3 +63,52 @@ def test_a_range_gives_a_port_in_it_and_says_when_none_is_left(hold_port: HoldPo
         assert 20000 <= port < 32000
         with pytest.raises(RuntimeError, match="no free TCP port"), hold_port(port, port + 1):
             pass
+
+
+def test_a_held_run_of_ports_is_found_when_the_kernels_choices_have_busy_neighbours(
+    hold_port: HoldPort, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded machine: connect() fills the even ports with TIME_WAIT and bind(0) gives odd
+    ones, so the port after the kernel's choice was taken 64 times in a row ("no free TCP port
+    in 0..-1"). Here every port the kernel picks has both neighbours taken: a run of two is
+    still held, each port of it bound by nobody else."""
+    blockers: list[socket.socket] = []
+    real_bind = socket.socket.bind
+
+    def adversarial(sock: socket.socket, address: object) -> None:
+        real_bind(sock, address)
+        if isinstance(address, tuple) and address[1] == 0:
+            chosen = sock.getsockname()[1]
+            for neighbour in (chosen - 1, chosen + 1):
+                try:
+                    blocker = socket.socket()
+                    real_bind(blocker, ("", neighbour))
+                    blockers.append(blocker)
+                except OSError:
+                    blocker.close()  # taken already: as adversarial as can be
+
+    monkeypatch.setattr(socket.socket, "bind", adversarial)
+    try:
+        for _ in range(5):
+            with hold_port(span=2) as port:
+                for k in (0, 1):
+                    with pytest.raises(OSError):
+                        bind(port + k)  # a port of its own: bound as it is
+    finally:
+        monkeypatch.undo()
+        for blocker in blockers:
+            blocker.close()
+
+
+def test_no_free_run_says_which_ports_were_tried(hold_port: HoldPort) -> None:
+    # port and port + 1 are held: neither port..port+1 nor port+1..port+2 is free
+    with (
+        hold_port(20000, 32000, span=2) as port,
+        pytest.raises(RuntimeError) as err,
+        hold_port(port, port + 3, span=2),
+    ):
+        pass
+    assert str(err.value) == (
+        f"no free TCP port with the 1 after it in {port}..{port + 2}: "
+        "tried all 2, each taken by another socket"
+    )

@@ -123,6 +123,57 @@ def test_the_namespace_is_set_on_every_object() -> None:
     assert all("namespace" not in d["metadata"] for d in manifest("--image", IMAGE))
 
 
+def test_the_pods_run_as_the_image_s_user_never_as_root() -> None:
+    """The image runs as uid 10001 (Dockerfile's USER, `IMAGE_UID`): the pods say so, so
+    that Kubernetes refuses to start one as root, and a results claim is writable for it."""
+    from commbench.launch.k8s import IMAGE_UID
+
+    for extra in ([], ["--kind", "jobset"]):
+        job = manifest("--image", IMAGE, "--results-volume", "runs", *extra)[-1]
+        spec = job["spec"]["replicatedJobs"][0]["template"]["spec"] if extra else job["spec"]
+        context = spec["template"]["spec"]["securityContext"]
+        assert context == {
+            "runAsUser": IMAGE_UID,
+            "runAsGroup": IMAGE_UID,
+            "runAsNonRoot": True,
+            "fsGroup": IMAGE_UID,
+        }
+        validate(job) if not extra else check_jobset(job)
+
+
+@pytest.mark.parametrize(
+    ("rdma", "asked"),
+    [
+        ("rdma/ib", {"rdma/ib": 1}),
+        ("rdma/hca_shared_devices_a=8", {"rdma/hca_shared_devices_a": 8}),
+    ],
+)
+def test_rdma_asks_each_pod_for_the_device_plugin_s_resource(
+    rdma: str, asked: dict[str, int]
+) -> None:
+    """Without an RDMA device a pod has no InfiniBand, and NCCL between pods uses TCP
+    sockets: the header says so, and `--rdma` asks for the device beside the GPUs."""
+    plain = CliRunner().invoke(app, ["k8s-manifest", "--image", IMAGE]).stdout
+    assert "No RDMA device asked for: NCCL between pods goes over TCP sockets" in plain
+    result = CliRunner().invoke(app, ["k8s-manifest", "--image", IMAGE, "--rdma", rdma])
+    assert result.exit_code == 0, result.output
+    assert "No RDMA device" not in result.stdout
+    _, job = yaml.safe_load_all(result.stdout)
+    validate(job)
+    resources = container(job["spec"]["template"]["spec"])["resources"]
+    assert resources["limits"] == resources["requests"] == {"nvidia.com/gpu": 8, **asked}
+
+
+@pytest.mark.parametrize(
+    "rdma",
+    ["ib", "rdma/", "/ib", "rdma/ib=0", "rdma/ib=x", "Rdma/ib", "kubernetes.io/ib", "a/b\nc: 1"],
+)
+def test_an_rdma_resource_kubernetes_would_refuse_is_refused(rdma: str) -> None:
+    result = CliRunner().invoke(app, ["k8s-manifest", "--image", IMAGE, "--rdma", rdma])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert "--rdma" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 # JobSet is a custom resource: Kubernetes' schemas do not have it. Its v1alpha2 API
 # (sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go), field by field; the Job template
 # of each replicatedJob is a batch/v1 JobTemplateSpec, validated as a Job by Kubernetes' own.

@@ -22,7 +22,13 @@ from commbench.report.figures import (
     strategies_figure,
     topology_peak,
 )
-from commbench.report.plots import draw, format_time_us, size_ticks, write_run_plots
+from commbench.report.plots import (
+    BAND_LABEL,
+    draw,
+    format_time_us,
+    size_ticks,
+    write_run_plots,
+)
 from commbench.results.runs import load_run
 from commbench.results.runs import load_run as load_run_any
 from tests.factories import write_meta, write_run
@@ -390,7 +396,8 @@ def test_labels_name_the_legend_entries() -> None:
     fig = drawn(figure)
     try:
         (legend,) = fig.legends
-        assert [t.get_text() for t in legend.get_texts()] == ["before", "after"]
+        # the runs, then what their shaded bands are
+        assert [t.get_text() for t in legend.get_texts()] == ["before", "after", BAND_LABEL]
     finally:
         plt_close(fig)
 
@@ -403,7 +410,7 @@ def test_a_label_that_starts_with_an_underscore_is_in_the_legend() -> None:
     fig = drawn(figure)
     try:
         (legend,) = fig.legends
-        assert [t.get_text() for t in legend.get_texts()] == ["_canary", "main"]
+        assert [t.get_text() for t in legend.get_texts()] == ["_canary", "main", BAND_LABEL]
     finally:
         plt_close(fig)
 
@@ -491,14 +498,17 @@ def test_a_labelled_run_is_named_even_alone_in_its_figure() -> None:
     (alone, *_) = op_figures([run])
     fig = drawn(alone)
     try:
-        assert fig.legends == []  # one run, not named: no other line to tell it from
+        # one run, not named: no other line to tell it from (the legend says only what the
+        # shaded band is)
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == [BAND_LABEL]
     finally:
         plt_close(fig)
     (named, *_) = op_figures([run], labels=["baseline"])
     fig = drawn(named)
     try:
         (legend,) = fig.legends
-        assert [t.get_text() for t in legend.get_texts()] == ["baseline"]
+        assert [t.get_text() for t in legend.get_texts()] == ["baseline", BAND_LABEL]
     finally:
         plt_close(fig)
 

@@ -183,3 +183,63 @@ def test_slurm_script_refuses_what_would_fail_on_the_nodes(args: list[str], frag
 def test_slurm_times_are_accepted_in_every_form(time_limit: str) -> None:
     result = CliRunner().invoke(app, ["slurm-script", "--time", time_limit])
     assert result.exit_code == 0 and f"#SBATCH --time={time_limit}" in result.stdout
+
+
+def test_account_qos_and_constraint_are_sbatch_lines() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["slurm-script", "-A", "proj-42", "--qos", "high", "--constraint", "a100&ib|h100*2"],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for line in (
+        "#SBATCH --account=proj-42",
+        "#SBATCH --qos=high",
+        "#SBATCH --constraint=a100&ib|h100*2",
+    ):
+        assert line in lines
+    plain = CliRunner().invoke(app, ["slurm-script"]).stdout
+    assert "--account" not in plain and "--qos" not in plain and "--constraint" not in plain
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["-A", "a b"], "--account 'a b'"),
+        (["--account", "x\n#SBATCH --mem=1"], "--account"),
+        (["--qos", "high;rm"], "--qos 'high;rm'"),
+        (["--constraint", "a100 ib"], "--constraint 'a100 ib'"),
+        (["--constraint", "a100\n#SBATCH --x"], "--constraint"),
+        (["--constraint", "a100#x"], "--constraint"),
+        (["--constraint", "&a100"], "--constraint"),
+        (["--venv", "/no/such/venv"], "no virtual environment there"),
+        (["--venv", "/tmp/a\nb"], "--venv"),
+    ],
+)
+def test_a_value_sbatch_would_read_otherwise_is_refused(args: list[str], fragment: str) -> None:
+    """Nothing a value holds may become a line, a word or a comment of its own."""
+    result = CliRunner().invoke(app, ["slurm-script", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_script_runs_the_venv_s_commbench_or_says_where_it_looks(tmp_path: Path) -> None:
+    """commbench must be on the compute nodes' PATH: the script says so, and stops in one
+    line where it is not; `--venv DIR` activates DIR (a shared filesystem's) first."""
+    plain = CliRunner().invoke(app, ["slurm-script"]).stdout
+    assert "# commbench must be on the nodes' PATH" in plain
+    check = next(line for line in plain.splitlines() if line.startswith("command -v commbench"))
+    assert "exit 2" in check and "--venv DIR" in check
+    venv = tmp_path / "my venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("")
+    result = CliRunner().invoke(app, ["slurm-script", "--venv", str(venv) + "/"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    activate = lines.index(f"source '{venv}/bin/activate'")  # quoted: the blank
+    assert activate < lines.index("set -euo pipefail") < len(lines) - 1
+    assert lines[-1].startswith("srun ")
+    # a relative path is taken from here, where sbatch runs the script by default
+    relative = CliRunner().invoke(app, ["slurm-script", "--venv", "my venv"])
+    assert f"source '{venv}/bin/activate'" in relative.stdout.splitlines()

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommbenchError
+from commbench.errors import (
+    EXIT_USAGE,
+    CommbenchError,
+    forget_stop_signal,
+    interrupted_exit_code,
+)
 
 if TYPE_CHECKING:  # rich is imported when a bar is made, not when the CLI starts
     from rich.progress import Progress
@@ -92,8 +97,11 @@ def reported_errors() -> Iterator[None]:
     Commands wrap their core calls in this, so CliRunner tests see exactly what a user
     sees; `commbench.cli.main` catches the same errors as a last resort. Ctrl-C (and SIGTERM,
     SIGHUP: `main` makes them KeyboardInterrupt) that no core code turned into `Interrupted`
-    ends here too, with the one line `main` prints for it (Typer would exit 130 silently).
+    ends here too, with the one line `main` prints for it (Typer would exit 130 silently),
+    and the exit code of the signal that came (143 for SIGTERM). The block is the command's
+    start: no stop signal is noted before it (`forget_stop_signal`).
     """
+    forget_stop_signal()
     try:
         yield
     except CommbenchError as exc:
@@ -101,7 +109,7 @@ def reported_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:  # Typer would exit 130 without a word
         typer.echo("commbench: interrupted", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(interrupted_exit_code()) from None
 
 
 def progress_bar() -> Progress:
@@ -128,23 +136,60 @@ def progress_bar() -> Progress:
     )
 
 
-def place_ranks(request: PlacementRequest) -> str | None:
+def place_ranks(request: PlacementRequest) -> list[str]:
     """Decide where the request's ranks go (the machine fills in what was not given), pinned
-    on the request so the verb does not ask the machine again; the note to say first when
-    that is CPU ranks for want of a GPU (`said_first`)."""
+    on the request so the verb does not ask the machine again; the notes to say first
+    (`said_first`): CPU ranks for want of a GPU, more CPU ranks than cores. A `--nproc`
+    this node cannot run at all is a UserError (`check_nproc`)."""
+    asked = request.nproc
     place = request.placement()
     request.device, request.nproc, request.backend = place.device, place.nproc, place.backend
-    return place.note
+    notes = [place.note] if place.note else []
+    if asked is not None:
+        notes += check_nproc(asked, place.device, place.gpus)
+    return notes
 
 
-def said_first(note: str | None, then: Callable[..., None]) -> Callable[..., None]:
-    """`then`, with `note` said on stderr before its first call: once the run is under way,
-    so bad input is still refused in a line of its own."""
-    pending = [note] if note else []
+def check_nproc(nproc: int, device: str, gpus: int | None) -> list[str]:
+    """`-n`/`--nproc` against this node: more GPU ranks than GPUs, or more CPU ranks than
+    the preflight's ceiling per core, is a UserError; more CPU ranks than cores a warning.
+    Both say `NPROC_HINT`, since such a count is most often nccl-tests' `-n` (iterations).
+    `gpus`: what NVML counted; None or 0 (not asked, no NVML) leaves it to the probe."""
+    import os
+
+    from commbench.errors import UserError
+    from commbench.flags import NPROC_HINT
+    from commbench.launch.preflight import MAX_CPU_RANKS_PER_CORE
+
+    if device == "cuda":
+        if gpus and nproc > gpus:
+            raise UserError(
+                f"--nproc {nproc} asks for {nproc} GPU ranks on a node with {gpus} GPU(s); "
+                f"{NPROC_HINT}"
+            )
+        return []
+    cores = os.cpu_count() or 1
+    if nproc > MAX_CPU_RANKS_PER_CORE * cores:
+        raise UserError(
+            f"--nproc {nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
+            f"({cores} cores here); {NPROC_HINT}"
+        )
+    if nproc > cores:
+        return [
+            f"warning: --nproc {nproc} starts {nproc} CPU ranks on {cores} cores: they share "
+            f"the cores, and the times include the sharing ({NPROC_HINT})"
+        ]
+    return []
+
+
+def said_first(notes: list[str] | str | None, then: Callable[..., None]) -> Callable[..., None]:
+    """`then`, with `notes` said on stderr, in order, before its first call: once the run is
+    under way, so bad input is still refused in a line of its own."""
+    pending = [notes] if isinstance(notes, str) else list(notes or [])
 
     def call(*args: Any) -> None:
         while pending:
-            typer.echo(f"commbench: {pending.pop()}", err=True)
+            typer.echo(f"commbench: {pending.pop(0)}", err=True)
         then(*args)
 
     return call

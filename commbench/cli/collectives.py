@@ -29,11 +29,11 @@ def register(app: typer.Typer) -> None:
             import commbench.api
             from commbench.cli.live import LiveRows
 
-            note = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
+            notes = place_ranks(request)  # no GPU: gloo on CPU ranks; -n, said first
 
             # every point on stderr as it is measured; stdout gets only what --format asks for
             with LiveRows() as on_progress:
-                request.on_progress = said_first(note, on_progress)
+                request.on_progress = said_first(notes, on_progress)
                 run = commbench.api.run_collectives(**values(request))
             report(run, fmt)
 

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         with reported_errors():
             import commbench.api
 
-            note = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
+            notes = place_ranks(request)  # without a GPU: gloo on CPU ranks, said first
             progress = progress_bar()
             task = progress.add_task("starting workers", total=None)
 
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
                 label = f"{event.get('stage')} round {int(event.get('round', 0)) + 1}"
                 progress.update(task, advance=1, description=label)
 
-            request.on_test = said_first(note, on_test)
+            request.on_test = said_first(notes, on_test)
             with progress:
                 diagnosis = commbench.api.run_diagnose(**values(request))
             typer.echo(render(diagnosis, fmt), nl=False)

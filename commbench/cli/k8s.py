@@ -45,6 +45,15 @@ class K8sManifestRequest(JobRequest):
             "for several nodes). Default: an emptyDir, deleted with the pod.",
         ),
     )
+    rdma: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            metavar="RESOURCE[=COUNT]",
+            help="RDMA devices per pod, as the cluster's device plugin names them (rdma/ib, "
+            "rdma/hca_shared_devices_a): without, NCCL between pods uses TCP sockets.",
+        ),
+    )
 
 
 @verb(K8sManifestRequest)
@@ -63,7 +72,7 @@ def k8s_manifest(request: K8sManifestRequest) -> str:
     return manifest(
         KubernetesJob(
             job=job,
-            **pick(request, "image", "kind", "namespace", "port", "results_volume"),
+            **pick(request, "image", "kind", "namespace", "port", "results_volume", "rdma"),
         )
     )
 

@@ -22,6 +22,28 @@ class SlurmScriptRequest(JobRequest):
     partition: str | None = field(
         default=None, metadata=cli("--partition", "-p", type=str, help="SLURM partition.")
     )
+    account: str | None = field(
+        default=None,
+        metadata=cli("--account", "-A", type=str, help="SLURM account the job is charged to."),
+    )
+    qos: str | None = field(default=None, metadata=cli(type=str, help="SLURM quality of service."))
+    constraint: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            metavar="FEATURES",
+            help="Node features the nodes must have: a100, a100&ib, rack1|rack2.",
+        ),
+    )
+    venv: str | None = field(
+        default=None,
+        metadata=cli(
+            type=str,
+            metavar="DIR",
+            help="A virtual environment with commbench, on a filesystem the nodes share: the "
+            "script activates it. Default: commbench on the PATH sbatch passes on.",
+        ),
+    )
     time_limit: str = field(
         default="00:30:00",
         metadata=cli(
@@ -42,17 +64,22 @@ def slurm_script(request: SlurmScriptRequest) -> str:
     from commbench.cli._job import multi_node_job
     from commbench.fields import pick
     from commbench.launch.job import SLURM, check_plain_name
-    from commbench.launch.slurm import parse_time, sbatch_script
+    from commbench.launch.slurm import check_constraint, check_venv, parse_time, sbatch_script
 
     parse_time(request.time_limit)
     check_plain_name("--partition", request.partition)
+    check_plain_name("--account", request.account)
+    check_plain_name("--qos", request.qos)
+    check_constraint(request.constraint)
+    venv = check_venv(request.venv)
     job = multi_node_job(SLURM, request, name=request.job_name)
     return sbatch_script(
         nodes=job.nodes,
         gpus_per_node=job.gpus_per_node,
         args=list(job.args),
         job_name=job.name,
-        **pick(request, "time_limit", "partition"),
+        venv=venv,
+        **pick(request, "time_limit", "partition", "account", "qos", "constraint"),
     )
 
 

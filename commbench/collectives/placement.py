@@ -27,6 +27,9 @@ class Placement:
     note: str | None = None
     """Why the machine chose CPU ranks when no device was asked for (no GPU is visible, and
     why): the first thing a user without a GPU should read."""
+    gpus: int | None = None
+    """The GPUs NVML counted on this machine, where it was asked (not for --device cpu, nor
+    for a job's nodes): what a `--nproc` of GPU ranks is held against."""
 
 
 def resolve_placement(
@@ -39,7 +42,9 @@ def resolve_placement(
     from commbench.topology import discover
 
     snapshot = discover()
-    place = placement_for(len(snapshot.gpus), device, nproc, backend)
+    place = replace(
+        placement_for(len(snapshot.gpus), device, nproc, backend), gpus=len(snapshot.gpus)
+    )
     if device is None and place.device == "cpu" and backend in (None, "gloo"):
         why = snapshot.nvml_error or "NVML reports no devices"
         place = replace(

@@ -14,9 +14,11 @@ from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.options import cli, field_of
 from commbench.results.names import (
+    ALL,
     BACKENDS,
     DEFAULT_TIMEOUT,
     DEVICES,
+    DTYPE_ALIASES,
     IN_PLACE,
     MAX_NODES,
     MAX_NPROC,
@@ -56,6 +58,10 @@ class CollectivesSettings:
     dtypes: list[str] = field(default_factory=list)
     """Every dtype measured, in order (`--dtype float32,bfloat16`); [dtype] when not given."""
     reduce_op: str = "sum"
+    """The first of `reduce_ops` (what a reader of one reduce op per run takes)."""
+    reduce_ops: list[str] = field(default_factory=list)
+    """Every reduce op the reducing ops are measured with, in order (`--reduce-op sum,max`,
+    `all`); [reduce_op] when not given (and in settings stored before it)."""
     warmup: int | None = None
     """Warm-up iterations per point; None adapts to the size (see `worker.plan_iterations`)."""
     iters: int | None = None
@@ -107,10 +113,16 @@ class CollectivesSettings:
             raise UserError(f"--dtype names a dtype twice: {','.join(self.dtypes)}")
         self.dtype = self.dtypes[0]
         self.in_place = in_place_choice(self.in_place)
-        if self.reduce_op not in REDUCE_OPS:
-            raise UserError(
-                f"unknown reduce op {self.reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
-            )
+        if not self.reduce_ops:
+            self.reduce_ops = [self.reduce_op]
+        for reduce_op in self.reduce_ops:
+            if reduce_op not in REDUCE_OPS:
+                raise UserError(
+                    f"unknown reduce op {reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
+                )
+        if len(set(self.reduce_ops)) != len(self.reduce_ops):
+            raise UserError(f"--reduce-op names a reduce op twice: {','.join(self.reduce_ops)}")
+        self.reduce_op = self.reduce_ops[0]
         if self.backend not in BACKENDS:
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
         if self.device not in DEVICES:
@@ -238,14 +250,18 @@ class CollectivesRequest:
         metadata=cli(
             metavar="DTYPE[,DTYPE...]",
             type=str,
-            help="float32, float16, bfloat16, float64, int32, int64, int8, uint8; a comma "
-            "list measures each in one launch.",
+            help="float32, float16 (fp16), bfloat16 (bf16), float64, int32, int64, int8, "
+            "uint8; a comma list, or all, measures each in one launch.",
         ),
     )
-    reduce_op: str = field(
+    reduce_op: str | Sequence[str] = field(
         default="sum",
         metadata=cli(
-            metavar="sum|avg|max|min|prod", suite=True, help="sum, avg, max, min or prod."
+            metavar="OP[,OP...]",
+            type=str,
+            suite=True,
+            help="sum, avg, max, min or prod; a comma list, or all, measures the reducing "
+            "ops with each in one launch.",
         ),
     )
     warmup: int | None = field_of(
@@ -331,6 +347,7 @@ class CollectivesRequest:
 
         check_iteration_flags(self.iters, self.min_time)
         dtypes = parse_dtypes(self.dtype)
+        reduce_ops = parse_reduce_ops(self.reduce_op)
         sizes = self.sizes
         if sizes is None:
             sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
@@ -350,7 +367,8 @@ class CollectivesRequest:
             sizes=parse_sizes(sizes) if isinstance(sizes, str) else _sizes(sizes),
             dtype=dtypes[0],
             dtypes=dtypes,
-            reduce_op=self.reduce_op,
+            reduce_op=reduce_ops[0],
+            reduce_ops=reduce_ops,
             in_place=in_place_choice(self.in_place),
             check=self.check,
             async_op=self.async_op,
@@ -375,16 +393,40 @@ def in_place_choice(value: bool | str) -> str:
 
 
 def parse_dtypes(value: str | Sequence[str]) -> list[str]:
-    """`--dtype float32,bfloat16` (or a list) as a list of dtype names, in order."""
+    """`--dtype float32,bf16` (or a list) as a list of dtype names, in order: an alias
+    (`DTYPE_ALIASES`) as the name it stands for, `all` as every dtype. Unknown names are
+    left for `CollectivesSettings` to refuse, with the list of names."""
+    items = _list_of_names(value, "--dtype", "dtypes", 4 * len(DTYPES))
+    return _expand_all([DTYPE_ALIASES.get(t, t) for t in items], "--dtype", list(DTYPES))
+
+
+def parse_reduce_ops(value: str | Sequence[str]) -> list[str]:
+    """`--reduce-op sum,max` (or a list) as a list of reduce op names, in order; `all` as
+    every one (nccl-tests' `-o all`). Unknown names are left for `CollectivesSettings`."""
+    items = _list_of_names(value, "--reduce-op", "reduce ops", 4 * len(REDUCE_OPS))
+    return _expand_all(items, "--reduce-op", REDUCE_OPS)
+
+
+def _list_of_names(value: str | Sequence[str], flag: str, what: str, most: int) -> list[str]:
+    """A comma list given to `flag`, or a list of names (the API's, a suite's)."""
     if isinstance(value, str):
-        items = split_list(value, "--dtype", max_items=4 * len(DTYPES))
+        items = split_list(value, flag, max_items=most)
     elif all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value]
     else:
-        raise UserError(f"dtypes must be names, got {list(value)!r}")
+        raise UserError(f"{what} must be names, got {list(value)!r}")
     if not items or any(not t for t in items):
-        raise UserError(f"--dtype must be a comma list of dtypes, got {quoted(str(value))}")
+        raise UserError(f"{flag} must be a comma list of {what}, got {quoted(str(value))}")
     return items
+
+
+def _expand_all(items: list[str], flag: str, every: Sequence[str]) -> list[str]:
+    """`all` alone as every name of `every`; beside other names it would name them twice."""
+    if ALL not in items:
+        return items
+    if len(items) > 1:
+        raise UserError(f"{flag} all already names every one: give all alone, or a list")
+    return list(every)
 
 
 def check_iteration_flags(iters: int | None, min_time: float | None) -> None:
@@ -448,6 +490,9 @@ class Point:
     in_place: bool = False
     """Whether the output buffer is the input (the row's `in_place`: always True for the ops
     torch runs in place, all_reduce, broadcast and reduce)."""
+    reduce_op: str = "sum"
+    """The reduce op it is called with: one of `reduce_ops` for an op that reduces, the
+    first for the others (which ignore it, and whose rows say none)."""
 
 
 def forms(op: str, in_place: str) -> list[bool]:
@@ -464,10 +509,10 @@ def forms(op: str, in_place: str) -> list[bool]:
 def plan_points(settings: CollectivesSettings, group_size: int) -> list[Point]:
     """The sweep in the order workers measure it; the launcher uses it for progress.
 
-    Per dtype, each op in each of its forms across the sizes, then the strategies.
-    Requested sizes that round to the same size for an op (`--sizes 6,1` of float32 both
-    give 4 B) are measured once, at the first of them: two rows of one size would be two
-    keys for one point in `compare`.
+    Per dtype, each op (with each reduce op, for those that reduce) in each of its forms
+    across the sizes, then the strategies (with each reduce op). Requested sizes that round
+    to the same size for an op (`--sizes 6,1` of float32 both give 4 B) are measured once,
+    at the first of them: two rows of one size would be two keys for one point in `compare`.
     """
 
     def distinct(op: str, dtype: str) -> list[int]:
@@ -476,24 +521,39 @@ def plan_points(settings: CollectivesSettings, group_size: int) -> list[Point]:
             seen.setdefault(plan_size(op, s, dtype, group_size).size_bytes, s)
         return list(seen.values())
 
+    reduce_ops = settings.reduce_ops or [settings.reduce_op]
+
+    def reduced_by(op: str) -> list[str]:
+        return reduce_ops if OPS[op].reduces else reduce_ops[:1]
+
     points: list[Point] = []
     for dtype in settings.dtypes or [settings.dtype]:
         for op in settings.ops:
             sizes = [0] if OPS[op].latency_only else distinct(op, dtype)
-            for form in forms(op, settings.in_place):
-                points.extend(
-                    Point(op=op, strategy="", requested_bytes=s, dtype=dtype, in_place=form)
-                    for s in sizes
-                )
+            for reduce_op in reduced_by(op):
+                for form in forms(op, settings.in_place):
+                    points.extend(
+                        Point(
+                            op=op,
+                            strategy="",
+                            requested_bytes=s,
+                            dtype=dtype,
+                            in_place=form,
+                            reduce_op=reduce_op,
+                        )
+                        for s in sizes
+                    )
         for strategy in settings.strategies:
-            points.extend(
-                Point(
-                    op="all_reduce",
-                    strategy=strategy,
-                    requested_bytes=s,
-                    dtype=dtype,
-                    in_place=True,
+            for reduce_op in reduce_ops:
+                points.extend(
+                    Point(
+                        op="all_reduce",
+                        strategy=strategy,
+                        requested_bytes=s,
+                        dtype=dtype,
+                        in_place=True,
+                        reduce_op=reduce_op,
+                    )
+                    for s in distinct("all_reduce", dtype)
                 )
-                for s in distinct("all_reduce", dtype)
-            )
     return points

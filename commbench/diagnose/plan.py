@@ -13,6 +13,13 @@ made by statistics rather than a fixed threshold:
   pairs (the circle method) until every pair ran. A unit is judged against the tests it was
   not part of, so a bad unit cannot drag its own expectation down, and it is degraded only
   when at least two of its tests, with different partners, are short.
+- *Confirmation passes* (singles and all pairs): a test's iterations run back to back within
+  milliseconds, so they share whatever the machine was doing then (ranks on CPU cores over
+  loopback swing 2-4x from one test to the next on scheduling alone), and a rank test over
+  them mistakes a slow moment for a slow link. When the first pass suspects anything, every
+  test of the stage runs again, pass after pass, and each test's evidence becomes the medians
+  of its passes: a test is then short only when it is slower than its peers pass after pass,
+  beyond the spread between their passes. Nothing suspected: no extra round.
 - *Screen, bisect, confirm* (many nodes): disjoint groups of `group` units test at once; the
   expectation is the median group (robust while fewer than half the groups hold a bad unit).
   A short group is split in halves, each topped up with units already shown healthy and
@@ -31,12 +38,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.compare import mann_whitney_greater
-
 SMALL = 8
 """Up to this many units, every pair is tested (at most SMALL - 1 rounds)."""
 MAX_SINGLE_TESTS = 4
 """Confirmation tests of one suspect before it is left undecided."""
+MAX_PASSES = 8
+"""Passes over a stage's tests at most (the fewest that can convict are run)."""
+MAX_ROUNDS = 40
+"""Rounds a stage may run by default: room for the confirmation passes of up to 8 units (8
+take 7 rounds a pass and 5 passes: `Isolation.confirm_passes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +97,26 @@ def short(
         return False
     if not reference:
         return True
+    from commbench.compare import mann_whitney_greater  # the gate's statistics: 170 ms
+
     return mann_whitney_greater(reference, result.samples) < alpha
+
+
+def passes_needed(reference_tests: int, alpha: float, limit: int) -> int:
+    """The fewest passes after which one test, slower in every pass than every pass of the
+    `reference_tests` tests it is judged against, is significantly slow at `alpha` (the rank
+    test on pass medians); 1 (the first pass decides alone) when no number up to `limit`
+    would be, or there is nothing to judge against."""
+    if reference_tests < 1:
+        return 1
+    from commbench.compare import mann_whitney_greater
+
+    for passes in range(2, min(limit, MAX_PASSES) + 1):
+        slow = [float(i) for i in range(passes)]
+        fast = [float(passes + i) for i in range(reference_tests * passes)]
+        if mann_whitney_greater(fast, slow) < alpha:
+            return passes
+    return 1
 
 
 def round_robin(units: Sequence[int]) -> list[list[tuple[int, int]]]:
@@ -123,7 +152,7 @@ class Isolation:
         tolerance: float,
         alpha: float,
         group: int = 2,
-        max_rounds: int = 20,
+        max_rounds: int = MAX_ROUNDS,
         expected: float | None = None,
         pair_rounds: list[list[tuple[int, int]]] | None = None,
     ) -> None:
@@ -147,6 +176,35 @@ class Isolation:
         self._undecided: set[int] = set()
         self._screen: list[Result] = []
         self._pending = list(self.units)  # not yet screened (screen mode)
+        self._per_pass = {"singles": 1, "pairs": len(self._pairs)}.get(mode, 0)
+        self.confirm_passes = self._confirm_passes()
+        """Passes over every test when the first suspects something (1: it decides alone)."""
+        self.passes = 1
+        """Passes planned: `confirm_passes` once the first pass suspected something."""
+
+    def _confirm_passes(self) -> int:
+        """The fewest passes whose pass medians can convict both a unit, against the fewest
+        tests of a pass it is judged against (the other units' own, or the pairs it is not
+        part of), and a link, against the other pairs at `link_alpha`; 1 when the stage's
+        rounds cannot hold them (the first pass then decides, on its iterations)."""
+        if not self._per_pass:
+            return 1
+        limit = self.max_rounds // self._per_pass
+        if self.mode == "singles":
+            return passes_needed(len(self.units) - 1, self.alpha, limit)
+        pairs = [p for r in self._pairs for p in r]
+        against = min((sum(u not in p for p in pairs) for u in self.units), default=0)
+        unit = passes_needed(against, self.alpha, limit)
+        link = passes_needed(len(pairs) - 1, self.link_alpha, limit)
+        return max(unit, link) if unit > 1 and link > 1 else 1
+
+    @property
+    def link_alpha(self) -> float:
+        """The significance a link is convicted at after confirmation passes: every pair of a
+        pass is a link that may be short, so each is held to alpha over their number (a unit
+        needs two short tests with different partners, which guards it already)."""
+        pairs = sum(len(r) for r in self._pairs)
+        return self.alpha / max(1, pairs)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -156,17 +214,21 @@ class Isolation:
             self._undecided |= {u for s in self._suspects for u in s}
             self._suspects = []
             return []
+        if self.mode == "screen":
+            return self._screen_round()
+        if self.round == self._per_pass and self.passes == 1 and self._suspected():
+            self.passes = self.confirm_passes
+        if self.round >= self.passes * self._per_pass:
+            return []
         if self.mode == "singles":
-            tests = [Test(self.round, (u,)) for u in self.units] if self.round == 0 else []
-        elif self.mode == "pairs":
-            tests = (
-                [Test(self.round, p) for p in self._pairs[self.round]]
-                if self.round < len(self._pairs)
-                else []
-            )
-        else:
-            tests = self._screen_round()
-        return tests
+            return [Test(self.round, (u,)) for u in self.units]
+        return [Test(self.round, p) for p in self._pairs[self.round % self._per_pass]]
+
+    def _suspected(self) -> bool:
+        """Whether the first pass, judged on its iterations, names a unit or a link."""
+        if self.confirm_passes == 1:
+            return False
+        return any(f.degraded for f in self.findings().values()) or bool(self.short_links())
 
     def _screen_round(self) -> list[Test]:
         if self.round == 0:
@@ -201,22 +263,53 @@ class Isolation:
 
     # -- recording ------------------------------------------------------------------------
 
-    def expectation(self, exclude: int | None = None) -> tuple[float, list[float]]:
+    @property
+    def passes_run(self) -> int:
+        """The passes over every test run to their end (1 in screen mode)."""
+        return max(1, self.round // self._per_pass) if self._per_pass else 1
+
+    def measured(self) -> list[Result]:
+        """Each test's evidence: as measured while one pass ran; after confirmation passes,
+        one result per test whose samples are the medians of its passes, so that the rank
+        test weighs the spread between passes, not the iterations of one moment. A run cut
+        short before its second pass ended keeps its first pass."""
+        if self.passes_run == 1:
+            if not self._per_pass:
+                return list(self.results)
+            return [r for r in self.results if r.test.round < self._per_pass]
+        passes: dict[tuple[int, ...], list[Result]] = {}
+        for r in self.results:
+            passes.setdefault(r.test.units, []).append(r)
+        return [
+            Result(rs[0].test, tuple(r.median for r in rs if r.samples)) for rs in passes.values()
+        ]
+
+    def expectation(
+        self, exclude: int | None = None, tested: tuple[int, ...] = ()
+    ) -> tuple[float, list[float]]:
         """The expected median bandwidth and the reference samples, from the peers' tests
-        (those without `exclude`), or the fixed expectation when one was given."""
+        (those without `exclude`; the reference never holds the `tested` units' own), or the
+        fixed expectation when one was given."""
         if self.mode == "screen":
             base = self._screen
         else:
-            base = [r for r in self.results if exclude is None or exclude not in r.test.units]
+            base = [r for r in self.measured() if exclude is None or exclude not in r.test.units]
         medians = [r.median for r in base if r.samples]
         expected = self.fixed_expectation or (statistics.median(medians) if medians else 0.0)
+        if self.passes_run > 1:
+            # every peer's passes: leaving out the peers that fell short (as below) would
+            # leave out the slow moments of healthy tests too, and the reference would be
+            # the lucky passes only
+            return expected, [s for r in base if r.test.units != tested for s in r.samples]
         low = expected * (1 - self.tolerance)
         reference = [s for r in base if r.median >= low for s in r.samples]
         return expected, reference
 
-    def is_short(self, result: Result, exclude: int | None = None) -> bool:
-        expected, reference = self.expectation(exclude)
-        return short(result, expected, reference, self.tolerance, self.alpha)
+    def is_short(
+        self, result: Result, exclude: int | None = None, alpha: float | None = None
+    ) -> bool:
+        expected, reference = self.expectation(exclude, result.test.units)
+        return short(result, expected, reference, self.tolerance, alpha or self.alpha)
 
     def record(self, results: Sequence[Result]) -> None:
         """The results of the round `next_round` gave."""
@@ -261,8 +354,9 @@ class Isolation:
                 out[u].undecided = u not in self._degraded
                 out[u].evidence = [(r, expected) for r in self._strikes.get(u, [])]
             return out
+        measured = self.measured()
         for u in self.units:
-            mine = [r for r in self.results if u in r.test.units]
+            mine = [r for r in measured if u in r.test.units]
             expected, _ = self.expectation(exclude=u)
             bad = [r for r in mine if self.is_short(r, exclude=u)]
             partners = {p for r in bad for p in r.test.units if p != u}
@@ -279,11 +373,12 @@ class Isolation:
         if self.mode != "pairs":
             return []
         found = self.findings()
+        alpha = self.link_alpha if self.passes_run > 1 else self.alpha
         return [
             r
-            for r in self.results
+            for r in self.measured()
             if not any(found[u].degraded for u in r.test.units)
-            and self.is_short(r)
+            and self.is_short(r, alpha=alpha)
             and len(self.units) >= 2
         ]
 

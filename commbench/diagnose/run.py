@@ -86,7 +86,7 @@ def conclude(
         if not tests_run:
             continue
         _name_findings(stage, nodes)
-        pairs = {r.test.units: r.median for r in stage.iso.results if len(r.test.units) == 2}
+        pairs = {r.test.units: r.median for r in stage.iso.measured() if len(r.test.units) == 2}
         if pairs:
             pair_gbps[stage.name] = {(a, b): v for (a, b), v in pairs.items()}
     # this node's own failure text names its own address for a peer on the same node
@@ -162,6 +162,9 @@ def _replay(stage: Stage, recorded: dict[tuple[str, int, tuple[int, ...]], Resul
 
 
 def _name_findings(stage: Stage, nodes: list[NodeVerdict]) -> None:
+    # after confirmation passes a test's bandwidth is the median of its passes: say so
+    runs = stage.iso.passes_run
+    passes = f" (median of {runs} passes)" if runs > 1 else ""
     for unit, finding in stage.iso.findings().items():
         if not (finding.degraded or finding.undecided):
             continue
@@ -173,7 +176,7 @@ def _name_findings(stage: Stage, nodes: list[NodeVerdict]) -> None:
             lines.append(
                 f"{stage.name}: {stage.unit_name(unit)}"
                 + (f" with {', '.join(with_)}" if with_ else "")
-                + f": {_gbps(result.median)}, expected {_gbps(expected)}{share}"
+                + f": {_gbps(result.median)}{passes}, expected {_gbps(expected)}{share}"
             )
         if finding.undecided:
             lines.append(f"{stage.name}: suspected, but the tests did not agree")
@@ -186,12 +189,13 @@ def _name_findings(stage: Stage, nodes: list[NodeVerdict]) -> None:
         a, b = result.test.units
         line = (
             f"{stage.name}: link {stage.unit_name(a)} - {stage.unit_name(b)}: "
-            f"{_gbps(result.median)}, below its peers"
+            f"{_gbps(result.median)}{passes}, below its peers"
         )
-        for u in (a, b):
-            nodes[stage.node_of(u)].evidence.append(line)
-            if nodes[stage.node_of(u)].verdict == HEALTHY:
-                nodes[stage.node_of(u)].verdict = DEGRADED
+        # once per node: both ends of a link inside one node are that node's one finding
+        for at in dict.fromkeys(stage.node_of(u) for u in (a, b)):
+            nodes[at].evidence.append(line)
+            if nodes[at].verdict == HEALTHY:
+                nodes[at].verdict = DEGRADED
 
 
 def run_diagnose(
@@ -249,6 +253,7 @@ def run_diagnose(
         else None,
     )
     add_health(diagnosis, outcome.record.context.health, launch.node_rank if launch else 0)
+    diagnosis.stopped = outcome.stop_requested
     # the run's own warnings (a degraded cross-node watch, values refused on read), each once
     diagnosis.notes = [*settings.baseline_notes, *skipped, *outcome.record.warnings]
     atomic_write(outcome.run_dir / DIAGNOSIS_FILE, dump_json(diagnosis.to_dict()))

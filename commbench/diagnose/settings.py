@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.arguments import Request
 from commbench.collectives.placement import PlacementRequest, placement_for
+from commbench.diagnose.plan import MAX_ROUNDS
 from commbench.errors import UserError
 from commbench.fields import known_fields
 from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
@@ -30,7 +31,6 @@ DEFAULT_TOLERANCE = 0.25
 DEFAULT_ALPHA = 0.01
 DEFAULT_ITERS = 10
 DEFAULT_WARMUP = 3
-MAX_ROUNDS = 20
 
 
 @dataclass(kw_only=True, slots=True)

@@ -24,6 +24,8 @@ class Layout:
     ranks: list[list[int]]
     addresses: list[str | None] | None = None
     """The address each node's ranks are reached at (what a peer's error names)."""
+    cpu: bool = False
+    """The ranks run on CPU cores, not GPUs: a unit inside a node is a rank."""
 
     @classmethod
     def from_ranks(cls, ranks: Sequence[dict[str, Any]]) -> Layout:
@@ -35,6 +37,7 @@ class Layout:
         hosts = [""] * len(index)
         addresses: list[str | None] = [None] * len(index)
         members: list[list[tuple[int, int]]] = [[] for _ in index]
+        devices = {f.opt("device", string) for f in table}
         for f, node in zip(table, node_of):
             i = index[node]
             hosts[i] = f.opt("host", string) or ""
@@ -44,7 +47,18 @@ class Layout:
             hosts=hosts,
             ranks=[[rank for _, rank in sorted(m)] for m in members],
             addresses=addresses,
+            cpu=devices == {"cpu"},
         )
+
+    def gpu_name(self, unit: int) -> str:
+        """A unit of the pairs inside nodes (node * gpus_per_node + local index), as a person
+        reads it: `n2 GPU 3`, or `n2 rank 11` (its global rank) for a rank on CPU cores,
+        which no one would look for among the GPUs."""
+        g = self.gpus_per_node
+        node, local = divmod(unit, g)
+        if self.cpu:
+            return f"{self.hosts[node]} rank {self.ranks[node][local]}"
+        return f"{self.hosts[node]} GPU {local}"
 
     @property
     def gpus_per_node(self) -> int:
@@ -101,7 +115,7 @@ def plan_stages(layout: Layout, settings: DiagnoseSettings) -> list[Stage]:
                     **common,
                 ),
                 lambda t: [layout.ranks[u // g][u % g] for u in t.units],
-                lambda u: f"{layout.hosts[u // g]} GPU {u % g}",
+                layout.gpu_name,
                 lambda u: u // g,
             )
         )

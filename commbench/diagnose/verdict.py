@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.errors import UserError
+from commbench.errors import UserError, interrupted_exit_code
 from commbench.fields import Fields, integer_in, list_of, one_of, pick, string
 from commbench.files import load_json, shown
 from commbench.health.findings import Finding, FindingKind
@@ -118,6 +118,9 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     """What the command says on stderr beside the verdict (lines of a baseline it could not
     read); not stored."""
+    stopped: bool = False
+    """A stop signal came as the run was wound up: the diagnosis may be whole, but whoever
+    runs more after it should stop (as `Verdict.stopped`); not stored."""
 
     @property
     def verdict(self) -> str:
@@ -131,6 +134,11 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
+        """0 healthy, 1 not; a diagnosis a signal stopped exits as the command does for it
+        (143 for a scheduler's SIGTERM, 130 for Ctrl-C), not as a failed node: a job script
+        must tell a sick cluster from a preempted job."""
+        if self.status is RunStatus.INTERRUPTED or self.stopped:
+            return interrupted_exit_code()
         return 0 if self.verdict == HEALTHY else 1
 
     def to_dict(self) -> dict[str, Any]:

@@ -50,6 +50,15 @@ def _note(change: FoundChange) -> str:
     return "\n".join(textwrap.shorten(line, 48, placeholder="...") for line in lines)
 
 
+def tick_labels(values: Sequence[Value], ticks: Sequence[int]) -> list[str]:
+    """The start of each ticked run: its date, and its time (`2026-01-01 05:00`) when two
+    ticks share a date, as nightly runs do (a row of equal dates tells the runs nothing)."""
+    dates = [values[i].at[:10] for i in ticks]
+    if len(set(dates)) == len(dates):
+        return dates
+    return [f"{values[i].at[:10]} {values[i].at[11:16]}".rstrip() for i in ticks]
+
+
 def draw(series: Series, values: Sequence[Value], changes: Sequence[FoundChange]) -> Any:
     """A matplotlib Figure of one series (made directly: nothing to close)."""
     with literal_text():
@@ -62,11 +71,24 @@ def draw(series: Series, values: Sequence[Value], changes: Sequence[FoundChange]
         for lo, hi in itertools.pairwise(bounds):
             if hi > lo:
                 level = statistics.median(ys[lo:hi])
-                ax.hlines(level, lo - 0.4, hi - 0.6, colors="0.35", linewidth=1.4)
+                ax.hlines(
+                    level,
+                    lo - 0.4,
+                    hi - 0.6,
+                    colors="0.35",
+                    linewidth=1.4,
+                    label="median between change points" if lo == 0 else None,
+                )
         top = max(ys) if ys else 1.0
         for change in changes:
             x = change.index - 0.5
-            line = ax.axvline(x, color="C3", linestyle=(0, (5, 3)), linewidth=1.2)
+            line = ax.axvline(
+                x,
+                color="C3",
+                linestyle=(0, (5, 3)),
+                linewidth=1.2,
+                label="change point" if change is changes[0] else None,
+            )
             line.set_gid("change")
             ax.text(
                 x,
@@ -81,11 +103,12 @@ def draw(series: Series, values: Sequence[Value], changes: Sequence[FoundChange]
         step = max(1, -(-len(values) // MAX_TICKS))
         ticks = xs[::step]
         ax.set_xticks(ticks)
-        ax.set_xticklabels([values[i].at[:10] for i in ticks], rotation=30, fontsize=8)
+        ax.set_xticklabels(tick_labels(values, ticks), rotation=30, fontsize=8)
         ax.set_xlabel(f"run ({len(values)}, by start time)")
         ax.set_ylabel("busbw (GB/s)" if series.busbw else "median time (µs)")
         ax.set_title(textwrap.fill(series.label, 100), fontsize=9)
         ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize=8)  # what the grey levels and the red lines are
         fig.tight_layout()
     return fig
 

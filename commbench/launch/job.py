@@ -162,7 +162,9 @@ class MultiNodeJob:
     def check_gpus(self, device: str, nproc: int) -> None:
         """GPU ranks need a GPU each on the node: the nodes would refuse it after the queue."""
         if device == "cuda" and nproc > self.gpus_per_node:
+            from commbench.flags import NPROC_HINT
+
             raise UserError(
                 f"--device cuda runs {nproc} GPU rank(s) per node, and {self.scheduler.writes} "
-                f"asks for --gpus-per-node {self.gpus_per_node}"
+                f"asks for --gpus-per-node {self.gpus_per_node} ({NPROC_HINT})"
             )

@@ -36,6 +36,10 @@ RESULTS_DIR = "results"
 """Where the results volume is mounted, under WORKDIR: the wrapped commands' default --out
 (`results`, `results/suites`) lands in it."""
 CONTAINER = "commbench"
+IMAGE_UID = 10001
+"""The user (and its group) the repository's Dockerfile runs commbench as: the pods say it
+in their securityContext, so that Kubernetes refuses to start one as root (runAsNonRoot)
+and a results claim is made writable for it (fsGroup)."""
 
 # The image reference grammar of the distribution project (reference/regexp.go), which
 # docker, containerd and the kubelet parse an image with:
@@ -54,6 +58,37 @@ REFERENCE_MAX = NAME_MAX + 1 + 128 + 1 + 7 + 128
 """The longest reference: the longest name, tag and digest (sha512) together."""
 DIGEST_HEX = {"sha256": 64, "sha384": 96, "sha512": 128}
 """The digests an image is pulled by, and their length in hex digits."""
+_QUALIFIED = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+MAX_DEVICES = 1024
+"""The most RDMA devices a pod asks for (`--rdma NAME=COUNT`): past any node's NICs."""
+
+
+def parse_resource(text: str) -> tuple[str, int]:
+    """`--rdma rdma/ib` or `rdma/ib=8`: an extended resource a device plugin advertises
+    (`DOMAIN/NAME`, as Kubernetes checks it: a DNS subdomain, '/', a qualified name of at
+    most 63 characters) and how many of it each pod asks for (1 if not said)."""
+    from commbench.launch.job import DNS_SUBDOMAIN_MAX, check_dns_subdomain
+
+    name, sep, count = text.partition("=")
+    domain, slash, local = name.partition("/")
+    usage = (
+        f"--rdma {quoted(text)}: expected DOMAIN/NAME[=COUNT], the device plugin's resource "
+        "(rdma/ib, rdma/hca_shared_devices_a, nvidia.com/...)"
+    )
+    if not slash or not domain or len(local) > 63 or not _QUALIFIED.fullmatch(local):
+        raise UserError(usage)
+    if len(domain) > DNS_SUBDOMAIN_MAX:
+        raise UserError(usage)
+    check_dns_subdomain("--rdma's domain", domain)
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise UserError(f"--rdma {quoted(text)}: kubernetes.io names no device plugin's resource")
+    if not sep:
+        return name, 1
+    if not (count.isascii() and count.isdigit() and len(count) <= 4) or not (
+        1 <= int(count) <= MAX_DEVICES
+    ):
+        raise UserError(f"--rdma {quoted(text)}: COUNT must be 1-{MAX_DEVICES}")
+    return name, int(count)
 
 
 def check_image(image: str) -> None:
@@ -103,6 +138,9 @@ class KubernetesJob:
     """The rendezvous port on pod 0."""
     results_volume: str | None = None
     """A PersistentVolumeClaim's name; None: an emptyDir, gone with the pod."""
+    rdma: str | None = None
+    """An RDMA device resource each pod asks for (`rdma/ib`, `rdma/ib=8`): without one, a
+    pod sees no InfiniBand device, and NCCL between nodes goes over TCP sockets."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -113,6 +151,8 @@ class KubernetesJob:
         check_port(self.port)
         if self.results_volume is not None:
             check_dns_subdomain("--results-volume", self.results_volume)
+        if self.rdma is not None:
+            parse_resource(self.rdma)
         longest = len(self.hostname(self.job.nodes - 1))
         if longest > DNS_LABEL_MAX:
             form = self.hostname(0).replace(self.job.name, "NAME", 1)[:-1] + "INDEX"
@@ -193,6 +233,11 @@ def manifest(k8s: KubernetesJob) -> str:
         f"{job.nodes} nodes, one pod each with {gpus}",
         f"Apply with `kubectl apply -f`. Results: {WORKDIR}/{RESULTS_DIR} in each pod, {kept}.",
     ]
+    if job.nodes > 1 and job.gpus_per_node and k8s.rdma is None:
+        header.append(
+            "No RDMA device asked for: NCCL between pods goes over TCP sockets "
+            "(on InfiniBand, pass --rdma RESOURCE, e.g. rdma/ib)."
+        )
     return yaml_documents(documents, header)
 
 
@@ -261,6 +306,14 @@ def _job_spec(k8s: KubernetesJob, *, subdomain: str | None) -> dict[str, Any]:
     if subdomain is not None:
         pod["subdomain"] = subdomain
     pod["restartPolicy"] = "Never"
+    # the image's user, said so that Kubernetes refuses to run the pod as root, and so that
+    # a results claim is made writable for it (fsGroup)
+    pod["securityContext"] = {
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_UID,
+        "runAsNonRoot": True,
+        "fsGroup": IMAGE_UID,
+    }
     pod["containers"] = [_container(k8s)]
     results: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": k8s.results_volume}}
@@ -301,12 +354,16 @@ def _container(k8s: KubernetesJob) -> dict[str, Any]:
         ],
         "ports": [{"name": "rendezvous", "containerPort": k8s.port}],
     }
-    gpus = k8s.job.gpus_per_node
-    if gpus:
-        container["resources"] = {
-            "requests": {"nvidia.com/gpu": gpus},
-            "limits": {"nvidia.com/gpu": gpus},
-        }
+    devices: dict[str, int] = {}
+    if k8s.job.gpus_per_node:
+        devices["nvidia.com/gpu"] = k8s.job.gpus_per_node
+    if k8s.rdma is not None:
+        # the InfiniBand device for NCCL's IB transport; pinning its buffers takes the
+        # memlock limit the node's container runtime gives (docs/multinode.md)
+        name, count = parse_resource(k8s.rdma)
+        devices[name] = count
+    if devices:
+        container["resources"] = {"requests": dict(devices), "limits": dict(devices)}
     container["volumeMounts"] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "results", "mountPath": posixpath.join(WORKDIR, RESULTS_DIR)},

@@ -117,7 +117,7 @@ def _probe_cache_key(settings: CollectivesSettings) -> str:
         settings.backend,
         settings.device,
         ",".join(settings.dtypes or [settings.dtype]),
-        settings.reduce_op,
+        ",".join(settings.reduce_ops or [settings.reduce_op]),
         ",".join(sorted(settings.ops)),
         ",".join(sorted(settings.strategies)),
         str(settings.in_place),

@@ -58,17 +58,20 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
                 spec = entry.spec
                 if spec.latency_only or spec.too_few_ranks(1):
                     continue  # nothing in it depends on the dtype, or it cannot run here
-                for in_place in forms(spec.op, s.in_place) if not spec.strategy else [True]:
-                    try:
-                        bufs = entry.buffers(4, dtype, device, group, in_place)
-                        entry.call(bufs, group, s.reduce_op, s.async_op)()
-                    except Exception as exc:  # the message is what the user needs
-                        text = str(exc).strip()
-                        first = text.splitlines()[0] if text else type(exc).__name__
-                        what = f"{spec.title} with dtype {name}"
-                        if spec.reduces:
-                            what += f" and reduce op {s.reduce_op}"
-                        return {"ok": False, "error": f"{s.backend} cannot run {what}: {first}"}
+                reduce_ops = (s.reduce_ops or [s.reduce_op]) if spec.reduces else [s.reduce_op]
+                for reduce_op in reduce_ops:
+                    for in_place in forms(spec.op, s.in_place) if not spec.strategy else [True]:
+                        try:
+                            bufs = entry.buffers(4, dtype, device, group, in_place)
+                            entry.call(bufs, group, reduce_op, s.async_op)()
+                        except Exception as exc:  # the message is what the user needs
+                            text = str(exc).strip()
+                            first = text.splitlines()[0] if text else type(exc).__name__
+                            what = f"{spec.title} with dtype {name}"
+                            if spec.reduces:
+                                what += f" and reduce op {reduce_op}"
+                            error = f"{s.backend} cannot run {what}: {first}"
+                            return {"ok": False, "error": error}
         if s.device == "cuda":
             torch.cuda.synchronize()
     finally:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from commbench.errors import note_stop_signal
 from commbench.processes import alive as alive  # re-exported: the launcher's view
 from commbench.processes import environ as environ
 from commbench.processes import state as state
@@ -130,7 +131,8 @@ class StopSignals:
     swapped, so no signal falls in a gap between two.
 
     The first raises KeyboardInterrupt (a CI job's timeout or a closed terminal is taken like
-    Ctrl-C: the launcher stops every worker and keeps what was measured); inside `deferred()`
+    Ctrl-C: the launcher stops every worker and keeps what was measured, and the command exits
+    with that signal's code, `errors.interrupted_exit_code`); inside `deferred()`
     it is raised at the block's end instead (reading the journal must not consume a row and
     drop it). From then on, and after `hold()`, signals only land in `held`: the launcher is
     stopping the workers and writing down what happened, and a second Ctrl-C must not leave
@@ -146,6 +148,7 @@ class StopSignals:
         return _signals_handled(STOP_SIGNALS, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
+        note_stop_signal(signum)  # the command's exit code: 143 for SIGTERM, 130 for Ctrl-C
         if self._mode == "raise":
             self._mode = "hold"
             raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -171,6 +174,7 @@ class StopSignals:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    note_stop_signal(signum)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -188,10 +192,12 @@ def interrupt_on_termination() -> None:
     """SIGTERM and SIGHUP raise KeyboardInterrupt, like Ctrl-C, from now until the process
     ends. The command line calls this first, so a command is covered from its start to its
     exit, not only while workers run: a signal while the backend is probed or plots are drawn
-    stops the probe's child and the command the way Ctrl-C does (exit 130, one line) instead
+    stops the probe's child and the command the way Ctrl-C does (one line; exit 143 for
+    SIGTERM, 129 for SIGHUP, as `errors.interrupted_exit_code` says) instead
     of killing the launcher outright and leaving its child behind. `StopSignals` refines it
-    while a launch runs and gives it back after."""
-    for sig in _TERMINATION:
+    while a launch runs and gives it back after. Ctrl-C too goes through here rather than
+    Python's own handler, which raises the same KeyboardInterrupt but leaves no note of it."""
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             signal.signal(sig, _interrupt)
 

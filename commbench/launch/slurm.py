@@ -173,6 +173,13 @@ TIME_GRAMMAR = re.compile(
 INFINITE or UNLIMITED in any case (ASCII case: U+0131, a dotless i, is no i to sbatch);
 ASCII digits, no sign, no blank. Nothing is stripped: what is checked is what is written."""
 _COUNT = re.compile(r"[0-9]{1,9}")
+CONSTRAINT = re.compile(
+    r"[A-Za-z0-9_.:-]+(?:\*[0-9]{1,9})?(?:[&|,][A-Za-z0-9_.:-]+(?:\*[0-9]{1,9})?)*"
+)
+"""sbatch's --constraint without its brackets and parentheses: node features (letters,
+digits, `_`, `.`, `:`, `-`), each with an optional count (`*2`), joined by `&` (and), `|`
+(or) or `,`: `a100&ib`, `rack1|rack2`. No blank, quote or `#`, which sbatch's reading of
+the line would take otherwise, and nothing a shell reads: the line is never a command."""
 
 
 def parse_time(text: str) -> int | None:
@@ -213,11 +220,18 @@ def sbatch_script(
     job_name: str = "commbench",
     time_limit: str = "00:30:00",
     partition: str | None = None,
+    account: str | None = None,
+    qos: str | None = None,
+    constraint: str | None = None,
+    venv: str | None = None,
 ) -> str:
     """A ready sbatch script: one commbench task per node, all GPUs of the node to it. Every
     value of an #SBATCH line matches sbatch's own grammar for it (`escape.sbatch_directive`),
     and the command line quotes every argument (`escape.shell_words`); UserError otherwise.
-    The script ends in a newline."""
+    `venv`: a virtual environment the script activates, so that `commbench` is the one
+    installed there; without it the nodes find it on the PATH sbatch passes on from the
+    submitting shell, and the script stops in one line where they do not. The script ends
+    in a newline."""
     from commbench.escape import sbatch_directive, shell_words
     from commbench.launch.job import PLAIN_NAME
 
@@ -237,8 +251,14 @@ def sbatch_script(
         "#SBATCH --exclusive",
         "#SBATCH --mem=0",
     ]
-    if partition is not None:
-        lines.append(sbatch_directive("partition", partition, PLAIN_NAME))
+    for option, value, grammar in (
+        ("partition", partition, PLAIN_NAME),
+        ("account", account, PLAIN_NAME),
+        ("qos", qos, PLAIN_NAME),
+        ("constraint", constraint, CONSTRAINT),
+    ):
+        if value is not None:
+            lines.append(sbatch_directive(option, value, grammar))
     command = shell_words(args, "the wrapped command's argument")
     lines += [
         "",
@@ -246,7 +266,56 @@ def sbatch_script(
         "# rendezvous on the first node itself; each node starts one worker per GPU.",
         "# Uncomment to pin the network interfaces NCCL/gloo use:",
         "# export NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0",
+    ]
+    if venv is not None:
+        activate = shell_words([f"{venv.rstrip('/')}/bin/activate"], "--venv")
+        lines += ["# commbench as installed in this virtual environment (slurm-script --venv):"]
+        lines += [f"source {activate}"]
+    else:
+        lines += [
+            "# commbench must be on the nodes' PATH: sbatch passes on the environment it is",
+            "# run from (its virtual environment activated), or slurm-script --venv DIR",
+            "# activates DIR here.",
+        ]
+    lines += [
         "set -euo pipefail",
+        'command -v commbench >/dev/null || { echo "commbench is not on PATH on $(hostname):'
+        " activate its virtual environment before sbatch, or write this script with"
+        ' slurm-script --venv DIR" >&2; exit 2; }',
         f"srun --ntasks-per-node=1 --cpu-bind=none commbench {command}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def check_constraint(constraint: str | None) -> None:
+    """`--constraint`: node features joined by `&`, `|` or `,` (`CONSTRAINT`)."""
+    from commbench.escape import unsafe_character
+
+    if constraint is None:
+        return
+    if unsafe_character(constraint) is not None or not CONSTRAINT.fullmatch(constraint):
+        raise UserError(
+            f"--constraint {quoted(constraint)}: node features (letters, digits, '_', '.', ':', "
+            "'-', each with an optional *COUNT) joined by '&', '|' or ','"
+        )
+
+
+def check_venv(venv: str | None) -> str | None:
+    """`--venv DIR` as the absolute path the script activates (a relative one is taken from
+    here, the directory sbatch runs the script in by default). It must hold `bin/activate`
+    on this host: on the nodes it is the same path of a shared filesystem, and a typo found
+    here is not found after the job waited in the queue."""
+    import os
+
+    from commbench.escape import refuse_unsafe
+
+    if venv is None:
+        return None
+    refuse_unsafe("--venv", venv)
+    path = os.path.normpath(os.path.abspath(venv))
+    if not os.path.isfile(os.path.join(path, "bin", "activate")):
+        raise UserError(
+            f"--venv {quoted(venv)}: no virtual environment there (no bin/activate in {path}); "
+            "give the one commbench is installed in, on a filesystem the nodes share"
+        )
+    return path

@@ -287,14 +287,21 @@ class Worker:
         return time_cpu(call, iters, tick)
 
     def _measure(
-        self, entry: Collective, count: int, dtype: str, in_place: bool
+        self,
+        entry: Collective,
+        count: int,
+        dtype: str,
+        in_place: bool,
+        reduce_op: str | None = None,
     ) -> tuple[list[float], int, bool, str]:
-        """Time one point on this member rank: (samples_us, warmup, check_ok, note)."""
+        """Time one point on this member rank: (samples_us, warmup, check_ok, note), with
+        `reduce_op` (a point's, `--reduce-op all` giving several) or else the settings'."""
         assert self.group is not None
         grp, s, spec = self.group, self.s, entry.spec
+        reduce_op = s.reduce_op if reduce_op is None else reduce_op
         self.hb.phase = "setup"  # allocating a large buffer takes a while: a phase of its own
         bufs = entry.buffers(count, TORCH_DTYPES[dtype], self.device, grp, in_place)
-        call = entry.call(bufs, grp, s.reduce_op, s.async_op)
+        call = entry.call(bufs, grp, reduce_op, s.async_op)
         note = ""
         self.hb.phase = "warmup"
         if s.warmup is None:
@@ -330,7 +337,7 @@ class Worker:
         ok = True
         if s.check:
             self.hb.phase = "check"
-            ok = entry.check(bufs, call, grp, s.reduce_op)
+            ok = entry.check(bufs, call, grp, reduce_op)
         if s.profile:
             self.hb.phase = "profile"
             self._profile(call, f"{spec.name} {count} x {dtype}")
@@ -420,7 +427,7 @@ class Worker:
                 "op": spec.op,
                 "strategy": spec.strategy,
                 "dtype": point.dtype,
-                "reduce_op": s.reduce_op if spec.reduces else "",
+                "reduce_op": point.reduce_op if spec.reduces else "",
                 "world_size": self.group_size,
                 "size_bytes": plan.size_bytes,
                 "count": plan.count,
@@ -439,7 +446,7 @@ class Worker:
             warmup, ok, note = 0, True, ""
             if self.group is not None:
                 samples, warmup, ok, note = self._measure(
-                    entry, plan.count, point.dtype, point.in_place
+                    entry, plan.count, point.dtype, point.in_place, point.reduce_op
                 )
             own = samples
             samples, failed = self._exchange(own, ok)

@@ -34,8 +34,9 @@ class Series:
     y: list[float]
     dashed: bool = False
     band: list[tuple[float, float]] | None = None
-    """Per point, the interquartile range of the metric (q1..q3 of the samples): the noise a
-    reader must see before reading a gap between two lines as a difference."""
+    """Per point, the interquartile range of the metric (q1..q3 of the timed iterations): the
+    noise a reader must see before reading a gap between two lines as a difference (the
+    figure's legend says so: `plots.BAND_LABEL`)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -263,7 +264,13 @@ def _series_for(
 
 
 def _busbw(row: ResultRow) -> float | None:
-    return row.busbw_gbps if row.busbw_gbps is not None and math.isfinite(row.busbw_gbps) else None
+    """The row's bus bandwidth where a log axis can draw it. nccl-tests prints GB/s with two
+    decimals, so its small sizes read 0.00: drawn, such a point sat at minus infinity on the
+    log axis and its line fell straight down the panel beside the first size that prints
+    0.01 (512 B in an all_reduce over 16 GPUs), as if the bandwidth had collapsed there. Its
+    time is still drawn on the latency panel."""
+    busbw = row.busbw_gbps
+    return busbw if busbw is not None and math.isfinite(busbw) and busbw > 0 else None
 
 
 def _time(row: ResultRow) -> float | None:

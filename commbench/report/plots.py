@@ -48,10 +48,19 @@ def format_time_us(us: float) -> str:
     return f"{us * 1e3:g} ns"
 
 
+PEAK_GAP_POINTS = 3.0
+"""Between a peak line and its label: a label drawn against its line is struck through by
+it (the dashes cross the letters' tops)."""
+BAND_LABEL = "shaded: q1-q3 of iterations"
+"""The legend entry of the bands (`Series.band`): the middle half of the timed iterations,
+the noise to hold a gap between two lines against."""
+
+
 def _draw_peaks(ax: Any, panel: Panel) -> None:
     """Each peak as a grey dashed line across the panel, named at its left end, where the
     bandwidth of small messages leaves the panel empty (not in the legend, which names
-    the measured lines)."""
+    the measured lines), just under its line (above it for every other peak, so two close
+    peaks' labels do not sit on each other)."""
     from matplotlib.transforms import blended_transform_factory
 
     on_line = blended_transform_factory(ax.transAxes, ax.transData)
@@ -59,21 +68,25 @@ def _draw_peaks(ax: Any, panel: Panel) -> None:
         line = ax.axhline(peak.gbps, color="0.35", linestyle=(0, (6, 3)), linewidth=1.1)
         line.set_gid("peak")
         line.set_label(f"_{peak.label}")  # underscore: kept out of the legend
-        ax.text(
-            0.02,
-            peak.gbps,
+        below = i % 2 == 0
+        text = ax.annotate(
             peak.label,
-            transform=on_line,
+            xy=(0.02, peak.gbps),
+            xycoords=on_line,
+            xytext=(0, -PEAK_GAP_POINTS if below else PEAK_GAP_POINTS),
+            textcoords="offset points",
             ha="left",
-            va="top" if i % 2 == 0 else "bottom",
+            va="top" if below else "bottom",
             fontsize=8,
             color="0.25",
         )
+        text.set_gid("peak-label")
 
 
 def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
     """Draw one panel; return each series' line by its label, for the figure's legend (not
-    matplotlib's own list, which drops a label that starts with "_", such as a host's)."""
+    matplotlib's own list, which drops a label that starts with "_", such as a host's), and
+    under `BAND_LABEL` a band, when one was drawn."""
     from matplotlib.ticker import (
         FixedLocator,
         FuncFormatter,
@@ -100,7 +113,7 @@ def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
         drawn.setdefault(s.label, line)
         if s.band is not None:
             kept = [(x, b) for x, b in zip(s.x, s.band) if x > 0]
-            ax.fill_between(
+            band = ax.fill_between(
                 [x for x, _ in kept],
                 [lo for _, (lo, _) in kept],
                 [hi for _, (_, hi) in kept],
@@ -108,6 +121,8 @@ def _draw_panel(ax: Any, panel: Panel) -> dict[str, Any]:
                 alpha=0.15,
                 linewidth=0,
             )
+            band.set_gid("band")
+            drawn.setdefault(BAND_LABEL, band)
     ax.set_xscale("log", base=2)
     if xs:
         ax.xaxis.set_major_locator(FixedLocator(size_ticks(min(xs), max(xs))))
@@ -149,32 +164,42 @@ def draw(figure: Figure) -> Any:
 
 
 def _draw_panels(figure: Figure) -> Any:
+    """The panels side by side, under the title, over one legend for the figure (both panels
+    share the lines): the lines' names when there is more than one line (or the runs were
+    named), and what the shaded bands are wherever one is drawn.
+
+    Laid out by matplotlib's constrained layout, which puts the legend right under the
+    panels' tick labels: a legend placed at the figure's bottom edge with room guessed for
+    it floated far below the axes."""
     cols = max(1, len(figure.panels))
     labels = list(dict.fromkeys(s.label for p in figure.panels for s in p.series))
-    ncol = 2 if len(labels) > 3 else 1
     named = len(labels) > 1 or (figure.legend and len(labels) == 1)
-    legend_rows = math.ceil(len(labels) / ncol) if named else 0
-    height = 4.6 + 0.22 * legend_rows
-    fig = new_figure((6.2 * cols, height))
+    banded = any(s.band is not None for p in figure.panels for s in p.series)
+    entries = (len(labels) if named else 0) + (1 if banded else 0)
+    ncol = 2 if entries > 3 else 1
+    legend_rows = math.ceil(entries / ncol)
+    fig = new_figure((6.2 * cols, 4.6 + 0.22 * legend_rows))
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(1, cols, squeeze=False)
     handles: dict[str, Any] = {}
     for ax, panel in zip(axes[0], figure.panels):
         for label, line in _draw_panel(ax, panel).items():
             handles.setdefault(label, line)
-    if legend_rows:
-        # One legend for the figure, under the panels: both panels share the lines.
+    shown = {k: handles[k] for k in (labels if named else []) if k in handles}
+    if BAND_LABEL in handles:  # last, in grey: every line's band, not the first line's
+        from matplotlib.patches import Patch
+
+        shown[BAND_LABEL] = Patch(facecolor="0.5", alpha=0.3, linewidth=0)
+    if shown:
         fig.legend(
-            list(handles.values()),
-            list(handles),
-            loc="lower center",
+            list(shown.values()),
+            list(shown),
+            loc="outside lower center",
             fontsize=8,
             frameon=False,
             ncol=ncol,
         )
-        fig.subplots_adjust(bottom=(0.22 * legend_rows + 0.9) / height)
     fig.suptitle(textwrap.fill(figure.title, int(fig.get_figwidth() * 11)), fontsize=11)
-    if len({s.label for p in figure.panels for s in p.series}) <= 1 and not figure.legend:
-        fig.tight_layout()
     return fig
 
 

@@ -26,7 +26,21 @@ DTYPES: dict[str, int] = {
     "uint8": 1,
 }
 """`--dtype` names and their element sizes in bytes."""
+DTYPE_ALIASES: dict[str, str] = {
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32",
+    "fp64": "float64",
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+}
+"""Other names `--dtype` takes, as nccl-tests (`-d half`, `float`, `double`) and mixed-precision
+configs (`fp16`, `bf16`) spell them: read as the name they stand for, which is the one a run
+stores, so that `fp16` and `float16` runs stay one series."""
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
+ALL = "all"
+"""`--dtype all`, `--reduce-op all` (nccl-tests' `-d all`, `-o all`): every name there is."""
 BACKENDS = ("nccl", "gloo")
 """torch.distributed backends commbench runs (`--backend`)."""
 DEVICES = ("cuda", "cpu")

@@ -201,6 +201,7 @@ _SETTINGS_FIELDS: dict[str, Conv[Any]] = {
     "dtype": one_of(ROW_DTYPES),
     "dtypes": list_of(one_of(DTYPES), max_items=_LIST),
     "reduce_op": one_of((*REDUCE_OPS, *IMPORTED_REDUCE_OPS)),
+    "reduce_ops": list_of(one_of(REDUCE_OPS), max_items=_LIST),
     "warmup": integer_in(0, MAX_ITERATIONS),
     "iters": integer_in(1, MAX_ITERATIONS),
     "min_iters": integer_in(1, MAX_ITERATIONS),

@@ -38,8 +38,8 @@ class Verdict:
         return self.status is RunStatus.COMPLETE
 
     def error(self) -> CommbenchError | None:
-        """The error the CLI exits with (exit 1 or 130); None for a run that passed and was
-        not asked to stop."""
+        """The error the CLI exits with (exit 1; 130 or 143 as the stop signal was Ctrl-C or
+        SIGTERM); None for a run that passed and was not asked to stop."""
         if self.status is RunStatus.INTERRUPTED or (self.stopped and self.passed):
             return Interrupted(self.message or "interrupted")
         if not self.passed:

@@ -249,11 +249,33 @@ def _sizes(value: Any, path: str) -> Sizes:
 
 
 def _dtypes(value: Any, path: str) -> list[str]:
+    """`all`, a name or a list of them (a comma list or YAML's), each an alias (`bf16`) or
+    the name it stands for, as `--dtype` takes them: the names the runs are made with."""
     from commbench.collectives.specs import DTYPES
+    from commbench.results.names import DTYPE_ALIASES
 
     if isinstance(value, str):
-        value = [value]
+        value = ",".join(DTYPE_ALIASES.get(v.strip(), v.strip()) for v in value.split(","))
+    elif isinstance(value, list):
+        value = [DTYPE_ALIASES.get(v, v) if isinstance(v, str) else v for v in value]
     return _names(list(DTYPES), "dtypes")(value, path)
+
+
+def _reduce_ops(value: Any, path: str) -> str:
+    """A reduce op, a comma list of them or `all`, as `--reduce-op` takes it; kept as
+    written (suite.json says what the file said), each run parses it as the command does."""
+    from commbench.collectives.settings import parse_reduce_ops
+    from commbench.collectives.specs import REDUCE_OPS
+
+    text = _str(value, path)
+    try:
+        names = parse_reduce_ops(text)
+    except UserError as exc:
+        raise _Invalid(path, str(exc)) from None
+    for name in names:
+        if name not in REDUCE_OPS:
+            raise _Invalid(path, f"expected one of {', '.join(REDUCE_OPS)} or all, got {name!r}")
+    return text
 
 
 def _timing(section: _Section) -> Timing:
@@ -285,6 +307,7 @@ class CollectivesSection:
     dtypes: list[str] = field(default_factory=lambda: ["float32"])
     """One run per dtype."""
     reduce_op: str = "sum"
+    """A reduce op, a comma list or `all` (`--reduce-op`): one run measures each."""
     in_place: bool | str = False
     """true, false or "both"."""
     check: bool = True
@@ -359,7 +382,7 @@ def _default_dtypes() -> list[str]:
 
 
 def _collectives(value: Any) -> CollectivesSection:
-    from commbench.collectives.specs import OPS, REDUCE_OPS
+    from commbench.collectives.specs import OPS
 
     s = _Section(_section_data(value), "collectives")
     ops = s.option(CollectivesRequest, "ops", _names(list(OPS), "ops"))
@@ -368,7 +391,7 @@ def _collectives(value: Any) -> CollectivesSection:
         ops=list(OPS) if ops is None else ops,
         sizes=_section_sizes(s),
         dtypes=s.take("dtypes", _dtypes, _default_dtypes()),
-        reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
+        reduce_op=s.option(CollectivesRequest, "reduce_op", _reduce_ops),
         in_place=_suite_in_place(s.option(CollectivesRequest, "in_place", _in_place)),
         check=s.option(CollectivesRequest, "check", _bool),
         timing=_timing(s),
@@ -386,8 +409,6 @@ def _strategy_names() -> list[str] | None:
 
 
 def _strategies(value: Any) -> StrategiesSection:
-    from commbench.collectives.specs import REDUCE_OPS
-
     known = _strategy_names()
     s = _Section(_section_data(value), "strategies")
     out = StrategiesSection(
@@ -395,7 +416,7 @@ def _strategies(value: Any) -> StrategiesSection:
         names=s.take("names", _names(known, "strategies"), list(known or ["all"])),
         sizes=_section_sizes(s),
         dtypes=s.take("dtypes", _dtypes, _default_dtypes()),
-        reduce_op=s.option(CollectivesRequest, "reduce_op", _choice(*REDUCE_OPS)),
+        reduce_op=s.option(CollectivesRequest, "reduce_op", _reduce_ops),
         timing=_timing(s),
     )
     s.done()

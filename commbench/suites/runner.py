@@ -122,8 +122,9 @@ def _collectives_settings(
     in_place: bool | str = False,
     check: bool = True,
 ) -> Any:
-    from commbench.collectives.settings import build_settings, in_place_choice
+    from commbench.collectives.settings import build_settings, in_place_choice, parse_reduce_ops
 
+    reduce_ops = parse_reduce_ops(reduce_op)  # one, a comma list or all, as --reduce-op
     return build_settings(
         machine,
         timing,
@@ -131,7 +132,8 @@ def _collectives_settings(
         strategies=strategies,
         sizes=sizes,
         dtype=dtype,
-        reduce_op=reduce_op,
+        reduce_op=reduce_ops[0],
+        reduce_ops=reduce_ops,
         in_place=in_place_choice(in_place),
         check=check,
     )
