@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from commbench.launch import procs
+from commbench.processes import RUN_MARKER
 
 pytestmark = pytest.mark.integration
 
@@ -106,19 +107,21 @@ MOMENTS: dict[str, Callable[[list[subprocess.Popen[str]], Path], bool]] = {
 }
 
 
-def _send(nodes: list[subprocess.Popen[str]], sig: int, whole_job: bool) -> set[int]:
-    """`sig` to each node's process group and, `whole_job`, to every process of the job as
-    SLURM does (torchrun and the workers run in sessions of their own, out of the group):
-    the pids signalled."""
-    everyone = {p.pid for p in nodes}
-    if whole_job:
-        for p in nodes:
-            everyone |= procs.descendants(p.pid)
+def _job(nodes: list[subprocess.Popen[str]]) -> set[int]:
+    """Every process of the job now: each node's commbench and all it started."""
+    job = {p.pid for p in nodes}
+    for p in nodes:
+        job |= procs.descendants(p.pid)
+    return job
+
+
+def _send(nodes: list[subprocess.Popen[str]], job: set[int], sig: int, whole_job: bool) -> None:
+    """`sig` to each node's process group and, `whole_job`, to every process of the `job` as
+    SLURM does (torchrun and the workers run in sessions of their own, out of the group)."""
     for p in nodes:
         os.killpg(p.pid, sig)
     if whole_job:
-        procs.signal_all(everyone - {p.pid for p in nodes}, sig)
-    return everyone
+        procs.signal_all(job - {p.pid for p in nodes}, sig)
 
 
 def _final(run_dir: Path) -> dict[str, Any]:
@@ -143,12 +146,14 @@ def _stopped_run(
     final files."""
     out = tmp_path / "out"
     nodes = [_start(port, node, out) for node in (0, 1)]
+    job = {p.pid for p in nodes}
     try:
         _wait_for(lambda: MOMENTS[moment](nodes, out), nodes)
-        signalled = _send(nodes, sig, whole_job)
+        job = _job(nodes)
+        _send(nodes, job, sig, whole_job)
         sent = time.monotonic()
         errs = [p.communicate(timeout=120)[1] for p in nodes]
-        while any(procs.alive(pid) for pid in signalled) and time.monotonic() - sent < 60:
+        while any(procs.alive(pid) for pid in job) and time.monotonic() - sent < 60:
             time.sleep(0.01)
         took = time.monotonic() - sent
     finally:
@@ -156,11 +161,14 @@ def _stopped_run(
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        procs.signal_all({pid for pid in job if procs.alive(pid)}, signal.SIGKILL)
     finals = []
     for node in (0, 1):
         run_dir = _run_dir(out, node)
         assert run_dir is not None, errs[node]
         finals.append(_final(run_dir))
+        # a worker torchrun started after the signal is no descendant seen above: its marker
+        assert not procs.marked(RUN_MARKER, str(run_dir.resolve())), node
     print(f"{moment} {signal.Signals(sig).name} whole_job={whole_job}: final in {took:.2f} s")
     return nodes, errs, took, finals
 
