@@ -40,12 +40,29 @@ def record_argv(trace: Path, job: list[str]) -> list[str]:
     return [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--", *job]
 
 
+TORCH_EXIT_ABORT = "terminate called without an active exception"
+
+
 def run_record(
     trace: Path, job: list[str], timeout: float = TIMEOUT, **kw: object
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # type: ignore[call-overload]
-        record_argv(trace, job), capture_output=True, text=True, timeout=timeout, **kw
-    )
+    """`commbench record` of `job`. Run again, once, only when torch itself aborted at exit:
+    every rank's program ran to its end and closed its file (record says "failed at exit")
+    and a worker then died in torch's teardown. A plain torchrun of the suite's jobs does so
+    about once in 130 runs on a loaded machine (benchmarks/exit_aborts.py, issue 43); the
+    recording is not the cause (record's own threads are joined before finalization, and
+    record-only aborts measured 0) and the test would otherwise fail on torch's bug."""
+    for attempt in range(2):
+        if attempt:
+            shutil.rmtree(trace, ignore_errors=True)
+        done = subprocess.run(  # type: ignore[call-overload]
+            record_argv(trace, job), capture_output=True, text=True, timeout=timeout, **kw
+        )
+        torch_aborted = TORCH_EXIT_ABORT in done.stderr and "failed at exit" in done.stderr
+        if done.returncode == 0 or not torch_aborted:
+            break
+        print(f"torch aborted at exit after every rank ended; run again: {done.stderr[-500:]}")
+    return done  # type: ignore[no-any-return]
 
 
 def torchrun(port: int, nproc: int = 2) -> list[str]:
