@@ -34,7 +34,7 @@ CLASSES: dict[str, list[str]] = {
     "ddp": ["ddp_mlp.py"],
     "tp_dtensor": ["tp_dtensor_job.py"],
 }
-ABORT_MARKS = ("terminate called", "Signal 6 (SIGABRT)", "exitcode  : -6", "SIGABRT")
+ABORT_MARKS = ("terminate called", "SIGABRT", "exitcode  : -6")
 
 
 def free_port() -> int:

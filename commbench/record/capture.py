@@ -323,9 +323,6 @@ class Capture:
         self.failed: str | None = None
         self.calls = 0
         self.unfinished = 0
-        self.in_flight_at_exit = 0
-        """Threads of ours still inside a Work's wait after `close` (one that keeps to no
-        slice and never completed): said in the rank's meta file."""
         self.stepped = False
         """Rank 0 wrote its optimizer's parameters (`parameters.json`, at its first step)."""
         self.ops = {name: _Op(name) for name in c10d_ops() if hasattr(torch.ops.c10d, name)}
@@ -855,9 +852,9 @@ class Capture:
         # (commbench/completion.py): each is stopped and joined; the Works it held dropped
         with contextlib.suppress(Exception):
             self.polled.close()
-            self.in_flight_at_exit = self.completions.close(CLOSE_DRAIN_S)
+            self.completions.close(CLOSE_DRAIN_S)
             if self.cuda is not None:
-                self.in_flight_at_exit += self.cuda.close(CLOSE_DRAIN_S)
+                self.cuda.close(CLOSE_DRAIN_S)
         with self.lock:
             while self.pending:
                 self._write(self.pending.popleft())
