@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.completion import Completions, PolledCompletions
+from commbench.completion import Completions, PolledCompletions, wait_slice
 from commbench.traces.trace import read_trace
 from tests.test_record import JOBS, record
 
@@ -189,6 +189,32 @@ def test_completions_stamp_each_work_when_it_completes_in_its_group() -> None:
     assert stamps["a"] is not None and stamps["a"] >= before
     assert stamps["c"] is None  # a failed Work: no completion time
     assert a.waits == 1 and b.waits == 1
+    completions.close()
+
+
+class _CompletesAtTheSliceEnd(_Work):
+    """A Work that completes just as a slice of waiting times out: its wait raises "timed
+    out", and it is complete by the time anyone looks (the race CI hit: the stamp was
+    recorded as a failure)."""
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        if timeout is not None and not self.event.is_set():
+            self.event.wait(timeout.total_seconds())
+            self.complete()
+            raise RuntimeError("Operation timed out!")
+        return super().wait(timeout)
+
+
+def test_a_work_that_completes_as_its_slice_ends_is_stamped_not_failed() -> None:
+    assert wait_slice(_CompletesAtTheSliceEnd(), 0.01) is True
+    stamps: dict[str, int | None] = {}
+    completions: Completions[str] = Completions(stamps.__setitem__, clock=time.monotonic_ns)
+    completions.watch("g", _CompletesAtTheSliceEnd(), "late")
+    failing = _CompletesAtTheSliceEnd(fails=True)
+    completions.watch("g", failing, "failed")
+    assert completions.drain(timeout=5)
+    assert stamps["late"] is not None
+    assert stamps["failed"] is None  # its own error still counts as a failure
     completions.close()
 
 
