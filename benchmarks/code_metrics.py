@@ -5,7 +5,8 @@ before and after each step, from the code's own syntax trees (stdlib only):
 * the longest functions (def to its last line, nested bodies included);
 * circles: import cycles between the modules of one package, and between packages. An
   import anywhere in a module counts (at the top or inside a function: both make the two
-  modules need each other), except under `if TYPE_CHECKING:`, which never runs;
+  modules need each other), and so does one under `if TYPE_CHECKING:` (issue 44: it never
+  runs, but a reader must hold the loop in mind all the same);
 * `.get("...")` reads: `X.get(<string literal>, ...)` calls, the untyped reads of parsed
   JSON, leaving out environment lookups (a receiver named `environ` or `*env*`);
 * declarations per option: for every option of every command (the real Typer app), the
@@ -74,12 +75,13 @@ def _walk_runtime(tree: ast.AST) -> Iterator[ast.AST]:
             stack.append(child)
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that module `name` imports at run time."""
+def imports_of(name: str, path: Path, known: set[str], *, type_checking: bool = True) -> set[str]:
+    """The modules of `known` that module `name` imports: at run time, and under `if
+    TYPE_CHECKING:` too unless `type_checking` is False."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in _walk_runtime(tree):
+    for node in ast.walk(tree) if type_checking else _walk_runtime(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found.add(alias.name)
@@ -96,10 +98,14 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
+def import_graph(package_dir: Path, *, type_checking: bool = True) -> dict[str, set[str]]:
+    """Each module's imports of the package's modules (`imports_of`)."""
     mods = modules(package_dir)
     known = set(mods)
-    return {name: imports_of(name, path, known) for name, path in mods.items()}
+    return {
+        name: imports_of(name, path, known, type_checking=type_checking)
+        for name, path in mods.items()
+    }
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
