@@ -41,9 +41,12 @@ deps:
 		--per-rule-ignores DEP001=param_bench
 
 # docs/cli.md, the reference of every command and option, made from their declarations
-# (tests/test_options.py fails while it is stale).
+# (tests/test_options.py fails while it is stale), and docs/collectives.md's op table, made
+# from the ops' (tests/test_docs.py fails while it is stale).
 docs:
 	$(PYTHON) -m commbench.cli.reference > docs/cli.md
+	$(PYTHON) -m commbench.cli.reference --synopses docs
+	$(PYTHON) -m commbench.collectives.table docs/collectives.md
 
 bench: install
 	$(PYTHON) benchmarks/harness_overhead.py

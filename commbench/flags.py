@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from commbench.formats import Writes, choices, help_text
 from commbench.options import flag
 
 WARMUP = flag("--warmup", type=int)
@@ -32,7 +32,8 @@ ALLOW_MISMATCH = flag("--allow-mismatch", type=bool)
 OUT = flag("--out", "-o", type=Path)
 """Where a command writes: a parent directory for a new run, a file instead of stdout."""
 FORMAT = flag("--format", "-f")
-"""How a command prints (each command's choices are its own Enum)."""
+"""How a command prints (its choices: the formats of `formats.FORMATS` that write what it
+prints, `Output`)."""
 BASELINE = flag("--baseline", type=Path)
 """What a run is compared with: a run, a suite or an expectations file."""
 HISTORY = flag("--history", type=str, metavar="DB")
@@ -63,18 +64,26 @@ DEVICE = flag("--device", type=str, metavar="cuda|cpu")
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """The output option of a command that prints (`--format`, declared once as FORMAT):
-    the formats it prints (its Enum: each command's choices), its default (the first) and
-    its help. `options.command(record, output.parameter())` gives the body its `fmt`."""
+    """The output option of a command that prints (`--format`, declared once as FORMAT): what
+    it prints (`formats.Writes`), whose formats in the registry (`formats.FORMATS`) are its
+    choices, the first its default, and the words around their list in its help.
+    `options.command(record, output.parameter())` gives the body its `fmt` (a
+    `formats.Choice`)."""
 
-    formats: type[Enum]
-    help: str
+    writes: Writes
+    lead: str = "Output format"
+    """Before the list of formats (`Output format on stdout: table, csv, json or md.`)."""
+    tail: str = ""
+    """After it."""
 
     def parameter(self) -> inspect.Parameter:
-        default: Any = next(iter(self.formats))
+        """Read off the registry now, as the command is declared: a format registered before
+        gives the command one more choice."""
+        formats = choices(self.writes)
+        default: Any = next(iter(formats))
         return inspect.Parameter(
             "fmt",
             inspect.Parameter.KEYWORD_ONLY,
-            default=FORMAT.option(default, help=self.help),
-            annotation=self.formats,
+            default=FORMAT.option(default, help=help_text(self.writes, self.lead, self.tail)),
+            annotation=formats,
         )

@@ -7,8 +7,8 @@ Numbers read best right-aligned and words left-aligned, so a table names its wor
 A command's output is a `Document`: the blocks a person reads (titled tables and notes) and
 the records a tool reads (CSV columns, a JSON value). A renderer returns one and never asks
 which format it is for; each format is one writer of documents (`text_document`,
-`markdown_document`, `csv_document`, `json_document`), which `results.exporters.FORMATS`
-names.
+`markdown_document`, `csv_document`, `json_document`), which the format registry
+(`commbench.formats.FORMATS`) names.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commbench.escape import csv_line, markdown_text
+from commbench.escape import csv_line, markdown_text, visible
 from commbench.files import dump_json
 
 
@@ -154,15 +154,25 @@ def _lines(
 
 
 def text_document(doc: Document) -> str:
-    """For a terminal: `# title`, the padded table, the notes as they are, the headline last."""
+    """For a terminal: `# title`, the padded table, the notes as they are, the headline last.
+    Every string keeps to its line: a line break or control in it is written as its escape
+    (`escape.visible`), as a terminal or a log reader would otherwise break or act on it."""
     if doc.parts:
-        return "\n".join(f"=== {name} ===\n{text_document(part)}" for name, part in doc.parts)
+        return "\n".join(
+            f"=== {visible(name)} ===\n{text_document(part)}" for name, part in doc.parts
+        )
+
+    def table(t: TitledTable) -> list[str]:
+        rows = [[visible(str(c)) for c in row] for row in t.rows]
+        headers = [visible(h) for h in t.headers]
+        return [f"# {visible(t.title)}", *text_table(headers, rows, left=t.left)]
+
     return _lines(
         doc,
-        lambda t: [f"# {t.title}", *text_table(t.headers, t.rows, left=t.left)],
-        lambda n, line: line,
+        table,
+        lambda n, line: visible(line),
         lambda h: [],
-        lambda h: [*h.details, h.text],
+        lambda h: [*map(visible, h.details), visible(h.text)],
     )
 
 
@@ -193,7 +203,10 @@ def markdown_document(doc: Document) -> str:
 
 
 def csv_document(doc: Document) -> str:
-    """The records under their columns (a missing key an empty field, others dropped)."""
+    """The records under their columns, the one CSV writer of every commbench file: each
+    field through `escape.csv_field` (None and non-finite numbers an empty cell, as they are
+    null in JSON; a field quoted where it holds a comma, a quote or a line break of any
+    reader's); a missing key is an empty field, an unknown one dropped."""
     if not doc.columns:
         return ""
     return csv_line(doc.columns) + "".join(

@@ -48,7 +48,7 @@ from commbench.escape import (
 from commbench.launch.slurm import TIME_GRAMMAR, parse_time
 from commbench.report.blocks import Bullets, Contents, Heading, Image, Para, Pre, Table
 from commbench.report.writers import to_html, to_markdown
-from commbench.results.exporters import dicts_to_csv
+from commbench.tables import Document, csv_document
 
 IMAGE = "ghcr.io/acme/commbench:0.1"
 GOLDEN = Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a"
@@ -557,7 +557,9 @@ def test_the_report_of_a_hostile_run_json_has_no_line_of_its_own(tmp_path: Path,
 
 def test_csv_reads_back_every_field_as_given() -> None:
     values: list[Any] = [*HOSTILE, 1, 2.5, True, None, float("nan")]
-    written = dicts_to_csv([{"a": v, "b": "x"} for v in values], ["a", "b"])
+    written = csv_document(
+        Document(records=[{"a": v, "b": "x"} for v in values], columns=["a", "b"])
+    )
     rows = list(csv.reader(io.StringIO(written, newline="")))
     assert rows[0] == ["a", "b"] and len(rows) == len(values) + 1
     expected = [str(v) if v is not None and v == v else "" for v in values]
@@ -616,3 +618,120 @@ def test_a_diagnosis_shows_any_host_name_as_text(text: str) -> None:
     assert case.get("name") == legal
     (failure,) = case
     assert failure.text == f"{legal}\nfixed" and failure.get("message") == f"degraded: {legal}"
+
+
+# -- every registered format over the hostile strings (issue 44) ------------------------------
+
+
+def hostile_sample(what: Any, text: str, tmp: Path) -> tuple[Any, ...]:
+    """What a writer of `what` takes, with `text` in every free-text place it has."""
+    from dataclasses import replace
+
+    from commbench.formats import Writes
+    from commbench.report.options import Images
+    from commbench.tables import Headline, Notes, TitledTable
+
+    if what is Writes.TABLES:
+        doc = Document(
+            [TitledTable(text, [text, "n"], [[text, "1"]]), Notes([text])],
+            records=[{"a": text, "n": 1}],
+            columns=["a", "n"],
+            data={"a": text},
+            headline=Headline(text, [text]),
+        )
+        return (doc,)
+    if what is Writes.DIAGNOSIS:
+        return (diagnosis_of(text or "h"),)
+    if what is Writes.TOPOLOGY:
+        from commbench.topology import load_snapshot
+
+        snapshot = load_snapshot(Path(__file__).parent / "fixtures/p2p/snapshot_puzzle8.json")
+        return (replace(snapshot, warnings=[text]),)
+    if what is Writes.REPORT:
+        return (blocks_of(text), Images.none, "f")
+    from commbench.report.export import ExportSource
+    from commbench.results.runs import load_run
+
+    run = hostile_run(tmp / str(len(list(tmp.iterdir()))), text)
+    record = json.loads((run / "run.json").read_text())
+    record["context"]["host"] = text  # a label of every exported run
+    (run / "run.json").write_text(json.dumps(record))
+    return (ExportSource(load_run(run)),)
+
+
+def no_line_of_its_own(text: str, written: str) -> None:
+    """A line format: the string adds no line, by any reader's idea of a line."""
+    assert written.splitlines() == written.split("\n")[: len(written.splitlines())]
+
+
+def valid_json(text: str, written: str) -> None:
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    json.loads(written, parse_constant=refuse)
+    no_line_of_its_own(text, written)
+
+
+def valid_csv(text: str, written: str) -> None:
+    rows = list(csv.reader(io.StringIO(written, newline="")))
+    if rows and rows[0] == ["a", "n"]:  # a table document's records
+        assert rows[1] == [text, "1"]
+
+
+def valid_xml(text: str, written: str) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    ElementTree.fromstring(written)  # XML's own line ends are its reader's, not lines
+
+
+def valid_html(text: str, written: str) -> None:
+    parser, plain = Tags(), Tags()
+    parser.feed(written)
+    from commbench.report.options import Images
+
+    plain.feed(to_html(blocks_of("plain"), Images.none, "f").text)
+    assert parser.tags == plain.tags
+
+
+def valid_markdown(text: str, written: str) -> None:
+    assert not any(t.type.startswith("html") for t in MARKDOWN.parse(written))
+    no_line_of_its_own(text, written)
+
+
+VALID = {
+    "json": valid_json,
+    "nccl-tests-json": valid_json,
+    "csv": valid_csv,
+    "junit": valid_xml,
+    "html": valid_html,
+    "md": valid_markdown,
+}
+"""What each format's reader needs of it; any other is a line format (`no_line_of_its_own`)."""
+
+
+def every_writer() -> list[tuple[str, Any]]:
+    from commbench.formats import FORMATS
+
+    return [(name, what) for name, f in FORMATS.items() for what in f.writers]
+
+
+@pytest.mark.parametrize(("fmt", "what"), every_writer(), ids=lambda v: str(getattr(v, "value", v)))
+def test_every_format_writes_any_string_as_its_reader_takes_it(
+    fmt: str, what: Any, tmp_path: Path
+) -> None:
+    """Every registered format's writer of each thing it writes, over the hostile strings:
+    strict JSON parses, CSV reads back the cell as given, XML parses, HTML and markdown have no
+    element of the string's own, and no line format gets a line from it. A writer may refuse a
+    string (a `UserError`: one line, exit 2); it may not write it wrong."""
+    from commbench.formats import Writes, write
+
+    texts = HOSTILE if what in (Writes.TABLES, Writes.DIAGNOSIS) else HOSTILE[::3]
+    check = VALID.get(fmt, no_line_of_its_own)
+    for text in texts:
+        try:
+            written = write(what, fmt, *hostile_sample(what, text, tmp_path))
+        except UserError:
+            continue
+        if what is Writes.REPORT:
+            written = written.text
+        check(text, written)

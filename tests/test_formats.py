@@ -6,19 +6,20 @@ from __future__ import annotations
 import typer
 
 from commbench.cli import app
-from commbench.report.export import EXPORTS, ExportFormat, formats_help
+from commbench.formats import Writes, help_text, names
+from commbench.report.options import ExportFormat
 
 
 def test_every_export_format_has_one_registry_entry_and_its_help_comes_from_it() -> None:
-    assert list(EXPORTS) == list(ExportFormat)
-    assert formats_help() == (
+    assert [f.value for f in ExportFormat] == names(Writes.EXPORT)
+    assert help_text(Writes.EXPORT) == (
         "openmetrics (text format 1.0.0), prometheus (text format 0.0.4) or "
         "nccl-tests-json (nccl-tests' -J file, version 3)."
     )
     group = typer.main.get_command(app)
     export = group.commands["export"]  # type: ignore[attr-defined]
     (fmt,) = [p for p in export.params if p.name == "fmt"]
-    assert fmt.help == formats_help()
+    assert fmt.help == help_text(Writes.EXPORT)
 
 
 def test_every_format_option_is_spelled_the_same_way() -> None:

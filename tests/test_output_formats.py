@@ -1,18 +1,30 @@
-"""Issue 36, item 3: a table format is one writer and one registry line. Every renderer
-returns a `tables.Document` and never asks which format it is for, so a format registered
-here, in-process, writes every command's output (rows, strategies, the model, p2p, the gate)."""
+"""Issue 36, item 3, and issue 44: a format is one entry of one registry
+(`commbench.formats.FORMATS`) and one writer. Every renderer returns a `tables.Document` and
+never asks which format it is for, so a format registered here, in-process, writes every
+command's output (rows, strategies, the model, p2p, the gate); and every command whose
+output it can write (`formats.Writes`) takes it as a `--format` choice, named in its help."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 import commbench.api
+from commbench import formats
+from commbench.cli import _COMMANDS
+from commbench.cli.reference import with_synopses
 from commbench.compare import GateSettings, compare_runs
+from commbench.formats import FORMATS, OutputFormat, Writer, Writes
 from commbench.p2p.render import render_expectations, render_rows
 from commbench.report.comparison import render, render_many
-from commbench.results.exporters import FORMATS, Format, Writer, export, write
+from commbench.results.exporters import Format, export, write
 from commbench.results.runs import load_run
 from commbench.strategies.model import Params, predict
 from commbench.strategies.report import render_comparison, render_predictions
@@ -45,7 +57,9 @@ def tsv(doc: Document) -> str:
 @pytest.fixture
 def tsv_format(monkeypatch: pytest.MonkeyPatch) -> str:
     """The new format: one entry of the registry, nothing else."""
-    monkeypatch.setitem(FORMATS, "tsv", Writer(tsv, human=True))
+    monkeypatch.setitem(
+        FORMATS, "tsv", OutputFormat("tsv", {Writes.TABLES: Writer(tsv)}, human=True)
+    )
     return "tsv"
 
 
@@ -82,6 +96,125 @@ def test_every_format_writes_through_its_registry_entry() -> None:
     """The shipped formats take the same path: a renderer's output is the registry's writer
     of its document."""
     doc = Document([TitledTable("t", ["a", "b"], [["1", "2"]])], columns=["a"], data=[1])
+    assert [f.value for f in Format] == formats.names(Writes.TABLES)
     for fmt in Format:
-        assert write(doc, fmt) == FORMATS[fmt].document(doc)
-        assert write(doc, fmt.value) == FORMATS[fmt].document(doc)
+        expected = FORMATS[fmt.value].writers[Writes.TABLES].function()(doc)
+        assert write(doc, fmt) == expected
+        assert write(doc, fmt.value) == expected
+
+
+# -- every command's --format, from the registry ------------------------------------------------
+
+
+def fresh_app() -> typer.Typer:
+    """The commands declared again, as `commbench.cli` declares them at import: each reads the
+    registry as it is now. Each command's module runs afresh, as a copy of its own (history
+    declares its subcommands as its module runs), and `commbench.cli` is left as it was."""
+    app = typer.Typer()
+    for name in _COMMANDS:
+        spec = importlib.util.find_spec(f"commbench.cli.{name}")
+        assert spec is not None and spec.loader is not None
+        copy = importlib.util.spec_from_file_location(f"_fresh_{name}", spec.origin)
+        assert copy is not None and copy.loader is not None
+        module = importlib.util.module_from_spec(copy)
+        sys.modules[copy.name] = module  # its dataclasses look their module up
+        try:
+            copy.loader.exec_module(module)
+        finally:
+            del sys.modules[copy.name]
+        module.register(app)
+    return app
+
+
+def format_options(app: typer.Typer) -> dict[str, Any]:
+    """Every command's (and subcommand's) `--format` option, by its command line."""
+    found: dict[str, Any] = {}
+
+    def walk(command: Any, path: str) -> None:
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {sub_name}".strip())
+        for param in getattr(command, "params", []):
+            if param.name == "fmt":
+                found[path] = param
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def choices_of(param: Any) -> list[str]:
+    """An option's choices: the values of the Enum it takes."""
+    return [member.value for member in param.type_descriptor.annotation]
+
+
+PRINTS = {
+    "collectives": Writes.TABLES,
+    "compare": Writes.TABLES,
+    "model": Writes.TABLES,
+    "p2p": Writes.TABLES,
+    "run": Writes.TABLES,
+    "history list": Writes.TABLES,
+    "history show": Writes.TABLES,
+    "history changes": Writes.TABLES,
+    "diagnose": Writes.DIAGNOSIS,
+    "topo": Writes.TOPOLOGY,
+    "report": Writes.REPORT,
+    "export": Writes.EXPORT,
+}
+"""What each command that takes `--format` prints: its choices are the formats that write it."""
+
+
+def test_every_command_s_format_choices_and_help_come_from_the_registry() -> None:
+    options = format_options(fresh_app())
+    assert set(options) == set(PRINTS)
+    for command, param in options.items():
+        choices = formats.names(PRINTS[command])
+        assert choices_of(param) == choices, command
+        assert getattr(param.default, "value", param.default) == choices[0], command
+        assert all(name in param.help for name in choices), command
+
+
+def tsv_topology(snapshot: Any) -> str:
+    return "\t".join(["host", str(snapshot.host.hostname)]) + "\n"
+
+
+def tsv_diagnosis(diagnosis: Any) -> str:
+    return "".join(f"{n.host}\t{n.verdict}\n" for n in diagnosis.nodes)
+
+
+def test_a_new_format_reaches_every_command_that_prints_what_it_writes(
+    monkeypatch: pytest.MonkeyPatch, tsv_format: str
+) -> None:
+    """tsv writes table documents: every command that prints them takes it; diagnose, topo,
+    report and export print something else, and do not, until the entry says it writes theirs."""
+    options = format_options(fresh_app())
+    takes = {command for command, param in options.items() if "tsv" in choices_of(param)}
+    assert takes == {c for c, what in PRINTS.items() if what is Writes.TABLES}
+    assert "tsv" in options["compare"].help
+    result = CliRunner().invoke(fresh_app(), ["compare", str(GOLDEN), str(GOLDEN), "-f", "tsv"])
+    assert result.exit_code == 0, result.output
+    assert "size\tbaseline\tnew\t" in result.stdout
+
+    writers = {
+        Writes.TABLES: Writer(tsv),
+        Writes.TOPOLOGY: Writer(tsv_topology),
+        Writes.DIAGNOSIS: Writer(tsv_diagnosis),
+    }
+    monkeypatch.setitem(FORMATS, "tsv", OutputFormat("tsv", writers, human=True))
+    options = format_options(fresh_app())
+    assert "tsv" in choices_of(options["topo"]) and "tsv" in choices_of(options["diagnose"])
+    result = CliRunner().invoke(fresh_app(), ["topo", "--from", str(PUZZLE), "-f", "tsv"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("host\t")
+
+
+def test_the_docs_synopses_list_the_registry_s_formats() -> None:
+    """Every `--format a|b|c` in a code block of docs/ is its command's choices, written by
+    `make docs` (`reference.with_synopses`); a format registered in-process reaches them too."""
+    docs = Path(__file__).parents[1] / "docs"
+    for page in docs.glob("*.md"):
+        text = page.read_text()
+        assert with_synopses(text) == text, f"{page.name}: stale synopsis, run `make docs`"
+    synopsis = (docs / "collectives.md").read_text()
+    assert f"[--format {'|'.join(formats.names(Writes.TABLES))}]" in synopsis
+    choices = {"collectives": [*formats.names(Writes.TABLES), "tsv"]}
+    assert "[--format table|csv|json|md|tsv]" in with_synopses(synopsis, choices)

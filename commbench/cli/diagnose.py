@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -16,22 +15,16 @@ from commbench.cli._common import (
     verb_command,
 )
 from commbench.flags import Output
+from commbench.formats import Choice, Writes
 from commbench.options import values
 
 if TYPE_CHECKING:
     from commbench.diagnose.run import Diagnosis
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    md = "md"
-    junit = "junit"
-
-
 def register(app: typer.Typer) -> None:
-    @verb_command(app, "diagnose", DiagnoseRun, output=Output(Format, "table, json, md or junit."))
-    def diagnose(request: DiagnoseRun, fmt: Format) -> None:
+    @verb_command(app, "diagnose", DiagnoseRun, output=Output(Writes.DIAGNOSIS, lead=""))
+    def diagnose(request: DiagnoseRun, fmt: Choice) -> None:
         """Find the one slow node, GPU or link: tests inside every node, then across nodes."""
         with reported_errors():
             import commbench.api
@@ -60,7 +53,7 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(diagnosis.exit_code)
 
 
-def render(diagnosis: Diagnosis, fmt: Format) -> str:
+def render(diagnosis: Diagnosis, fmt: Choice) -> str:
     from commbench.diagnose.render import render_diagnosis
 
     return render_diagnosis(diagnosis, fmt.value)

@@ -1,6 +1,8 @@
-"""docs/cli.md, the reference of every command and option, made from the declarations.
+"""docs/cli.md, the reference of every command and option, made from the declarations; and
+the `--format` lists of the synopses in docs/, from the format registry.
 
-The page is generated (`make docs`, or `python -m commbench.cli.reference > docs/cli.md`)
+The page is generated (`make docs`, or `python -m commbench.cli.reference > docs/cli.md`;
+`--synopses docs` rewrites the synopses)
 and a test compares the committed page with a fresh one, so the documented defaults and
 help cannot drift from what `--help` prints and what the API takes: all three are read from
 the same request records (`commbench.options`).
@@ -9,6 +11,9 @@ the same request records (`commbench.options`).
 from __future__ import annotations
 
 import enum
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -83,5 +88,55 @@ def reference() -> str:
     return "\n".join(lines)
 
 
+_COMMAND_LINE = re.compile(r"^(?:\$ )?commbench ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?")
+_FORMAT_LIST = re.compile(r"(--format )([a-z-]+(?:\|[a-z-]+)+)")
+
+
+def format_choices() -> dict[str, list[str]]:
+    """Every command's `--format` choices, by its full name: the format registry's formats
+    that write what it prints (`flags.Output`)."""
+    group = typer.main.get_group(app)
+    found = {}
+    for name, command in _commands(group, ""):
+        for param in command.params:
+            if param.name == "fmt":
+                annotation = param.type_descriptor.annotation
+                found[name] = [member.value for member in annotation]
+    return found
+
+
+def with_synopses(page: str, choices: dict[str, list[str]] | None = None) -> str:
+    """`page` (a markdown page of docs/) with every `--format a|b|c` in its code blocks
+    written as the choices of the command the block runs (the last `commbench NAME` line
+    above it), so a synopsis lists the formats the registry gives the command."""
+    choices = format_choices() if choices is None else choices
+    out, fenced, command = [], False, None
+    for line in page.split("\n"):
+        if line.startswith("```"):
+            fenced, command = not fenced, None
+        elif fenced:
+            match = _COMMAND_LINE.match(line)
+            if match:
+                two = f"{match.group(1)} {match.group(2)}"
+                command = two if two in choices else match.group(1)
+            if command in choices:
+                line = _FORMAT_LIST.sub(r"\g<1>" + "|".join(choices[command]), line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def write_synopses(docs: Path) -> None:
+    """`make docs`: every page of `docs` but this reference, its synopses rewritten."""
+    choices = format_choices()
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text()
+        fresh = with_synopses(text, choices)
+        if fresh != text:
+            page.write_text(fresh)
+
+
 if __name__ == "__main__":
-    print(reference(), end="")
+    if sys.argv[1:2] == ["--synopses"]:
+        write_synopses(Path(sys.argv[2]))
+    else:
+        print(reference(), end="")

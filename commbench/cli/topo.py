@@ -2,48 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from commbench.api import TopologyRequest
 from commbench.cli._common import reported_errors, verb_command
-from commbench.files import dump_json, write_text
+from commbench.files import write_text
 from commbench.flags import OUT, Output
+from commbench.formats import Choice, Writes, write
 from commbench.options import values
-
-if TYPE_CHECKING:
-    from commbench.topology.model import TopologySnapshot
-
-
-class Format(str, Enum):
-    """Output formats: `table` for people, `json` for the snapshot file."""
-
-    table = "table"
-    json = "json"
-
-
-def _json(snapshot: TopologySnapshot) -> str:
-    return dump_json(snapshot.to_dict())
-
-
-def _table(snapshot: TopologySnapshot) -> str:
-    from commbench.topology import render
-
-    return render(snapshot)
-
-
-FORMATS: dict[Format, Callable[[TopologySnapshot], str]] = {
-    Format.table: _table,
-    Format.json: _json,
-}
-"""topo's formats, one writer each. Not the shared document writers
-(`results.exporters.FORMATS`): the table is the machine's report (host, GPUs, the link
-matrix, pairs, NICs, each with its legend), the JSON the snapshot file `--from-snapshot`
-reads back."""
 
 
 def register(app: typer.Typer) -> None:
@@ -52,14 +20,14 @@ def register(app: typer.Typer) -> None:
         "topo",
         TopologyRequest,
         output=Output(
-            Format,
-            "table (readable) or json (the snapshot). With --out, the file gets this "
-            "format and stdout the table.",
+            Writes.TOPOLOGY,
+            lead="",
+            tail="With --out, the file gets this format and stdout the table.",
         ),
     )
     def topo(
         request: TopologyRequest,
-        fmt: Format,
+        fmt: Choice,
         out: Path | None = OUT.option(
             None,
             metavar="FILE",
@@ -75,8 +43,8 @@ def register(app: typer.Typer) -> None:
                 inputs = (request.from_snapshot, request.from_smi)
                 check_output([out], [Path(p) for p in inputs if p is not None])
             snapshot = commbench.api.load_topology(**values(request))
-            table = _table(snapshot)
-            body = FORMATS[fmt](snapshot)
+            table = write(Writes.TOPOLOGY, "table", snapshot)
+            body = write(Writes.TOPOLOGY, fmt, snapshot)
             if out is not None:
                 write_text(out, body)
                 typer.echo(table, nl=False)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from commbench.diagnose.verdict import HEALTHY, Diagnosis
-from commbench.escape import markdown_text, xml_text
+from commbench.escape import markdown_text, visible, xml_text
 from commbench.files import dump_json
 
 
@@ -27,19 +25,20 @@ def _verdict_line(diagnosis: Diagnosis) -> str:
     )
 
 
-def _table(diagnosis: Diagnosis) -> str:
-    """A node per row, its evidence one line each under the evidence column."""
-    rows = _rows(diagnosis)
+def table(diagnosis: Diagnosis) -> str:
+    """A node per row, its evidence one line each under the evidence column; a line break or
+    control in a host name or evidence (what another node sent) written as its escape."""
+    rows = [(visible(h), visible(v), [visible(e) for e in ev]) for h, v, ev in _rows(diagnosis)]
     width = max([len(h) for h, _, _ in rows] + [4])
     out = [f"{'node':<{width}}  {'verdict':<9} evidence"]
     for host, verdict, evidence in rows:
         first, *rest = evidence or ["-"]
         out.append(f"{host:<{width}}  {verdict:<9} {first}")
         out += [f"{'':<{width}}  {'':<9} {line}" for line in rest]
-    return "\n".join([*out, "", _verdict_line(diagnosis)]) + "\n"
+    return "\n".join([*out, "", visible(_verdict_line(diagnosis))]) + "\n"
 
 
-def _markdown(diagnosis: Diagnosis) -> str:
+def markdown(diagnosis: Diagnosis) -> str:
     """A node per row, its evidence lines joined by line breaks inside the cell."""
     out = ["| node | verdict | evidence |", "|---|---|---|"]
     out += [
@@ -49,11 +48,11 @@ def _markdown(diagnosis: Diagnosis) -> str:
     return "\n".join([*out, "", _verdict_line(diagnosis)]) + "\n"
 
 
-def _json(diagnosis: Diagnosis) -> str:
+def json_text(diagnosis: Diagnosis) -> str:
     return dump_json(diagnosis.to_dict())
 
 
-def _junit(diagnosis: Diagnosis) -> str:
+def junit(diagnosis: Diagnosis) -> str:
     failures = sum(n.verdict != HEALTHY for n in diagnosis.nodes)
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
@@ -75,17 +74,12 @@ def _junit(diagnosis: Diagnosis) -> str:
     return "\n".join(lines) + "\n"
 
 
-FORMATS: dict[str, Callable[[Diagnosis], str]] = {
-    "table": _table,
-    "json": _json,
-    "md": _markdown,
-    "junit": _junit,
-}
-"""diagnose's formats, one writer each. Not the shared document writers
-(`results.exporters.FORMATS`): a node's evidence is several lines in one cell (lines under
-the column on a terminal, `<br>` in markdown), which the shared tables do not hold, and JUnit
-is diagnose's alone (one test case per node for a CI dashboard)."""
-
-
 def render_diagnosis(diagnosis: Diagnosis, fmt: str) -> str:
-    return FORMATS[fmt](diagnosis)
+    """`diagnosis` in `fmt`: its writer in the format registry (`commbench.formats`), one of
+    the functions above. Not the shared document writers (`tables.Document`): a node's
+    evidence is several lines in one cell (lines under the column on a terminal, `<br>` in
+    markdown), which the shared tables do not hold, and JUnit is diagnose's alone (one test
+    case per node for a CI dashboard)."""
+    from commbench.formats import Writes, write
+
+    return write(Writes.DIAGNOSIS, fmt, diagnosis)  # type: ignore[no-any-return]

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from commbench.compare import Comparison
+from commbench.formats import Writes, write
 from commbench.report.blocks import Block, Bullets, Contents, Heading, Image, Para, Table
 from commbench.report.options import Images, ReportFormat
 from commbench.report.requests import Report, ReportRequest
 from commbench.report.sections import SECTIONS, Page, comparison_blocks, topology_blocks
-from commbench.report.writers import WRITERS, Rendered
+from commbench.report.writers import Rendered
 from commbench.results.runs import Run, Suite, load
 from commbench.topology import load_snapshot
 from commbench.version import VERSION
@@ -139,7 +140,7 @@ def build_report(
 
 def render_report(
     path: Path,
-    fmt: ReportFormat = ReportFormat.md,
+    fmt: str = "md",
     images: Images = Images.embed,
     comparisons: list[tuple[str, Comparison]] | None = None,
     folder: str = "report_files",
@@ -149,7 +150,7 @@ def render_report(
     relative to the document's directory, as the links say)."""
     images = Images(images)
     blocks = build_report(path, images, comparisons, history)
-    return WRITERS[ReportFormat(fmt)](blocks, images, folder)
+    return write(Writes.REPORT, ReportFormat(fmt), blocks, images, folder)  # type: ignore[no-any-return]
 
 
 def write_report(request: ReportRequest, compared: Compared) -> Report:
@@ -174,7 +175,7 @@ def write_report(request: ReportRequest, compared: Compared) -> Report:
     except ValueError:
         raise UserError(f"unknown report format or images: {fmt!r}, {images!r}") from None
     if chosen is None:
-        if form is ReportFormat.html:
+        if form == "html":
             chosen = Images.embed
         else:
             chosen = Images.files if out_path is not None else Images.none
@@ -208,7 +209,7 @@ def write_report(request: ReportRequest, compared: Compared) -> Report:
         settle_written(written, reads, "commbench report")
         return Report(text=rendered.text, out=out_path)
     note = None
-    if images is None and form is ReportFormat.md:
+    if images is None and form == "md":
         note = (
             "plots left out of markdown on stdout: --out FILE writes them beside it, "
             "--images embed puts them inline"

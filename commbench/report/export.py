@@ -1,37 +1,28 @@
-"""`commbench export`'s formats: one interface, chosen by `--format`.
+"""`commbench export`'s writers: one interface, chosen by `--format`.
 
 An exporter takes an `ExportSource` (the run, and what the command added to it: a diagnose
 run's verdicts, the regression gate against a baseline) and returns the text. A new format
-is a member of `ExportFormat` and an entry of `EXPORTS` (its writer, how `--help` names it,
-what it can hold); the command, the API verb, their checks and docs/cli.md take it from
-there. Light at import: `--help` reads `ExportFormat`, and the
-exporters import what they need when they run.
+is an entry of the format registry (`commbench.formats.FORMATS`) that writes `Writes.EXPORT`
+(its writer, how `--help` names it, what it can hold) and its writer here; the command, the
+API verb, their checks and docs/cli.md take it from there. The exporters import what they
+need when they run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from commbench.formats import FORMATS, Writes, names, write
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
     from commbench.diagnose.verdict import Diagnosis
     from commbench.report.requests import ExportRequest
-    from commbench.results.openmetrics import Dialect, Family
+    from commbench.results.openmetrics import Family
     from commbench.results.runs import Run
-
-
-class ExportFormat(str, Enum):
-    openmetrics = "openmetrics"
-    """The OpenMetrics text format 1.0.0 (ends with `# EOF`)."""
-    prometheus = "prometheus"
-    """Prometheus' text exposition format 0.0.4 (what node_exporter's textfile collector reads)."""
-    nccl_tests_json = "nccl-tests-json"
-    """nccl-tests' `-J` JSON file, version 3 (`importers.nccl_tests.to_nccl_tests_json`): what
-    its `tools/analyze_perf_json.py` reads, and `import nccl-tests` reads back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +37,6 @@ class ExportSource:
     baseline: Run | None = None
     op: str | None = None
     """The one op a single-op format writes (nccl-tests' file holds one program's results)."""
-
-
-Exporter = Callable[[ExportSource], str]
 
 
 def metric_families(source: ExportSource) -> list[Family]:
@@ -71,63 +59,36 @@ def metric_families(source: ExportSource) -> list[Family]:
     return families
 
 
-def _text_format(dialect: Dialect | str) -> Exporter:
-    def exporter(source: ExportSource) -> str:
-        from commbench.results.openmetrics import Dialect, render
+def openmetrics(source: ExportSource) -> str:
+    """The OpenMetrics text format 1.0.0 (ends with `# EOF`)."""
+    from commbench.results.openmetrics import Dialect, render
 
-        return render(metric_families(source), Dialect(dialect))
-
-    return exporter
+    return render(metric_families(source), Dialect.openmetrics)
 
 
-def _nccl_tests_json(source: ExportSource) -> str:
+def prometheus(source: ExportSource) -> str:
+    """Prometheus' text exposition format 0.0.4 (what node_exporter's textfile collector
+    reads)."""
+    from commbench.results.openmetrics import Dialect, render
+
+    return render(metric_families(source), Dialect.prometheus)
+
+
+def nccl_tests_json(source: ExportSource) -> str:
+    """nccl-tests' `-J` JSON file, version 3 (`importers.nccl_tests.to_nccl_tests_json`): what
+    its `tools/analyze_perf_json.py` reads, and `import nccl-tests` reads back."""
     from commbench.importers.nccl_tests import to_nccl_tests_json
 
     return to_nccl_tests_json(source.run, op=source.op)
 
 
-@dataclass(frozen=True, slots=True)
-class Export:
-    """One export format: its writer, and what the command says and checks of it."""
-
-    write: Exporter
-    says: str
-    """What `--format`'s help says of it, in parentheses after its name."""
-    no_gate: str | None = None
-    """The name of a format with no place for the regression gate (`--baseline` is refused);
-    None: it holds the gate's metrics."""
-    one_op: bool = False
-    """It holds one op's results, which `--op` chooses (the others hold every op)."""
-
-
-EXPORTS: dict[ExportFormat, Export] = {
-    ExportFormat.openmetrics: Export(_text_format("openmetrics"), "text format 1.0.0"),
-    ExportFormat.prometheus: Export(_text_format("prometheus"), "text format 0.0.4"),
-    ExportFormat.nccl_tests_json: Export(
-        _nccl_tests_json,
-        "nccl-tests' -J file, version 3",
-        no_gate="nccl-tests' JSON",
-        one_op=True,
-    ),
-}
-"""The registry of export formats: the one place a format is added."""
-
-EXPORTERS: dict[ExportFormat, Exporter] = {f: e.write for f, e in EXPORTS.items()}
-
-
-def formats_help() -> str:
-    """`--format`'s help, from the registry: each format and what it is."""
-    named = [f"{f.value} ({e.says})" for f, e in EXPORTS.items()]
-    return f"{', '.join(named[:-1])} or {named[-1]}." if len(named) > 1 else f"{named[0]}."
-
-
 def one_op_formats() -> list[str]:
     """The formats `--op` chooses the op of."""
-    return [f.value for f, e in EXPORTS.items() if e.one_op]
+    return [f for f in names(Writes.EXPORT) if FORMATS[f].one_op]
 
 
-def export(source: ExportSource, fmt: ExportFormat | str) -> str:
-    return EXPORTERS[ExportFormat(fmt)](source)
+def export(source: ExportSource, fmt: str) -> str:
+    return write(Writes.EXPORT, fmt, source)  # type: ignore[no-any-return]
 
 
 def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], Gate]) -> str:
@@ -146,11 +107,10 @@ def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], G
     run_path, out, baseline = stored_at(request.run), request.out, request.baseline
     out_path = None if out is None else Path(out)
     base_path = None if baseline is None else stored_at(baseline)
-    try:
-        fmt = ExportFormat(request.fmt)
-    except ValueError:
-        known = ", ".join(f.value for f in ExportFormat)
-        raise UserError(f"--format: unknown format {request.fmt!r}; choose from {known}") from None
+    fmt = getattr(request.fmt, "value", request.fmt)
+    if fmt not in names(Writes.EXPORT):
+        known = ", ".join(names(Writes.EXPORT))
+        raise UserError(f"--format: unknown format {fmt!r}; choose from {known}")
     for path in (run_path, base_path):
         if path is not None and is_suite(path):
             raise UserError(f"{shown(path)}: a suite directory; export one of its runs")
@@ -159,7 +119,7 @@ def export_request(request: ExportRequest, judge: Callable[[Path, Path, bool], G
         out_path = _regular_file(out_path)
     if request.op is not None and not request.op.strip():
         raise UserError("--op is empty: name the op to write")
-    written = EXPORTS[fmt]
+    written = FORMATS[fmt]
     if base_path is not None and written.no_gate is not None:
         raise UserError(
             f"--baseline adds the regression gate to the metrics; {written.no_gate} has no "

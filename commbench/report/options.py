@@ -1,13 +1,20 @@
-"""Choices of `commbench report`, apart from the report code so `--help` imports nothing heavy."""
+"""Choices of `commbench report` and `export`, apart from the report code so `--help` imports
+nothing heavy. Their formats are the registry's (`commbench.formats.FORMATS`): those that
+write a report page, and those that write an export."""
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
+from commbench.formats import Choice, Writes, choices
 
-class ReportFormat(str, Enum):
-    md = "md"
-    html = "html"
+if TYPE_CHECKING:
+    ReportFormat = Choice
+    ExportFormat = Choice
+else:
+    ReportFormat = choices(Writes.REPORT, "ReportFormat")
+    ExportFormat = choices(Writes.EXPORT, "ExportFormat")
 
 
 class Images(str, Enum):

@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 
 from commbench.arguments import PathLike, Request
 from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, HISTORY, LABEL, OP, OUT
+from commbench.formats import Writes, help_text
 from commbench.options import arg, cli, field_of
-from commbench.report.export import ExportFormat
-from commbench.report.export import formats_help as export_formats_help
-from commbench.report.options import Images, ReportFormat
+from commbench.report.options import ExportFormat, Images, ReportFormat
 
 if TYPE_CHECKING:
     from commbench.results.runs import Run, Suite
@@ -70,7 +69,7 @@ class ReportRequest(Request):
         kw_only=False,
         metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
     )
-    fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help="md or html.")
+    fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help=help_text(Writes.REPORT))
     out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
     baseline: PathLike | Run | Suite | None = field_of(
         BASELINE, default=None, help="Add the regression gate against this run or suite."
@@ -108,7 +107,7 @@ class ExportRequest(Request):
         FORMAT,
         default="openmetrics",
         type=ExportFormat,
-        help=export_formats_help(),
+        help=help_text(Writes.EXPORT),
     )
     out: PathLike | None = field_of(
         OUT,

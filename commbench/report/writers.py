@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from commbench.escape import markdown_fence, markdown_text
@@ -26,7 +26,7 @@ from commbench.report.blocks import (
     Pre,
     Table,
 )
-from commbench.report.options import Images, ReportFormat
+from commbench.report.options import Images
 
 
 def _slug(text: str, seen: dict[str, int]) -> str:
@@ -188,9 +188,3 @@ def to_html(
             out.append(f'<img alt="{html.escape(b.alt)}" src="{html.escape(ref)}">')
     out.append("</body></html>")
     return Rendered("\n".join(out) + "\n", files)
-
-
-WRITERS: dict[ReportFormat, Callable[[list[Block], Images, str], Rendered]] = {
-    ReportFormat.md: to_markdown,
-    ReportFormat.html: to_html,
-}

@@ -1,7 +1,8 @@
-"""Exporters: one interface, chosen by `--format`.
+"""A run's rows as a table document (`tables.Document`), written by `--format`'s writer.
 
 `table` and `md` share one table builder, so the human table and the markdown a CI job
-posts always show the same columns. `csv` and `json` are the stable machine formats.
+posts always show the same columns. `csv` and `json` are the stable machine formats. Which
+formats there are, and their writers, is the registry's (`commbench.formats.FORMATS`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from commbench.escape import csv_line
-from commbench.results.schema import SCHEMA_VERSION, ResultRow, csv_columns, csv_record
+from commbench.formats import Choice, Writes, choices
+from commbench.formats import writer as registry_writer
+from commbench.results.csv_rows import csv_columns, csv_record
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.sizes import format_size
 from commbench.tables import (
     Block,
@@ -28,26 +30,13 @@ from commbench.tables import (
     text_document,
 )
 
-
-class Format(str, Enum):
-    """The output formats of a run's rows (`--format` of the commands that print them); what
-    each is, and its writer, is its entry of `FORMATS`."""
-
-    table = "table"
-    csv = "csv"
-    json = "json"
-    md = "md"
-
-    @property
-    def human(self) -> bool:
-        """Read by people: titles, summaries and notes go with the table on stdout (a
-        machine format's stdout holds the rows alone, to stay parseable)."""
-        return FORMATS[self].human
-
-    @property
-    def markdown(self) -> bool:
-        """Markdown: what goes with the table is written as markdown too."""
-        return FORMATS[self].markdown
+if TYPE_CHECKING:
+    Format = Choice
+else:
+    Format = choices(Writes.TABLES)
+"""The formats of a run's rows and every other table document (`--format` of the commands
+that print them): those of the registry (`commbench.formats.FORMATS`) that write a
+`tables.Document`, with their `human` and `markdown`."""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -266,16 +255,8 @@ def to_markdown(rows: list[ResultRow]) -> str:
     return markdown_document(rows_document(rows))
 
 
-def dicts_to_csv(records: list[dict[str, Any]], columns: list[str]) -> str:
-    """CSV with a fixed column order, each field through `escape.csv_field` (None and
-    non-finite numbers an empty cell, as they are null in JSON; a field quoted where it
-    holds a comma, a quote or a line break of any reader's); unknown keys are dropped, a
-    missing one is empty. The one CSV writer of every commbench file."""
-    return csv_line(columns) + "".join(csv_line(r.get(c) for c in columns) for r in records)
-
-
 def rows_to_csv(rows: list[ResultRow], *, p2p: bool = False) -> str:
-    """results.csv: every run kind's flat columns (`schema.csv_columns`); `p2p` gives a p2p
+    """results.csv: every run kind's flat columns (`csv_rows.csv_columns`); `p2p` gives a p2p
     run's header before it has a row."""
     return csv_document(rows_document(rows, p2p=p2p))
 
@@ -285,55 +266,26 @@ def to_json(rows: list[ResultRow]) -> str:
     return json_document(rows_document(rows))
 
 
-@dataclass(frozen=True, slots=True)
-class Writer:
-    """One output format: its writer of documents (`tables.Document`, what every renderer
-    returns), and what it is to the commands that print."""
-
-    document: Callable[[Document], str]
-    human: bool
-    markdown: bool = False
-
-    def write(self, rows: list[ResultRow]) -> str:
-        """A run's rows in this format."""
-        return self.document(rows_document(rows))
+def writer(fmt: str) -> Callable[[Document], str]:
+    """`fmt`'s writer of table documents (a name, or a member of `Format`)."""
+    return registry_writer(Writes.TABLES, fmt)
 
 
-FORMATS: dict[Format, Writer] = {
-    Format.table: Writer(text_document, human=True),
-    Format.csv: Writer(csv_document, human=False),
-    Format.json: Writer(json_document, human=False),
-    Format.md: Writer(markdown_document, human=True, markdown=True),
-}
-"""The registry of output formats: adding one is its writer of documents and a line here (and
-a member of `Format`); every renderer's output (rows, strategies, p2p, the gate) follows."""
-
-EXPORTERS: dict[Format, Callable[[list[ResultRow]], str]] = {f: w.write for f, w in FORMATS.items()}
-
-
-def writer(fmt: Format | str) -> Writer:
-    """The registry's entry of `fmt` (a `Format`, or its value)."""
-    return FORMATS[fmt] if fmt in FORMATS else FORMATS[Format(fmt)]  # type: ignore[index]
-
-
-def write(doc: Document, fmt: Format | str) -> str:
+def write(doc: Document, fmt: str) -> str:
     """A renderer's document in `fmt`."""
-    return writer(fmt).document(doc)
+    return writer(fmt)(doc)
 
 
-def export(rows: list[ResultRow], fmt: Format) -> str:
+def export(rows: list[ResultRow], fmt: str) -> str:
     return write(rows_document(rows), fmt)
 
 
 __all__ = [
     "BOTH_HEADERS",
-    "EXPORTERS",
-    "FORMATS",
     "HEADERS",
     "Format",
     "TableGroup",
     "build_tables",
-    "dicts_to_csv",
     "export",
     "format_time",
     "point_line",

@@ -1,4 +1,5 @@
-"""Text views of a snapshot: host context, GPU list, the `nvidia-smi topo -m` matrix, pairs.
+"""Views of a snapshot: host context, GPU list, the `nvidia-smi topo -m` matrix, pairs (`render`,
+topo's `table`), and the snapshot file (`snapshot_json`, topo's `json`).
 
 Plain fixed-width text (no colour, no terminal probing) so the output reads the same on a
 terminal, in a CI log and in the file `--out` writes.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from commbench.escape import visible
 from commbench.tables import text_table
 from commbench.topology.model import UNKNOWN_LABEL, Nic, Pair, TopologySnapshot
 from commbench.topology.network import nearest_nic
@@ -289,5 +291,14 @@ def render(s: TopologySnapshot) -> str:
         ]
     if s.warnings:
         lines.append("")
-        lines += [f"warning: {w}" for w in s.warnings]
+        lines += [f"warning: {visible(w)}" for w in s.warnings]
     return "\n".join(lines) + "\n"
+
+
+def snapshot_json(s: TopologySnapshot) -> str:
+    """The snapshot file `--from-snapshot` reads back (topo's `--format json`). Not the
+    shared document writers: the table is the machine's report (host, GPUs, the link matrix,
+    pairs, NICs, each with its legend), the JSON the snapshot itself."""
+    from commbench.files import dump_json
+
+    return dump_json(s.to_dict())
