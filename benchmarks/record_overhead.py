@@ -57,7 +57,7 @@ def run_once(args: argparse.Namespace, recorded: bool, work: Path, index: int) -
         "steps": len(steps),
     }
     if recorded:
-        from commbench.traces.trace import read_trace
+        from commbench.traces.reader import read_trace
 
         calls = read_trace(trace).calls[0]
         counted = [c for c in calls if c.step is not None and c.step > args.skip]

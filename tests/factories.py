@@ -22,7 +22,8 @@ from commbench.results.store import RunDir, write_results
 from commbench.stats import Stats
 from commbench.topology.discover import discover
 from commbench.topology.model import TopologySnapshot
-from commbench.traces.trace import Call, Group, Manifest, TraceWriter
+from commbench.traces.records import Call, Group, Manifest
+from commbench.traces.writer import TraceWriter
 
 SAMPLES_US = (10.0, 12.0, 11.0)
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from commbench.results.replay import ReplayRecord
 from commbench.results.runs import load_run
-from commbench.traces.trace import Call, Trace, read_trace
+from commbench.traces.reader import read_trace
+from commbench.traces.records import Call, Trace
 
 JOBS_DIR = Path(__file__).parent / "jobs"
 TRUTH_PREFIX = "truth: "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 from tests.factories import trace_call, write_trace
 from tests.job_truth import JobSpec, compare, parse_truth
 

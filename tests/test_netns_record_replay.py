@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from netns_cluster import Cluster
 
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 
 pytestmark = [
     pytest.mark.integration,

@@ -27,7 +27,7 @@ from commbench.replay.buckets import MIB as MiB
 from commbench.replay.buckets import Reducer, assign_buckets
 from commbench.traces import splits
 from commbench.traces.plan import build_plan
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 
 JOBS = Path(__file__).parent / "jobs"
 # tests/jobs/ddp_mlp.py and fsdp_mlp.py: 4 x Linear(512, 512) in float32
@@ -294,7 +294,7 @@ runner = CliRunner()
 
 
 def test_a_command_longer_than_a_trace_holds_is_refused_before_it_runs() -> None:
-    from commbench.traces.trace import MAX_ARGV
+    from commbench.traces.records import MAX_ARGV
 
     result = runner.invoke(app, ["record", "--", "true", *["x"] * MAX_ARGV])
     assert result.exit_code == 2

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from commbench.cli import app
 from commbench.completion import Completions, PolledCompletions, wait_slice
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 from tests.test_record import JOBS, record
 
 GAP_US = 100_000

@@ -21,21 +21,21 @@ from commbench.errors import UserError
 from commbench.files import dump_json
 from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.run import finish
-from commbench.traces import trace as trace_module
-from commbench.traces.names import ELEMENT_BYTES
-from commbench.traces.trace import (
+from commbench.traces import reader as trace_reader
+from commbench.traces import records as trace_records
+from commbench.traces import writer as trace_writer
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD
+from commbench.traces.reader import read_manifest, read_trace
+from commbench.traces.records import (
     MANIFEST_FILE,
     MAX_BYTES,
     MAX_MANIFEST_BYTES,
     MAX_PARAMETERS,
-    MAX_WORLD,
     RANK_FILE,
     Manifest,
     Parameter,
-    read_manifest,
-    read_trace,
-    write_manifest,
 )
+from commbench.traces.writer import write_manifest
 from tests.factories import ddp_trace
 
 
@@ -254,8 +254,9 @@ SMALL_BYTES = 120_000
 
 @pytest.fixture
 def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_module, "MAX_PARAMETERS", SMALL_PARAMETERS)
-    monkeypatch.setattr(trace_module, "MAX_MANIFEST_BYTES", SMALL_BYTES)
+    monkeypatch.setattr(trace_records, "MAX_PARAMETERS", SMALL_PARAMETERS)
+    for module in (trace_records, trace_writer, trace_reader):  # each reads the shared limit
+        monkeypatch.setattr(module, "MAX_MANIFEST_BYTES", SMALL_BYTES)
 
 
 @pytest.mark.usefixtures("small_limits")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 from tests.test_record import JOBS, record_argv
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]

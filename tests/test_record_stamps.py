@@ -28,7 +28,7 @@ import pytest
 
 from commbench.completion import SLICE_S, Completions
 from commbench.record.capture import CLOSE_DRAIN_S
-from commbench.traces.trace import read_trace
+from commbench.traces.reader import read_trace
 from tests.test_record import JOBS, record
 
 LATENCY_JOB = JOBS / "latency_job.py"

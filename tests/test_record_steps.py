@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from commbench.record.steps import Restep, Steps
-from commbench.traces.trace import Call, Mark, TraceWriter, read_trace
+from commbench.traces.reader import read_trace
+from commbench.traces.records import Call
+from commbench.traces.writer import Mark, TraceWriter
 from tests.factories import trace_call, write_trace
 
 BROADCAST = ("broadcast", 4096)
@@ -360,9 +362,9 @@ def test_the_writer_rewrites_through_its_handle(tmp_path: Path) -> None:
 def test_the_writer_leaves_more_than_it_may_read_as_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from commbench.traces import trace
+    from commbench.traces import writer as trace_writer
 
-    monkeypatch.setattr(trace, "MAX_RESTEP_BYTES", 100)
+    monkeypatch.setattr(trace_writer, "MAX_RESTEP_BYTES", 100)
     writer = TraceWriter(tmp_path, 0)
     writer.write(_call(1))
     assert not writer.restep(Mark(offset=0, seq=0), range(0, 1), None)

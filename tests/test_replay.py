@@ -31,12 +31,13 @@ from commbench.replay.program import (
     recorded_step_times,
 )
 from commbench.replay.settings import max_gap_for
+from commbench.results.csv_rows import csv_columns, csv_record
 from commbench.results.record import RunKind, RunRecord, RunStatus
 from commbench.results.replay import RebucketCap, ReplayRecord
-from commbench.results.schema import ResultRow, csv_columns, csv_record
+from commbench.results.schema import ResultRow
 from commbench.traces.formats import load_any
+from commbench.traces.records import MANIFEST_FILE, Call, Parameter, Trace
 from commbench.traces.splits import Exchanges
-from commbench.traces.trace import MANIFEST_FILE, Call, Parameter, Trace
 from tests.factories import ddp_trace, make_row, trace_call, write_trace
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -192,6 +193,29 @@ def test_world_8_replicates_the_subgroups_and_scales_nothing_else(tmp_path: Path
     assert rows["all_gather"].groups == 4
     steps = rank_sequence(trace, program, 6)  # plays traced rank 2 in the second copy
     assert program.groups[steps[0][1].group] == (6, 7)
+
+
+@pytest.mark.parametrize("world", [None, 8])
+def test_the_rows_are_the_plans_rows_with_the_plans_calls(
+    tmp_path: Path, world: int | None
+) -> None:
+    """The program's rows are keyed as the plan's (`PlanRow.key`), one row per replayable
+    plan row, and each counts the calls the plan counts for it."""
+    program = build_program(load_any(tp_trace(tmp_path)), world=world)
+    plan_calls = program.plan.calls_by_key()
+    keys = {
+        (
+            "send" if r.op == "sendrecv" else r.op,
+            r.size_bytes,
+            r.traced_dtype,
+            r.group_size,
+            r.spans_world,
+            r.splits is not None,
+        ): r.calls
+        for r in program.rows
+    }
+    assert len(keys) == len(program.rows) == 2
+    assert keys == plan_calls
 
 
 def test_world_scales_a_world_all_gather(tmp_path: Path) -> None:
@@ -655,7 +679,8 @@ def test_receives_left_over_are_named_and_counted(tmp_path: Path) -> None:
 def _with_parameters(trace: Path, parameters: list[Parameter]) -> Path:
     from dataclasses import replace as replaced
 
-    from commbench.traces.trace import read_manifest, write_manifest
+    from commbench.traces.reader import read_manifest
+    from commbench.traces.writer import write_manifest
 
     write_manifest(trace, replaced(read_manifest(trace), parameters=tuple(parameters)))
     return trace

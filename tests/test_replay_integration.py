@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
-from commbench.traces.trace import Manifest, Parameter, TraceWriter
+from commbench.traces.records import Manifest, Parameter
+from commbench.traces.writer import TraceWriter
 from tests.factories import trace_call, write_trace
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,8 @@ from commbench.replay.run import points_of
 from commbench.replay.settings import ReplaySettings
 from commbench.traces import splits
 from commbench.traces.plan import build_plan, render_plan
-from commbench.traces.trace import MANIFEST_FILE, SCHEMA_VERSION, Call, read_trace
+from commbench.traces.reader import read_trace
+from commbench.traces.records import MANIFEST_FILE, SCHEMA_VERSION, Call
 from tests.factories import trace_call, write_trace
 
 F32 = 4

@@ -12,16 +12,13 @@ import pytest
 
 from commbench.errors import UserError
 from commbench.files import dump_json
-from commbench.traces import trace as trace_module
+from commbench.traces import reader as trace_reader
+from commbench.traces import writer as trace_writer
 from commbench.traces.names import canonical_dtype, canonical_op
 from commbench.traces.plan import build_plan, render_plan
-from commbench.traces.trace import (
-    MANIFEST_FILE,
-    SCHEMA_VERSION,
-    Manifest,
-    TraceWriter,
-    read_trace,
-)
+from commbench.traces.reader import read_trace
+from commbench.traces.records import MANIFEST_FILE, SCHEMA_VERSION, Manifest
+from commbench.traces.writer import TraceWriter
 from tests.factories import ddp_trace, trace_call, write_trace
 
 MiB = 1 << 20
@@ -87,11 +84,11 @@ def test_round_trip(tmp_path: Path) -> None:
 
 def test_every_line_is_strict_json_and_the_writer_streams(tmp_path: Path) -> None:
     writer = TraceWriter(tmp_path, 0, manifest=Manifest(argv=("x",), world_size=1))
-    for _ in range(trace_module.FLUSH_EVERY):
+    for _ in range(trace_writer.FLUSH_EVERY):
         writer.write(trace_call(ranks=(0,)))
     # flushed while recording: a reader sees the calls, and the trace says it is incomplete
     lines = rank_file(tmp_path, 0).read_text().splitlines()
-    assert len(lines) == trace_module.FLUSH_EVERY
+    assert len(lines) == trace_writer.FLUSH_EVERY
     assert all(json.loads(line)["op"] == "all_reduce" for line in lines)
     assert json.loads((tmp_path / MANIFEST_FILE).read_text())["complete"] is False
     writer.close()
@@ -268,10 +265,10 @@ def test_a_long_line_is_refused_without_reading_the_file(tmp_path: Path) -> None
 
 def test_the_line_and_call_bounds_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_trace(tmp_path, {0: [trace_call(ranks=(0,))] * 5})
-    monkeypatch.setattr(trace_module, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(trace_reader, "MAX_LINE_BYTES", 64)
     refused(tmp_path, "longer than 64 bytes")
     monkeypatch.undo()
-    monkeypatch.setattr(trace_module, "MAX_CALLS", 3)
+    monkeypatch.setattr(trace_reader, "MAX_CALLS", 3)
     refused(tmp_path, "more than 3 calls")
 
 

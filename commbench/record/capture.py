@@ -65,17 +65,9 @@ from commbench.record.meta import META_FILE, RankMeta, Stepped
 from commbench.record.steps import Restep, Site, Steps, signature, sized_apart
 from commbench.traces import splits
 from commbench.traces.names import P2P_OPS, canonical_dtype, canonical_op
-from commbench.traces.trace import (
-    MAX_ARGV,
-    MAX_BACKENDS,
-    Call,
-    Group,
-    Mark,
-    Parameter,
-    TraceWriter,
-    read_manifest,
-    write_manifest,
-)
+from commbench.traces.reader import read_manifest
+from commbench.traces.records import MAX_ARGV, MAX_BACKENDS, Call, Group, Parameter
+from commbench.traces.writer import Mark, TraceWriter, write_manifest
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"
 CLOSE_DRAIN_S = 5.0

@@ -20,12 +20,12 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.fields import Fields, anything, boolean, integer_in, line, list_of, pick
 from commbench.files import decode, dump_json, parse_json, path_kind, read_bytes, shown
-from commbench.traces.trace import (
+from commbench.traces.names import MAX_WORLD
+from commbench.traces.records import (
     MAX_ARGV,
     MAX_BACKENDS,
     MAX_MANIFEST_BYTES,
     MAX_NOT_CAPTURED,
-    MAX_WORLD,
     Parameter,
     kept_parameters,
 )

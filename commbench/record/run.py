@@ -38,19 +38,19 @@ from commbench.files import path_kind, shown
 from commbench.launch.pythonpath import PACKAGE_ROOT
 from commbench.record.meta import META_FILE, RankMeta, Stepped, read_metas
 from commbench.results.store import new_directory
-from commbench.traces.trace import (
+from commbench.traces.names import MAX_WORLD
+from commbench.traces.reader import held_calls
+from commbench.traces.records import (
     MAX_ARGV,
     MAX_BACKENDS,
     MAX_HOSTS,
     MAX_MANIFEST_BYTES,
     MAX_NOT_CAPTURED,
     MAX_PARAMETERS,
-    MAX_WORLD,
     RANK_FILE,
     Manifest,
-    held_calls,
-    write_manifest,
 )
+from commbench.traces.writer import write_manifest
 
 DIR_ENV = "COMMBENCH_RECORD_DIR"  # the capture's, without importing torch to read it
 ROOT_ENV = "COMMBENCH_PACKAGE_ROOT"

@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from commbench.traces.trace import Call
+from commbench.traces.records import Call
 
 Signature = tuple[object, ...]
 """What makes two calls the same call of two steps."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from commbench.errors import UserError
 from commbench.traces.names import ELEMENT_BYTES
-from commbench.traces.trace import Parameter, Trace
+from commbench.traces.records import Parameter, Trace
 
 FIRST_BUCKET_BYTES = 1024 * 1024
 """torch.distributed's `_DEFAULT_FIRST_BUCKET_BYTES` (c10d's `kDefaultFirstBucketBytes`): the

@@ -22,7 +22,7 @@ from typing import Any
 from commbench.files import dump_json
 from commbench.replay.buckets import Reducer
 from commbench.replay.program import Groups, Issue, Program, RowSpec, in_copy, traced_sequence
-from commbench.traces.trace import Parameter, Trace
+from commbench.traces.records import Parameter, Trace
 
 PROGRAM_FILE = "program.json"
 RANK_FILE = "rank-{rank}.jsonl"

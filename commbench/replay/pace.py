@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from commbench.traces.trace import Call
+    from commbench.traces.records import Call
 
 DEFAULT_MAX_GAP_S = 10.0
 """The longest idle wait `--pace` replays between two calls of a step unless `--max-gap`

@@ -37,9 +37,18 @@ from commbench.replay.pace import DEFAULT_MAX_GAP_S, Gaps, StepClock, step_clock
 from commbench.results.replay import Elsewhere
 from commbench.results.schema import NO_DTYPE
 from commbench.traces.names import ELEMENT_BYTES, P2P_OPS
-from commbench.traces.plan import Plan, build_plan, size_bytes, sized, trace_exchanges
+from commbench.traces.plan import (
+    Plan,
+    RowKey,
+    build_plan,
+    counted,
+    row_key,
+    size_bytes,
+    sized,
+    trace_exchanges,
+)
+from commbench.traces.records import Call, Trace
 from commbench.traces.splits import Exchange, Exchanges, Matrix
-from commbench.traces.trace import Call, Trace
 
 WORLD = -1
 """The group index of the default group (every replayed rank)."""
@@ -277,96 +286,26 @@ def build_program(
     """The program of `trace` on `world` ranks (the trace's when None), its first `steps`
     steps (DEFAULT_STEPS at most when None), its paced gaps capped at `max_gap_s` (`pace`:
     the notes say what the cap did)."""
-    traced = trace.world_size
     markers = sorted({c.step for cs in trace.calls.values() for c in cs if c.step is not None})
     notes: list[str] = trace.notes()
-    wanted = steps
-    if steps is None and len(markers) > DEFAULT_STEPS:
-        wanted = DEFAULT_STEPS
-        notes.append(
-            f"the trace holds {len(markers)} steps: the first {DEFAULT_STEPS} are replayed "
-            "(--steps K for more)"
-        )
     table = trace_exchanges(trace)
-    plan = build_plan(trace, world=world, steps=wanted, table=table)
-    new_world = plan.world_size
+    plan = build_plan(trace, world=world, steps=_wanted(steps, markers, notes), table=table)
     kept: tuple[int | None, ...] = tuple(s.step for s in plan.steps) if markers else (None,)
     by_step = calls_by_step(trace, kept)
-    shapes = _Shapes(traced, new_world)
-    found: dict[tuple[str, int, str, int, bool, bool], set[int]] = {}
-    timed_with: dict[tuple[str, int, str, int, bool, bool], Exchange] = {}
-    patterns: dict[tuple[str, int, str, int, bool, bool], set[Matrix | None]] = {}
-    skipped: set[str] = set()
-    for call, n in _counted(trace, {None, *kept}):
-        if call.op == "other":
-            skipped.add(call.name)
-            continue
-        spans = n >= traced and call.op not in P2P_OPS
-        new_n = new_world if spans else n
-        size, uneven = sized(call, n, new_n, table)
-        key = (call.op, size, call.dtype, new_n, spans, uneven)
-        exchange = table.of(call)
-        if uneven and exchange is not None:
-            timed_with.setdefault(key, exchange)  # the row's first call: its splits are timed
-            patterns.setdefault(key, set()).add(exchange.sends)
-        if spans:
-            found.setdefault(key, set()).add(WORLD)
-        elif call.op == "send":
-            pair = (call.rank, _peer(call))
-            found.setdefault(key, set()).add(shapes.add(pair, "send between ranks"))
-        else:
-            group = f"group {quoted(call.group.name)}"
-            found.setdefault(key, set()).add(shapes.add(call.group.ranks, group))
-    for step, per_rank in by_step.items():  # every replayed call maps: refuse now, not in a worker
-        _check_pairs(per_rank, step)
-        for rank in range(min(traced, new_world)):
-            for call in per_rank.get(rank, ()):
-                _check_maps(call, traced, shapes)
+    shapes = _Shapes(trace.world_size, plan.world_size)
+    made, skipped = _made(trace, plan, {None, *kept}, table, shapes)
+    _check_replayed(by_step, trace.world_size, plan.world_size, shapes)
     groups = shapes.groups()
-    calls: dict[tuple[str, int, str, int, bool, bool], int] = {}
-    for section in plan.sections:
-        for r in section.rows:
-            key = (r.op, r.size_bytes, r.dtype, r.group_size, r.spans_world, r.uneven)
-            calls[key] = calls.get(key, 0) + r.calls
-    rows = []
-    for key, made in found.items():
-        op, size, dtype, n, spans, _ = key
-        timed = _disjoint(sorted(made), groups)
-        exchange = timed_with.get(key)
-        rows.append(
-            RowSpec(
-                op="sendrecv" if op == "send" else op,
-                size_bytes=size,
-                dtype=run_dtype(dtype),
-                traced_dtype=dtype,
-                group_size=n,
-                spans_world=spans,
-                shapes=timed,
-                timed=groups.total(timed),
-                groups=groups.total(made),
-                calls=calls.get(key, 0),
-                splits=exchange.sends if exchange is not None else None,
-                skew=exchange.skew if exchange is not None else None,
-                patterns=len(patterns.get(key, ())),
-            )
-        )
-    if skipped:
-        names = ", ".join(sorted(skipped)[:5])
-        notes.append(f"calls commbench has no op for are not replayed: {names}")
-    odd = sorted({r.traced_dtype for r in rows if r.traced_dtype not in ("", r.dtype)})
-    if odd:
-        notes.append(
-            f"dtype(s) {', '.join(odd)} replayed in a dtype of the same element size "
-            "(commbench runs " + ", ".join(DTYPES) + ")"
-        )
+    rows = _row_specs(made, plan.calls_by_key(), groups)
+    notes += _row_notes(rows, skipped)
     clocks, gaps = step_clocks(by_step, kept, max_gap_s)
     recorded, said = recorded_step_times(trace, kept, by_step=by_step)
     aligned, _ = recorded_step_times(trace, kept, aligned=True, by_step=by_step)
     return Program(
-        world=new_world,
-        traced_world=traced,
+        world=plan.world_size,
+        traced_world=trace.world_size,
         groups=groups,
-        rows=tuple(rows),
+        rows=rows,
         steps=kept,
         total_steps=len(markers),
         recorded_step_s=tuple(recorded),
@@ -380,6 +319,116 @@ def build_program(
     )
 
 
+def _wanted(steps: int | None, markers: Sequence[int], notes: list[str]) -> int | None:
+    """The steps the plan keeps: `steps`, or DEFAULT_STEPS of a longer trace (said in
+    `notes`)."""
+    if steps is None and len(markers) > DEFAULT_STEPS:
+        notes.append(
+            f"the trace holds {len(markers)} steps: the first {DEFAULT_STEPS} are replayed "
+            "(--steps K for more)"
+        )
+        return DEFAULT_STEPS
+    return steps
+
+
+@dataclass(slots=True)
+class _Made:
+    """What the calls of one plan row make: the subgroups they run in (indices into
+    `Groups.shapes`, or WORLD), and for an all_to_allv the exchange its row is timed with
+    (its first call's) and the distinct splits among them."""
+
+    shapes: set[int] = field(default_factory=set)
+    exchange: Exchange | None = None
+    patterns: set[Matrix | None] = field(default_factory=set)
+
+
+def _made(
+    trace: Trace, plan: Plan, replayed: set[int | None], table: Exchanges, shapes: _Shapes
+) -> tuple[dict[RowKey, _Made], set[str]]:
+    """Each plan row's `_Made`, from the calls the plan counts (`counted`) in the `replayed`
+    steps and the start-up, and the names of the calls commbench has no op for."""
+    made: dict[RowKey, _Made] = {}
+    skipped: set[str] = set()
+    for call, _, n in counted(trace):
+        if call.step not in replayed:
+            continue
+        if call.op == "other":
+            skipped.add(call.name)
+            continue
+        key = row_key(call, n, trace.world_size, plan.world_size, table)
+        _, _, _, _, spans, uneven = key
+        row = made.setdefault(key, _Made())
+        exchange = table.of(call)
+        if uneven and exchange is not None:
+            if row.exchange is None:  # the row's first call: its splits are timed
+                row.exchange = exchange
+            row.patterns.add(exchange.sends)
+        if spans:
+            row.shapes.add(WORLD)
+        elif call.op == "send":
+            row.shapes.add(shapes.add((call.rank, _peer(call)), "send between ranks"))
+        else:
+            row.shapes.add(shapes.add(call.group.ranks, f"group {quoted(call.group.name)}"))
+    return made, skipped
+
+
+def _check_replayed(
+    by_step: Mapping[int | None, StepCalls], traced: int, new_world: int, shapes: _Shapes
+) -> None:
+    """Refuse now, not in a worker, a replayed call that does not map: a send without its
+    receive, a group or peer partly past the new world."""
+    for step, per_rank in by_step.items():
+        _check_pairs(per_rank, step)
+        for rank in range(min(traced, new_world)):
+            for call in per_rank.get(rank, ()):
+                _check_maps(call, traced, shapes)
+
+
+def _row_specs(
+    made: Mapping[RowKey, _Made], calls: Mapping[RowKey, int], groups: Groups
+) -> tuple[RowSpec, ...]:
+    """The rows phase: a `RowSpec` per plan row, its calls the plan's (`calls`)."""
+    rows = []
+    for key, row in made.items():
+        op, size, dtype, n, spans, _ = key
+        timed = _disjoint(sorted(row.shapes), groups)
+        exchange = row.exchange
+        rows.append(
+            RowSpec(
+                op="sendrecv" if op == "send" else op,
+                size_bytes=size,
+                dtype=run_dtype(dtype),
+                traced_dtype=dtype,
+                group_size=n,
+                spans_world=spans,
+                shapes=timed,
+                timed=groups.total(timed),
+                groups=groups.total(row.shapes),
+                calls=calls.get(key, 0),
+                splits=exchange.sends if exchange is not None else None,
+                skew=exchange.skew if exchange is not None else None,
+                patterns=len(row.patterns),
+            )
+        )
+    return tuple(rows)
+
+
+def _row_notes(rows: Sequence[RowSpec], skipped: set[str]) -> list[str]:
+    """What the rows leave out (calls of no commbench op) or replay otherwise (a dtype
+    commbench does not run)."""
+    notes = []
+    if skipped:
+        names = ", ".join(sorted(skipped)[:5])
+        notes.append(f"calls commbench has no op for are not replayed: {names}")
+    odd = sorted({r.traced_dtype for r in rows if r.traced_dtype not in ("", r.dtype)})
+    if odd:
+        notes.append(
+            f"dtype(s) {', '.join(odd)} replayed in a dtype of the same element size "
+            "(commbench runs " + ", ".join(DTYPES) + ")"
+        )
+    return notes
+
+
 def calls_by_step(trace: Trace, steps: Sequence[int | None]) -> dict[int | None, StepCalls]:
     """Each of `steps`' calls, per traced rank, in one pass over the trace; step None (a
     trace without step markers) holds every call."""
@@ -391,23 +440,6 @@ def calls_by_step(trace: Trace, steps: Sequence[int | None]) -> dict[int | None,
             if into is not None:
                 into.setdefault(rank, []).append(c)
     return dict(out)
-
-
-def _counted(trace: Trace, replayed: set[int | None]) -> Iterable[tuple[Call, int]]:
-    """Every call a row counts (plan.py's rule: a collective from its group's lowest rank, a
-    send from its sender), with its group's size, in the replayed steps and the start-up."""
-    world = trace.world_size
-    present = sorted(trace.calls)
-    for rank in present:
-        for call in trace.calls[rank]:
-            if call.step not in replayed or call.op == "recv":
-                continue
-            if call.op == "send":
-                yield call, 2
-                continue
-            ranks = call.group.ranks
-            if rank == (min(ranks) if ranks else present[0]):
-                yield call, len(ranks) if ranks else world
 
 
 def _peer(call: Call) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import CollectivesSettings, Point
-from commbench.launch.launcher import LaunchOptions, preflight, run_collectives
+from commbench.launch.launcher import LaunchOptions, preflight, resolve_launch, run_collectives
 from commbench.launch.protocol import EVENTS_FILE
 from commbench.replay import compiled
 from commbench.replay.buckets import cap_mb
@@ -26,7 +26,7 @@ from commbench.results.replay import RebucketCap, ReplayRecord
 from commbench.results.runs import Run
 from commbench.results.schema import ResultRow
 from commbench.results.store import RunDir
-from commbench.traces.trace import Trace
+from commbench.traces.records import Trace
 
 WORKER = "commbench.replay.worker"
 PROGRAM_DIR = "program"
@@ -176,7 +176,7 @@ def run_request(request: ReplayRun) -> Run | Program:
     from commbench.results.store import check_parent
 
     out = Path(request.out)
-    launch = request.launch()
+    launch = resolve_launch(request)
     trace, program, settings, collectives = prepare(request, request, launch)
     if request.bw is not None and request.latency is not None:
         from commbench.replay.explain import predict_elsewhere

@@ -5,9 +5,10 @@ imported nccl-tests log, or one copy of a p2p run. Its summary is a `Stats` (mic
 next to the samples it summarises; a p2p copy adds a `P2PCopy` sub-record (which copy, how
 it ran, what it should reach and the verdict), a collectives point a `RankTimes` (each member
 rank's own times and how long the others waited for it). This module is the one place that
-reads and writes rows: `ResultRow.to_dict`/`from_dict` for results.json, `rows_from_stored`
-for a whole results.json of any version (version 1 is migrated on load), `csv_record` for
-results.csv.
+reads and writes a row: `ResultRow.to_dict`/`from_dict` for results.json, each field read by
+its converter (`FIELD_READERS`) and checked with the others (`check_row`); `results.versions`
+reads a whole results.json of any version (version 1 is migrated on load), `results.csv_rows`
+writes results.csv.
 
 Files written by commbench carry `schema_version`. Readers accept the versions they can
 migrate and refuse newer ones with a message, so an old commbench never misreads a new run.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -32,7 +33,6 @@ from commbench.errors import UserError, quoted
 from commbench.fields import (
     Conv,
     Fields,
-    anything,
     boolean,
     integer_in,
     line,
@@ -48,7 +48,7 @@ from commbench.stats import TIMES, Stats
 
 SCHEMA_VERSION = 2
 """Of run.json, suite.json and results.json; version 1 is migrated on load (run.json and
-suite.json by `results.record`, results.json by `rows_from_stored`)."""
+suite.json by `results.record`, results.json by `versions.rows_from_stored`)."""
 
 # What a stored row may hold: bounds past anything measured, so that a hand-edited or hostile
 # file (`size_bytes: 10**30`, `world_size: 0`, a negative time) is refused naming the field
@@ -182,7 +182,7 @@ class P2PCopy:
         return f"{self.pair} ({self.mode})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _P2P_NAMES}
+        return {name: getattr(self, name) for name in P2P_NAMES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +412,7 @@ class ResultRow:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """results.json's (version 2) form of the row; NaN stays NaN (`dump_json` writes null)."""
         # not dataclasses.asdict: it deep-copies every value, the bulk of writing 10**5 rows
-        data = {name: getattr(self, name) for name in _TOP_NAMES}
+        data = {name: getattr(self, name) for name in TOP_NAMES}
         data["stats"] = self.stats.as_dict()
         if samples:
             data["samples_us"] = list(self.samples_us)
@@ -435,21 +435,21 @@ class ResultRow:
         """Rebuild a row from results.json (version 2); a field missing, of the wrong type or
         out of bounds is a UserError naming `where` and the field."""
         f = Fields(data, where)
-        kwargs = _read(f, _FIELD_READERS, _REQUIRED)
+        kwargs = read_fields(f, FIELD_READERS, REQUIRED)
         stats = f.sub("stats")
         if stats is None:
             raise UserError(f"{f.at('stats')}: missing")
-        kwargs["stats"] = Stats(**_read(stats, _STATS_READERS, ()))
+        kwargs["stats"] = Stats(**read_fields(stats, STATS_READERS, ()))
         copy = f.sub("p2p")
         if copy is not None:
-            kwargs["p2p"] = P2PCopy(**_read(copy, _P2P_READERS, ()))
+            kwargs["p2p"] = P2PCopy(**read_fields(copy, P2P_READERS, ()))
         ranks = f.sub("ranks")
         if ranks is not None:
             kwargs["ranks"] = _rank_times(ranks)
         processes = f.sub("processes")
         if processes is not None:
             kwargs["processes"] = _process_times(processes)
-        return _check_row(cls(**kwargs), f)
+        return check_row(cls(**kwargs), f)
 
     @classmethod
     def measured(
@@ -484,7 +484,9 @@ class ResultRow:
         return cls(algbw_gbps=None, busbw_gbps=None, check=check, stats=Stats(), note=note, **kw)
 
 
-def _read(f: Fields, readers: Mapping[str, Conv[Any]], required: tuple[str, ...]) -> dict[str, Any]:
+def read_fields(
+    f: Fields, readers: Mapping[str, Conv[Any]], required: tuple[str, ...]
+) -> dict[str, Any]:
     """The fields of `readers` present in `f`, converted. JSON has no NaN: a file holds null
     where a figure has none, and a time read as null is NaN again (`_NAN_WHEN_NULL`)."""
     kwargs: dict[str, Any] = {}
@@ -525,10 +527,10 @@ _cv = number_in(0, MAX_COUNT)
 _gpu = integer_in(0, MAX_GPU)
 _iterations = integer_in(0, MAX_ITERATIONS)
 """Warm-up rounds, as `--warmup` takes them."""
-_FIELD_READERS: dict[str, Conv[Any]] = {
+FIELD_READERS: dict[str, Conv[Any]] = {
     "op": one_of(ROW_OPS),
-    "strategy": line,  # which ones an op may have: `_check_row`
-    "dtype": one_of((NO_DTYPE, *ROW_DTYPES)),  # which ops may have none: `_check_row`
+    "strategy": line,  # which ones an op may have: `check_row`
+    "dtype": one_of((NO_DTYPE, *ROW_DTYPES)),  # which ops may have none: `check_row`
     "reduce_op": one_of(ROW_REDUCE_OPS),
     "world_size": integer_in(1, MAX_WORLD_SIZE),
     "size_bytes": integer_in(0, MAX_SIZE_BYTES),  # 0 for an op that moves no data only
@@ -545,13 +547,13 @@ _FIELD_READERS: dict[str, Conv[Any]] = {
     "skew": _skew_label,
     "skew_ratio": number_in(1, MAX_WORLD_SIZE),  # the busiest rank gets at most n x S
 }
-_STATS_READERS: dict[str, Conv[Any]] = {
+STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
     **{name: _time for name in TIMES},
     "cv": _cv,
     "outliers": _count,
 }
-_P2P_READERS: dict[str, Conv[Any]] = {
+P2P_READERS: dict[str, Conv[Any]] = {
     "step": _count,
     "test": one_of(P2P_TESTS),
     "mode": one_of(P2P_MODES),
@@ -614,7 +616,7 @@ def _process_times(f: Fields) -> ProcessTimes:
     return ProcessTimes(ranks=ranks, ranks_per_process=per_process, times_us=times)
 
 
-def _check_row(row: ResultRow, f: Fields) -> ResultRow:
+def check_row(row: ResultRow, f: Fields) -> ResultRow:
     """What one field cannot say alone: a strategy is one of its op's, a p2p row's is its
     copy's name, only an op that moves no data (barrier) has 0 bytes or no dtype, a point's
     elements and ranks fit its bytes and its world."""
@@ -674,263 +676,16 @@ _NULLABLE = {
     "calls",
     "skew_ratio",
 }
-_TOP_NAMES = tuple(
+TOP_NAMES = tuple(
     f.name
     for f in fields(ResultRow)
     if f.name
     not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls", "skew", "skew_ratio")
 )
-_P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
+P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
-_REQUIRED = tuple(
+REQUIRED = tuple(
     f.name
     for f in fields(ResultRow)
     if f.default is dataclasses_missing and f.default_factory is dataclasses_missing
 )
-
-
-# -- results.json of any version -------------------------------------------------------------
-
-
-def schema_version(data: Mapping[str, Any], where: str) -> int:
-    """The `schema_version` of a commbench file (`where` names it); UserError when it is
-    missing or newer than this commbench, which would misread it."""
-    match data:
-        case {"schema_version": int(version)} if not isinstance(version, bool):
-            pass
-        case _:
-            raise UserError(f"{where}: missing schema_version")
-    if version < 1:
-        raise UserError(f"{where}: schema_version {version} is not a version (the first is 1)")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{where}: schema_version {version} is newer than this commbench understands "
-            f"({SCHEMA_VERSION}); upgrade commbench"
-        )
-    return version
-
-
-def rows_from_stored(
-    data: Mapping[str, Any], where: str, *, kind: str | None = None, world_size: int = 1
-) -> list[ResultRow]:
-    """The rows of a results.json document (`data`, already parsed), whatever version wrote
-    it: version 1 is migrated (flat stats; p2p's own rows in milliseconds), a newer version
-    than this commbench's is refused. `where` names the file in errors (`FILE: rows[3].cv`).
-    A version-1 file held p2p rows when it, or its run.json (`kind`), says `kind: p2p`; such
-    rows did not store a world size and get `world_size`: the GPUs the run saw (its
-    run.json's `context.device_count`)."""
-    version = schema_version(data, where)
-    match data:
-        case {"rows": list(raw_rows)}:
-            pass
-        case _:
-            raise UserError(f"{where}: 'rows' must be a list")
-    read: Callable[[Any, str], ResultRow]
-    if version >= 2:
-        read = ResultRow.from_dict
-    elif P2P_OP in (kind, Fields(data, where).opt("kind", anything)):
-        world = max(1, world_size)
-
-        def read(raw: Any, at: str) -> ResultRow:
-            return _from_v1_p2p(raw, at, world)
-    else:
-        read = _from_v1
-    return [read(raw, f"{where}: rows[{i}]") for i, raw in enumerate(raw_rows)]
-
-
-_V1_STATS = {
-    "time_us": "median",
-    "min_us": "min",
-    "q1_us": "q1",
-    "q3_us": "q3",
-    "p95_us": "p95",
-    "max_us": "max",
-    "mean_us": "mean",
-    "stddev_us": "stddev",
-    "cv": "cv",
-    "n": "n",
-    "outliers": "outliers",
-}
-"""A version-1 row's flat stats field -> its `Stats` name."""
-
-
-def _from_v1(data: Any, where: str) -> ResultRow:
-    """A version-1 collectives (or imported) row: the stats were fields of the row."""
-    f = Fields(data, where)
-    readers = {
-        **_FIELD_READERS,
-        **{old: _STATS_READERS[new] for old, new in _V1_STATS.items()},
-    }
-    required = _REQUIRED + tuple(k for k in _V1_STATS if k not in ("outliers",))
-    values = _read(f, readers, required)
-    stats = {new: values.pop(old) for old, new in _V1_STATS.items() if old in values}
-    return _check_row(ResultRow(**values, stats=Stats(**stats)), f)
-
-
-_ms = number_in(0, MAX_TIME_US / 1000)
-_V1_P2P_READERS: dict[str, Conv[Any]] = {
-    **{k: v for k, v in _P2P_READERS.items() if k != "peer_access"},
-    "p2p": boolean,
-    "size_bytes": integer_in(0, MAX_SIZE_BYTES),
-    "dtype": one_of(ROW_DTYPES),
-    "bw_gbps": _bw,
-    "check": one_of(CHECKS),
-    "time_ms": _ms,
-    **{f"{name}_ms": _ms for name in TIMES if name != "median"},
-    "cv": _cv,
-    "n": _count,
-    "outliers": _count,
-    "warmup": _iterations,
-    "samples_ms": list_of(_ms, max_items=MAX_ITERATIONS),
-}
-
-
-def _from_v1_p2p(data: Any, where: str, world_size: int) -> ResultRow:
-    """A version-1 p2p row (`P2PRow`: flat, milliseconds, every field optional) as a row."""
-    f = Fields(data, where)
-    v = {key: f.opt(key, conv) for key, conv in _V1_P2P_READERS.items()}
-    given: dict[str, Any] = {k: v[k] for k in _P2P_NAMES if k in v and v[k] is not None}
-    copy = P2PCopy(**given, peer_access=v["p2p"])
-    times = {name: v[f"{name}_ms"] for name in TIMES if name != "median"}
-    times["median"] = v["time_ms"]
-    stats = Stats(
-        n=v["n"] or 0,
-        outliers=v["outliers"] or 0,
-        cv=math.nan if v["cv"] is None else v["cv"],
-        **{k: math.nan if ms is None else ms * 1000 for k, ms in times.items()},
-    )
-    size = v["size_bytes"] or 0
-    row = ResultRow(
-        op=P2P_OP,
-        strategy=copy.name,
-        dtype=v["dtype"] or "uint8",
-        world_size=world_size,
-        size_bytes=size,
-        count=size,
-        algbw_gbps=v["bw_gbps"],
-        busbw_gbps=v["bw_gbps"],
-        check=v["check"] or CHECK_SKIPPED,
-        stats=stats,
-        warmup=v["warmup"] or 0,
-        requested_bytes=size,
-        samples_us=[ms * 1000 for ms in v["samples_ms"] or []],
-        p2p=copy,
-    )
-    return _check_row(row, f)
-
-
-# -- results.csv -----------------------------------------------------------------------------
-
-# results.csv column order: the columns the issue fixes first, then the rest of the stats.
-CSV_COLUMNS = [
-    *ROW_POINT,
-    "count",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-    "check",
-    "min_us",
-    "q1_us",
-    "q3_us",
-    "p95_us",
-    "max_us",
-    "mean_us",
-    "stddev_us",
-    "cv",
-    "n",
-    "outliers",
-    "warmup",
-    "in_place",
-    "requested_bytes",
-    "note",
-]
-
-# A p2p run's results.csv: the copy first, then its verdict, then the stats in milliseconds.
-P2P_CSV_COLUMNS = [
-    "step",
-    "test",
-    "mode",
-    "direction",
-    "copy",
-    "src",
-    "dst",
-    "pair",
-    "size_bytes",
-    "dtype",
-    "time_ms",
-    "bw_gbps",
-    "peak_gbps",
-    "ceiling_gbps",
-    "expected_gbps",
-    "efficiency",
-    "link",
-    "nvlinks",
-    "p2p",
-    "path",
-    "suspicious",
-    "check",
-    "diagnosis",
-    "min_ms",
-    "q1_ms",
-    "q3_ms",
-    "p95_ms",
-    "max_ms",
-    "mean_ms",
-    "stddev_ms",
-    "cv",
-    "n",
-    "outliers",
-    "warmup",
-]
-
-
-REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls"]
-"""A replay's results.csv: the collectives columns, then the recorded calls of each row."""
-SKEW_CSV_COLUMNS = ["skew", "skew_ratio"]
-"""Added after the others where a row names its skew (all_to_allv)."""
-
-
-def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
-    """The results.csv header of these rows: a p2p run's (also when it has no row yet), a
-    replay's when any row counts recorded calls, with the skew's columns when any row names
-    one or has uneven ranks (a replay's all_to_allv)."""
-    if p2p or any(r.p2p is not None for r in rows):
-        return P2P_CSV_COLUMNS
-    columns = REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
-    skewed = any(r.skew or r.skew_ratio is not None for r in rows)
-    return [*columns, *SKEW_CSV_COLUMNS] if skewed else columns
-
-
-def csv_record(row: ResultRow) -> dict[str, Any]:
-    """The row as results.csv's flat columns: the stats beside the other fields, a p2p copy's
-    in milliseconds under the names its CSV has always had."""
-    s = row.stats
-    if row.p2p is None:
-        return {
-            **{name: getattr(row, name) for name in _TOP_NAMES},
-            **{f"{name}_us": getattr(s, name) for name in TIMES if name != "median"},
-            "time_us": s.median,
-            "cv": s.cv,
-            "n": s.n,
-            "outliers": s.outliers,
-            "calls": row.calls,
-            "skew": row.skew,
-            "skew_ratio": row.skew_ratio,
-        }
-    copy = row.p2p.to_dict()
-    copy["p2p"] = copy.pop("peer_access")
-    # divided, not multiplied by 1e-3: a float32 time from CUDA survives ms -> us -> ms exactly
-    ms = {name: getattr(s, name) / 1000 for name in TIMES}
-    return {
-        **copy,
-        "size_bytes": row.size_bytes,
-        "dtype": row.dtype,
-        "time_ms": ms["median"],
-        "bw_gbps": row.busbw_gbps,
-        "check": row.check,
-        **{f"{name}_ms": ms[name] for name in TIMES if name != "median"},
-        "cv": s.cv,
-        "n": s.n,
-        "outliers": s.outliers,
-        "warmup": row.warmup,
-    }

@@ -31,8 +31,9 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.fields import Conv, Fields, Value, integer_in, kind, line
 from commbench.ops import derived, traced
-from commbench.traces.names import ELEMENT_BYTES, canonical_dtype
-from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
+from commbench.traces.checks import lone_peer
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, canonical_dtype
+from commbench.traces.records import MAX_BYTES, MAX_CALLS, Call, Group
 
 FORMAT = "chakra"
 TITLE = "Chakra execution trace as JSON (chakra_jsonizer's output)"

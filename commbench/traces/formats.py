@@ -20,19 +20,10 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.files import MAX_FILE_BYTES, check_depth, decode, path_kind, read_bytes, shown
 from commbench.traces import chakra, flight_recorder, param
-from commbench.traces.trace import (
-    MANIFEST_FILE,
-    MAX_CALLS,
-    MAX_WORLD,
-    Call,
-    Manifest,
-    Trace,
-    check_groups,
-    check_ranks,
-    is_pickle,
-    read_trace,
-    refuse_pickle,
-)
+from commbench.traces.checks import check_groups, check_ranks
+from commbench.traces.names import MAX_WORLD
+from commbench.traces.reader import is_pickle, read_trace, refuse_pickle
+from commbench.traces.records import MANIFEST_FILE, MAX_CALLS, Call, Manifest, Trace
 
 MAX_TRACE_FILE_BYTES = MAX_FILE_BYTES
 """Largest foreign trace file read (it is parsed whole, unlike commbench's own)."""

@@ -22,8 +22,9 @@ from typing import Any
 
 from commbench.errors import UserError, quoted
 from commbench.fields import Fields, Value, anything, integer_in, line, list_of
-from commbench.traces.names import ELEMENT_BYTES, canonical_dtype, canonical_op
-from commbench.traces.trace import MAX_BYTES, MAX_CALLS, MAX_WORLD, Call, Group, lone_peer
+from commbench.traces.checks import lone_peer
+from commbench.traces.names import ELEMENT_BYTES, MAX_WORLD, canonical_dtype, canonical_op
+from commbench.traces.records import MAX_BYTES, MAX_CALLS, Call, Group
 
 FORMAT = "param"
 TITLE = 'PARAM basic comms trace (a JSON list of {"comms": ...} objects)'

@@ -38,9 +38,15 @@ from commbench.collectives.specs import OPS as SPECS
 from commbench.errors import UserError, quoted
 from commbench.sizes import format_amount, format_size
 from commbench.tables import text_table
-from commbench.traces.names import P2P_OPS, no_data, shard
+from commbench.traces.names import MAX_WORLD, P2P_OPS, no_data, shard
+from commbench.traces.records import Call, Trace
 from commbench.traces.splits import Exchanges, exchanges
-from commbench.traces.trace import MAX_WORLD, Call, Trace
+
+RowKey = tuple[str, int, str, int, bool, bool]
+"""What makes a plan row (`PlanRow.key`, `row_key`): op, S, dtype, the group's size on the
+replay's world, whether it spans that world, whether it keeps its uneven splits."""
+Counted = tuple[Call, str, int]
+"""A call a plan counts (`counted`), the group instance it counts for, its group's size."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +67,18 @@ class PlanRow:
     uneven: bool = False
     """An all_to_all replayed with its recorded uneven splits (an all_to_allv): S is its
     busiest member's bytes."""
+
+    @property
+    def key(self) -> RowKey:
+        """What makes this row (`row_key` of each call it counts)."""
+        return (
+            self.op,
+            self.size_bytes,
+            self.dtype,
+            self.group_size,
+            self.spans_world,
+            self.uneven,
+        )
 
     @property
     def label(self) -> str:
@@ -123,6 +141,14 @@ class Plan:
         """The step sections (not the calls outside the steps)."""
         return tuple(s for s in self.sections if s.step is not None)
 
+    def calls_by_key(self) -> dict[RowKey, int]:
+        """The calls of each kind of row (`PlanRow.key`), over every section."""
+        calls: dict[RowKey, int] = {}
+        for section in self.sections:
+            for row in section.rows:
+                calls[row.key] = calls.get(row.key, 0) + row.calls
+        return calls
+
 
 def size_bytes(call: Call, n: int) -> int:
     """S of `call` in a group of `n` ranks (see the module)."""
@@ -169,7 +195,17 @@ def sized(call: Call, n: int, new_n: int, table: Exchanges) -> tuple[int, bool]:
     return size, exchange.uneven and exchange.exact(n == new_n)
 
 
-def _counted(trace: Trace) -> list[tuple[Call, str, int]]:
+def row_key(call: Call, n: int, traced: int, new_world: int, table: Exchanges) -> RowKey:
+    """The row that `call`, made in a group of `n` ranks of a trace of `traced`, counts in
+    on `new_world` ranks: a group spanning the traced world spans the new one (see the
+    module), and S is `sized`."""
+    spans = n >= traced and call.op not in P2P_OPS
+    new_n = new_world if spans else n
+    size, uneven = sized(call, n, new_n, table)
+    return (call.op, size, call.dtype, new_n, spans, uneven)
+
+
+def counted(trace: Trace) -> list[Counted]:
     """(call, the instance it is counted for, its group's size) for every call counted:
     each collective from its group's lowest rank, each send from its sender."""
     world = trace.world_size
@@ -205,17 +241,17 @@ def build_plan(
         raise UserError(f"--world {new_world}: expected 1..{MAX_WORLD} ranks")
     if steps is not None and steps < 1:
         raise UserError(f"--steps {steps}: expected at least 1 step")
-    counted = _counted(trace)
-    _check_world(counted, traced, new_world)
-    markers = sorted({c.step for c, _, _ in counted if c.step is not None})
+    calls = counted(trace)
+    _check_world(calls, traced, new_world)
+    markers = sorted({c.step for c, _, _ in calls if c.step is not None})
     if steps is not None and not markers:
         raise UserError(
             f"--steps {steps}: the trace has no step markers (its job never stepped an "
             "optimizer commbench saw): replay it whole"
         )
     kept = markers if steps is None else markers[:steps]
-    per_step: dict[int | None, list[tuple[Call, str, int]]] = {step: [] for step in [None, *kept]}
-    for x in counted:  # one pass, not one per step
+    per_step: dict[int | None, list[Counted]] = {step: [] for step in [None, *kept]}
+    for x in calls:  # one pass, not one per step
         if (into := per_step.get(x[0].step)) is not None:
             into.append(x)
     if table is None:
@@ -242,12 +278,12 @@ def build_plan(
 
 
 def _split_notes(
-    counted: Iterable[tuple[Call, str, int]], traced: int, new_world: int, table: Exchanges
+    kept: Iterable[Counted], traced: int, new_world: int, table: Exchanges
 ) -> list[str]:
     """What the plan says of its all_to_alls' splits: the uneven ones replayed as recorded,
     and why others are replayed even."""
     total = exact = unknown = unmapped = 0
-    for call, _, n in counted:
+    for call, _, n in kept:
         exchange = table.of(call)
         if call.op != "all_to_all":
             continue
@@ -286,10 +322,10 @@ def _split_notes(
     return notes
 
 
-def _check_world(counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int) -> None:
+def _check_world(calls: Sequence[Counted], traced: int, new_world: int) -> None:
     if new_world == traced:
         return
-    for call, name, n in counted:
+    for call, name, n in calls:
         if n >= traced or call.op in P2P_OPS:
             continue
         if new_world < n:
@@ -302,21 +338,17 @@ def _check_world(counted: Sequence[tuple[Call, str, int]], traced: int, new_worl
                 f"--world {new_world}: the trace's groups of {n} ranks (such as "
                 f"{quoted(name)}) do not tile it: give a multiple of {n}"
             )
-    if new_world < 2 and any(c.op in P2P_OPS for c, _, _ in counted):
+    if new_world < 2 and any(c.op in P2P_OPS for c, _, _ in calls):
         raise UserError(f"--world {new_world} is too small: the trace sends between ranks")
 
 
 def _rows(
-    counted: Sequence[tuple[Call, str, int]], traced: int, new_world: int, table: Exchanges
+    of_step: Sequence[Counted], traced: int, new_world: int, table: Exchanges
 ) -> tuple[PlanRow, ...]:
-    key_t = tuple[str, int, str, int, bool, bool]
-    instances: dict[key_t, set[str]] = {}
-    calls: dict[key_t, int] = {}
-    for call, instance, n in counted:
-        spans = n >= traced and call.op not in P2P_OPS
-        new_n = new_world if spans else n
-        size, uneven = sized(call, n, new_n, table)
-        key = (call.op, size, call.dtype, new_n, spans, uneven)
+    instances: dict[RowKey, set[str]] = {}
+    calls: dict[RowKey, int] = {}
+    for call, instance, n in of_step:
+        key = row_key(call, n, traced, new_world, table)
         instances.setdefault(key, set()).add(instance)
         calls[key] = calls.get(key, 0) + 1
     rows = []

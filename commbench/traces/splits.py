@@ -29,7 +29,7 @@ from commbench.errors import UserError, quoted
 from commbench.traces.names import ELEMENT_BYTES
 
 if TYPE_CHECKING:
-    from commbench.traces.trace import Call
+    from commbench.traces.records import Call
 
 Splits = tuple[int, ...]
 Matrix = tuple[Splits, ...]
@@ -95,6 +95,27 @@ def check_call(
 def call_element(call: Call) -> int | None:
     """Bytes of one element of `call` (`element_bytes`)."""
     return element_bytes(call.dtype, call.in_bytes, call.count)
+
+
+def check_splits(call: Call, where: str, members: int | None) -> None:
+    """Refuse splits `call` cannot hold (`check_call`): on another op than all_to_all, not
+    one per member of a group of `members` ranks (None: not known), or not summing to its
+    input's or output's bytes. `where` names the line (`FILE: line 3:`), which the message
+    follows with the field."""
+    element = call_element(call)
+    for name, side, nbytes, value in (
+        ("in_splits", "input", call.in_bytes, call.in_splits),
+        ("out_splits", "output", call.out_bytes, call.out_splits),
+    ):
+        check_call(
+            value,
+            where=f"{where} {name}",
+            side=side,
+            op=call.op,
+            nbytes=nbytes,
+            element=element,
+            members=members,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
