@@ -24,7 +24,7 @@ from tests.package_source import ROOT, parsed
 FLOORS: list[set[str]] = [
     {"errors", "stats", "timing", "version", "completion", "ops"},
     {"numbers", "files", "torch_version", "drawing", "lists", "escape"},
-    {"fields", "sizes", "skew", "processes", "heatmap", "tables", "options"},
+    {"fields", "sizes", "skew", "processes", "heatmap", "tables", "options", "formats"},
     {"gpu_memory", "flags"},
     {"topology"},
     {"health"},
@@ -112,7 +112,8 @@ MACHINERY = (
     "rich",
     "commbench.compare",
     "commbench.launch.launcher",
-    "commbench.launch.control",
+    "commbench.launch.plane",
+    "commbench.launch.store_link",
     "commbench.launch.protocol",
     "commbench.results.lifecycle",
     "commbench.topology",
