@@ -74,15 +74,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from commbench.diagnose.muster import MusterRoll
-from commbench.launch.control import (
-    KEEPALIVE_INTERVALS,
-    Keys,
-    RollCall,
-    StoreLink,
-    plan_interval,
-    rollcall_poll,
-)
+from commbench.launch.aggregation import KEEPALIVE_INTERVALS, plan_interval
+from commbench.launch.roll_call import RollCall, rollcall_poll
 from commbench.launch.simulate import POLL, QUICK_DNS, Cluster, host_of
+from commbench.launch.store_link import Keys, StoreLink
 
 RANKS_PER_NODE = 8
 TARGETS = {"steady": 0.05, "failure": 0.5, "muster": 0.5}

@@ -21,28 +21,22 @@ import pytest
 
 torch_distributed = pytest.importorskip("torch.distributed")
 
-from commbench.launch import control  # noqa: E402
-from commbench.launch.control import (  # noqa: E402
+from commbench.launch import roll_call, store_link  # noqa: E402
+from commbench.launch.aggregation import (  # noqa: E402
     GROUP_NODES,
     KEEPALIVE_INTERVALS,
     ONE_TIER_NODES,
-    ROLLCALL_POLL,
     Aggregator,
     FleetAggregator,
     Follower,
     GroupAggregator,
-    Keys,
-    NodeAgent,
-    RollCall,
-    StoreDown,
-    StoreLink,
     aggregation_requests,
     group_count,
     plan_interval,
-    rollcall_poll,
     silence_after,
     steady_requests,
 )
+from commbench.launch.digest import NodeAgent  # noqa: E402
 from commbench.launch.protocol import (  # noqa: E402
     PREFIX,
     GroupSummary,
@@ -50,6 +44,8 @@ from commbench.launch.protocol import (  # noqa: E402
     RankState,
     Skips,
 )
+from commbench.launch.roll_call import ROLLCALL_POLL, RollCall, rollcall_poll  # noqa: E402
+from commbench.launch.store_link import Keys, StoreDown, StoreLink  # noqa: E402
 
 RANKS_PER_NODE = 8
 
@@ -303,7 +299,7 @@ def test_the_muster_costs_two_requests_a_node(store: object) -> None:
 
 
 class SleeplessTime:
-    """The `time` module as commbench.launch.control sees it, where only a sleep moves the
+    """The `time` module as the roll call and its store link see it, where only a sleep moves the
     monotonic clock, and takes no time: the roll call's deadlines and polls run as they do,
     on a clock no slow store request or busy machine moves, and a wait for the lost costs
     the test nothing. The sleeps are kept."""
@@ -328,7 +324,8 @@ def test_the_roll_call_names_the_lost_nodes_among_1024(
     """1,024 nodes through the real RollCall: every survivor answers once, the first counts
     one counter (not 1,024 keys), the others read its result; requests stay O(1) per node."""
     clock = SleeplessTime()
-    monkeypatch.setattr(control, "time", clock)
+    monkeypatch.setattr(roll_call, "time", clock)
+    monkeypatch.setattr(store_link, "time", clock)
     nnodes = 1024
     keys = Keys(f"roll{len(lost)}")
     link = StoreLink(lambda: store)
@@ -460,7 +457,8 @@ def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
     step makes no request)."""
     import threading
 
-    from commbench.launch.control import MIN_INTERVAL, ControlPlane
+    from commbench.launch.aggregation import MIN_INTERVAL
+    from commbench.launch.plane import ControlPlane
 
     plane = ControlPlane(tmp_path)  # type: ignore[arg-type]
     plane.start()
@@ -489,7 +487,7 @@ def test_a_stopped_store_never_holds_a_request_past_its_deadline() -> None:
     import subprocess
     import sys
 
-    from commbench.launch.control import RECONNECT_AFTER, SLOW_CALL, tcp_store_factory
+    from commbench.launch.store_link import RECONNECT_AFTER, SLOW_CALL, tcp_store_factory
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -538,8 +536,8 @@ def test_a_lost_store_prints_no_cpp_stack_in_the_launcher(users_level: str | Non
     the workers it is meant for. The failures are still said, once, as commbench's own."""
     code = (
         "import os, socket\n"
-        "from commbench.launch.control import StoreDown, StoreLink, tcp_store_factory\n"
-        "from commbench.launch.control import store_class\n"
+        "from commbench.launch.store_link import StoreDown, StoreLink, tcp_store_factory\n"
+        "from commbench.launch.store_link import store_class\n"
         "from datetime import timedelta\n"
         "tcp_store = store_class()\n"
         "print(os.environ.get('TORCH_CPP_LOG_LEVEL'))\n"

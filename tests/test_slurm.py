@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 from commbench.cli import app
 from commbench.errors import UserError
 from commbench.launch.launcher import LaunchOptions, resolve_launch
+from commbench.launch.request import LaunchRequest
 from commbench.launch.slurm import expand_nodelist, from_env
 
 
@@ -58,9 +59,7 @@ def test_outside_slurm_or_in_a_bare_salloc_shell() -> None:
 
 
 def test_slurm_builds_the_rendezvous_unless_flags_say_otherwise() -> None:
-    launch = resolve_launch(
-        nnodes=None, node_rank=None, rdzv_endpoint=None, rdzv_id=None, debug=False, environ=JOB
-    )
+    launch = resolve_launch(LaunchRequest(), environ=JOB)
     assert (
         launch.nnodes,
         launch.node_rank,
@@ -69,7 +68,7 @@ def test_slurm_builds_the_rendezvous_unless_flags_say_otherwise() -> None:
         launch.source,
     ) == (2, 1, "gpu07:29642", "slurm-4242", "slurm")
     explicit = resolve_launch(
-        nnodes=2, node_rank=0, rdzv_endpoint="h:1234", rdzv_id=None, debug=False, environ=JOB
+        LaunchRequest(nnodes=2, node_rank=0, rdzv_endpoint="h:1234"), environ=JOB
     )
     assert explicit.rdzv_endpoint == "h:1234" and explicit.source == "flags"
 
@@ -77,9 +76,7 @@ def test_slurm_builds_the_rendezvous_unless_flags_say_otherwise() -> None:
 def test_several_tasks_per_node_is_refused() -> None:
     env = {**JOB, "SLURM_TASKS_PER_NODE": "8(x2)"}
     with pytest.raises(UserError, match="ntasks-per-node=1"):
-        resolve_launch(
-            nnodes=None, node_rank=None, rdzv_endpoint=None, rdzv_id=None, debug=False, environ=env
-        )
+        resolve_launch(LaunchRequest(), environ=env)
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from commbench.launch import procs
-from commbench.launch.control import ControlPlane
 from commbench.launch.heartbeat import Heartbeat
+from commbench.launch.plane import ControlPlane
 from commbench.launch.protocol import (
     STARTUP_TIMEOUT,
     FleetSummary,

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from commbench.errors import UserError
-from commbench.launch.control import StoreDown, StoreLink, peek, store_class
 from commbench.launch.launcher import LaunchOptions
 from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
+from commbench.launch.store_link import StoreDown, StoreLink, peek, store_class
 
 POLL = 0.2
 MAX_PORT = 65535

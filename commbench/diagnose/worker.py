@@ -25,8 +25,9 @@ from commbench.diagnose.journal import PEER_ADDRESS, RecordedTest
 from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
-from commbench.launch.control import Keys, RollCall, StoreDown, StoreLink, tcp_store_factory
 from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Journal, RollCallView
+from commbench.launch.roll_call import RollCall
+from commbench.launch.store_link import Keys, StoreDown, StoreLink, tcp_store_factory
 from commbench.launch.worker import Worker, run_worker
 from commbench.results.schema import CHECK_NA, ResultRow
 

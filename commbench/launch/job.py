@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from commbench.collectives.settings import MAX_NODES
@@ -93,9 +94,8 @@ class Scheduler:
     """Where the job's rendezvous comes from (`the SLURM job`)."""
     example: str
     """A command line that works, for the error about a command that does not wrap."""
-    name_flag: str
-    check_name: Callable[[str, str], None]
-    """Raises UserError for a job name the scheduler refuses: (flag, name)."""
+    check_name: Callable[[str], None]
+    """Raises UserError for a job name the scheduler refuses, naming the flag that gave it."""
 
 
 SLURM = Scheduler(
@@ -103,22 +103,15 @@ SLURM = Scheduler(
     writes="the script",
     rendezvous="the SLURM job",
     example="commbench slurm-script -N 2 -- collectives --sizes 1K-1G",
-    name_flag="--job-name",
-    check_name=check_plain_name,
+    check_name=partial(check_plain_name, "--job-name"),
 )
-
-
-def _check_k8s_name(flag: str, value: str) -> None:
-    check_dns_label(flag, value, rfc=1035)
-
 
 KUBERNETES = Scheduler(
     command="k8s-manifest",
     writes="the manifest",
     rendezvous="the Job's pods",
     example="commbench k8s-manifest -N 2 --image IMAGE -- collectives --sizes 1K-1G",
-    name_flag="--name",
-    check_name=_check_k8s_name,
+    check_name=partial(check_dns_label, "--name", rfc=1035),
 )
 
 
@@ -146,7 +139,7 @@ class MultiNodeJob:
         if self.gpus_per_node < 0:
             raise UserError("--gpus-per-node must be >= 0")
         check_range(self.gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
-        self.scheduler.check_name(self.scheduler.name_flag, self.name)
+        self.scheduler.check_name(self.name)
 
     # What a wrapped command's request checks itself against (`check_wrapped` of
     # `CollectivesRun`, `DiagnoseRun`, `SuiteRun`): the job's nodes, not this submit host.

@@ -27,7 +27,7 @@ from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, 
 from commbench.fields import Fields
 from commbench.health.record import NodeHealth
 from commbench.launch import procs
-from commbench.launch.control import ControlPlane
+from commbench.launch.plane import ControlPlane
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
     LAUNCHER_PID_ENV,
@@ -50,7 +50,7 @@ from commbench.topology.sysfs import check_sysfs_root
 from commbench.torch_version import require_torch
 
 if TYPE_CHECKING:
-    from commbench.launch.request import CollectivesRun
+    from commbench.launch.request import CollectivesRun, LaunchRequest
     from commbench.results.runs import Run
 
 POLL = 0.1
@@ -99,31 +99,26 @@ class LaunchOptions:
         return {key: getattr(self, key) for key in _RECORDED}
 
 
-def resolve_launch(
-    *,
-    nnodes: int | None,
-    node_rank: int | None,
-    rdzv_endpoint: str | None,
-    rdzv_id: str | None,
-    debug: bool,
-    environ: dict[str, str] | None = None,
-) -> LaunchOptions:
-    """Explicit flags win; inside a SLURM job step the job's nodes make the rendezvous."""
+def resolve_launch(request: LaunchRequest, environ: dict[str, str] | None = None) -> LaunchOptions:
+    """The launch `request` makes here: explicit flags win; inside a SLURM job step the job's
+    nodes make the rendezvous; else one node. The request holds the flags as parsed; this is
+    where they meet the machine (`environ`), so the record never calls back in here."""
     from commbench.launch.slurm import from_env
 
-    if node_rank is not None and nnodes is None:
+    if request.node_rank is not None and request.nnodes is None:
         raise UserError("--node-rank needs --nnodes (and --rdzv-endpoint)")
-    if nnodes is not None or rdzv_endpoint is not None:
+    if request.nnodes is not None or request.rdzv_endpoint is not None:
         return LaunchOptions(
-            nnodes=1 if nnodes is None else nnodes,  # `--nnodes 0` is refused, not taken as 1
-            node_rank=node_rank or 0,
-            rdzv_endpoint=rdzv_endpoint,
-            rdzv_id=rdzv_id or "commbench",
-            debug=debug,
+            # `--nnodes 0` is refused, not taken as 1
+            nnodes=1 if request.nnodes is None else request.nnodes,
+            node_rank=request.node_rank or 0,
+            rdzv_endpoint=request.rdzv_endpoint,
+            rdzv_id=request.rdzv_id or "commbench",
+            debug=request.debug,
         )
     job = from_env(dict(os.environ) if environ is None else environ)
     if job is None or (job.nnodes == 1 and job.tasks_per_node == 1):
-        return LaunchOptions(debug=debug, source="single")
+        return LaunchOptions(debug=request.debug, source="single")
     if job.tasks_per_node != 1:
         raise UserError(
             f"SLURM started {job.tasks_per_node} commbench tasks per node: use srun --ntasks-per-node=1 "
@@ -133,8 +128,8 @@ def resolve_launch(
         nnodes=job.nnodes,
         node_rank=job.node_rank,
         rdzv_endpoint=job.rdzv_endpoint,
-        rdzv_id=rdzv_id or f"slurm-{job.job_id}",
-        debug=debug,
+        rdzv_id=request.rdzv_id or f"slurm-{job.job_id}",
+        debug=request.debug,
         source="slurm",
     )
 
@@ -702,7 +697,7 @@ def run_request(request: CollectivesRun, plot: Callable[[Path], str]) -> Run:
 
     out = Path(request.out)
     check_parent(out)
-    launch = request.launch()
+    launch = resolve_launch(request)
     settings = request.settings(request.placement())
     on_progress = request.on_progress
     no_plot = request.no_plot

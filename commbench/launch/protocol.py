@@ -7,11 +7,12 @@ Two channels carry them:
   line per measured point with its samples, `Health`, `Done`, `Failed`, a diagnosis's
   `RollCallView`). The launcher tails the journal to build the result files and reads the
   heartbeats to tell a hung rank from a slow one.
-- the job's c10d store, across nodes (`control`): one `NodeDigest` per node and interval, one
+- the job's c10d store, across nodes (`plane`): one `NodeDigest` per node and interval, one
   `FleetSummary` from the aggregator, the roll call after a failure (`RollCallAnswer`,
   `RollCallResult`) and diagnose's muster (`MusterSignIn`, `MusterResult`).
 
-Each message is a frozen dataclass with a `KIND`, a `VERSION` and a size bound. `to_json`
+Each message is a frozen dataclass with a `KIND`, a `VERSION` and a size bound, each of its
+fields declared once (`wire`: how it is read, its default), which both ways follow. `to_json`
 writes strict JSON with `type` and `version` first and refuses to exceed the bound;
 `from_json` refuses a value over the bound before parsing it, one of another kind, one from a
 newer commbench (a higher version) and any field of the wrong type or out of range, always
@@ -26,12 +27,13 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from commbench.errors import UserError
 from commbench.fields import (
+    Conv,
     Fields,
     anything,
     boolean,
@@ -68,6 +70,22 @@ MAX_TEXT = 500
 _BIG = 1 << 53
 _TIME = number_in(0.0, 1e12)
 _SPAN = number_in(0.0, 1e9)
+_BOUNDS: dict[Conv[int], tuple[int, int]] = {}
+"""Each bounded integer converter's bounds, for a reader that checks them without it
+(`_rank_state_fast`)."""
+
+
+def _integer_in(lo: int, hi: int) -> Conv[int]:
+    conv = integer_in(lo, hi)
+    _BOUNDS[conv] = (lo, hi)
+    return conv
+
+
+_RANK = _integer_in(0, MAX_RANK)
+_NODE = _integer_in(0, MAX_NODES)
+_PID = _integer_in(1, 1 << 31)
+_POINT = _integer_in(-1, _BIG)
+_COUNT = _integer_in(0, _BIG)
 
 
 class ProtocolError(ValueError):
@@ -86,6 +104,70 @@ def _text(value: Any, path: str) -> str:
 
 
 M = TypeVar("M", bound="Message")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """A field's converter that depends on the fields read before it (a count bounds the
+    indexes that follow)."""
+
+    conv: Callable[[dict[str, Any]], Conv[Any]]
+
+
+def wire(conv: Conv[Any] | _Given, default: Any = MISSING, *, required: bool = False) -> Any:
+    """A message field, declared once: how it is read (`conv`, given the value and its path)
+    and its default. A field without a default is required on the wire; `required` makes one
+    that has a default (for the constructor) required there too. `Message._read` reads every
+    field from this, in declaration order; `payload` writes them."""
+    return field(default=default, metadata={"read": conv, "required": required})
+
+
+def _tuple_of(conv: Conv[T], max_items: int) -> Conv[tuple[T, ...]]:
+    read = list_of(conv, max_items=max_items)
+
+    def conv_tuple(value: Any, path: str) -> tuple[T, ...]:
+        return tuple(read(value, path))
+
+    return conv_tuple
+
+
+def _nested(cls: type[M]) -> Callable[[Any, str], M]:
+    """A message inside another (its fields at `path`), read as that message reads them."""
+
+    def conv(value: Any, path: str) -> M:
+        f = Fields(value, path)
+        return cls._read(f)
+
+    return conv
+
+
+def _choice(choices: tuple[str, ...], expected: str) -> Conv[str]:
+    """A string among `choices`; `expected` (with the `path` and what it `got`) says where
+    it is not."""
+
+    def conv(value: Any, path: str) -> str:
+        name = string(value, path)
+        if name not in choices:
+            raise UserError(expected.format(path=path, got=repr(name[:20])))
+        return name
+
+    return conv
+
+
+def _below(count: int) -> Conv[int]:
+    """An index among `count` (a node of the job, say)."""
+    return integer_in(0, count - 1)
+
+
+def _position(value: Any, path: str) -> tuple[int, int]:
+    """`[point, iteration]`; an empty list is the default, no position yet."""
+    items = list_of(integer_in(-1, _BIG), max_items=2)(value, path)
+    if not items:
+        return (-1, 0)
+    if len(items) != 2:
+        raise UserError(f"{path}: expected [point, iteration]")
+    return (items[0], items[1])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +177,9 @@ class Message:
     KIND: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
     MAX_BYTES: ClassVar[int] = 4096
+    READ_FIRST: ClassVar[tuple[str, ...]] = ()
+    """Fields read before the others (the rest in declaration order): which of several faults
+    a refused message names first."""
 
     def payload(self) -> dict[str, Any]:
         """The fields as JSON values (nested messages as their payloads)."""
@@ -155,7 +240,32 @@ class Message:
 
     @classmethod
     def _read(cls: type[M], f: Fields) -> M:
-        raise NotImplementedError
+        """Every field as its `wire` declaration says, in declaration order (READ_FIRST's
+        first)."""
+        got: dict[str, Any] = {}
+        order = _ORDER.get(cls)
+        if order is None:
+            first = cls.READ_FIRST
+            order = _ORDER[cls] = tuple(
+                sorted(
+                    fields(cls),
+                    key=lambda f: first.index(f.name) if f.name in first else len(first),
+                )
+            )
+        for spec in order:
+            conv = spec.metadata["read"]
+            if isinstance(conv, _Given):
+                conv = conv.conv(got)
+            if spec.default is MISSING or spec.metadata["required"]:
+                got[spec.name] = f.req(spec.name, conv)
+            else:
+                value = f.opt(spec.name, conv)
+                got[spec.name] = spec.default if value is None else value
+        return cls(**got)
+
+
+_ORDER: dict[type, tuple[Field[Any], ...]] = {}
+"""Each message's fields in the order it reads them (`Message._read`)."""
 
 
 def _no_constant(name: str) -> Any:
@@ -166,45 +276,32 @@ def _no_constant(name: str) -> Any:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RankBeat(Message):
+class RankPlace(Message):
+    """Base of what a rank says of itself and its node's launcher says of it: who it is,
+    where it runs, and how far it got."""
+
+    rank: int = wire(_RANK)
+    local_rank: int = wire(_RANK, 0)
+    node: int = wire(_NODE, 0)
+    host: str | None = wire(_text, None)
+    pid: int | None = wire(_PID, None)
+    point: int = wire(_POINT, -1)
+    phase: str = wire(_text, "")
+    iteration: int = wire(_COUNT, 0)
+    ticks: int = wire(_COUNT, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankBeat(RankPlace):
     """A rank's heartbeat: where it is in the sweep. Its file's mtime (or the time it was
     last seen to change) is when it last showed life."""
 
     KIND: ClassVar[str] = "heartbeat"
     MAX_BYTES: ClassVar[int] = 4096
 
-    rank: int
-    local_rank: int = 0
-    node: int = 0
-    host: str | None = None
-    pid: int | None = None
-    point: int = -1
-    phase: str = "init"
-    iteration: int = 0
-    ticks: int = 0
-    error: str = ""
-    time: float = 0.0
-
-    @classmethod
-    def _read(cls, f: Fields) -> RankBeat:
-        return cls(
-            rank=f.req("rank", integer_in(0, MAX_RANK)),
-            local_rank=f.opt("local_rank", integer_in(0, MAX_RANK)) or 0,
-            node=f.opt("node", integer_in(0, MAX_NODES)) or 0,
-            host=f.opt("host", _text),
-            pid=f.opt("pid", integer_in(1, 1 << 31)),
-            point=_opt(f, "point", integer_in(-1, _BIG), -1),
-            phase=_opt(f, "phase", _text, "init"),
-            iteration=f.opt("iteration", integer_in(0, _BIG)) or 0,
-            ticks=f.opt("ticks", integer_in(0, _BIG)) or 0,
-            error=f.opt("error", _text) or "",
-            time=f.opt("time", _TIME) or 0.0,
-        )
-
-
-def _opt(f: Fields, key: str, conv: Any, default: Any) -> Any:
-    value = f.opt(key, conv)
-    return default if value is None else value
+    phase: str = wire(_text, "init")  # in its place among RankPlace's fields
+    error: str = wire(_text, "")
+    time: float = wire(_TIME, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,24 +313,12 @@ class Health(Message):
     KIND: ClassVar[str] = "health"
     MAX_BYTES: ClassVar[int] = 4 << 20
 
-    phase: str
-    node: int
-    host: str | None = None
-    snapshot: Any = None
-    nics: Any = None
-
-    @classmethod
-    def _read(cls, f: Fields) -> Health:
-        phase = f.req("phase", string)
-        if phase not in ("before", "after"):
-            raise UserError(f"{f.at('phase')}: expected before or after, got {phase[:20]!r}")
-        return cls(
-            phase=phase,
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            host=f.opt("host", _text),
-            snapshot=f.opt("snapshot", anything),
-            nics=f.opt("nics", anything),
-        )
+    phase: str = wire(_choice(("before", "after"), "{path}: expected before or after, got {got}"))
+    node: int = wire(_NODE)
+    host: str | None = wire(_text, None)
+    # a field declaration, not a shared default (ruff flags a call where the type is Any)
+    snapshot: Any = wire(anything, None)  # noqa: RUF009
+    nics: Any = wire(anything, None)  # noqa: RUF009
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,18 +328,10 @@ class HealthGathered(Message):
     KIND: ClassVar[str] = "health-gathered"
     MAX_BYTES: ClassVar[int] = 1 << 30
 
-    phase: str
-    node: int
+    phase: str = wire(string)
+    node: int = wire(_NODE)
     """The writer's own node (its launcher snapshots that one itself)."""
-    nodes: tuple[Health, ...] = ()
-
-    @classmethod
-    def _read(cls, f: Fields) -> HealthGathered:
-        return cls(
-            phase=f.req("phase", string),
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            nodes=tuple(f.req("nodes", list_of(_nested(Health), max_items=MAX_NODES))),
-        )
+    nodes: tuple[Health, ...] = wire(_tuple_of(_nested(Health), MAX_NODES), (), required=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,9 +340,13 @@ class Done(Message):
 
     KIND: ClassVar[str] = "done"
 
-    @classmethod
-    def _read(cls, f: Fields) -> Done:
-        return cls()
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeMessage(Message):
+    """Base of the messages a node sends in its own name: its index and its host."""
+
+    node: int = wire(_NODE)
+    host: str = wire(_text)
 
 
 RESULTS_AT_FILE = "results-at.json"
@@ -273,7 +354,7 @@ RESULTS_AT_FILE = "results-at.json"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResultsAt(Message):
+class ResultsAt(NodeMessage):
     """Where a multi-node run's rows are: the node, host and run directory of global rank 0,
     the only process that journals them. torchrun's c10d rendezvous gives group rank 0 to
     whichever node it sorts first, not to the one launched with `--node-rank 0`; local rank
@@ -282,17 +363,7 @@ class ResultsAt(Message):
     KIND: ClassVar[str] = "results-at"
     MAX_BYTES: ClassVar[int] = 8192
 
-    node: int
-    host: str
-    run_dir: str
-
-    @classmethod
-    def _read(cls, f: Fields) -> ResultsAt:
-        return cls(
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            host=f.req("host", _text),
-            run_dir=f.req("run_dir", string),
-        )
+    run_dir: str = wire(string)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,12 +372,8 @@ class Failed(Message):
 
     KIND: ClassVar[str] = "failed"
 
-    rank: int
-    error: str
-
-    @classmethod
-    def _read(cls, f: Fields) -> Failed:
-        return cls(rank=f.req("rank", integer_in(0, MAX_RANK)), error=f.req("error", _text))
+    rank: int = wire(_RANK)
+    error: str = wire(_text)
 
 
 # -- across nodes: digests, the fleet summary, the roll call, the muster -----------------------
@@ -318,24 +385,16 @@ without finishing, `unknown` a rank the node expected but never saw."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RankState(Message):
+class RankState(RankPlace):
     """One rank as its node's launcher sees it (nested in `NodeDigest` and `FleetSummary`)."""
 
     KIND: ClassVar[str] = "rank"
+    READ_FIRST: ClassVar[tuple[str, ...]] = ("state",)
 
-    rank: int
-    local_rank: int = 0
-    node: int = 0
-    host: str | None = None
-    pid: int | None = None
-    point: int = -1
-    phase: str = ""
-    iteration: int = 0
-    ticks: int = 0
-    state: str = "running"
-    quiet_s: float = 0.0
+    state: str = wire(_choice(RANK_STATES, "{path}: unknown state {got}"), "running", required=True)
+    quiet_s: float = wire(_SPAN, 0.0)
     """Seconds since the rank last showed life, by its own node's clock."""
-    error: str = ""
+    error: str = wire(_text, "")
 
     @property
     def position(self) -> tuple[int, int]:
@@ -343,38 +402,18 @@ class RankState(Message):
 
     @classmethod
     def _read(cls, f: Fields) -> RankState:
-        if (fast := _rank_state_fast(f.data)) is not None:
-            return fast
-        state = f.req("state", string)
-        if state not in RANK_STATES:
-            raise UserError(f"{f.at('state')}: unknown state {state[:20]!r}")
-        return cls(
-            rank=f.req("rank", integer_in(0, MAX_RANK)),
-            local_rank=f.opt("local_rank", integer_in(0, MAX_RANK)) or 0,
-            node=f.opt("node", integer_in(0, MAX_NODES)) or 0,
-            host=f.opt("host", _text),
-            pid=f.opt("pid", integer_in(1, 1 << 31)),
-            point=_opt(f, "point", integer_in(-1, _BIG), -1),
-            phase=f.opt("phase", _text) or "",
-            iteration=f.opt("iteration", integer_in(0, _BIG)) or 0,
-            ticks=f.opt("ticks", integer_in(0, _BIG)) or 0,
-            state=state,
-            quiet_s=f.opt("quiet_s", _SPAN) or 0.0,
-            error=f.opt("error", _text) or "",
-        )
+        fast = _rank_state_fast(f.data)
+        return super(RankState, cls)._read(f) if fast is None else fast
 
 
 _RANK_INTS = {
-    "rank": (0, MAX_RANK),
-    "local_rank": (0, MAX_RANK),
-    "node": (0, MAX_NODES),
-    "pid": (1, 1 << 31),
-    "point": (-1, _BIG),
-    "iteration": (0, _BIG),
-    "ticks": (0, _BIG),
+    f.name: _BOUNDS[f.metadata["read"]] for f in fields(RankState) if f.metadata["read"] in _BOUNDS
 }
-_RANK_TEXTS = ("host", "phase", "error")
-_RANK_KEYS = {*_RANK_INTS, *_RANK_TEXTS, "state", "quiet_s"}
+_RANK_TEXTS = frozenset(f.name for f in fields(RankState) if f.metadata["read"] is _text)
+_RANK_KEYS = frozenset(f.name for f in fields(RankState))
+_RANK_REQUIRED = frozenset(
+    f.name for f in fields(RankState) if f.default is MISSING or f.metadata["required"]
+)
 
 
 def _rank_state_fast(d: Any) -> RankState | None:
@@ -397,24 +436,16 @@ def _rank_state_fast(d: Any) -> RankState | None:
             if type(value) not in (int, float) or not 0.0 <= value <= 1e9:
                 return None
             given[key] = float(value)
-    if "rank" not in given or "state" not in given or given["state"] not in RANK_STATES:
+    if not given.keys() >= _RANK_REQUIRED or given["state"] not in RANK_STATES:
         return None
     return RankState(**given)
-
-
-def _nested(cls: type[M]) -> Callable[[Any, str], M]:
-    def conv(value: Any, path: str) -> M:
-        f = Fields(value, path)
-        return cls._read(f)
-
-    return conv
 
 
 MAX_LOCAL_RANKS = 128
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class NodeDigest(Message):
+class NodeDigest(NodeMessage):
     """A node's ranks, published by its launcher once per interval: O(1) requests per node.
     `seq` grows with every publication, so a digest that stops changing means its launcher
     stopped (the aggregator's own clock decides, never the node's)."""
@@ -422,21 +453,11 @@ class NodeDigest(Message):
     KIND: ClassVar[str] = "digest"
     MAX_BYTES: ClassVar[int] = 64 << 10
 
-    node: int
-    host: str
-    seq: int
-    time: float
-    ranks: tuple[RankState, ...] = ()
-
-    @classmethod
-    def _read(cls, f: Fields) -> NodeDigest:
-        return cls(
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            host=f.req("host", _text),
-            seq=f.req("seq", integer_in(0, _BIG)),
-            time=f.req("time", _TIME),
-            ranks=tuple(f.req("ranks", list_of(_nested(RankState), max_items=MAX_LOCAL_RANKS))),
-        )
+    seq: int = wire(_COUNT)
+    time: float = wire(_TIME)
+    ranks: tuple[RankState, ...] = wire(
+        _tuple_of(_nested(RankState), MAX_LOCAL_RANKS), (), required=True
+    )
 
 
 MAX_LISTED = 64
@@ -450,24 +471,16 @@ class NodeSilence(Message):
 
     KIND: ClassVar[str] = "silence"
 
-    node: int
-    host: str | None = None
-    quiet_s: float = 0.0
-    never: bool = False
-    ranks: tuple[RankState, ...] = ()
+    node: int = wire(_NODE)
+    host: str | None = wire(_text, None)
+    quiet_s: float = wire(_SPAN, 0.0)
+    never: bool = wire(boolean, False)
+    ranks: tuple[RankState, ...] = wire(_tuple_of(_nested(RankState), MAX_LOCAL_RANKS), ())
     """Its ranks as last known (or as the job's roll names them, for a node never heard)."""
 
-    @classmethod
-    def _read(cls, f: Fields) -> NodeSilence:
-        return cls(
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            host=f.opt("host", _text),
-            quiet_s=f.opt("quiet_s", _SPAN) or 0.0,
-            never=bool(f.opt("never", boolean)),
-            ranks=tuple(
-                f.opt("ranks", list_of(_nested(RankState), max_items=MAX_LOCAL_RANKS)) or ()
-            ),
-        )
+
+_LISTED_RANKS = _tuple_of(_nested(RankState), MAX_LISTED)
+_LISTED_SILENCES = _tuple_of(_nested(NodeSilence), MAX_LISTED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -479,123 +492,67 @@ class FleetSummary(Message):
 
     KIND: ClassVar[str] = "fleet"
     MAX_BYTES: ClassVar[int] = 256 << 10
+    READ_FIRST: ClassVar[tuple[str, ...]] = ("furthest",)
 
-    seq: int
-    time: float
-    interval: float
-    nnodes: int
-    reporting: int
+    seq: int = wire(_COUNT)
+    time: float = wire(_TIME)
+    interval: float = wire(number_in(0.01, 3600))
+    nnodes: int = wire(integer_in(1, MAX_NODES))
+    reporting: int = wire(_NODE)
     """Nodes whose digest the aggregator has read."""
-    progress: int
+    progress: int = wire(_COUNT)
     """Changes whenever any rank's position changed: the remote part of a watchdog's notion
     of progress."""
-    furthest: tuple[int, int] = (-1, 0)
-    problems: tuple[RankState, ...] = ()
+    furthest: tuple[int, int] = wire(_position, (-1, 0))
+    problems: tuple[RankState, ...] = wire(_LISTED_RANKS, ())
     """Ranks stopped, silent, gone or failed, as their nodes report them."""
-    silent_nodes: tuple[NodeSilence, ...] = ()
-    behind: tuple[RankState, ...] = ()
+    silent_nodes: tuple[NodeSilence, ...] = wire(_LISTED_SILENCES, ())
+    behind: tuple[RankState, ...] = wire(_LISTED_RANKS, ())
     """The least advanced ranks, when some are behind the furthest position."""
-    behind_count: int = 0
-    truncated: int = 0
+    behind_count: int = wire(_COUNT, 0)
+    truncated: int = wire(_COUNT, 0)
     """Entries left out of the lists above."""
-
-    @classmethod
-    def _read(cls, f: Fields) -> FleetSummary:
-        furthest = f.opt("furthest", list_of(integer_in(-1, _BIG), max_items=2)) or [-1, 0]
-        if len(furthest) != 2:
-            raise UserError(f"{f.at('furthest')}: expected [point, iteration]")
-        ranks = list_of(_nested(RankState), max_items=MAX_LISTED)
-        return cls(
-            seq=f.req("seq", integer_in(0, _BIG)),
-            time=f.req("time", _TIME),
-            interval=f.req("interval", number_in(0.01, 3600)),
-            nnodes=f.req("nnodes", integer_in(1, MAX_NODES)),
-            reporting=f.req("reporting", integer_in(0, MAX_NODES)),
-            progress=f.req("progress", integer_in(0, _BIG)),
-            furthest=(furthest[0], furthest[1]),
-            problems=tuple(f.opt("problems", ranks) or ()),
-            silent_nodes=tuple(
-                f.opt("silent_nodes", list_of(_nested(NodeSilence), max_items=MAX_LISTED)) or ()
-            ),
-            behind=tuple(f.opt("behind", ranks) or ()),
-            behind_count=f.opt("behind_count", integer_in(0, _BIG)) or 0,
-            truncated=f.opt("truncated", integer_in(0, _BIG)) or 0,
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSummary(Message):
     """What a group's aggregator (the launcher of the first of each GROUP_NODES nodes, past
-    ONE_TIER_NODES: launch.control) publishes once per interval for the fleet's aggregator
+    ONE_TIER_NODES: launch.aggregation) publishes once per interval for the fleet's aggregator
     to merge: its nodes' problems and silences, and enough of their positions for the
     fleet's furthest and behind (its `slowest` running ranks, how many run, how many are
     behind its own furthest). Bounded like the fleet summary."""
 
     KIND: ClassVar[str] = "group"
     MAX_BYTES: ClassVar[int] = 256 << 10
+    READ_FIRST: ClassVar[tuple[str, ...]] = ("furthest",)
 
-    group: int
-    first: int
+    group: int = wire(_NODE)
+    first: int = wire(_NODE)
     """Its first node: the group holds nodes first .. first + nnodes - 1."""
-    nnodes: int
-    seq: int
-    time: float
-    reporting: int
-    progress: int
-    furthest: tuple[int, int] = (-1, 0)
-    running: int = 0
-    behind_count: int = 0
+    nnodes: int = wire(integer_in(1, MAX_NODES))
+    seq: int = wire(_COUNT)
+    time: float = wire(_TIME)
+    reporting: int = wire(_NODE)
+    progress: int = wire(_COUNT)
+    furthest: tuple[int, int] = wire(_position, (-1, 0))
+    running: int = wire(_COUNT, 0)
+    behind_count: int = wire(_COUNT, 0)
     """Its running ranks behind its own furthest position."""
-    problems: tuple[RankState, ...] = ()
-    silent_nodes: tuple[NodeSilence, ...] = ()
-    slowest: tuple[RankState, ...] = ()
+    problems: tuple[RankState, ...] = wire(_LISTED_RANKS, ())
+    silent_nodes: tuple[NodeSilence, ...] = wire(_LISTED_SILENCES, ())
+    slowest: tuple[RankState, ...] = wire(_LISTED_RANKS, ())
     """Its least advanced running ranks (MAX_BEHIND), whatever the others' positions."""
-    truncated: int = 0
-
-    @classmethod
-    def _read(cls, f: Fields) -> GroupSummary:
-        furthest = f.opt("furthest", list_of(integer_in(-1, _BIG), max_items=2)) or [-1, 0]
-        if len(furthest) != 2:
-            raise UserError(f"{f.at('furthest')}: expected [point, iteration]")
-        ranks = list_of(_nested(RankState), max_items=MAX_LISTED)
-        return cls(
-            group=f.req("group", integer_in(0, MAX_NODES)),
-            first=f.req("first", integer_in(0, MAX_NODES)),
-            nnodes=f.req("nnodes", integer_in(1, MAX_NODES)),
-            seq=f.req("seq", integer_in(0, _BIG)),
-            time=f.req("time", _TIME),
-            reporting=f.req("reporting", integer_in(0, MAX_NODES)),
-            progress=f.req("progress", integer_in(0, _BIG)),
-            furthest=(furthest[0], furthest[1]),
-            running=f.opt("running", integer_in(0, _BIG)) or 0,
-            behind_count=f.opt("behind_count", integer_in(0, _BIG)) or 0,
-            problems=tuple(f.opt("problems", ranks) or ()),
-            silent_nodes=tuple(
-                f.opt("silent_nodes", list_of(_nested(NodeSilence), max_items=MAX_LISTED)) or ()
-            ),
-            slowest=tuple(f.opt("slowest", ranks) or ()),
-            truncated=f.opt("truncated", integer_in(0, _BIG)) or 0,
-        )
+    truncated: int = wire(_COUNT, 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RollCallAnswer(Message):
+class RollCallAnswer(NodeMessage):
     """A surviving node's one answer after a failed round (its first rank there answers)."""
 
     KIND: ClassVar[str] = "rollcall-answer"
     MAX_BYTES: ClassVar[int] = 2048
 
-    node: int
-    host: str
-    rank: int
-
-    @classmethod
-    def _read(cls, f: Fields) -> RollCallAnswer:
-        return cls(
-            node=f.req("node", integer_in(0, MAX_NODES)),
-            host=f.req("host", _text),
-            rank=f.req("rank", integer_in(0, MAX_RANK)),
-        )
+    rank: int = wire(_RANK)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -607,9 +564,9 @@ class RollCallResult(Message):
     KIND: ClassVar[str] = "rollcall-result"
     MAX_BYTES: ClassVar[int] = 1 << 20
 
-    nnodes: int
-    missing: tuple[int, ...]
-    counter: int
+    nnodes: int = wire(integer_in(1, MAX_NODES))
+    missing: tuple[int, ...] = wire(_Given(lambda got: _tuple_of(_below(got["nnodes"]), MAX_NODES)))
+    counter: int = wire(_Given(lambda got: _below(got["nnodes"])))
     """The node that counted."""
 
     @property
@@ -621,17 +578,6 @@ class RollCallResult(Message):
         missing = set(self.missing)
         return tuple(n for n in range(self.nnodes) if n not in missing)
 
-    @classmethod
-    def _read(cls, f: Fields) -> RollCallResult:
-        nnodes = f.req("nnodes", integer_in(1, MAX_NODES))
-        return cls(
-            nnodes=nnodes,
-            missing=tuple(
-                f.req("missing", list_of(integer_in(0, nnodes - 1), max_items=MAX_NODES))
-            ),
-            counter=f.req("counter", integer_in(0, nnodes - 1)),
-        )
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RollCallView(Message):
@@ -641,38 +587,26 @@ class RollCallView(Message):
 
     KIND: ClassVar[str] = "rollcall"
     MAX_BYTES: ClassVar[int] = 1 << 20
+    READ_FIRST: ClassVar[tuple[str, ...]] = ("answered",)
 
-    rank: int
-    error: str = ""
-    peers: tuple[str, ...] = ()
-    answered: tuple[int, ...] | None = None
-    store_lost: str | None = None
-
-    @classmethod
-    def _read(cls, f: Fields) -> RollCallView:
-        answered = f.opt("answered", list_of(integer_in(0, MAX_NODES), max_items=MAX_NODES))
-        return cls(
-            rank=f.req("rank", integer_in(0, MAX_RANK)),
-            error=f.opt("error", _text) or "",
-            peers=tuple(f.opt("peers", list_of(_text, max_items=64)) or ()),
-            answered=None if answered is None else tuple(answered),
-            store_lost=f.opt("store_lost", _text),
-        )
+    rank: int = wire(_RANK)
+    error: str = wire(_text, "")
+    peers: tuple[str, ...] = wire(_tuple_of(_text, 64), ())
+    answered: tuple[int, ...] | None = wire(_tuple_of(_NODE, MAX_NODES), None)
+    store_lost: str | None = wire(_text, None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MusterSignIn(Message):
+class MusterSignIn(NodeMessage):
     """A node signing in before a multi-node diagnosis (one request per node)."""
 
     KIND: ClassVar[str] = "muster"
     MAX_BYTES: ClassVar[int] = 1024
 
-    node: int
-    host: str
 
-    @classmethod
-    def _read(cls, f: Fields) -> MusterSignIn:
-        return cls(node=f.req("node", integer_in(0, MAX_NODES)), host=f.req("host", _text))
+MUSTER_HOSTS = 256
+"""Hosts a failed muster's result names (a few KB each per node that reads it): beyond,
+the other nodes name who came by node rank, and node rank 0 names them all."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -683,23 +617,13 @@ class MusterResult(Message):
     KIND: ClassVar[str] = "muster-result"
     MAX_BYTES: ClassVar[int] = 2 << 20
 
-    expected: int
-    missing: tuple[int, ...] = ()
-    joined: tuple[MusterSignIn, ...] = ()
+    expected: int = wire(integer_in(1, MAX_NODES))
+    missing: tuple[int, ...] = wire(
+        _Given(lambda got: _tuple_of(_below(got["expected"]), MAX_NODES)), (), required=True
+    )
+    joined: tuple[MusterSignIn, ...] = wire(_tuple_of(_nested(MusterSignIn), MUSTER_HOSTS), ())
     """Who came, by host: only when some node is missing (every node's record of the failed
     muster then names the hosts), and at most MUSTER_HOSTS of them."""
-
-    @classmethod
-    def _read(cls, f: Fields) -> MusterResult:
-        expected = f.req("expected", integer_in(1, MAX_NODES))
-        missing = f.req("missing", list_of(integer_in(0, expected - 1), max_items=MAX_NODES))
-        joined = f.opt("joined", list_of(_nested(MusterSignIn), max_items=MUSTER_HOSTS)) or []
-        return cls(expected=expected, missing=tuple(missing), joined=tuple(joined))
-
-
-MUSTER_HOSTS = 256
-"""Hosts a failed muster's result names (a few KB each per node that reads it): beyond,
-the other nodes name who came by node rank, and node rank 0 names them all."""
 
 
 MESSAGES: dict[str, type[Message]] = {

@@ -17,12 +17,14 @@ from commbench.results.names import MAX_NODES
 
 if TYPE_CHECKING:
     from commbench.launch.job import MultiNodeJob
-    from commbench.launch.launcher import LaunchOptions
     from commbench.results.schema import ResultRow
 
 
 @dataclass(kw_only=True)
 class LaunchRequest:
+    """The multi-node flags as given (None: not given). Data only: the launcher resolves it
+    (`launcher.resolve_launch`) against the SLURM job and the defaults."""
+
     nnodes: int | None = field(
         default=None,
         metadata=cli(
@@ -51,19 +53,6 @@ class LaunchRequest:
             help="TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL INFO logs into the run directory.",
         ),
     )
-
-    def launch(self) -> LaunchOptions:
-        """The launch this request makes here: explicit flags, else the SLURM job, else one
-        node (`resolve_launch`)."""
-        from commbench.launch.launcher import resolve_launch
-
-        return resolve_launch(
-            nnodes=self.nnodes,
-            node_rank=self.node_rank,
-            rdzv_endpoint=self.rdzv_endpoint,
-            rdzv_id=self.rdzv_id,
-            debug=self.debug,
-        )
 
 
 @dataclass(kw_only=True)

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.launch.control import ControlPlane, JobView, StoreLink, plan_interval
+from commbench.launch.aggregation import plan_interval
+from commbench.launch.plane import ControlPlane, JobView
 from commbench.launch.protocol import HEARTBEAT_INTERVAL, RankBeat, Sighting
+from commbench.launch.store_link import StoreLink
 from commbench.launch.watchdog import Watch, describe_hang
 
 POLL = 0.1

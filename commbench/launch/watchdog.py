@@ -20,7 +20,7 @@ from typing import Any
 from commbench.collectives.settings import Point
 from commbench.errors import CommbenchError
 from commbench.launch import procs
-from commbench.launch.control import ControlPlane
+from commbench.launch.plane import ControlPlane
 from commbench.launch.protocol import (
     EVENTS_FILE,
     HEARTBEAT_INTERVAL,
