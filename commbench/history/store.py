@@ -18,10 +18,12 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from commbench.fields import pick
+from commbench.history.changes import Change
 from commbench.history.db import Database, Location, connect
 from commbench.history.identity import (
     DIGEST_SHOWN,
@@ -40,9 +42,6 @@ from commbench.history.reference import PointKey, Reference, reference
 from commbench.history.schema import TABLES, create, migrate, version
 from commbench.results.runs import Run
 from commbench.results.schema import ROW_KEY, RowKey
-
-if TYPE_CHECKING:
-    from commbench.history.changes import Change
 
 __all__ = [
     "Added",
@@ -127,24 +126,17 @@ class Value:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FoundChange:
-    """A change point of a series, and what differs between the runs on either side."""
+class FoundChange(Change):
+    """A change point of a series (its index, medians, ratio and p-value: `Change`), with the
+    runs on either side and what differs between them."""
 
     series: Series
-    index: int
     run_id: str
     """The first run after the change."""
     run: str
     at: str
     before_run_id: str
     """The last run before it."""
-    before: float
-    after: float
-    ratio: float
-    """The new median value over the old (busbw: below 1 is slower)."""
-    ratio_low: float
-    ratio_high: float
-    p_value: float
     changed: dict[str, list[Any]]
     """Each field that differs between the two runs: [before, after]."""
 
@@ -219,6 +211,16 @@ _SERIES_COLUMNS = (
     "s.id, s.digest, s.label, m.label, s.op, s.strategy, s.dtype, s.reduce_op, s.world_size, "
     "s.size_bytes, s.in_place, s.skew"
 )
+_CHANGE_COLUMNS = (
+    "c.position, c.run, c.before_value, c.after_value, c.ratio, c.ratio_low, c.ratio_high, "
+    "c.p_value"
+)
+"""A stored change point (`_change_of`): where it is, its first run, and its figures in the
+order of `Change`'s fields."""
+_CHANGE_FIELDS = tuple(f.name for f in fields(Change))
+_VALUE_FIELDS = ("median_us", "busbw_gbps", "n", "q1_us", "q3_us", "value")
+"""A point's figures: `Value`'s fields past the run's, each a column of `points`."""
+_VALUE_COLUMNS = ", ".join(f"p.{name}" for name in _VALUE_FIELDS)
 
 
 class History:
@@ -437,24 +439,10 @@ class History:
 
     def _stored_changes(self, series: int) -> list[tuple[Change, int]]:
         """The series' stored change points, each with the id of its first run."""
-        from commbench.history.changes import Change
-
         return [
-            (
-                Change(
-                    index=int(r[0]),
-                    before=r[2],
-                    after=r[3],
-                    ratio=r[4],
-                    ratio_low=r[5],
-                    ratio_high=r[6],
-                    p_value=r[7],
-                ),
-                int(r[1]),
-            )
+            _change_of(r)
             for r in self.db.rows(
-                "SELECT position, run, before_value, after_value, ratio, ratio_low, ratio_high, "
-                "p_value FROM changes WHERE series = ? ORDER BY position",
+                f"SELECT {_CHANGE_COLUMNS} FROM changes c WHERE c.series = ? ORDER BY c.position",
                 (series,),
             )
         ]
@@ -499,58 +487,25 @@ class History:
     def values(self, series: Series) -> list[Value]:
         """A series' points, in the order of its runs."""
         found = self.db.rows(
-            "SELECT r.run_id, r.digest, p.at, r.label, p.median_us, p.busbw_gbps, p.n, p.q1_us, "
-            "p.q3_us, p.value FROM points p JOIN runs r ON r.id = p.run WHERE p.series = ? "
-            "ORDER BY p.at, p.run",
+            f"SELECT r.run_id, r.digest, p.at, r.label, {_VALUE_COLUMNS} FROM points p "
+            "JOIN runs r ON r.id = p.run WHERE p.series = ? ORDER BY p.at, p.run",
             (series.pk,),
         )
-        return [
-            Value(
-                run_id=r[0],
-                run=r[1][:DIGEST_SHOWN],
-                at=r[2],
-                label=r[3],
-                median_us=r[4],
-                busbw_gbps=r[5],
-                n=int(r[6]),
-                q1_us=r[7],
-                q3_us=r[8],
-                value=r[9],
-            )
-            for r in found
-        ]
+        return [_value_of(r[0], r[1][:DIGEST_SHOWN], r[2], r[3], r[4:]) for r in found]
 
     def run_points(self, run: StoredRun) -> list[tuple[Series, Value]]:
         """A run's points, each with its series."""
         found = self.db.rows(
-            f"SELECT {_SERIES_COLUMNS}, 0, 0, p.median_us, p.busbw_gbps, p.n, p.q1_us, "
-            "p.q3_us, p.value FROM points p JOIN series s ON s.id = p.series "
-            "JOIN machines m ON m.id = s.machine WHERE p.run = ? "
+            f"SELECT {_SERIES_COLUMNS}, 0, 0, {_VALUE_COLUMNS} FROM points p "
+            "JOIN series s ON s.id = p.series JOIN machines m ON m.id = s.machine "
+            "WHERE p.run = ? "
             "ORDER BY s.op, s.strategy, s.dtype, s.reduce_op, s.in_place, s.skew, s.size_bytes",
             (run.pk,),
         )
-        out = []
-        for r in found:
-            series = _series_of(r[:14])
-            median, busbw, n, q1, q3, value = r[14:]
-            out.append(
-                (
-                    series,
-                    Value(
-                        run_id=run.run_id,
-                        run=run.id,
-                        at=run.at,
-                        label=run.label,
-                        median_us=median,
-                        busbw_gbps=busbw,
-                        n=int(n),
-                        q1_us=q1,
-                        q3_us=q3,
-                        value=value,
-                    ),
-                )
-            )
-        return out
+        return [
+            (_series_of(r[:14]), _value_of(run.run_id, run.id, run.at, run.label, r[14:]))
+            for r in found
+        ]
 
     def changes(
         self, selection: Selection = Selection(), *, series_pk: int | None = None
@@ -560,32 +515,26 @@ class History:
         if series_pk is not None:
             where, params = f"{where} AND s.id = ?", [*params, series_pk]
         found = self.db.rows(
-            "SELECT c.series, c.position, c.run, c.before_value, c.after_value, c.ratio, "
-            "c.ratio_low, c.ratio_high, c.p_value FROM changes c "
+            f"SELECT c.series, {_CHANGE_COLUMNS} FROM changes c "
             f"JOIN series s ON s.id = c.series WHERE {where} ORDER BY c.series, c.position",
             params,
         )
         series_of: dict[int, Series] = {}
         out = []
-        for s, position, run, before, after, ratio, low, high, p in found:
+        for s, *stored in found:
             if s not in series_of:
                 series_of[s] = self.series(pk=s)[0]
+            change, run = _change_of(stored)
             after_run = self.runs("r.id = ?", (run,))[0]
             previous = self._run_before(int(s), after_run)
             out.append(
                 FoundChange(
+                    **pick(change, *_CHANGE_FIELDS),
                     series=series_of[s],
-                    index=int(position),
                     run_id=after_run.run_id,
                     run=after_run.id,
                     at=after_run.at,
                     before_run_id=previous.run_id if previous else "",
-                    before=before,
-                    after=after,
-                    ratio=ratio,
-                    ratio_low=low,
-                    ratio_high=high,
-                    p_value=p,
                     changed=changed(previous, after_run) if previous else {},
                 )
             )
@@ -648,6 +597,19 @@ def _stored_run(r: Sequence[Any]) -> StoredRun:
         software=json.loads(r[11]),
         env=json.loads(r[12]),
     )
+
+
+def _change_of(r: Sequence[Any]) -> tuple[Change, int]:
+    """A change point as `_CHANGE_COLUMNS` read it, and the id of its first run."""
+    position, run, *figures = r
+    return Change(index=int(position), **dict(zip(_CHANGE_FIELDS[1:], figures))), int(run)
+
+
+def _value_of(run_id: str, run: str, at: str, label: str | None, r: Sequence[Any]) -> Value:
+    """A series' point in the run named, from its figures as `_VALUE_COLUMNS` read them."""
+    figures = dict(zip(_VALUE_FIELDS, r))
+    figures["n"] = int(figures["n"])
+    return Value(run_id=run_id, run=run, at=at, label=label, **figures)
 
 
 def _series_of(r: Sequence[Any]) -> Series:

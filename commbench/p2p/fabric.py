@@ -110,13 +110,15 @@ class Route:
     """`nvlink`, `pcie` (P2P over PCIe), `staged` (no P2P: through host memory), `host`
     (pinned host memory), `local` (within one GPU) or `unknown`."""
     link: str
-    nvlinks: int
-    p2p: bool | None
     peak_gbps: float | None
     efficiency: float
     resources: tuple[str, ...]
     assumed: bool
     description: str
+    nvlinks: int = 0
+    """NVLinks between the pair; 0 for a copy that crosses no GPU pair (host, local)."""
+    p2p: bool | None = None
+    """Whether the pair can copy peer to peer; None for a copy that crosses no GPU pair."""
 
 
 class Fabric:
@@ -349,8 +351,6 @@ class Fabric:
             copy=copy,
             path="local",
             link="local",
-            nvlinks=0,
-            p2p=None,
             peak_gbps=peak,
             efficiency=MEMORY_EFFICIENCY,
             resources=(res,),
@@ -368,8 +368,6 @@ class Fabric:
             copy=copy,
             path="host",
             link="PCIe",
-            nvlinks=0,
-            p2p=None,
             peak_gbps=gbps,
             efficiency=PCIE_EFFICIENCY,
             resources=names,

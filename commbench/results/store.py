@@ -27,19 +27,15 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from commbench.errors import UserError, quoted
 from commbench.files import dump_json, path_kind, shown
 from commbench.files import load_json as load_document
-from commbench.results.exporters import dicts_to_csv, rows_to_csv
+from commbench.results.exporters import rows_to_csv
 from commbench.results.record import RunRecord, RunStatus, Silence, SuiteRecord
-from commbench.results.schema import (
-    SCHEMA_VERSION,
-    ResultRow,
-    rows_from_stored,
-    schema_version,
-)
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
+from commbench.results.versions import rows_from_stored, schema_version
 
 __all__ = [
     "RESULTS_CSV",
@@ -49,7 +45,6 @@ __all__ = [
     "SuiteDir",
     "atomic_write",
     "check_output",
-    "dicts_to_csv",
     "dump_json",
     "load_json",
     "new_run_dir",
@@ -353,6 +348,21 @@ def result_rows(run_dir: Path, *, kind: str | None = None, world_size: int = 1) 
     return rows_from_stored(data, shown(results_path), kind=kind, world_size=world_size)
 
 
+class _File:
+    """A file of a run or suite directory, by its fixed name: `RunDir(p).run_file` is
+    `p / RUN_FILE`, the one place each directory says where its files are."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, directory: None, owner: type) -> _File: ...
+    @overload
+    def __get__(self, directory: RunDir | SuiteDir, owner: type | None = None) -> Path: ...
+    def __get__(self, directory: RunDir | SuiteDir | None, owner: type | None = None) -> Any:
+        return self if directory is None else directory.path / self.name
+
+
 @dataclass(frozen=True, slots=True)
 class RunDir:
     """A run directory: where each of its files is, and reading and writing them."""
@@ -375,25 +385,11 @@ class RunDir:
     def name(self) -> str:
         return self.path.name
 
-    @property
-    def run_file(self) -> Path:
-        return self.path / RUN_FILE
-
-    @property
-    def results_json(self) -> Path:
-        return self.path / RESULTS_JSON
-
-    @property
-    def results_csv(self) -> Path:
-        return self.path / RESULTS_CSV
-
-    @property
-    def settings_file(self) -> Path:
-        return self.path / SETTINGS_FILE
-
-    @property
-    def plots_dir(self) -> Path:
-        return self.path / PLOTS_DIR
+    run_file = _File(RUN_FILE)
+    results_json = _File(RESULTS_JSON)
+    results_csv = _File(RESULTS_CSV)
+    settings_file = _File(SETTINGS_FILE)
+    plots_dir = _File(PLOTS_DIR)
 
     def write_record(self, record: RunRecord) -> None:
         atomic_write(self.run_file, dump_json(record.to_dict()))
@@ -442,21 +438,10 @@ class SuiteDir:
             path_kind(path / SUITE_FILE, SUITE_FILE) == "file"
         )
 
-    @property
-    def suite_file(self) -> Path:
-        return self.path / SUITE_FILE
-
-    @property
-    def topology_file(self) -> Path:
-        return self.path / TOPOLOGY_FILE
-
-    @property
-    def comparison_json(self) -> Path:
-        return self.path / COMPARISON_JSON
-
-    @property
-    def comparison_md(self) -> Path:
-        return self.path / COMPARISON_MD
+    suite_file = _File(SUITE_FILE)
+    topology_file = _File(TOPOLOGY_FILE)
+    comparison_json = _File(COMPARISON_JSON)
+    comparison_md = _File(COMPARISON_MD)
 
     def entry(self, relative: str) -> RunDir:
         """The run directory of an entry (its path in suite.json is relative to the suite)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +240,7 @@ class Nic:
     """RDMA ports; empty for a plain interface."""
 
     def to_dict(self) -> dict[str, Any]:
-        return _nic_to_dict(self)
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Nic:
@@ -293,11 +293,11 @@ class TopologySnapshot:
             "schema_version": self.schema_version,
             "source": self.source,
             "captured_at": self.captured_at,
-            "host": _host_to_dict(self.host),
+            "host": asdict(self.host),
             "nvml_error": self.nvml_error,
-            "gpus": [_gpu_to_dict(g) for g in self.gpus],
+            "gpus": [asdict(g) for g in self.gpus],
             "pairs": [_pair_to_dict(p) for p in self.pairs],
-            "nics": [_nic_to_dict(n) for n in self.nics],
+            "nics": [asdict(n) for n in self.nics],
             "warnings": list(self.warnings),
         }
 
@@ -385,90 +385,12 @@ def _check_consistency(gpus: list[Gpu], pairs: list[Pair], nics: list[Nic], wher
 # --- to dict -----------------------------------------------------------------------------
 
 
-def _host_to_dict(h: HostInfo) -> dict[str, Any]:
-    return {
-        "hostname": h.hostname,
-        "cpu_model": h.cpu_model,
-        "cpu_cores": h.cpu_cores,
-        "cpu_threads": h.cpu_threads,
-        "numa_nodes": [{"id": n.id, "cpus": n.cpus} for n in h.numa_nodes],
-        "driver_version": h.driver_version,
-        "cuda_driver_version": h.cuda_driver_version,
-    }
-
-
-def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
-    return {
-        "index": g.index,
-        "name": g.name,
-        "uuid": g.uuid,
-        "pci_bus_id": g.pci_bus_id,
-        "nvml_index": g.nvml_index,
-        "memory_bytes": g.memory_bytes,
-        "numa_node": g.numa_node,
-        "gpu_numa_id": g.gpu_numa_id,
-        "cpu_affinity": g.cpu_affinity,
-        "pcie_max_gen": g.pcie_max_gen,
-        "pcie_max_width": g.pcie_max_width,
-        "pcie_cur_gen": g.pcie_cur_gen,
-        "pcie_cur_width": g.pcie_cur_width,
-        "nvlinks": [
-            {
-                "link": lk.link,
-                "active": lk.active,
-                "generation": lk.generation,
-                "remote_type": lk.remote_type,
-                "remote_pci_bus_id": lk.remote_pci_bus_id,
-            }
-            for lk in g.nvlinks
-        ],
-    }
-
-
-def _nic_to_dict(n: Nic) -> dict[str, Any]:
-    return {
-        "name": n.name,
-        "device": n.device,
-        "gpu_links": list(n.gpu_links),
-        "kind": n.kind,
-        "state": n.state,
-        "speed_gbps": n.speed_gbps,
-        "mtu": n.mtu,
-        "driver": n.driver,
-        "pci_bus_id": n.pci_bus_id,
-        "numa_node": n.numa_node,
-        "netdev": n.netdev,
-        "virtual": n.virtual,
-        "ports": [
-            {
-                "port": p.port,
-                "state": p.state,
-                "phys_state": p.phys_state,
-                "rate_gbps": p.rate_gbps,
-                "link_layer": p.link_layer,
-            }
-            for p in n.ports
-        ],
-    }
-
-
 def _pair_to_dict(p: Pair) -> dict[str, Any]:
-    return {
-        "src": p.src,
-        "dst": p.dst,
-        "link": p.link,
-        "nvlinks": p.nvlinks,
-        "p2p": p.p2p,
-        "p2p_read": p.p2p_read,
-        "p2p_write": p.p2p_write,
-        "p2p_nvlink": p.p2p_nvlink,
-        "p2p_atomics": p.p2p_atomics,
-        "p2p_status": p.p2p_status,
-        "pcie_path": p.pcie_path,
-        "peak_gbps": None if p.peak_gbps is None else round(p.peak_gbps, 3),
-        "peak_assumed": p.peak_assumed,
-        "note": p.note,
-    }
+    """Its fields in order (`asdict`, as every other part of the snapshot), the peak rounded:
+    a file says what was derived to the MB/s, not the float's last bits."""
+    data = asdict(p)
+    data["peak_gbps"] = None if p.peak_gbps is None else round(p.peak_gbps, 3)
+    return data
 
 
 # --- from dict ---------------------------------------------------------------------------
