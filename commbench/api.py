@@ -36,8 +36,7 @@ from commbench.options import arg, cli, field_of, verb
 from commbench.p2p.settings import P2PRun
 from commbench.record.request import RecordRequest
 from commbench.replay.settings import ReplayRun
-from commbench.report.export import ExportFormat
-from commbench.report.options import Images, ReportFormat
+from commbench.report.options import ExportFormat, Images, ReportFormat
 from commbench.report.requests import ExportRequest, PlotRequest, Plotted, Report, ReportRequest
 from commbench.strategies.request import MAX_WORLD, MAX_WORLDS, Modelled, ModelRequest, parse_worlds
 from commbench.suites.compare import CompareRequest
@@ -279,11 +278,12 @@ def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     earlier diagnose run, instead of the peers' median."""
     from commbench.diagnose.run import run_diagnose
     from commbench.diagnose.settings import diagnose_settings
+    from commbench.launch.launcher import resolve_launch
     from commbench.results.store import check_parent
 
     out = Path(request.out)
     check_parent(out)
-    launch = request.launch()
+    launch = resolve_launch(request)
     settings, collectives = diagnose_settings(request.placement(), request)
     on_test = request.on_test
     return run_diagnose(settings, collectives, out, launch, on_test=on_test)
@@ -443,6 +443,7 @@ def _plots(run_dir: Path) -> str:
 
 def _compared(baseline: Path, run: Path, allow_mismatch: bool) -> list[tuple[str, Comparison]]:
     """The gate of `report --baseline`: the suites' configs' values, entry by entry."""
-    from commbench.suites.gate import compare_targets, gate_for
+    from commbench.suites.gate import compare_targets, gate_for, loaded
 
-    return compare_targets(baseline, run, gate_for(baseline, run, allow_mismatch=allow_mismatch))
+    base, new = loaded(baseline), loaded(run)
+    return compare_targets(base, new, gate_for(base, new, allow_mismatch=allow_mismatch))

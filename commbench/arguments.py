@@ -35,7 +35,7 @@ from typing import Any
 
 from commbench.errors import UserError, quoted
 from commbench.fields import kind as described
-from commbench.numbers import check_range
+from commbench.numbers import check_range, parse_number
 from commbench.options import KEY, Declared
 
 MAX_INT = (1 << 63) - 1
@@ -54,9 +54,14 @@ class Kind:
     check: Callable[[Any, str], None] = lambda value, path: None
     plain: Callable[[Any], Any] = lambda value: value
     """The value as the builtin it stands for (an IntEnum as its int): what the record keeps."""
+    read: Callable[[Any, str], Any] | None = None
+    """A value that is text to be parsed (`5%`): the parsed value, or UserError naming
+    `path`; the record keeps what it returns, and nothing downstream parses it again."""
 
     def admit(self, value: Any, path: str) -> Any:
-        """`value` as the record keeps it (`plain`), checked."""
+        """`value` as the record keeps it (`read`, or `plain` and checked)."""
+        if self.read is not None:
+            return self.read(value, path)
         value = self.plain(value)
         self.check(value, path)
         return value
@@ -143,6 +148,30 @@ def _plain_path(value: str | os.PathLike[str]) -> str | os.PathLike[str]:
     return _plain_str(value) if isinstance(value, str) else value
 
 
+def parse_fraction(text: str | float, what: str = "tolerance") -> float:
+    """`5%` or `0.05` -> 0.05. A bare number of 1 or more is refused as ambiguous."""
+    expected = "expected a percentage like 5% or a fraction like 0.05"
+    if isinstance(text, bool):
+        raise UserError(f"{what}: {expected}")
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    try:  # ASCII digits and finite: float() would take a fullwidth 5, 'nan' and 'inf'
+        number = parse_number(raw[:-1] if percent else raw, what)
+    except UserError:
+        raise UserError(f"{what}: {expected}, got {quoted(str(text))}") from None
+    value = number / 100 if percent else number
+    if not percent and value >= 1:
+        raise UserError(f"{what}: {raw} is ambiguous; write {raw}% or {value / 100:g}")
+    if not 0 <= value < 1:
+        raise UserError(f"{what}: must be between 0% and 100%, got {raw}")
+    return value
+
+
+Fraction = float
+"""A share of something (a tolerance): a field annotated `Fraction` takes `5%` or `0.05` (a
+string or a number) and holds the float, parsed once as the record is built."""
+
+
 def _is_loaded(value: Any) -> bool:
     from commbench.results.runs import Run, Suite
 
@@ -162,6 +191,28 @@ KINDS: dict[str, Kind] = {
 }
 """The check of each type a request's field may be annotated with, by the type's name (an
 int or a float whose option declares a range is checked in that range instead)."""
+
+
+GIVEN: dict[str, str] = {}
+"""What a field of each declared kind takes, by the kind's name (`OpList`: `str |
+Sequence[str]`), as an annotation would say it: what a test of bad values reads."""
+
+
+def declare_kind(name: str, given: str, read: Callable[[Any, str], Any]) -> None:
+    """Declare the kind of field `name` (the alias a record annotates it with: `OpList`): a
+    value typed at the edge, of the types `given` (`str | Sequence[str]`: a comma list, or
+    the list the API gives; a value of another type is refused as such a field's is), that
+    `read` parses into what the record holds, raising UserError for a bad one. The module
+    that owns the grammar declares it once, at import, so that this module imports none of
+    them; every record holding such a field holds the parsed value, and nothing downstream
+    parses or checks it again."""
+    shape = parse(given)
+    GIVEN[name] = given
+
+    def admit(value: Any, path: str) -> Any:
+        return read(shape.check(value, path), path)
+
+    KINDS[name] = Kind(shape.what(), lambda value: True, read=admit)
 
 
 def _choice(enum_type: type[enum.Enum]) -> Kind:
@@ -324,3 +375,6 @@ class Request:
             plain = union.check(value, path)
             if plain is not value:  # a subclass's value as its builtin (records are frozen)
                 object.__setattr__(self, name, plain)
+
+
+declare_kind("Fraction", "str | float", parse_fraction)

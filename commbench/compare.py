@@ -46,8 +46,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
-from commbench.errors import EXIT_FAILED, EXIT_OK, UserError, quoted
-from commbench.numbers import parse_number
+from commbench.errors import EXIT_FAILED, EXIT_OK, UserError
+from commbench.results.names import (
+    DEFAULT_ALPHA,
+    DEFAULT_LATENCY_TOLERANCE,
+    DEFAULT_NOISY_CV,
+    DEFAULT_TOLERANCE,
+)
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
 from commbench.results.schema import CHECK_FAILED, ROW_KEY, ResultRow, RowKey
@@ -56,12 +61,6 @@ from commbench.results.summary import SeriesKey, bandwidth_bound, series_key, se
 if TYPE_CHECKING:
     import pandas
 
-DEFAULT_TOLERANCE = 0.05
-DEFAULT_LATENCY_TOLERANCE = 0.15
-DEFAULT_ALPHA = 0.01
-# The same limit `commbench collectives` warns at: above it, one run's median is not a
-# reliable estimate of the next run's.
-DEFAULT_NOISY_CV = 0.2
 # Fewer samples than this on either side, or too few for the test to decide (`decisive`): no
 # test, the ratio alone decides.
 MIN_SAMPLES = 3
@@ -124,25 +123,6 @@ class Basis(str, Enum):
     """`Z_LIMIT` spreads of the history's medians of the point."""
 
 
-def parse_fraction(text: str | float, what: str = "tolerance") -> float:
-    """`5%` or `0.05` -> 0.05. A bare number of 1 or more is refused as ambiguous."""
-    expected = "expected a percentage like 5% or a fraction like 0.05"
-    if isinstance(text, bool):
-        raise UserError(f"{what}: {expected}")
-    raw = str(text).strip()
-    percent = raw.endswith("%")
-    try:  # ASCII digits and finite: float() would take a fullwidth 5, 'nan' and 'inf'
-        number = parse_number(raw[:-1] if percent else raw, what)
-    except UserError:
-        raise UserError(f"{what}: {expected}, got {quoted(str(text))}") from None
-    value = number / 100 if percent else number
-    if not percent and value >= 1:
-        raise UserError(f"{what}: {raw} is ambiguous; write {raw}% or {value / 100:g}")
-    if not 0 <= value < 1:
-        raise UserError(f"{what}: must be between 0% and 100%, got {raw}")
-    return value
-
-
 @dataclass(kw_only=True, slots=True)
 class GateSettings:
     """How strict the gate is. The defaults pass a repeat on a noisy shared machine."""
@@ -163,9 +143,9 @@ class GateSettings:
     """Compare runs whose comparability context differs, instead of refusing."""
 
     def __post_init__(self) -> None:
-        for name in ("tolerance", "latency_tolerance"):
-            if not 0 <= getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be between 0% and 100%")
+        # The tolerances are fractions already, parsed and checked where they entered (a
+        # `Fraction` field of the request, the suite's `compare` keys, suite.json as read);
+        # alpha and noisy_cv have no kind of their own yet, and are checked here.
         if not 0 < self.alpha < 1:
             raise UserError("--alpha must be between 0 and 1")
         if not math.isfinite(self.noisy_cv) or self.noisy_cv <= 0:

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import commbench
-from commbench.arguments import Request
+from commbench.arguments import GIVEN, Request
 from commbench.errors import UserError
 from commbench.options import KEY
 
@@ -57,7 +57,8 @@ def top_level(annotation: str) -> list[str]:
 
 def bad_values(f: dataclasses.Field[Any]) -> Iterator[tuple[str, object]]:
     """(why, value) that the parameter `f` must refuse, read off its annotation."""
-    members = top_level(str(f.type))
+    # a declared kind (`OpList`, `Fraction`) takes what its declaration says it is given
+    members = [m for part in top_level(str(f.type)) for m in top_level(GIVEN.get(part, part))]
     heads = {m.split("[")[0] for m in members}
     required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     declared = f.metadata.get(KEY)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from commbench.arguments import parse_fraction
 from commbench.cli import app
 from commbench.compare import (
     MIN_HISTORY,
@@ -40,7 +41,6 @@ from commbench.compare import (
     decisive,
     judge_point,
     mann_whitney_greater,
-    parse_fraction,
     robust_sigma,
 )
 from commbench.errors import UserError

@@ -166,14 +166,14 @@ def test_every_suite_key_is_a_declared_option_and_accepted() -> None:
 
 def test_help_defaults_are_the_constants_the_code_uses() -> None:
     from commbench.collectives.settings import DEFAULT_MIN_TIME
-    from commbench.compare import (
+    from commbench.diagnose.settings import DEFAULT_ITERS
+    from commbench.diagnose.settings import DEFAULT_TOLERANCE as DIAG_TOLERANCE
+    from commbench.results.names import (
         DEFAULT_ALPHA,
         DEFAULT_LATENCY_TOLERANCE,
         DEFAULT_NOISY_CV,
         DEFAULT_TOLERANCE,
     )
-    from commbench.diagnose.settings import DEFAULT_ITERS
-    from commbench.diagnose.settings import DEFAULT_TOLERANCE as DIAG_TOLERANCE
 
     helps = {name: {p.name: p.help for p in cmd.params} for name, cmd in commands()}
     assert f"Default {DEFAULT_TOLERANCE:.0%}" in helps["compare"]["tolerance"]

@@ -15,7 +15,8 @@ from commbench.p2p.fabric import Fabric, memory_gbps
 from commbench.p2p.plan import HOST, Copy, Step, plan
 from commbench.p2p.run import copy_row
 from commbench.p2p.settings import DEFAULT_SIZE, P2PSettings
-from commbench.results.schema import ResultRow, csv_record
+from commbench.results.csv_rows import csv_record
+from commbench.results.schema import ResultRow
 from commbench.topology import TopologySnapshot, load_snapshot, parse_nvidia_smi
 from tests.factories import fake_snapshot
 

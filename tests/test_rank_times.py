@@ -23,15 +23,10 @@ from commbench.launch.launcher import run_collectives
 from commbench.report.blocks import Block, Bullets, Heading, Para
 from commbench.report.document import build_report
 from commbench.report.options import Images
+from commbench.results.csv_rows import CSV_COLUMNS
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import Run, load_run
-from commbench.results.schema import (
-    CSV_COLUMNS,
-    STRAGGLER_MIN_SHARE,
-    RankTimes,
-    ResultRow,
-    Straggler,
-)
+from commbench.results.schema import STRAGGLER_MIN_SHARE, RankTimes, ResultRow, Straggler
 from commbench.results.store import new_run_dir
 from commbench.results.stragglers import (
     RankWaits,

@@ -11,11 +11,12 @@ import pytest
 
 from commbench.errors import UserError
 from commbench.processes import ProcessId
+from commbench.results.csv_rows import CSV_COLUMNS
 from commbench.results.exporters import Format, export
 from commbench.results.lifecycle import settle
 from commbench.results.record import RunContext, RunKind, RunRecord, RunStatus
 from commbench.results.runs import load_run
-from commbench.results.schema import CSV_COLUMNS, SCHEMA_VERSION, ResultRow
+from commbench.results.schema import SCHEMA_VERSION, ResultRow
 from commbench.results.store import RunDir, new_run_dir, write_results
 from tests import factories
 
@@ -153,11 +154,11 @@ def test_every_row_field_has_a_declared_type() -> None:
     from dataclasses import fields
 
     from commbench.results.schema import (
-        _FIELD_READERS,
-        _P2P_READERS,
         _PROCESSES_READERS,
         _RANKS_READERS,
-        _STATS_READERS,
+        FIELD_READERS,
+        P2P_READERS,
+        STATS_READERS,
         P2PCopy,
         ProcessTimes,
         RankTimes,
@@ -165,9 +166,9 @@ def test_every_row_field_has_a_declared_type() -> None:
     from commbench.stats import Stats
 
     nested = {"stats", "p2p", "ranks", "processes"}  # read by their own readers
-    assert set(_FIELD_READERS) | nested == {f.name for f in fields(ResultRow)}
-    assert set(_STATS_READERS) == {f.name for f in fields(Stats)}
-    assert set(_P2P_READERS) == {f.name for f in fields(P2PCopy)}
+    assert set(FIELD_READERS) | nested == {f.name for f in fields(ResultRow)}
+    assert set(STATS_READERS) == {f.name for f in fields(Stats)}
+    assert set(P2P_READERS) == {f.name for f in fields(P2PCopy)}
     assert set(_RANKS_READERS) == {f.name for f in fields(RankTimes)}
     assert set(_PROCESSES_READERS) == {f.name for f in fields(ProcessTimes)}
 
@@ -392,7 +393,7 @@ def test_results_csv_keeps_its_columns_for_every_run_kind(tmp_path: Path) -> Non
 
 
 def test_rows_from_stored_refuses_a_newer_version_and_names_bad_fields() -> None:
-    from commbench.results.schema import rows_from_stored
+    from commbench.results.versions import rows_from_stored
 
     row = make_row().to_dict()
     with pytest.raises(UserError, match=r"^f\.json: schema_version 3 is newer than this") as info:
@@ -417,7 +418,7 @@ def test_rows_from_stored_refuses_a_newer_version_and_names_bad_fields() -> None
 
 def test_a_row_in_a_v1_p2p_file_without_the_kind_is_read_by_its_run_kind() -> None:
     """A version-1 p2p results.json said `kind: p2p`; when it does not, run.json's kind does."""
-    from commbench.results.schema import rows_from_stored
+    from commbench.results.versions import rows_from_stored
 
     data = json.loads((V1_P2P / "results.json").read_text())
     del data["kind"]

@@ -18,14 +18,11 @@ from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS, plan_size
 from commbench.compare import GateSettings, Mark, compare_rows
 from commbench.errors import UserError
+from commbench.results.csv_rows import csv_columns
 from commbench.results.exporters import Format, export, point_line
-from commbench.results.schema import (
-    SKEWED_OPS,
-    ResultRow,
-    csv_columns,
-    rows_from_stored,
-)
+from commbench.results.schema import SKEWED_OPS, ResultRow
 from commbench.results.summary import render, summarise
+from commbench.results.versions import rows_from_stored
 from commbench.skew import DEFAULT_SEED, Skew, weights
 from tests.factories import make_row
 

@@ -21,9 +21,9 @@ from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import STRATEGIES
 from commbench.launch.launcher import run_collectives
+from commbench.results.csv_rows import CSV_COLUMNS
 from commbench.results.record import RunStatus
 from commbench.results.runs import load_run
-from commbench.results.schema import CSV_COLUMNS
 from commbench.strategies.report import comparison_records
 
 

@@ -8,23 +8,36 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import typer
 
 from commbench.arguments import Request
-from commbench.launch.job import LAUNCH_FLAGS, WRAPPABLE, MultiNodeJob, Scheduler
-from commbench.options import values
+from commbench.launch.job import (
+    GPUS_PER_NODE,
+    LAUNCH_FLAGS,
+    NODES,
+    WRAPPABLE,
+    MultiNodeJob,
+    Scheduler,
+)
+from commbench.options import field_of, from_params, values
 
 
 @dataclass(kw_only=True)
 class JobRequest(Request):
     """What `slurm-script` and `k8s-manifest` both take first: the command every node runs
-    (their own options, the job's nodes and GPUs among them, are their records')."""
+    and the job's nodes, declared once for both (their own options are their records')."""
 
     command: Sequence[str] = field(default=("collectives",), kw_only=False)
     """The commbench command to run on every node, as a list (`["collectives", "--sizes",
     "1K-1G"]`): on the command line, everything after the options."""
+    nodes: int = field_of(NODES, default=2, help="Nodes to run on (on Kubernetes, a pod each).")
+    gpus_per_node: int = field_of(
+        GPUS_PER_NODE,
+        default=8,
+        help="GPUs per node (on Kubernetes, the pod's nvidia.com/gpu); 0 for a CPU/gloo run.",
+    )
 
 
 def register_job_command(
@@ -46,15 +59,7 @@ def register_job_command(
     verb_command(app, name, record, context_settings=settings)(job_command)
 
 
-class JobAsked(Protocol):
-    """What a job command's request says of the job: `SlurmScriptRequest`, `K8sManifestRequest`."""
-
-    nodes: int
-    gpus_per_node: int
-    command: Sequence[str]
-
-
-def multi_node_job(scheduler: Scheduler, request: JobAsked, *, name: str) -> MultiNodeJob:
+def multi_node_job(scheduler: Scheduler, request: JobRequest, *, name: str) -> MultiNodeJob:
     """The job `scheduler` is asked for by `request` (named `name`), every part checked
     (UserError for bad input); an empty command is `collectives`."""
     job = MultiNodeJob(
@@ -124,7 +129,23 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     # What the nodes will run, built by the functions the command itself builds it with, on
     # the nodes the job asks for: the wrapped command's request checks itself
     record = getattr(command.callback, "options", None)
-    check = getattr(record, "check_wrapped", None)
-    if check is not None:
-        check(params, job)
+    check = _wrapped_check(name)
+    if check is not None and record is not None:
+        check(from_params(record, params), job)  # the record the nodes will build
+    elif (own := getattr(record, "check_wrapped", None)) is not None:
+        own(params, job)  # `collectives`: its record's own check, of the parsed options
     return dict(params)
+
+
+def _wrapped_check(name: str) -> Callable[[Any, MultiNodeJob], None] | None:
+    """The check a wrapped command's work makes of its record on the job's nodes, where it
+    lives beside that work (imported only when a job wraps that command)."""
+    if name == "run":
+        from commbench.suites.runner import check_wrapped
+
+        return check_wrapped
+    if name == "diagnose":
+        from commbench.diagnose.settings import check_wrapped as check_diagnose
+
+        return check_diagnose
+    return None

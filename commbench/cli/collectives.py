@@ -9,6 +9,7 @@ import typer
 from commbench.api import CollectivesRun
 from commbench.cli._common import place_ranks, reported_errors, said_first, verb_command
 from commbench.flags import Output
+from commbench.formats import Writes
 from commbench.options import values
 from commbench.results.exporters import Format
 
@@ -21,7 +22,7 @@ STRAGGLER_LINES = 5
 
 def register(app: typer.Typer) -> None:
     @verb_command(
-        app, "collectives", CollectivesRun, output=Output(Format, "Output format on stdout.")
+        app, "collectives", CollectivesRun, output=Output(Writes.TABLES, "Output format on stdout")
     )
     def collectives(request: CollectivesRun, fmt: Format) -> None:
         """Time every torch.distributed collective across message sizes (algbw/busbw as nccl-tests)."""

@@ -10,12 +10,13 @@ from commbench.api import CompareRequest
 from commbench.cli._common import reported_errors, verb_command
 from commbench.files import write_text
 from commbench.flags import OUT, Output
+from commbench.formats import Writes
 from commbench.options import values
 from commbench.results.exporters import Format
 
 
 def register(app: typer.Typer) -> None:
-    @verb_command(app, "compare", CompareRequest, output=Output(Format, "Output format."))
+    @verb_command(app, "compare", CompareRequest, output=Output(Writes.TABLES))
     def compare(
         request: CompareRequest,
         fmt: Format,

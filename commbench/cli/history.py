@@ -10,6 +10,7 @@ import typer
 from commbench.api import HistoryAdd, HistoryChanges, HistoryList, HistoryPlot, HistoryShow
 from commbench.cli._common import reported_errors, verb_command
 from commbench.flags import Output
+from commbench.formats import Writes
 from commbench.options import values
 from commbench.results.exporters import Format
 
@@ -22,7 +23,7 @@ history_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_OUTPUT = Output(Format, "Output format.")
+_OUTPUT = Output(Writes.TABLES)
 
 
 @verb_command(history_app, "add", HistoryAdd)

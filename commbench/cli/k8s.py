@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 import typer
 
 from commbench.cli._job import JobRequest, register_job_command
-from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, field_of, verb
+from commbench.options import cli, verb
 
 
 @dataclass(kw_only=True)
@@ -17,10 +16,6 @@ class K8sManifestRequest(JobRequest):
 
     image: str = field(
         metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
-    )
-    nodes: int = field_of(NODES, default=2, help="Nodes (one pod each).")
-    gpus_per_node: int = field_of(
-        GPUS_PER_NODE, default=8, help="GPUs per pod (nvidia.com/gpu); 0 for a CPU/gloo run."
     )
     kind: str = field(
         default="job",

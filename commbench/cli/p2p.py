@@ -11,6 +11,7 @@ import typer
 from commbench.api import P2PRun
 from commbench.cli._common import progress_bar, reported_errors, verb_command
 from commbench.flags import Output
+from commbench.formats import Writes
 from commbench.options import values
 from commbench.results.exporters import Format
 
@@ -31,7 +32,7 @@ def _topology_words(snapshot: TopologySnapshot, path: Path | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @verb_command(app, "p2p", P2PRun, output=Output(Format, "Output format on stdout."))
+    @verb_command(app, "p2p", P2PRun, output=Output(Writes.TABLES, "Output format on stdout"))
     def p2p(request: P2PRun, fmt: Format) -> None:
         """Peer-to-peer copy bandwidth from one GPU to the others, explained by the topology."""
         with reported_errors(), contextlib.ExitStack() as shown:

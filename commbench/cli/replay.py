@@ -69,12 +69,12 @@ def report(run: Run) -> None:
     model beside them and the advisor's caps on stdout; notes and the status on stderr; then
     exit as the run's verdict says."""
     from commbench.replay.explain import explanation
-    from commbench.results.exporters import Format, export
+    from commbench.results.exporters import export
     from commbench.tables import text_table
 
     rows, record = run.rows, run.record
     if rows:
-        typer.echo(export(rows, Format.table), nl=False)
+        typer.echo(export(rows, "table"), nl=False)
     replay = record.replay
     if replay is not None:
         summary = explanation(replay, rows, str(record.settings.get("backend") or "nccl"))

@@ -11,6 +11,7 @@ import typer
 from commbench.api import SuiteRun
 from commbench.cli._common import reported_errors, verb_command
 from commbench.flags import Output
+from commbench.formats import Writes
 from commbench.options import values
 from commbench.results.exporters import Format
 
@@ -45,7 +46,7 @@ def _tables(suite_dir: Path, entries: list[Entry], fmt: Format) -> str:
 
 def register(app: typer.Typer) -> None:
     @verb_command(
-        app, "run", SuiteRun, output=Output(Format, "Format of the comparison on stdout.")
+        app, "run", SuiteRun, output=Output(Writes.TABLES, "Format of the comparison on stdout")
     )
     def run(request: SuiteRun, fmt: Format) -> None:
         """Run a suite (collectives, strategies, p2p, topo) into one suite directory."""

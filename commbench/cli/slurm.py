@@ -7,18 +7,13 @@ from dataclasses import dataclass, field
 import typer
 
 from commbench.cli._job import JobRequest, register_job_command
-from commbench.launch.job import GPUS_PER_NODE, NODES
-from commbench.options import cli, field_of, verb
+from commbench.options import cli, verb
 
 
 @dataclass(kw_only=True)
 class SlurmScriptRequest(JobRequest):
     """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
 
-    nodes: int = field_of(NODES, default=2, help="Nodes to allocate.")
-    gpus_per_node: int = field_of(
-        GPUS_PER_NODE, default=8, help="GPUs per node (0 for a CPU/gloo run)."
-    )
     partition: str | None = field(
         default=None, metadata=cli("--partition", "-p", type=str, help="SLURM partition.")
     )

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
-from commbench.collectives.specs import DTYPES, OPS, REDUCE_OPS, plan_size
+from commbench.arguments import Request, declare_kind
+from commbench.collectives.specs import (
+    DTYPES,
+    OPS,
+    REDUCE_OPS,
+    parse_ops,
+    parse_strategies,
+    plan_size,
+)
 from commbench.errors import UserError, quoted
 from commbench.flags import ITERS, MIN_TIME, SIZES, STRATEGIES, TIMEOUT, WARMUP
 from commbench.lists import split_list
@@ -25,7 +33,7 @@ from commbench.results.names import (
     MAX_SECONDS,
     MIN_TIMEOUT,
 )
-from commbench.sizes import check_size
+from commbench.sizes import check_size, parse_sizes
 from commbench.skew import DEFAULT_SEED, DEFAULT_SKEW, MAX_SEED, SKEW_FORMS, Skew
 
 # The defaults of a collectives run, written once: the CLI's help, a suite's timing section
@@ -39,6 +47,12 @@ DEFAULT_MAX_ITERS = 1000
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
+
+
+def as_typed(text: str) -> Any:
+    """A list field's default as the command line types it (`float32`): its kind parses it
+    as the record is built, so the record holds the list and `--help` shows the text."""
+    return text
 
 
 @dataclass(kw_only=True, slots=True)
@@ -95,33 +109,19 @@ class CollectivesSettings:
     """The draw of the skew's splits: the same skew and seed give the same splits."""
 
     def __post_init__(self) -> None:
-        unknown = [op for op in self.ops if op not in OPS]
-        if unknown:
-            raise UserError(f"unknown op {unknown[0]!r}; choose from: {', '.join(OPS)}")
+        # The ops, strategies, sizes, dtypes and reduce ops were parsed where they entered
+        # (`OpList`, `SizeList`, ... of the request, a suite's keys, a trace's rows, run.json
+        # as read): what is checked here is how they go together.
         if not self.ops and not self.strategies:
             raise UserError("nothing to measure: no ops and no strategies")
         if not self.sizes:
             raise UserError("no sizes to measure")
-        for size in self.sizes:
-            check_size(size)
         if not self.dtypes:
             self.dtypes = [self.dtype]
-        for dtype in self.dtypes:
-            if dtype not in DTYPES:
-                raise UserError(f"unknown dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
-        if len(set(self.dtypes)) != len(self.dtypes):
-            raise UserError(f"--dtype names a dtype twice: {','.join(self.dtypes)}")
         self.dtype = self.dtypes[0]
         self.in_place = in_place_choice(self.in_place)
         if not self.reduce_ops:
             self.reduce_ops = [self.reduce_op]
-        for reduce_op in self.reduce_ops:
-            if reduce_op not in REDUCE_OPS:
-                raise UserError(
-                    f"unknown reduce op {reduce_op!r}; choose from: {', '.join(REDUCE_OPS)}"
-                )
-        if len(set(self.reduce_ops)) != len(self.reduce_ops):
-            raise UserError(f"--reduce-op names a reduce op twice: {','.join(self.reduce_ops)}")
         self.reduce_op = self.reduce_ops[0]
         if self.backend not in BACKENDS:
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
@@ -216,13 +216,15 @@ def build_settings(place: Placed, timing: Timing, **what: Any) -> CollectivesSet
 
 
 @dataclass(kw_only=True)
-class CollectivesRequest:
-    """What a user asks of a collectives sweep, as typed: each field is declared once here
-    and is the `collectives` flag, the `run_collectives` keyword and (where `suite`) a
-    suite entry's key. `settings(place)` checks it and fills in the defaults that depend
-    on the machine (`CollectivesSettings` is what workers read and run.json stores)."""
+class CollectivesRequest(Request):
+    """What a user asks of a collectives sweep: each field is declared once here and is the
+    `collectives` flag, the `run_collectives` keyword and (where `suite`) a suite entry's
+    key. The lists are parsed as it is built (`OpList`, `SizeList`, ...: a comma list or
+    the API's list in, the names or bytes held); `settings(place)` fills in the defaults
+    that depend on the machine (`CollectivesSettings` is what workers read and run.json
+    stores)."""
 
-    sizes: str | Sequence[int | str] | None = field_of(
+    sizes: SizeList | None = field_of(
         SIZES,
         default=None,
         metavar="SIZES",
@@ -230,7 +232,7 @@ class CollectivesRequest:
         help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
         f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
     )
-    ops: str | Sequence[str] | None = field(
+    ops: OpList | None = field(
         default=None,
         metadata=cli(
             metavar="OPS",
@@ -239,14 +241,14 @@ class CollectivesRequest:
             help="Comma list of ops, or 'all' (the default unless --strategies).",
         ),
     )
-    strategies: str | Sequence[str] | None = field_of(
+    strategies: StrategyList | None = field_of(
         STRATEGIES,
         default=None,
         metavar="NAMES",
         help="All-reduce strategies to compare: 'all' or a comma list.",
     )
-    dtype: str | Sequence[str] = field(
-        default="float32",
+    dtype: DtypeList = field(
+        default=as_typed("float32"),
         metadata=cli(
             metavar="DTYPE[,DTYPE...]",
             type=str,
@@ -254,8 +256,8 @@ class CollectivesRequest:
             "uint8; a comma list, or all, measures each in one launch.",
         ),
     )
-    reduce_op: str | Sequence[str] = field(
-        default="sum",
+    reduce_op: ReduceOpList = field(
+        default=as_typed("sum"),
         metadata=cli(
             metavar="OP[,OP...]",
             type=str,
@@ -342,15 +344,10 @@ class CollectivesRequest:
         """The settings of this request on nodes placed as `place`: the defaults are filled
         in here, once, for the command, the Python API and the script `slurm-script`
         checks on the submit host. UserError for bad input, with the line the CLI prints."""
-        from commbench.collectives.specs import parse_ops, parse_strategies
-        from commbench.sizes import parse_sizes
-
         check_iteration_flags(self.iters, self.min_time)
-        dtypes = parse_dtypes(self.dtype)
-        reduce_ops = parse_reduce_ops(self.reduce_op)
-        sizes = self.sizes
+        dtypes, reduce_ops, sizes = self.dtype, self.reduce_op, self.sizes
         if sizes is None:
-            sizes = GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES
+            sizes = parse_sizes(GPU_DEFAULT_SIZES if place.device == "cuda" else CPU_DEFAULT_SIZES)
         ops, strategies = self.ops, self.strategies
         timing = Timing(
             warmup=self.warmup,
@@ -362,9 +359,9 @@ class CollectivesRequest:
             place,
             timing,
             # every op unless only strategies were asked for
-            ops=_names(ops, parse_ops) if ops is not None else ([] if strategies else list(OPS)),
-            strategies=[] if strategies is None else _names(strategies, parse_strategies),
-            sizes=parse_sizes(sizes) if isinstance(sizes, str) else _sizes(sizes),
+            ops=list(ops) if ops is not None else ([] if strategies else list(OPS)),
+            strategies=[] if strategies is None else list(strategies),
+            sizes=list(sizes),
             dtype=dtypes[0],
             dtypes=dtypes,
             reduce_op=reduce_ops[0],
@@ -395,16 +392,27 @@ def in_place_choice(value: bool | str) -> str:
 def parse_dtypes(value: str | Sequence[str]) -> list[str]:
     """`--dtype float32,bf16` (or a list) as a list of dtype names, in order: an alias
     (`DTYPE_ALIASES`) as the name it stands for, `all` as every dtype. Unknown names are
-    left for `CollectivesSettings` to refuse, with the list of names."""
+    left for the reader of the field (`DtypeList`) or the suite key to refuse."""
     items = _list_of_names(value, "--dtype", "dtypes", 4 * len(DTYPES))
     return _expand_all([DTYPE_ALIASES.get(t, t) for t in items], "--dtype", list(DTYPES))
 
 
 def parse_reduce_ops(value: str | Sequence[str]) -> list[str]:
     """`--reduce-op sum,max` (or a list) as a list of reduce op names, in order; `all` as
-    every one (nccl-tests' `-o all`). Unknown names are left for `CollectivesSettings`."""
+    every one (nccl-tests' `-o all`). Unknown names are left for the reader of the field
+    (`ReduceOpList`) or the suite key to refuse."""
     items = _list_of_names(value, "--reduce-op", "reduce ops", 4 * len(REDUCE_OPS))
     return _expand_all(items, "--reduce-op", REDUCE_OPS)
+
+
+def _known(names: list[str], every: Sequence[str], what: str, flag: str) -> list[str]:
+    """`names`, each one of `every` and named once: UserError otherwise."""
+    for name in names:
+        if name not in every:
+            raise UserError(f"unknown {what} {name!r}; choose from: {', '.join(every)}")
+    if len(set(names)) != len(names):
+        raise UserError(f"{flag} names a {what} twice: {','.join(names)}")
+    return names
 
 
 def _list_of_names(value: str | Sequence[str], flag: str, what: str, most: int) -> list[str]:
@@ -466,16 +474,44 @@ def _names(value: str | Sequence[str], parse: Any) -> list[str]:
     return list(parse(",".join(value)))
 
 
-def _sizes(values: Sequence[int | str]) -> list[int]:
-    """A list of sizes: byte counts, or size specs such as "64K"."""
-    from commbench.sizes import parse_sizes
-
+def _sizes(values: str | Sequence[int | str]) -> list[int]:
+    """`--sizes 1K-1G` (a spec), or a list of sizes: byte counts, or specs such as "64K"."""
+    if isinstance(values, str):
+        return parse_sizes(values)
     out: list[int] = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | str):
             raise UserError(f"a size must be a number of bytes or a size like '64K', got {v!r}")
-        out.extend(parse_sizes(v) if isinstance(v, str) else [v])
+        out.extend(parse_sizes(v) if isinstance(v, str) else [check_size(v)])
     return out
+
+
+# The lists a collectives request holds parsed (`arguments.declare_kind`): what a field so
+# annotated takes, and what it holds once the request is built.
+OpList = list[str]
+"""Op names: `--ops all_reduce,all_gather`, `all`, or a list of names (`parse_ops`)."""
+StrategyList = list[str]
+"""All-reduce strategy names: `--strategies ring,direct`, `all`, or a list."""
+SizeList = list[int]
+"""Requested sizes in bytes: `--sizes 1K-1G`, or a list of byte counts and size specs."""
+DtypeList = list[str]
+"""Dtype names: `--dtype float32,bf16`, `all`, or a list (aliases as the name they stand for)."""
+ReduceOpList = list[str]
+"""Reduce op names: `--reduce-op sum,max`, `all`, or a list."""
+
+declare_kind("OpList", "str | Sequence[str]", lambda v, path: _names(v, parse_ops))
+declare_kind("StrategyList", "str | Sequence[str]", lambda v, path: _names(v, parse_strategies))
+declare_kind("SizeList", "str | Sequence[int | str]", lambda v, path: _sizes(v))
+declare_kind(
+    "DtypeList",
+    "str | Sequence[str]",
+    lambda v, path: _known(parse_dtypes(v), list(DTYPES), "dtype", "--dtype"),
+)
+declare_kind(
+    "ReduceOpList",
+    "str | Sequence[str]",
+    lambda v, path: _known(parse_reduce_ops(v), REDUCE_OPS, "reduce op", "--reduce-op"),
+)
 
 
 @dataclass(frozen=True, slots=True)

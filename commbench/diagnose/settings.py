@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import Request
+from commbench.arguments import Fraction, Request
 from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.diagnose.plan import MAX_ROUNDS
 from commbench.errors import UserError
@@ -15,7 +15,7 @@ from commbench.fields import known_fields
 from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
-from commbench.options import cli, field_of, from_params
+from commbench.options import cli, field_of
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class DiagnoseRequest:
         help="Bytes per rank of each test (bandwidth-bound). "
         f"Default {GPU_DEFAULT_SIZE} on GPUs, {CPU_DEFAULT_SIZE} on CPU.",
     )
-    tolerance: str | float | None = field_of(
+    tolerance: Fraction | None = field_of(
         TOLERANCE,
         default=None,
         help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}.",
@@ -126,10 +126,6 @@ def diagnose_settings(
     if isinstance(stages, str):
         stages = split_list(stages, "--stages")
     expected = load_expectations(Path(baseline)) if baseline is not None else None
-    if tolerance is not None:
-        from commbench.compare import parse_fraction  # the gate's statistics: 170 ms
-
-        tolerance = parse_fraction(tolerance, "--tolerance")
     settings = DiagnoseSettings(
         size_bytes=parsed[0],
         stages=list(stages) if stages is not None else list(STAGES),
@@ -159,12 +155,10 @@ class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementReques
         # settings on a node of one GPU, as `CollectivesRun` checks its own (issue 43)
         diagnose_settings(placement_for(1, self.device, self.nproc, self.backend), self)
 
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `diagnose` they wrap: the
-        diagnosis and its launch's settings, placed on the job's nodes."""
-        from commbench.diagnose.settings import diagnose_settings
 
-        place = job.place(given["device"], given["nproc"], given["backend"])
-        _, diagnosed = diagnose_settings(place, from_params(DiagnoseRequest, given))
-        job.check_gpus(diagnosed.device, diagnosed.nproc)
+def check_wrapped(request: DiagnoseRun, job: MultiNodeJob) -> None:
+    """What `slurm-script` and `k8s-manifest` check of the `diagnose` they wrap: the
+    diagnosis and its launch's settings, placed on the job's nodes."""
+    place = job.place(request.device, request.nproc, request.backend)
+    _, diagnosed = diagnose_settings(place, request)
+    job.check_gpus(diagnosed.device, diagnosed.nproc)

@@ -12,8 +12,9 @@ from typing import Any
 
 from commbench.p2p.expect import Expectation, StepExpectation
 from commbench.p2p.heatmap import copies
+from commbench.results.csv_rows import csv_columns, csv_record
 from commbench.results.exporters import Format, write
-from commbench.results.schema import P2PCopy, ResultRow, csv_columns, csv_record
+from commbench.results.schema import P2PCopy, ResultRow
 from commbench.tables import Block, Document, TitledTable
 
 Table = tuple[str, list[str], list[list[str]]]

@@ -23,7 +23,7 @@ from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
 if TYPE_CHECKING:
-    from commbench.p2p.plan import Step
+    from commbench.p2p.steps import Step
 
 DEFAULT_SIZE = 4 * 10**8
 """10**8 float32 elements, the tensor of the motivating puzzle: 400,000,000 bytes."""
@@ -33,6 +33,8 @@ DEFAULT_ITERS = {"bandwidth": 20, "latency": 200}
 """Timed iterations per measurement when neither `iters` nor `min_time` is given."""
 MIN_ITERS = 5
 MAX_ITERS = 1000
+DEFAULT_WARMUP = 5
+"""Untimed rounds before each measurement: the settings' default and the flag's, written once."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -58,7 +60,7 @@ class P2PSettings:
     latency: bool = False
     """Also small-copy latency at `latency_sizes`."""
     latency_sizes: list[int] = field(default_factory=lambda: list(LATENCY_SIZES))
-    warmup: int = 5
+    warmup: int = DEFAULT_WARMUP
     """Untimed rounds before each measurement (the first one also enables peer access)."""
     iters: int | None = None
     """Timed rounds per measurement; None: `min_time` if given, else `DEFAULT_ITERS`."""
@@ -239,7 +241,9 @@ class P2PRequest:
     latency: bool = field_of(
         LATENCY, default=False, type=bool, help="Also small-copy latency (4 B - 64 KiB, in us)."
     )
-    warmup: int = field_of(WARMUP, default=5, help="Untimed rounds before each measurement.")
+    warmup: int = field_of(
+        WARMUP, default=DEFAULT_WARMUP, help="Untimed rounds before each measurement."
+    )
     iters: int | None = field_of(
         ITERS,
         help="Timed rounds per measurement. "

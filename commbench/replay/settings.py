@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from commbench.launch.launcher import LaunchOptions
     from commbench.replay.program import Program
     from commbench.results.schema import ResultRow
-    from commbench.traces.trace import Trace
+    from commbench.traces.records import Trace
 
 DEFAULT_REPEATS = 5
 """Times each bucket cap's all-reduces are replayed (one step each): the median is kept."""

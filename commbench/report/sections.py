@@ -234,7 +234,7 @@ def strategies_section(page: Page) -> list[Block]:
     return [
         *blocks,
         Heading(level + 1, "Model at other scales"),
-        Pre(render_predictions(predictions, params, Format.table, fitted).rstrip("\n")),
+        Pre(render_predictions(predictions, params, Format("table"), fitted).rstrip("\n")),
     ]
 
 

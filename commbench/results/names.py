@@ -67,3 +67,12 @@ MAX_NPROC = 1 << 20
 # More nodes than any machine has (the largest have about ten thousand): a node list or a
 # node count past it is a typo, refused before `n[0-30000000]` becomes 30 million names.
 MAX_NODES = 65536
+
+# The regression gate's defaults (`compare.GateSettings`): here, below the gate, so that
+# `compare --help` states them without loading the gate's statistics.
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_LATENCY_TOLERANCE = 0.15
+DEFAULT_ALPHA = 0.01
+# The same limit `commbench collectives` warns at: above it, one run's median is not a
+# reliable estimate of the next run's.
+DEFAULT_NOISY_CV = 0.2

@@ -8,9 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import Fraction, PathLike, Request
 from commbench.flags import ALLOW_MISMATCH, HISTORY, TOLERANCE
 from commbench.options import arg, cli, field_of
+from commbench.results.names import (
+    DEFAULT_ALPHA,
+    DEFAULT_LATENCY_TOLERANCE,
+    DEFAULT_NOISY_CV,
+    DEFAULT_TOLERANCE,
+)
 
 if TYPE_CHECKING:
     from commbench.compare import Gate
@@ -31,25 +37,25 @@ class CompareRequest(Request):
         kw_only=False,
         metadata=arg(metavar="NEW", type=Path, help="New run directory (or suite directory)."),
     )
-    tolerance: str | float | None = field_of(
+    tolerance: Fraction | None = field_of(
         TOLERANCE,
         default=None,
-        help="Largest busbw drop accepted at bandwidth-bound sizes. Default 5%, or what "
-        "the suite's config says when comparing suites.",
+        help="Largest busbw drop accepted at bandwidth-bound sizes. "
+        f"Default {DEFAULT_TOLERANCE:.0%}, or what the suite's config says when comparing suites.",
     )
-    latency_tolerance: str | float | None = field(
+    latency_tolerance: Fraction | None = field(
         default=None,
         metadata=cli(
             type=str,
             help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
-            "Default 15%, or the suite's.",
+            f"Default {DEFAULT_LATENCY_TOLERANCE:.0%}, or the suite's.",
         ),
     )
     alpha: float | None = field(
         default=None,
         metadata=cli(
             type=float,
-            help="Significance level of the one-sided Mann-Whitney test. Default 0.01.",
+            help=f"Significance level of the one-sided Mann-Whitney test. Default {DEFAULT_ALPHA}.",
         ),
     )
     noisy_cv: float | None = field(
@@ -58,7 +64,7 @@ class CompareRequest(Request):
             type=float,
             help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
             "baseline, is called noisy in the notes (it moves no limit: how far the medians "
-            "move between runs does). Default 0.2.",
+            f"move between runs does). Default {DEFAULT_NOISY_CV}.",
         ),
     )
     allow_mismatch: bool = field_of(
@@ -78,21 +84,16 @@ class CompareRequest(Request):
 def judge(request: CompareRequest) -> Gate:
     """`compare_runs`' work: the gate the suites' configs give, under the values given, over
     every pair of runs the two targets hold."""
-    from commbench.compare import Gate, parse_fraction
-    from commbench.suites.gate import compare_targets, gate_for
+    from commbench.compare import Gate
+    from commbench.suites.gate import compare_targets, gate_for, loaded
 
-    tolerance, latency_tolerance = request.tolerance, request.latency_tolerance
-    from commbench.results.runs import stored_at
-
-    base_path, new_path = stored_at(request.baseline), stored_at(request.new)
+    base, new = loaded(request.baseline), loaded(request.new)  # each read once, if at all
     settings = gate_for(
-        base_path,
-        new_path,
+        base,
+        new,
         allow_mismatch=request.allow_mismatch,
-        tolerance=None if tolerance is None else parse_fraction(tolerance, "--tolerance"),
-        latency_tolerance=None
-        if latency_tolerance is None
-        else parse_fraction(latency_tolerance, "--latency-tolerance"),
+        tolerance=request.tolerance,
+        latency_tolerance=request.latency_tolerance,
         alpha=request.alpha,
         noisy_cv=request.noisy_cv,
     )
@@ -102,4 +103,4 @@ def judge(request: CompareRequest) -> Gate:
 
         check(request.history, must_exist=True)
         reference = reference_in(request.history)
-    return Gate(compare_targets(base_path, new_path, settings, reference))
+    return Gate(compare_targets(base, new, settings, reference))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from commbench.arguments import parse_fraction
 from commbench.collectives.settings import (
     CPU_DEFAULT_SIZES,
     DEFAULT_MAX_ITERS,
@@ -26,19 +27,18 @@ from commbench.collectives.settings import (
     CollectivesRequest,
     Timing,
 )
-from commbench.compare import (
-    DEFAULT_ALPHA,
-    DEFAULT_LATENCY_TOLERANCE,
-    DEFAULT_NOISY_CV,
-    DEFAULT_TOLERANCE,
-    GateSettings,
-    parse_fraction,
-)
+from commbench.compare import GateSettings
 from commbench.errors import UserError
 from commbench.files import load_yaml
 from commbench.numbers import MAX_ITERATIONS, shown_number
 from commbench.options import default_of, suite_keys
-from commbench.results.names import DEVICES
+from commbench.results.names import (
+    DEFAULT_ALPHA,
+    DEFAULT_LATENCY_TOLERANCE,
+    DEFAULT_NOISY_CV,
+    DEFAULT_TOLERANCE,
+    DEVICES,
+)
 
 SUITE_SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -275,6 +275,8 @@ def _reduce_ops(value: Any, path: str) -> str:
     for name in names:
         if name not in REDUCE_OPS:
             raise _Invalid(path, f"expected one of {', '.join(REDUCE_OPS)} or all, got {name!r}")
+    if len(set(names)) != len(names):
+        raise _Invalid(path, f"names a reduce op twice: {text}")
     return text
 
 

@@ -9,9 +9,11 @@ Entries are named by what they measured (`collectives-float32`, `strategies-bflo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from commbench.arguments import PathLike
 from commbench.compare import (
     Comparison,
     GateSettings,
@@ -22,7 +24,7 @@ from commbench.compare import (
 from commbench.errors import UserError
 from commbench.fields import Fields, anything, string
 from commbench.results.record import RunKind, RunRecord
-from commbench.results.runs import Run, is_suite, load_run, load_suite
+from commbench.results.runs import Run, Suite, is_suite, load_run, load_suite
 
 
 def entry_name(run: Run) -> str:
@@ -34,24 +36,39 @@ def entry_name(run: Run) -> str:
     return run.kind.value
 
 
+Target = PathLike | Run | Suite
+"""What is compared: a run or a suite, stored at a path or already loaded (the API's)."""
+
+
+def loaded(target: Target) -> Run | Suite:
+    """`target` loaded, once: the one read of a path that the gate, the entries and a missing
+    entry's stand-in are all taken from."""
+    if isinstance(target, Run | Suite):
+        return target
+    path = Path(target)
+    return load_suite(path) if is_suite(path) else load_run(path)
+
+
+def runs_in(target: Run | Suite) -> dict[str, Run]:
+    """The runs of a loaded target by entry name: every run of a suite, or the one run."""
+    if isinstance(target, Suite):
+        return target.runs()
+    run = target.held_here()
+    return {entry_name(run): run}
+
+
 def load_runs(path: Path) -> dict[str, Run]:
     """The runs at `path` by entry name: every run of a suite, or the one run directory."""
-    path = Path(path)
-    if not is_suite(path):
-        run = load_run(path).held_here()
-        return {entry_name(run): run}
-    return load_suite(path).runs()
+    return runs_in(loaded(path))
 
 
-def _absent(path: Path, name: str) -> Run:
+def _absent(new: Run | Suite, name: str) -> Run:
     """Stands in for an entry the new suite lacks: every baseline point then is missing,
     and a suite that did not finish (its launcher gone before the entry ran) says why."""
     record = RunRecord(kind=RunKind.COLLECTIVES)
-    if is_suite(path):
-        suite = load_suite(path).record
-        if suite.unfinished:
-            record.status, record.failure = suite.status, suite.failure
-    return Run(path=path / f"<no {name}>", record=record, rows=[])
+    if isinstance(new, Suite) and new.record.unfinished:
+        record.status, record.failure = new.record.status, new.record.failure
+    return Run(path=new.path / f"<no {name}>", record=record, rows=[])
 
 
 ReferenceFn = Callable[[Run], tuple[HistoryMedians, Sequence[str]]]
@@ -60,14 +77,17 @@ series last changed, and those runs' ids (`commbench.history`)."""
 
 
 def compare_targets(
-    baseline: Path,
-    new: Path,
+    baseline: Target,
+    new: Target,
     settings: GateSettings | None = None,
     reference: ReferenceFn | None = None,
 ) -> list[tuple[str, Comparison]]:
     """Compare two run directories, two suites entry by entry, or a run with its suite entry;
-    with `reference`, each against how far its points moved in the history."""
-    base_runs, new_runs = load_runs(baseline), load_runs(new)
+    with `reference`, each against how far its points moved in the history. Each target is
+    read once (`loaded`): pass what is loaded already."""
+    base, fresh = loaded(baseline), loaded(new)
+    baseline, new = base.path, fresh.path  # as the messages name them
+    base_runs, new_runs = runs_in(base), runs_in(fresh)
     if not base_runs:
         raise UserError(f"{baseline}: the baseline suite has no runs")
 
@@ -78,19 +98,19 @@ def compare_targets(
         return compare_runs(b, n, settings, history=history, history_runs=runs)
 
     single = len(base_runs) == 1 and len(new_runs) == 1
-    if single and not (is_suite(Path(baseline)) and is_suite(Path(new))):
+    if single and not (isinstance(base, Suite) and isinstance(fresh, Suite)):
         # A run against a run (or a one-run suite): names need not match.
         ((name, b),) = base_runs.items()
         ((_, n),) = new_runs.items()
         return [(name, judged(b, n))]
-    if not is_suite(Path(baseline)) and next(iter(base_runs)) not in new_runs:
+    if not isinstance(base, Suite) and next(iter(base_runs)) not in new_runs:
         raise UserError(
             f"{new} has no {next(iter(base_runs))} run to compare {baseline} with "
             f"(it has: {', '.join(new_runs) or 'nothing'})"
         )
     out = []
     for name, b in base_runs.items():
-        n = new_runs.get(name) or _absent(Path(new), name)
+        n = new_runs.get(name) or _absent(fresh, name)
         out.append((name, judged(b, n)))
     return out
 
@@ -109,22 +129,23 @@ def compare_to_history(
     return out
 
 
-_GATE_KEYS = ("tolerance", "latency_tolerance", "alpha", "noisy_cv")
+_GATE_KEYS = tuple(f.name for f in fields(GateSettings) if f.name != "allow_mismatch")
+"""The gate's own numbers (`GateSettings`' fields, less the flag a command line gives): what a
+suite records of its gate, and what `gate_for` takes."""
 
 
-def recorded_gate(path: Path) -> dict[str, Any]:
-    """The gate a suite directory was run with (its config's `compare` section); {} for a
-    run directory."""
-    if not is_suite(Path(path)):
+def recorded_gate(target: Run | Suite) -> dict[str, Any]:
+    """The gate a suite was run with (its config's `compare` section); {} for a run."""
+    if not isinstance(target, Suite):
         return {}
-    match load_suite(path).record.config:  # its `gate` checked when suite.json was read
+    match target.record.config:  # its `gate` checked when suite.json was read
         case {"gate": dict(gate)}:
             return {k: gate[k] for k in _GATE_KEYS if isinstance(gate.get(k), float | int)}
     return {}
 
 
 def gate_for(
-    baseline: Path, new: Path, *, allow_mismatch: bool = False, **given: float | None
+    baseline: Run | Suite, new: Run | Suite, *, allow_mismatch: bool = False, **given: float | None
 ) -> GateSettings:
     """The gate to judge `new` against `baseline` with: what the suites' configs gave
     `commbench run --baseline` (so `compare` of two suites reaches its verdict), under the

@@ -3,12 +3,12 @@ overrides of its keys, the gate and the launch, declared once (`SuiteRun`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import Fraction, PathLike, Request
 from commbench.flags import (
     ALLOW_MISMATCH,
     BACKEND,
@@ -25,7 +25,6 @@ from commbench.launch.request import LaunchRequest
 from commbench.options import arg, cli, field_of
 
 if TYPE_CHECKING:
-    from commbench.launch.job import MultiNodeJob
     from commbench.results.schema import ResultRow
 
 
@@ -55,7 +54,7 @@ class SuiteRun(LaunchRequest, Request):
     backend: str | None = field_of(
         BACKEND, default=None, help="nccl or gloo (overrides the suite)."
     )
-    tolerance: str | float | None = field_of(
+    tolerance: Fraction | None = field_of(
         TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
     )
     allow_mismatch: bool = field_of(
@@ -95,27 +94,3 @@ class SuiteRun(LaunchRequest, Request):
     """Gets the progress lines the CLI prints (API only)."""
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Gets each entry's points as `collectives` gives them (API only)."""
-
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `run` they wrap: the suite
-        file, every run's settings on the job's nodes, and the baseline it is gated by."""
-        from commbench.launch.launcher import LaunchOptions
-        from commbench.suites.gate import load_runs
-        from commbench.suites.runner import prepare_suite
-
-        # the nodes build the rendezvous from the job; any endpoint stands for it here
-        endpoint = "head-node:29400" if job.nodes > 1 else None
-        _, machine, _ = prepare_suite(
-            given["config"],
-            LaunchOptions(nnodes=job.nodes, rdzv_endpoint=endpoint),
-            job.place,
-            nproc=given["nproc"],
-            device=given["device"],
-            backend=given["backend"],
-            tolerance=given["tolerance"],
-            allow_mismatch=given["allow_mismatch"],
-        )
-        job.check_gpus(machine.device, machine.nproc)
-        if given.get("baseline") is not None:
-            load_runs(given["baseline"])

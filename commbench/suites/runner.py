@@ -37,6 +37,7 @@ from commbench.torch_version import require_torch
 
 if TYPE_CHECKING:
     from commbench.collectives.placement import Placement
+    from commbench.launch.job import MultiNodeJob
     from commbench.launch.launcher import LaunchOptions
     from commbench.suites.request import SuiteRun
 
@@ -346,31 +347,22 @@ def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> Non
 
 
 def prepare_suite(
-    config: Path,
-    launch: LaunchOptions,
-    placer: Callable[..., Placement],
-    *,
-    nproc: int | None = None,
-    device: str | None = None,
-    backend: str | None = None,
-    tolerance: str | float | None = None,
-    allow_mismatch: bool = False,
+    request: SuiteRun, launch: LaunchOptions, placer: Callable[..., Placement]
 ) -> tuple[SuiteConfig, Machine, GateSettings]:
-    """The suite file `config`, the machine it runs on and the gate it is judged with, as a
-    `run` command line asks (its flags override the suite's keys), every run's settings
-    validated; `placer(device, nproc, backend)` fills in what neither says. `commbench run`
-    and `commbench.run_suite` run what this returns; `slurm-script` checks the `run` it wraps
-    with it on the submit host, with the job's nodes as placer."""
+    """The suite file of `request`, the machine it runs on and the gate it is judged with,
+    as the `run` command line asks (its flags override the suite's keys), every run's
+    settings validated; `placer(device, nproc, backend)` fills in what neither says.
+    `commbench run` and `commbench.run_suite` run what this returns; `slurm-script` checks
+    the `run` it wraps with it on the submit host, with the job's nodes as placer."""
     from dataclasses import replace
 
-    from commbench.compare import parse_fraction
     from commbench.suites.config import load_suite
 
-    suite = load_suite(config)
+    suite = load_suite(Path(request.config))
     place = placer(
-        device or suite.device,
-        nproc if nproc is not None else suite.nproc,
-        backend or suite.backend,
+        request.device or suite.device,
+        request.nproc if request.nproc is not None else suite.nproc,
+        request.backend or suite.backend,
     )
     machine = Machine(
         device=place.device,
@@ -383,12 +375,26 @@ def prepare_suite(
         debug=launch.debug,
     )
     gate = suite.gate
-    if tolerance is not None:
-        gate = replace(gate, tolerance=parse_fraction(tolerance, "--tolerance"))
-    if allow_mismatch:
+    if request.tolerance is not None:  # a fraction already (`arguments.Fraction`)
+        gate = replace(gate, tolerance=request.tolerance)
+    if request.allow_mismatch:
         gate = replace(gate, allow_mismatch=True)
     plan_runs(suite, machine)
     return suite, machine, gate
+
+
+def check_wrapped(request: SuiteRun, job: MultiNodeJob) -> None:
+    """What `slurm-script` and `k8s-manifest` check of the `run` they wrap: the suite file,
+    every run's settings on the job's nodes, and the baseline it is gated by."""
+    from commbench.launch.launcher import LaunchOptions
+
+    # the nodes build the rendezvous from the job; any endpoint stands for it here
+    endpoint = "head-node:29400" if job.nodes > 1 else None
+    launch = LaunchOptions(nnodes=job.nodes, rdzv_endpoint=endpoint)
+    _, machine, _ = prepare_suite(request, launch, job.place)
+    job.check_gpus(machine.device, machine.nproc)
+    if request.baseline is not None:
+        load_runs(Path(request.baseline))
 
 
 def require_suite_torch(config: SuiteConfig) -> None:
@@ -656,25 +662,15 @@ def write_comparison(path: Path, baseline: str, results: list[tuple[str, Compari
 def run_request(request: SuiteRun) -> SuiteOutcome:
     """`run_suite`'s work: the suite file read and checked against the launch, then run."""
     from commbench.collectives.placement import resolve_placement
+    from commbench.launch.launcher import resolve_launch
     from commbench.results.store import check_parent
 
     out = Path(request.out)
     check_parent(out)
-    launch = request.launch()
-    config, baseline = request.config, request.baseline
-    nproc, device, backend = request.nproc, request.device, request.backend
-    tolerance, allow_mismatch = request.tolerance, request.allow_mismatch
+    launch = resolve_launch(request)
+    baseline = request.baseline
     no_plot, on_event, on_progress = request.no_plot, request.on_event, request.on_progress
-    suite, machine, gate = prepare_suite(
-        Path(config),
-        launch,
-        resolve_placement,
-        nproc=nproc,
-        device=device,
-        backend=backend,
-        tolerance=tolerance,
-        allow_mismatch=allow_mismatch,
-    )
+    suite, machine, gate = prepare_suite(request, launch, resolve_placement)
     return run_suite(
         suite,
         out,
