@@ -3,10 +3,12 @@ ops is a field of it. The command line, the settings and the rows (its busbw fac
 size splits, whether it reduces, is rooted, runs in place), the model (`steps`), the network
 accounting (`network`), the trace readers and the capture (`traced`: its names in c10d,
 torch.distributed, the Flight Recorder, PARAM and Chakra, whether every member passes the
-same size), nccl-tests' importer and exporter (`nccl_tests`), and the torch half that
-allocates, issues and checks it (`entry`) all read it here. A foundation, torch-free and
-below `results/`, so that every layer may read it; adding an op is one `OpSpec` in `OPS`
-(or `register` for one made at run time, as a test does).
+same size), nccl-tests' importer and exporter (`nccl_tests`), the docs' op table (`call`,
+`formula`), and the torch half that allocates, issues and checks it and states the tests'
+oracle (`entry`) all read it here. A foundation, torch-free and below `results/`, so that
+every layer may read it; adding an op is one `OpSpec` in `OPS` and its `Collective` class in
+`collectives/ops.py` (or `register` for one made at run time, as a test does), and no test
+or doc to edit (tests/test_new_op.py adds one in a copy and runs the op tests).
 
 Conventions follow nccl-tests (doc/PERFORMANCE.md): S is the per-rank buffer in bytes (for
 all_gather / gather the whole gathered buffer, for reduce_scatter / scatter / all_to_all /
@@ -31,7 +33,7 @@ Bound = Callable[[int, int, float, float | None], float]
 
 @dataclass(frozen=True, slots=True)
 class Traced:
-    """An op as a recorded trace names it (`traces.trace.Call.op`): most ops are one, a
+    """An op as a recorded trace names it (`traces.records.Call.op`): most ops are one, a
     sendrecv is two (its send and its recv), all_to_allv none (a trace holds it as an
     all_to_all with its splits)."""
 
@@ -108,6 +110,12 @@ class OpSpec:
     """The `Collective` that allocates, issues and checks it: a class of
     `commbench.collectives.ops`, or `module:Class` for one elsewhere; '' for a strategy
     (its entry is in `collectives.allreduce`)."""
+    call: str = ""
+    """The torch.distributed call its entry issues, as docs/collectives.md's op table shows it
+    (Markdown; `commbench.collectives.table` writes the table from these)."""
+    formula: str = ""
+    """`factor` as the docs write it, in n (`2(n-1)/n`); '' for a latency-only op. The tests
+    evaluate it against `factor`, so the table never says one thing and the rows another."""
 
     @property
     def name(self) -> str:
@@ -135,6 +143,16 @@ class OpSpec:
     def latency_only(self) -> bool:
         """No data (barrier): size 0, nothing to check, nothing that depends on the dtype."""
         return self.factor is None
+
+    def elements(self, count: int, n: int) -> tuple[int, int]:
+        """(send, receive) elements of each rank's buffers for S = `count` elements at n ranks,
+        nccl-tests' `getCollByteCount`: the buffer `shard` names holds S / n, the other S
+        (all_to_allv's, with uniform splits)."""
+        if self.shard == "in":
+            return (count // n, count)
+        if self.shard == "out":
+            return (count, count // n)
+        return (count, count)
 
     def busbw_factor(self, n: int) -> float | None:
         """busbw / algbw at world size n; None where there is no bandwidth: latency-only ops,
@@ -236,6 +254,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("all_reduce", "allreduce"),
             entry="AllReduce",
+            call="`all_reduce`",
+            formula="2(n-1)/n",
         ),
         OpSpec(
             op="all_gather",
@@ -269,6 +289,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("all_gather", "allgather"),
             entry="AllGather",
+            call="`all_gather_single` (`all_gather_into_tensor` before torch 2.13)",
+            formula="(n-1)/n",
         ),
         OpSpec(
             op="reduce_scatter",
@@ -301,6 +323,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("reduce_scatter", "reducescatter"),
             entry="ReduceScatter",
+            call="`reduce_scatter_single` (`reduce_scatter_tensor` before torch 2.13)",
+            formula="(n-1)/n",
         ),
         OpSpec(
             op="all_to_all",
@@ -320,6 +344,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("alltoall", "all_to_all"),
             entry="AllToAll",
+            call="`all_to_all_single`",
+            formula="(n-1)/n",
         ),
         # split: sizes round as all_to_all's, so uniform moves exactly all_to_all's traffic;
         # a trace holds it as an all_to_all with its splits
@@ -332,6 +358,8 @@ OPS: dict[str, OpSpec] = {
             skewed=True,
             steps=_ring_steps,
             entry="AllToAllV",
+            call="`all_to_all_single` with `input_split_sizes` / `output_split_sizes` from `--skew`",
+            formula="(n-1)/n",
         ),
         OpSpec(
             op="broadcast",
@@ -349,6 +377,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("broadcast",),
             entry="Broadcast",
+            call="`broadcast`",
+            formula="1",
         ),
         OpSpec(
             op="reduce",
@@ -362,6 +392,8 @@ OPS: dict[str, OpSpec] = {
             traced=(Traced("reduce", ("reduce",), c10d=("reduce_",), chakra=(1,), symmetric=True),),
             nccl_tests=("reduce",),
             entry="Reduce",
+            call="`reduce`",
+            formula="1",
         ),
         OpSpec(
             op="gather",
@@ -376,6 +408,8 @@ OPS: dict[str, OpSpec] = {
             traced=(Traced("gather", ("gather",), c10d=("gather_",), chakra=(3,)),),
             nccl_tests=("gather",),
             entry="Gather",
+            call="`gather`",
+            formula="(n-1)/n",
         ),
         OpSpec(
             op="scatter",
@@ -390,6 +424,8 @@ OPS: dict[str, OpSpec] = {
             traced=(Traced("scatter", ("scatter",), c10d=("scatter_",), chakra=(4,)),),
             nccl_tests=("scatter",),
             entry="Scatter",
+            call="`scatter`",
+            formula="(n-1)/n",
         ),
         OpSpec(
             op="sendrecv",
@@ -407,6 +443,8 @@ OPS: dict[str, OpSpec] = {
             ),
             nccl_tests=("sendrecv",),
             entry="SendRecv",
+            call="`isend` to rank+1 and `irecv` from rank-1, batched (`batch_isend_irecv`)",
+            formula="1",
         ),
         OpSpec(
             op="barrier",
@@ -426,6 +464,7 @@ OPS: dict[str, OpSpec] = {
                 ),
             ),
             entry="Barrier",
+            call="`barrier`",
         ),
     )
 }

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import ast
 import math
+import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from commbench import ops
-from commbench.collectives.ops import Group
-from commbench.collectives.registry import COLLECTIVES, collective, selected
+from commbench.collectives.ops import Buffers, Collective, Expect, Group
+from commbench.collectives.registry import COLLECTIVES, collective, entry_of, selected
 from commbench.collectives.specs import parse_ops, plan_size
-from commbench.importers.nccl_tests.export import _program
+from commbench.collectives.table import op_table, with_table
+from commbench.errors import UserError
+from commbench.importers.nccl_tests.export import _program, to_nccl_tests_json
 from commbench.importers.nccl_tests.model import op_from_text, op_names, reduce_op_of
 from commbench.ops import OPS, P2P, OpSpec, Traced
 from commbench.record.capture import c10d_ops
@@ -25,12 +29,15 @@ from commbench.replay.explain import op_cost
 from commbench.replay.program import rooted
 from commbench.results.names import OP_NAMES
 from commbench.results.network import busbw_bound
+from commbench.results.runs import load_run
 from commbench.results.schema import IMPORTED_OPS
 from commbench.traces import names
 from commbench.traces.chakra import comm_types
+from commbench.traces.checks import _signature
 from commbench.traces.names import canonical_op, shard, trace_ops
-from commbench.traces.trace import Call, _signature
-from commbench.traces.trace import Group as TraceGroup
+from commbench.traces.records import Call
+from commbench.traces.records import Group as TraceGroup
+from tests.factories import make_row, write_run
 from tests.package_source import ROOT, parsed
 
 CPU = torch.device("cpu")
@@ -97,19 +104,45 @@ def test_nccl_tests_names_are_the_declared_ops_or_nccl_tests_own() -> None:
         assert reduce_op_of(op, "sum") == ("sum" if spec.reduces else "")
 
 
-def test_each_ops_facts_agree_with_the_tables_they_replaced() -> None:
-    """The tables issue 36 found restating the specs, as they were: each is now a field."""
-    split = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-    assert tuple(n for n, s in OPS.items() if s.split and not s.skewed) == split
-    rooted_ops = ("broadcast", "reduce", "gather", "scatter")
-    assert tuple(n for n, s in OPS.items() if s.rooted) == rooted_ops
-    assert all(rooted(n) == (n in rooted_ops) for n in ops.traced())
-    ring = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"}
-    assert {
-        n for n, s in OPS.items() if s.network is not None and busbw_bound(n, 16, 2, 100.0) == 100.0
-    } == ring | {"sendrecv"}
-    symmetric = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier"}
-    assert {n for n, (_, t) in ops.traced().items() if t.symmetric} == symmetric
+# The tables issue 36 found restating the specs, as they were, each fact with the ops that
+# had it and the ops that had not: a new op is in neither, and so needs no edit here.
+FACTS_OF_ISSUE_36 = {
+    "split": (
+        ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"),
+        ("all_reduce", "broadcast", "reduce", "sendrecv", "barrier"),
+    ),
+    "rooted": (
+        ("broadcast", "reduce", "gather", "scatter"),
+        ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "barrier"),
+    ),
+    "ring bound": (
+        ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv"),
+        ("all_to_all", "gather", "scatter", "barrier"),
+    ),
+    "symmetric": (
+        ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "barrier"),
+        ("all_to_all", "gather", "scatter", "send", "recv"),
+    ),
+}
+
+
+def _has(fact: str, name: str) -> bool:
+    if fact == "symmetric":
+        return ops.traced()[name][1].symmetric
+    spec = OPS[name]
+    if fact == "split":
+        return spec.split and not spec.skewed
+    if fact == "rooted":
+        return spec.rooted
+    return spec.network is not None and busbw_bound(name, 16, 2, 100.0) == 100.0
+
+
+@pytest.mark.parametrize("fact", FACTS_OF_ISSUE_36)
+def test_each_ops_facts_agree_with_the_tables_they_replaced(fact: str) -> None:
+    having, lacking = FACTS_OF_ISSUE_36[fact]
+    assert [n for n in having if not _has(fact, n)] == []
+    assert [n for n in lacking if _has(fact, n)] == []
+    assert all(rooted(n) == OPS[spec.op].rooted for n, (spec, _) in ops.traced().items())
     assert op_cost("all_reduce", 4).steps == 6 and op_cost("barrier", 8).steps == 3
     assert op_cost("sendrecv", 4).steps == 1 and op_cost("p2p", 4).bytes_factor == 1.0
 
@@ -156,6 +189,98 @@ def test_no_module_but_the_declaration_lists_ops() -> None:
     stray = {k: v for k, v in listed.items() if k not in ALLOWED}
     assert not stray, f"ops listed outside commbench/ops.py (make them an OpSpec field): {stray}"
     assert set(listed) >= ALLOWED, f"no longer lists ops: {sorted(ALLOWED - set(listed))}"
+
+
+# -- no test restates the op list: each takes its ops from `OPS` ------------------------------
+
+TESTS = Path(__file__).parent
+ALLOWED_IN_TESTS = {
+    # a training job's own calls, by the names it issues them as (torch's functions)
+    ("jobs/compute_gap_job.py", "main"),
+    # the ops of a made-up sweep that the gate's tests measure
+    ("test_compare.py", "OPS"),
+    # the tables issue 36 replaced, each fact with the ops on both sides (a new op is in neither)
+    ("test_ops_declaration.py", "FACTS_OF_ISSUE_36"),
+    # the calls a recorded job issued, picked from its trace
+    (
+        "test_record_stamps.py",
+        "test_a_latency_bound_call_is_recorded_within_twice_the_jobs_own_clock_under_load",
+    ),
+    ("test_replay_integration.py", "test_a_paced_replay_waits_for_each_calls_recorded_offset"),
+    # a PARAM trace fixture's calls, in its order
+    ("test_trace_readers.py", "test_param_basic_trace"),
+}
+
+
+def _named(elts: list[ast.expr], known: set[str]) -> list[str]:
+    return [e.value for e in elts if isinstance(e, ast.Constant) and e.value in known]
+
+
+def _branches(test: ast.expr, known: set[str]) -> list[str]:
+    """The ops a condition tests a name against in a literal (`op in ("gather", "scatter")`)."""
+    found = []
+    for node in ast.walk(test):
+        if isinstance(node, ast.Compare):
+            for c in node.comparators:
+                if isinstance(c, ast.Tuple | ast.List | ast.Set):
+                    names = _named(c.elts, known)
+                    if len(names) >= 2 and not set(names) <= set(P2P):
+                        found += names
+    return found
+
+
+def _restated() -> Iterator[tuple[str, str, list[str]]]:
+    """(file, enclosing definition, op names) of every place in tests/ that restates the op
+    list: a literal naming five ops or more (most of the declaration, a table of them), or a
+    condition that tests a name against two ops or more (a property of those ops, which belongs
+    on their `OpSpec`, as the test's oracle belongs on their `Collective`)."""
+    known = set(OPS) | set(ops.traced())
+    for path in sorted(TESTS.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for top in tree.body:
+            where = getattr(top, "name", "")
+            if isinstance(top, ast.Assign | ast.AnnAssign):
+                targets = top.targets if isinstance(top, ast.Assign) else [top.target]
+                where = ",".join(t.id for t in targets if isinstance(t, ast.Name))
+            for node in ast.walk(top):
+                found: list[str] = []
+                if isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
+                    elts = node.elts if not isinstance(node, ast.Dict) else node.keys
+                    found = _named([e for e in elts if e is not None], known)
+                    found = found if len(set(found)) >= 5 else []
+                elif isinstance(node, ast.If | ast.IfExp | ast.While):
+                    found = _branches(node.test, known)
+                elif isinstance(node, ast.comprehension):
+                    found = [n for cond in node.ifs for n in _branches(cond, known)]
+                if found:
+                    yield path.relative_to(TESTS).as_posix(), where, found
+
+
+def test_no_test_restates_the_op_list() -> None:
+    """A test that names the ops (a per-op table, a branch on an op's name) breaks when an op
+    is added: it takes them from `OPS`, their facts from each `OpSpec`, their results from each
+    entry's `reference`."""
+    listed = {(rel, where): found for rel, where, found in _restated()}
+    stray = {k: v for k, v in listed.items() if k not in ALLOWED_IN_TESTS}
+    assert not stray, f"tests restating the op list (derive it from OPS): {stray}"
+    gone = sorted(ALLOWED_IN_TESTS - set(listed))
+    assert not gone, f"no longer lists ops, drop from ALLOWED_IN_TESTS: {gone}"
+
+
+def test_the_rule_sees_a_restated_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above finds what issue 44's review found: a table keyed by every op and a
+    branch on op names."""
+    (tmp_path / "test_x.py").write_text(
+        f"FACTOR = {dict.fromkeys(OPS, 1.0)!r}\n"
+        "def oracle(op):\n"
+        "    if op in ('all_gather', 'gather'):\n"
+        "        return 1\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "TESTS", tmp_path)
+    assert {(rel, where) for rel, where, _ in _restated()} == {
+        ("test_x.py", "FACTOR"),
+        ("test_x.py", "oracle"),
+    }
 
 
 # -- a made-up op: one declaration, and everything takes it ----------------------------------
@@ -264,3 +389,71 @@ def test_a_made_up_op_runs_checks_and_replays_on_gloo(tmp_path: Path) -> None:
 
     mp.spawn(_made_up_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
     assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["True True"] * 2
+
+
+# -- what the docs and the errors say of an op ------------------------------------------------
+
+
+def test_the_docs_op_table_is_written_from_the_declarations() -> None:
+    """docs/collectives.md's op table is `make docs`'s (`commbench.collectives.table`)."""
+    doc = ROOT.parent / "docs" / "collectives.md"
+    text = doc.read_text()
+    assert with_table(text, str(doc)) == text, "docs/collectives.md's op table is stale: make docs"
+    for name, spec in OPS.items():
+        assert f"\n| {name} | {spec.call} |" in op_table()
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_each_ops_documented_call_is_the_one_its_entry_issues(name: str) -> None:
+    entry = collective(name)
+    bufs = entry.buffers(8, torch.float32, CPU, _group(), False)
+    try:
+        fn, _, _ = entry.operation(bufs, _group(), 0, "sum", None)
+    except NotImplementedError:  # not one call (sendrecv: a batch of a send and a recv)
+        return
+    assert f"`{fn.__name__}`" in OPS[name].call, (name, fn.__name__)
+
+
+def test_an_unknown_op_is_named_with_where_ops_are_declared() -> None:
+    with pytest.raises(LookupError) as unknown:
+        collective("no_such_op")
+    message = str(unknown.value)
+    assert "'no_such_op'" in message and "commbench/ops.py" in message
+    assert "\n" not in message
+    spec = replace(ALL_SUM, op="all_nothing", traced=(), nccl_tests=(), entry="AllNothing")
+    with pytest.raises(LookupError, match=r"op 'all_nothing'.*'AllNothing' is no Collective"):
+        entry_of(spec)
+
+
+def test_an_entry_without_its_oracle_says_so() -> None:
+    class NoOracle(Collective):
+        def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
+            return []
+
+    with pytest.raises(NotImplementedError, match=r"NoOracle .*no `reference`"):
+        NoOracle(ALL_SUM).reference([], 0, "sum")
+
+
+def test_nccl_tests_json_refuses_an_op_nccl_tests_has_not(tmp_path: Path) -> None:
+    """An op without an nccl-tests program (`OpSpec.nccl_tests` empty) is refused in one line
+    naming it, never written under a program name made up for it."""
+    alone = replace(ALL_SUM, traced=(), nccl_tests=())
+    ops.register(alone)
+    try:
+        run = load_run(
+            write_run(
+                tmp_path / "run",
+                [make_row(1 << 20, world_size=2)],
+                {"kind": "collectives", "status": "complete", "context": {"world_size": 2}},
+            )
+        )
+        run.rows.append(make_row(1 << 20, op="all_sum", world_size=2))
+        with pytest.raises(UserError) as refused:
+            to_nccl_tests_json(run, op="all_sum")
+        assert "nccl-tests has no program for all_sum" in str(refused.value)
+        assert str(run.path) in str(refused.value) and "\n" not in str(refused.value)
+        with pytest.raises(UserError, match="no program for all_to_allv"):
+            _program("all_to_allv")
+        assert _program("hypercube") == "hypercube_perf"  # nccl-tests' own, imported
+    finally:
+        ops.unregister(alone.name)

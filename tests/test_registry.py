@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,38 +38,12 @@ from commbench.results.store import RunDir
 ENTRIES = sorted(COLLECTIVES, key=lambda key: (key[1], key[0]))
 WORLDS = [1, 2, 3, 4, 8, 16, 1024]
 
-# nccl-tests' doc/PERFORMANCE.md, per op: busbw = algbw x this factor at n ranks.
-PERFORMANCE_MD: dict[str, Callable[[int], float] | None] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    # the later ops (alltoall.cu, gather.cu, scatter.cu, sendrecv.cu) follow the same rule:
-    # the share of S that crosses a rank's link
-    "all_to_all": lambda n: (n - 1) / n,
-    # an uneven all_to_all takes alltoall's factor; its algbw carries the skew (`commbench.skew`)
-    "all_to_allv": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "sendrecv": lambda n: 1.0,
-    "barrier": None,  # no data: no bandwidth
-}
 
-# nccl-tests' getCollByteCount: elements in each rank's send and receive buffer for S = count
-# elements at n ranks (S is the larger of the two; see `commbench.collectives.specs`).
-BYTE_COUNTS: dict[str, Callable[[int, int], tuple[int, int]]] = {
-    "all_reduce": lambda c, n: (c, c),
-    "reduce_scatter": lambda c, n: (c, c // n),
-    "all_gather": lambda c, n: (c // n, c),
-    "broadcast": lambda c, n: (c, c),
-    "reduce": lambda c, n: (c, c),
-    "all_to_all": lambda c, n: (c, c),
-    "all_to_allv": lambda c, n: (c, c),  # the registry's entry: uniform splits
-    "gather": lambda c, n: (c // n, c),
-    "scatter": lambda c, n: (c, c // n),
-    "sendrecv": lambda c, n: (c, c),
-}
+def _formula(text: str, n: int) -> float:
+    """An op's declared busbw formula (`OpSpec.formula`, as nccl-tests' doc/PERFORMANCE.md and
+    docs/collectives.md write it: `2(n-1)/n`) at n ranks."""
+    assert re.fullmatch(r"[0-9n()+\-*/ ]+", text), text
+    return float(eval(re.sub(r"([0-9)])\(", r"\1*(", text), {"n": n}))
 
 
 def test_every_spec_has_one_implementation_and_every_implementation_a_spec() -> None:
@@ -84,15 +59,17 @@ def test_every_spec_has_one_implementation_and_every_implementation_a_spec() -> 
 
 @pytest.mark.parametrize("key", ENTRIES, ids="/".join)
 def test_busbw_factor_follows_performance_md(key: tuple[str, str]) -> None:
+    """The factor the rows use is the formula the docs' op table shows (`OpSpec.formula`)."""
     spec = collective(*key).spec
-    formula = PERFORMANCE_MD[spec.op]  # a new op states its formula here
+    assert bool(spec.formula) != spec.latency_only, spec.name  # each op with data states it
+    assert spec.call, spec.name  # and its torch call, for the same table
     for n in WORLDS:
-        if formula is None:
-            assert spec.busbw_factor(n) is None and spec.latency_only
+        if spec.latency_only:
+            assert spec.busbw_factor(n) is None
         elif n == 1:
             assert spec.busbw_factor(n) is None  # nothing moves between ranks: no bandwidth
         else:
-            assert spec.busbw_factor(n) == pytest.approx(formula(n)), n
+            assert spec.busbw_factor(n) == pytest.approx(_formula(spec.formula, n)), n
 
 
 @pytest.mark.parametrize("key", [k for k in ENTRIES if not COLLECTIVES[k].spec.latency_only])
@@ -113,7 +90,7 @@ def test_buffers_hold_what_nccl_tests_moves(key: tuple[str, str], n: int) -> Non
                 False,
             )
             sizes = (bufs.inp.numel(), bufs.out.numel())
-            assert sizes == BYTE_COUNTS[spec.op](plan.count, n), (n, r, requested)
+            assert sizes == spec.elements(plan.count, n), (n, r, requested)
             assert max(sizes) * 4 == plan.size_bytes
 
 

@@ -167,6 +167,20 @@ class Collective(ABC):
         input is pattern table q from global index 0, unless `inputs` says otherwise); []
         where nothing is defined here."""
 
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        """The test oracle: what group rank `rank`'s output holds after a correct op, computed
+        with plain tensor arithmetic from every member's input (as the check fills them), not
+        from `expected`'s tables; None where its output is not defined (a rooted op off its
+        root, an op without data). tests/test_ops_check.py holds `check` to it, for every op
+        `OPS` declares."""
+        raise NotImplementedError(
+            f"{type(self).__name__} ({self.spec.title}): no `reference`, the oracle its "
+            "check is tested against: define it beside its `operation`, in "
+            f"{type(self).__module__}"
+        )
+
     def inputs(self, bufs: Buffers, group: Group) -> list[tuple[torch.Tensor, int]]:
         """The pieces of this rank's input and the table the check fills each with, from its
         first element: the whole input, this rank's table. An op whose pieces go to
@@ -243,6 +257,25 @@ def _cut(buf: torch.Tensor, splits: list[int]) -> list[torch.Tensor]:
     return pieces
 
 
+def _reduced(inputs: Sequence[torch.Tensor], reduce_op: str) -> torch.Tensor:
+    """Every input reduced by `reduce_op`, in float64, then rounded once to their dtype."""
+    stack = torch.stack([x.double() for x in inputs])
+    reduce = {
+        "sum": lambda: stack.sum(0),
+        "avg": lambda: stack.sum(0) / len(inputs),
+        "prod": lambda: stack.prod(0),
+        "max": lambda: stack.amax(0),
+        "min": lambda: stack.amin(0),
+    }[reduce_op]
+    return reduce().to(inputs[0].dtype)
+
+
+def _chunk(x: torch.Tensor, r: int, n: int) -> torch.Tensor:
+    """Chunk r of x's n equal chunks."""
+    size = x.numel() // n
+    return x[r * size : (r + 1) * size]
+
+
 def _is(group: Group, root: int) -> bool:
     """This rank is `root` (a global rank)."""
     return group.ranks[group.rank] == root
@@ -271,6 +304,11 @@ class AllReduce(Collective):
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, None)]
 
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return _reduced(inputs, reduce_op)
+
 
 class AllGather(Collective):
     def operation(
@@ -280,6 +318,11 @@ class AllGather(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(piece, 0, s) for s, piece in enumerate(_pieces(bufs.out, group.size))]
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return torch.cat(list(inputs))
 
 
 class ReduceScatter(Collective):
@@ -291,6 +334,11 @@ class ReduceScatter(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, group.rank * bufs.out.numel(), None)]
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return _chunk(_reduced(inputs, reduce_op), rank, len(inputs))
 
 
 class AllToAll(Collective):
@@ -305,6 +353,11 @@ class AllToAll(Collective):
         # Output chunk s on rank r is rank s's input chunk r.
         start = group.rank * (bufs.inp.numel() // group.size)
         return [Expect(piece, start, s) for s, piece in enumerate(_pieces(bufs.out, group.size))]
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return torch.cat([_chunk(x, rank, len(inputs)) for x in inputs])
 
 
 class AllToAllV(Collective):
@@ -345,6 +398,16 @@ class AllToAllV(Collective):
         recv = self.skew.recv(r, bufs.inp.numel(), n)
         return [Expect(piece, 0, s * n + r) for s, piece in enumerate(_cut(bufs.out, recv))]
 
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        n = len(inputs)
+        pieces = []
+        for s, x in enumerate(inputs):
+            send = self.skew.send(s, x.numel(), n)
+            pieces.append(x[sum(send[:rank]) :][: send[rank]])
+        return torch.cat(pieces)
+
 
 class Broadcast(Collective):
     def operation(
@@ -354,6 +417,11 @@ class Broadcast(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, 0)]
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return inputs[0]
 
 
 class Reduce(Collective):
@@ -365,6 +433,11 @@ class Reduce(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, None)] if group.rank == 0 else []  # only the root's is defined
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return _reduced(inputs, reduce_op) if rank == 0 else None
 
 
 class Gather(Collective):
@@ -379,6 +452,11 @@ class Gather(Collective):
             return []  # only the root's is defined
         return [Expect(piece, 0, s) for s, piece in enumerate(_pieces(bufs.out, group.size))]
 
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return torch.cat(list(inputs)) if rank == 0 else None
+
 
 class Scatter(Collective):
     def operation(
@@ -389,6 +467,11 @@ class Scatter(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, group.rank * bufs.out.numel(), 0)]
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return _chunk(inputs[0], rank, len(inputs))
 
 
 class SendRecv(Collective):
@@ -423,6 +506,11 @@ class SendRecv(Collective):
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return [Expect(bufs.out, 0, (group.rank - 1) % group.size)]
 
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return inputs[(rank - 1) % len(inputs)]
+
 
 class Barrier(Collective):
     def operation(
@@ -432,3 +520,8 @@ class Barrier(Collective):
 
     def expected(self, bufs: Buffers, group: Group) -> list[Expect]:
         return []  # latency only: nothing to check
+
+    def reference(
+        self, inputs: Sequence[torch.Tensor], rank: int, reduce_op: str
+    ) -> torch.Tensor | None:
+        return None

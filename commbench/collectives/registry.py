@@ -28,8 +28,13 @@ def entry_of(spec: OpSpec) -> Collective:
     """The `Collective` an op's declaration names (`OpSpec.entry`), built with it."""
     module, _, name = spec.entry.rpartition(":")
     where = importlib.import_module(module) if module else _ops
-    entry: Collective = getattr(where, name)(spec)
-    return entry
+    cls = getattr(where, name, None) if name else None
+    if not (isinstance(cls, type) and issubclass(cls, Collective)):
+        raise LookupError(
+            f"op {spec.name!r}: its OpSpec's entry {spec.entry!r} is no Collective class of "
+            f"{where.__name__}: define it there, or name one that is"
+        )
+    return cls(spec)
 
 
 COLLECTIVES: dict[tuple[str, str], Collective] = {
@@ -52,6 +57,12 @@ def collective(op: str, strategy: str = "") -> Collective:
     key = (op, strategy)
     if key not in COLLECTIVES and not strategy and op in OPS:  # declared since (`register`)
         COLLECTIVES[key] = entry_of(OPS[op])
+    if key not in COLLECTIVES:
+        what = f"strategy {strategy!r} of {op}" if strategy else f"op {op!r}"
+        raise LookupError(
+            f"no collective for {what}: commbench/ops.py's OPS declares "
+            f"{', '.join(OPS)}; collectives/specs.py's STRATEGIES {', '.join(STRATEGIES)}"
+        )
     return COLLECTIVES[key]
 
 

@@ -110,11 +110,15 @@ def to_nccl_tests_json(run: Run, op: str | None = None) -> str:
     - `config.devices` is the context's ranks, one per process as nccl-tests lists them
       (`nthreads` x `ngpus` ranks each).
 
-    Raises UserError for a run of another kind (p2p, diagnose), one without an op's rows, or
-    one of several ops when `op` is not given."""
+    Raises UserError for a run of another kind (p2p, diagnose), one without an op's rows, one
+    of several ops when `op` is not given, or an op nccl-tests has no program for."""
     if run.kind not in EXPORTED_KINDS:
         raise UserError(f"{run.path}: a {run.kind} run: nccl-tests' JSON holds collectives")
     rows = _rows(run, op)
+    try:
+        program = _program(rows[0].op)
+    except UserError as refused:
+        raise UserError(f"{run.path}: {refused}") from None
     devices_ = devices(run.context.ranks)
     world = max(r.world_size for r in rows)
     per_process = _ranks_per_process(rows, len(devices_), world)
@@ -122,7 +126,7 @@ def to_nccl_tests_json(run: Run, op: str | None = None) -> str:
     doc: dict[str, Any] = {
         "version": JSON_FILE_VERSION,
         "start_time": _time_text(ctx.started_at or run.record.imported_at),
-        "args": [_program(rows[0].op), "--commbench-run", run.path.name],
+        "args": [program, "--commbench-run", run.path.name],
         "env": [f"{k}={v}" for k, v in sorted(ctx.env.items())],
         "nccl_version": _nccl_code(ctx.nccl),
         "config": _config(rows, devices_, per_process, world),
@@ -179,9 +183,19 @@ def _ranks_per_process(rows: list[ResultRow], listed: int, world: int) -> int:
 
 
 def _program(op: str) -> str:
-    """The program nccl-tests' tools (and the importer) name the op by: `all_reduce_perf`."""
-    spec = OPS.get(op)  # its program is its first nccl-tests name (`OpSpec.nccl_tests`)
-    return f"{spec.nccl_tests[0] if spec is not None and spec.nccl_tests else op}_perf"
+    """The program nccl-tests' tools (and the importer) name the op by: `all_reduce_perf`,
+    its first nccl-tests name (`OpSpec.nccl_tests`), or an imported op's own (`hypercube`).
+    An op of commbench's own that nccl-tests has not is refused: a name made up for it would
+    read as a program nccl-tests never had."""
+    spec = OPS.get(op)
+    if spec is None:
+        return f"{op}_perf"
+    if not spec.nccl_tests:
+        raise UserError(
+            f"nccl-tests has no program for {op}, so its JSON cannot hold {op}'s rows: "
+            "export them in another --format"
+        )
+    return f"{spec.nccl_tests[0]}_perf"
 
 
 def _nccl_code(version: str | None) -> int:
