@@ -14,12 +14,11 @@ cannot drift apart. Nothing here prints; nothing heavy is imported before a func
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import PathLike, Request, RunDirs
 from commbench.diagnose.settings import DiagnoseRun
 from commbench.flags import FROM
 from commbench.history.request import (
@@ -32,7 +31,7 @@ from commbench.history.request import (
 )
 from commbench.importers.request import ImportRequest
 from commbench.launch.request import CollectivesRun
-from commbench.options import arg, cli, field_of, verb
+from commbench.options import field_of, option, use, verb
 from commbench.p2p.settings import P2PRun
 from commbench.record.request import RecordRequest
 from commbench.replay.settings import ReplayRun
@@ -172,18 +171,11 @@ def load_run(request: LoadRequest) -> Run | Suite:
 
 
 @dataclass(kw_only=True)
-class SettleRequest(Request):
+class SettleRequest(RunDirs, Request):
     """Every option of `commbench settle` and `settle_runs`, declared once (beside
     `LoadRequest`: the package of stored runs, `results`, lies below the records' checks)."""
 
-    runs: PathLike | Sequence[PathLike] = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR",
-            type=list[Path],
-            help="Run directories, or suite directories (each stands for its runs).",
-        ),
-    )
+    runs = use()
 
 
 @verb(SettleRequest)
@@ -227,28 +219,22 @@ class TopologyRequest(Request):
         metavar="SNAPSHOT.json",
         help="Analyse a snapshot saved with --format json (or a run.json) instead of this machine.",
     )
-    from_smi: PathLike | None = field(
+    from_smi: PathLike | None = option(
         default=None,
-        metadata=cli(
-            metavar="TOPO.txt",
-            type=Path,
-            help="Analyse the text `nvidia-smi topo -m` printed on another machine "
-            "(- reads it from stdin).",
-        ),
+        metavar="TOPO.txt",
+        type=Path,
+        help="Analyse the text `nvidia-smi topo -m` printed on another machine "
+        "(- reads it from stdin).",
     )
-    gpu: str | None = field(
+    gpu: str | None = option(
         default=None,
-        metadata=cli(
-            metavar="MODEL",
-            type=str,
-            help="With --from-smi: the GPU model as nvidia-smi names it "
-            '("Tesla V100-SXM2-16GB"), for its datasheet link rates; without it rates are '
-            "assumed conservatively (PCIe Gen3 x16, oldest NVLink generation).",
-        ),
+        metavar="MODEL",
+        help="With --from-smi: the GPU model as nvidia-smi names it "
+        '("Tesla V100-SXM2-16GB"), for its datasheet link rates; without it rates are '
+        "assumed conservatively (PCIe Gen3 x16, oldest NVLink generation).",
     )
-    all_nics: bool = field(
-        default=False,
-        metadata=cli(help="Also list virtual network interfaces (lo, veth, bridges, tun)."),
+    all_nics: bool = option(
+        default=False, help="Also list virtual network interfaces (lo, veth, bridges, tun)."
     )
 
 

@@ -20,6 +20,9 @@ JSON, an sbatch line) takes: `k8s_manifest(nodes=Nodes.two)` holds 2. A `str` fi
 option parses into an Enum (`--format`) takes a member or a member's value. What a value
 means (a size string, a bucket spec, a rank that must exist) is the record's own business,
 checked where it is parsed; this is the check of what can be said from the type alone.
+
+Below `Request`, the option groups several records share (`OutDir`, `MismatchAllowed`, ...):
+each option one field, its type, default and check declared once (`options.Group`, `use`).
 """
 
 from __future__ import annotations
@@ -30,13 +33,30 @@ import math
 import operator
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError, quoted
 from commbench.fields import kind as described
+from commbench.flags import (
+    ALLOW_MISMATCH,
+    BASELINE,
+    BW,
+    DRY_RUN,
+    HISTORY,
+    LABEL,
+    LATENCY,
+    NO_PLOT,
+    OP,
+    OUT,
+    TOLERANCE,
+)
 from commbench.numbers import check_range, parse_number
-from commbench.options import KEY, Declared
+from commbench.options import KEY, Declared, Group, arg, field_of
+
+if TYPE_CHECKING:
+    from commbench.results.runs import Run, Suite
 
 MAX_INT = (1 << 63) - 1
 """The largest integer any field takes (it reaches C as an int64: a count, a port, a rank);
@@ -378,3 +398,121 @@ class Request:
 
 
 declare_kind("Fraction", "str | float", parse_fraction)
+
+
+# The option groups: an option several commands take with one meaning and one type, declared
+# once as the field of a record that their records inherit (`options.Group`); each says with
+# `options.use(help=...)` what it means for its command. Here, beside `Request`, because a
+# group's field is checked as every request's is.
+
+
+@dataclass(kw_only=True)
+class OutDir(Group):
+    """`--out` as the parent of the directory a command makes (a run's, a suite's, the
+    figures')."""
+
+    out: PathLike = field_of(OUT, default="results", help="Parent directory of the run directory.")
+
+
+@dataclass(kw_only=True)
+class OutFile(Group):
+    """`--out` as where a command writes what it would print (or the figures it draws)."""
+
+    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
+
+
+@dataclass(kw_only=True)
+class Against(Group):
+    """`--baseline` of a command that reads stored runs: the run or suite it is judged
+    against."""
+
+    baseline: PathLike | Run | Suite | None = field_of(
+        BASELINE, default=None, help="Add the regression gate against this run or suite."
+    )
+
+
+@dataclass(kw_only=True)
+class MismatchAllowed(Group):
+    """`--allow-mismatch`: the gate's, wherever a baseline is."""
+
+    allow_mismatch: bool = field_of(
+        ALLOW_MISMATCH,
+        default=False,
+        help="With --baseline: compare runs whose GPU model, world size, backend or "
+        "topology differ.",
+    )
+
+
+@dataclass(kw_only=True)
+class Tolerated(Group):
+    """`--tolerance`: how far below its baseline a point may fall, over what the suite says."""
+
+    tolerance: Fraction | None = field_of(
+        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
+    )
+
+
+@dataclass(kw_only=True)
+class InHistory(Group):
+    """`--history`: the runs history a command reads or adds to."""
+
+    history: str | None = field_of(
+        HISTORY, default=None, help="A runs history (SQLite file or postgresql:// URL)."
+    )
+
+
+@dataclass(kw_only=True)
+class Labelled(Group):
+    """`--label`: the one name the history records a command's runs as."""
+
+    label: str | None = field_of(
+        LABEL, default=None, help="What the history records the runs as (a commit)."
+    )
+
+
+@dataclass(kw_only=True)
+class RunDirs(Group):
+    """The run directories a command reads, several at once (a suite's stand for its runs)."""
+
+    runs: PathLike | Sequence[PathLike] = field(
+        kw_only=False,
+        metadata=arg(
+            metavar="RUN_DIR",
+            type=list[Path],
+            help="Run directories, or suite directories (each stands for its runs).",
+        ),
+    )
+
+
+@dataclass(kw_only=True)
+class NoPlot(Group):
+    """`--no-plot`: a command that draws its run's figures when it ends, told not to."""
+
+    no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
+
+
+@dataclass(kw_only=True)
+class PlanOnly(Group):
+    """`--dry-run`: say what a command would launch, and launch nothing."""
+
+    dry_run: bool = field_of(DRY_RUN, default=False, help="Print the plan; launch nothing.")
+
+
+@dataclass(kw_only=True)
+class Fabric(Group):
+    """A fabric of the alpha-beta model (`strategies.model`): its link bandwidth and its
+    latency per step, to predict on (`model`; `replay --rebucket` on another fabric)."""
+
+    bw: float | None = field_of(
+        BW, default=None, metavar="GBPS", help="Link bandwidth in GB/s (beta)."
+    )
+    latency: float | None = field_of(
+        LATENCY, default=None, metavar="US", help="Latency per step in us (alpha)."
+    )
+
+
+@dataclass(kw_only=True)
+class OneOp(Group):
+    """`--op` naming the one collective a stored file holds."""
+
+    op: str | None = field_of(OP, default=None, help="The collective.")

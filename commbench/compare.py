@@ -44,7 +44,7 @@ import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import EXIT_FAILED, EXIT_OK, UserError
 from commbench.results.names import (
@@ -55,7 +55,7 @@ from commbench.results.names import (
 )
 from commbench.results.record import RunContext
 from commbench.results.runs import Run
-from commbench.results.schema import CHECK_FAILED, ROW_KEY, ResultRow, RowKey
+from commbench.results.schema import CHECK_FAILED, ROW_KEY, KeyedPoint, ResultRow, RowKey
 from commbench.results.summary import SeriesKey, bandwidth_bound, series_key, series_peaks
 
 if TYPE_CHECKING:
@@ -359,17 +359,10 @@ def normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-@dataclass(kw_only=True, slots=True)
-class PointResult:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PointResult(KeyedPoint):
     """One point's verdict. `ratio` is new speed / baseline speed: 0.8 = 20% slower."""
 
-    op: str
-    strategy: str
-    dtype: str
-    reduce_op: str
-    world_size: int
-    size_bytes: int
-    in_place: bool
     mark: Mark
     reason: str
     skew: str = ""
@@ -400,10 +393,6 @@ class PointResult:
     confirmed: str | None = None
     """What measuring the point again said (`run --confirm`): how many of the confirmations
     were worse too; None when it was not measured again."""
-
-    @property
-    def key(self) -> PointKey:
-        return cast(PointKey, tuple(getattr(self, name) for name in KEY_FIELDS))
 
     @property
     def failing(self) -> bool:

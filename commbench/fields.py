@@ -237,6 +237,18 @@ class Fields:
         value = self.data.get(key)
         return None if value is None else conv(value, self.at(key))
 
+    def version(
+        self, newest: int, newer: Callable[[int], str], invalid: Callable[[int], str]
+    ) -> int:
+        """The required `schema_version`, 1 to `newest`; UserError with the file's own words
+        for one `newer` than this commbench reads, or one below 1 (`invalid`)."""
+        version = self.req("schema_version", integer)
+        if version > newest:
+            raise UserError(newer(version))
+        if version < 1:
+            raise UserError(invalid(version))
+        return version
+
     def sub(self, key: str) -> Fields | None:
         value = self.data.get(key)
         return None if value is None else Fields(value, self.at(key))

@@ -5,6 +5,12 @@ A record that takes one of them says, in its own field, what the flag means for 
 (`field_of(WARMUP, help="Warm-up iterations per test.")`): help texts differ (a point, a test,
 a row), the flag does not. The timing flags are the fields of `collectives.settings.Timing`
 as each producer asks for them; `--allow-mismatch` is the gate's, wherever a baseline is.
+
+An option that several commands take with one meaning and one Python type is a field of one
+`Group`, declared once (its type, flag, default and check: `arguments.OutDir`, ...); a
+command's record inherits the group and says with `options.use(help=...)` what it means there. Two fields of one flag
+that stay apart are two options: `--out` as a directory always written (`OutDir`) and as a
+file instead of stdout (`OutFile`); `--label` as one name and as a list (`plot`'s).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Declared:
     metavar: str | None = None
     type: Any = None
     """What Typer parses the text into (str, int, float, bool, Path, an Enum, list[Path]);
-    None: the type of the default."""
+    None: the type of the default, else the field's plain type (`int` of `int | None`)."""
     argument: bool = False
     """A positional argument (`compare BASELINE NEW`) rather than a flag."""
     suite: bool = False
@@ -62,6 +62,9 @@ class Declared:
     """The range of a number (an int or a float field); the check is the record's
     (`commbench.arguments`), and without `maximum` a field's own limit is checked where it
     is used."""
+    used: bool = False
+    """A record's `use` of an option that a record it is built of declares: this command's
+    help (and the field's default), not a declaration of its own."""
 
 
 def cli(
@@ -77,6 +80,35 @@ def cli(
     """The metadata of a field that is a flag: `field(default=..., metadata=cli("--sizes",
     "-s", help=...))`. Without names, the flag is the field's name in kebab case."""
     return {KEY: Declared(names, help, metavar, type, False, suite, late, minimum, maximum)}
+
+
+def option(
+    *names: str,
+    default: Any,
+    help: str,
+    metavar: str | None = None,
+    type: Any = None,
+    suite: bool = False,
+    minimum: float = 0,
+    maximum: float | None = None,
+) -> Any:
+    """A record's field that is a flag of its command alone: `option(default=0, metavar="K",
+    help=...)`, which is `field(default=0, metadata=cli(metavar="K", help=...))` in one
+    call (a keyword-only field: a positional one is an `arg`). It has a default: a required
+    field is `field(metadata=cli(...))`, which a type checker reads as one without."""
+    return dataclasses.field(
+        default=default,
+        kw_only=True,
+        metadata=cli(
+            *names,
+            help=help,
+            metavar=metavar,
+            type=type,
+            suite=suite,
+            minimum=minimum,
+            maximum=maximum,
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +188,91 @@ def arg(
 
 
 @dataclass(frozen=True, slots=True)
+class Use:
+    """What `use` marks in a record's body, for `Group` to make into the field."""
+
+    help: str | None
+    default: Any
+
+
+def use(*, help: str | None = None, default: Any = dataclasses.MISSING) -> Any:
+    """In the body of a record built of a `Group`: take the group's option here, with this
+    command's help and default (each: the group's when not given), and list it at this place
+    in `--help`. The flag, its type, its metavar and its range stay the group's: the option is
+    declared once, each command says what it means for it. `allow_mismatch = use(help=...)`,
+    with no annotation: the type is the group's too."""
+    return Use(help, default)
+
+
+class Group:
+    """The base of a record of options several commands take, declared once
+    (`arguments.MismatchAllowed`): a command's record takes them by inheriting the group, and
+    says with `use(...)` where it lists each and what it means there."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # runs as the class is made, before @dataclass reads its body: each `use` becomes a
+        # field of the group's type, flag and check, with this record's help and default
+        super().__init_subclass__(**kwargs)
+        used = [name for name, value in vars(cls).items() if isinstance(value, Use)]
+        if not used:
+            return
+        annotations = dict(inspect.get_annotations(cls))
+        cls.__annotations__ = annotations
+        for name in used:
+            taken = _declared_field(cls, name)
+            mark: Use = vars(cls)[name]
+            spec = dataclasses.replace(
+                taken.metadata[KEY], help=mark.help or taken.metadata[KEY].help, used=True
+            )
+            default: Any = taken.default
+            factory: Any = taken.default_factory
+            if mark.default is not dataclasses.MISSING:
+                default, factory = mark.default, dataclasses.MISSING
+            annotations[name] = taken.type
+            setattr(
+                cls,
+                name,
+                dataclasses.field(  # type: ignore[call-overload]
+                    default=default,
+                    default_factory=factory,
+                    kw_only=taken.kw_only,
+                    metadata={KEY: spec},
+                ),
+            )
+        # where this record lists its options in --help: its body's order, the used ones too
+        cls.__option_places__ = tuple(  # type: ignore[attr-defined]
+            dict.fromkeys([n for n in vars(cls) if n in annotations] + list(annotations))
+        )
+        cls.__option_used__ = frozenset(used)  # type: ignore[attr-defined]
+
+
+def _declared_field(cls: type, name: str) -> dataclasses.Field[Any]:
+    """The field `name` of the nearest record `cls` is built of that declares it."""
+    for base in cls.__mro__[1:]:
+        found = getattr(base, "__dataclass_fields__", {}).get(name)
+        if found is not None and KEY in found.metadata:
+            return found  # type: ignore[no-any-return]
+    raise TypeError(f"{cls.__name__}.{name} = use(...): no record it is built of declares {name!r}")
+
+
+def _places(record: type) -> dict[str, int]:
+    """Each field's place in `--help` and the verb's signature: the fields' own order, but an
+    option a record `use`s moves to where that record's body lists it."""
+    order: list[str] = []
+    for cls in reversed(record.__mro__):
+        if "__dataclass_fields__" not in vars(cls):
+            continue
+        used = vars(cls).get("__option_used__", frozenset())
+        body = vars(cls).get("__option_places__") or tuple(vars(cls).get("__annotations__", {}))
+        for name in body:
+            if name in used and name in order:
+                order.remove(name)
+            if name not in order:
+                order.append(name)
+    return {name: i for i, name in enumerate(order)}
+
+
+@dataclass(frozen=True, slots=True)
 class Option:
     """One declared field, as the CLI, the API and the docs test read it."""
 
@@ -164,6 +281,8 @@ class Option:
     default: Any
     """The default, or `dataclasses.MISSING` for a required argument."""
     declared: Declared
+    annotation: Any = None
+    """The field's annotation (text: the records' modules postpone them)."""
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -177,9 +296,12 @@ class Option:
     def cli_type(self) -> Any:
         if self.declared.type is not None:
             return self.declared.type
-        if self.default is None or self.default is dataclasses.MISSING:
-            raise TypeError(f"option {self.name!r} needs type= (its default says none)")
-        return type(self.default)
+        if self.default is not None and self.default is not dataclasses.MISSING:
+            return type(self.default)
+        named = _PLAIN.get(_optional(self.annotation) or "")
+        if named is None:
+            raise TypeError(f"option {self.name!r} needs type= (its default and type say none)")
+        return named
 
     def typer_parameter(self) -> Any:
         """The `typer.Option` / `typer.Argument` this declaration stands for."""
@@ -207,7 +329,9 @@ def declared(record: type | object) -> list[Option]:
     """The declared fields of an options record (a class or an instance), in field order,
     the `late` ones (shared launch flags, from a base record) last."""
     found = []
-    for f in dataclasses.fields(record):  # type: ignore[arg-type]
+    kind = record if isinstance(record, type) else type(record)
+    places = _places(kind)
+    for f in sorted(dataclasses.fields(record), key=lambda f: places.get(f.name, -1)):  # type: ignore[arg-type]
         spec = f.metadata.get(KEY)
         if spec is None:
             continue
@@ -217,7 +341,7 @@ def declared(record: type | object) -> list[Option]:
             default = f.default_factory()
         else:
             default = dataclasses.MISSING
-        found.append(Option(f.name, default, spec))
+        found.append(Option(f.name, default, spec, f.type))
     return sorted(found, key=lambda o: o.declared.late)
 
 
@@ -256,7 +380,15 @@ def verb(record: Callable[P, O]) -> Callable[[Callable[[O], R]], Callable[P, R]]
 
     def wrap(body: Callable[[O], R]) -> Callable[P, R]:
         returns = inspect.signature(body).return_annotation
-        signature = inspect.signature(record).replace(return_annotation=returns)
+        signature = inspect.signature(record)
+        places = _places(record)  # type: ignore[arg-type]
+        signature = signature.replace(
+            parameters=sorted(
+                signature.parameters.values(),
+                key=lambda p: (p.kind, places.get(p.name, -1)),
+            ),
+            return_annotation=returns,
+        )
 
         @functools.wraps(body)
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -321,6 +453,18 @@ def command(
         return callback
 
     return wrap
+
+
+_PLAIN: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+"""The annotations a flag's type is read from when neither `type=` nor the default says it."""
+
+
+def _optional(annotation: Any) -> str | None:
+    """`int` of an annotation `int | None` (or `int`); None for any other."""
+    if not isinstance(annotation, str):
+        return getattr(annotation, "__name__", None)
+    members = [m.strip() for m in annotation.split("|") if m.strip() != "None"]
+    return members[0] if len(members) == 1 else None
 
 
 def _evaluated(annotation: Any, body: Callable[..., Any]) -> Any:

@@ -289,3 +289,19 @@ def ddp_trace(directory: Path, *, world: int = 4, steps: int = 3) -> Path:
     for step in range(steps):
         calls += [trace_call("all_reduce", 1 << 20, ranks=ranks, step=step) for _ in range(4)]
     return write_trace(directory, {r: calls for r in ranks})
+
+
+def collectives_settings(**flat: Any) -> Any:
+    """`CollectivesSettings` from flat fields, as run.json stores them (`nproc`, `warmup`,
+    ... beside `ops`): the placement's (2 gloo CPU ranks unless named) and the timing's go
+    into their records, the rest to the settings; a field none of them has is a TypeError,
+    as the constructor's would be."""
+    from dataclasses import fields
+
+    from commbench.collectives.placement import Placement
+    from commbench.collectives.settings import PLACED_KEYS, CollectivesSettings, Timing
+
+    timing = {f.name: flat.pop(f.name) for f in fields(Timing) if f.name in flat}
+    placed = {"nproc": 2, "backend": "gloo", "device": "cpu"}  # the CPU ranks of a laptop
+    placed.update({key: flat.pop(key) for key in PLACED_KEYS if key in flat})
+    return CollectivesSettings(placement=Placement(**placed), timing=Timing(**timing), **flat)

@@ -213,7 +213,7 @@ def test_defaults_are_filled_in_once() -> None:
     gpu = CollectivesRequest().settings(Placement(device="cuda", nproc=8, backend="nccl"))
     assert cpu.sizes == parse_sizes(CPU_DEFAULT_SIZES) and cpu.sizes[-1] == 1 << 20
     assert gpu.sizes == parse_sizes(GPU_DEFAULT_SIZES) and gpu.sizes[-1] == 1 << 30
-    assert cpu.min_time == DEFAULT_MIN_TIME == 0.2 and cpu.iters is None
+    assert cpu.timing.min_time == DEFAULT_MIN_TIME == 0.2 and cpu.timing.iters is None
     assert len(cpu.ops) > 5 and cpu.strategies == []
     only = CollectivesRequest(strategies="ring,direct").settings(cpu_place())
     assert only.ops == [] and only.strategies == ["ring", "direct"]

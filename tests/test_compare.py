@@ -818,3 +818,23 @@ def test_runs_of_different_kinds_are_not_comparable() -> None:
 
     assert RunKind.NCCL_TESTS.family is RunKind.COLLECTIVES.family
     assert RunKind.P2P.family is not RunKind.COLLECTIVES.family
+
+
+def test_a_judged_point_and_a_history_series_share_one_key_record() -> None:
+    """The key's fields are declared once (`KeyedPoint`), in `ROW_KEY`'s order but the skew,
+    which each record places itself: a comparison's columns have it after the verdict."""
+    from dataclasses import fields
+
+    from commbench.compare import PointResult, _key_fields
+    from commbench.history.store import Series
+    from commbench.results.schema import ROW_KEY, KeyedPoint
+
+    assert (*(f.name for f in fields(KeyedPoint)), "skew") == ROW_KEY
+    for record in (PointResult, Series):
+        assert issubclass(record, KeyedPoint), record
+        names = [f.name for f in fields(record)]
+        assert names[: len(ROW_KEY) - 1] == list(ROW_KEY[:-1]) and "skew" in names, record
+    key = ("all_to_allv", "", "float32", "", 4, 1 << 20, True, "zipf")
+    point = PointResult(**_key_fields(key), mark=Mark.same, reason="")
+    assert point.key == key
+    assert list(point.to_dict())[: len(ROW_KEY) + 2] == [*ROW_KEY[:-1], "mark", "reason", "skew"]

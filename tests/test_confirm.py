@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.compare import Comparison, GateSettings, Mark, compare_rows
 from commbench.suites.confirm import confirm, confirmation_settings, persists, worse_keys
-from tests.factories import make_row
+from tests.factories import collectives_settings, make_row
 
 
 def _steady(center: float, n: int = 120) -> list[float]:
@@ -88,7 +87,7 @@ def test_no_confirmations_change_nothing() -> None:
 
 
 def test_a_confirmation_measures_only_the_worse_points(tmp_path: Path) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce", "all_gather", "broadcast"],
         sizes=[64 << 10, 1 << 20, 16 << 20],
         device="cpu",

@@ -12,6 +12,7 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS
 from commbench.launch.launcher import run_collectives
+from tests.factories import collectives_settings
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 
@@ -27,7 +28,7 @@ def settings(**kw) -> CollectivesSettings:
         warmup=2,
     )
     base.update(kw)
-    return CollectivesSettings(**base)
+    return collectives_settings(**base)
 
 
 def test_nccl_world_1_every_op_checks(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from commbench.gpu_memory import COLLECTIVES_RESERVE, P2P_RESERVE, shortfall
 from commbench.launch import launcher
 from commbench.launch.preflight import buffer_gpus, check_resources
 from commbench.p2p.plan import BI, Copy, Step, gpu_buffer_bytes
-from tests.factories import cpu_gpus_for_p2p
+from tests.factories import collectives_settings, cpu_gpus_for_p2p
 
 G = 1 << 30
 M = 1 << 20
@@ -42,7 +42,7 @@ def cuda_settings(**kw: Any) -> CollectivesSettings:
         ops=["all_reduce"], sizes=[1024, G], nproc=4, backend="nccl", device="cuda"
     )
     base.update(kw)
-    return CollectivesSettings(**base)
+    return collectives_settings(**base)
 
 
 def probe_info(*free_total: tuple[int, int]) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def test_collectives_use_each_gpus_free_memory_not_gpu_0s_total() -> None:
     assert buffer_gpus(cuda_settings(ranks=[5, 0], nproc=4)) == [0, 1]
     assert (
         buffer_gpus(
-            CollectivesSettings(
+            collectives_settings(
                 ops=["all_reduce"], sizes=[4], nproc=2, backend="gloo", device="cpu"
             )
         )

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.launch.launcher import run_collectives
 from commbench.timing import time_cuda, time_cuda_graph
+from tests.factories import collectives_settings
 
 pytestmark = pytest.mark.gpu
 
@@ -49,7 +49,7 @@ def test_graph_captures_with_no_warmup_before_it() -> None:
 
 @pytest.mark.integration
 def test_nccl_graph_with_warmup_0(tmp_path: Path) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce", "all_gather", "reduce_scatter", "broadcast"],
         sizes=[1024, 1 << 20],
         nproc=1,

@@ -834,11 +834,11 @@ CACHE_VARIANTS = [
 def test_a_corrupt_probe_cache_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variant: str
 ) -> None:
-    from commbench.collectives.settings import CollectivesSettings
     from commbench.launch import preflight
+    from tests.factories import collectives_settings
 
     monkeypatch.setenv("COMMBENCH_CACHE_DIR", str(tmp_path))
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce"], sizes=[1024], device="cpu", backend="gloo", nproc=2
     )
     key = preflight._probe_cache_key(settings)

@@ -13,7 +13,7 @@ import pytest
 from commbench.collectives.settings import CollectivesSettings, Point, plan_points
 from commbench.results.exporters import BOTH_HEADERS, HEADERS, build_tables
 from commbench.results.schema import ResultRow
-from tests.factories import make_row
+from tests.factories import collectives_settings, make_row
 
 
 def settings(**kw: object) -> CollectivesSettings:
@@ -25,7 +25,7 @@ def settings(**kw: object) -> CollectivesSettings:
         device="cpu",
     )
     base.update(kw)
-    return CollectivesSettings(**base)  # type: ignore[arg-type]
+    return collectives_settings(**base)  # type: ignore[arg-type]
 
 
 def forms_of(points: list[Point], op: str, dtype: str = "float32") -> set[bool]:

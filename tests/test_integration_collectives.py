@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS
 from commbench.launch.launcher import run_collectives
 from commbench.results.runs import load_run
+from tests.factories import collectives_settings
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
 
 
 def test_world_4_integer_max_rounds_uneven_sizes(tmp_path: Path) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=list(OPS),
         sizes=[4, 1024],
         nproc=4,
@@ -103,7 +103,7 @@ def test_world_4_integer_max_rounds_uneven_sizes(tmp_path: Path) -> None:
 
 
 def test_subgroup_ranks_time_a_pair_inside_a_bigger_job(tmp_path: Path) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce", "sendrecv", "broadcast", "all_gather"],
         sizes=[4096],
         nproc=4,

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.launch import launcher
 from commbench.launch.protocol import RUN_MARKER, Done, Journal, JournalReader, RankBeat
 from commbench.processes import ProcessId
@@ -29,7 +28,7 @@ from commbench.results.lifecycle import settle
 from commbench.results.record import RunStatus
 from commbench.results.runs import load_run
 from commbench.results.store import RESULTS_CSV, RunDir
-from tests.factories import abandoned_run, dead_launcher, make_row
+from tests.factories import abandoned_run, collectives_settings, dead_launcher, make_row
 
 
 def _row(size: int) -> dict:
@@ -83,7 +82,7 @@ def test_a_row_journaled_while_the_workers_of_a_killed_agent_are_stopped_is_kept
 
     monkeypatch.setattr(launcher, "torchrun_command", fake_torchrun)
     monkeypatch.setattr(launcher, "preflight", lambda settings, launch=None: {})
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         device="cpu", backend="gloo", nproc=2, ops=["all_reduce"], sizes=[1024, 2048], iters=3
     )
     outcome = launcher.run_collectives(settings, tmp_path / "out")

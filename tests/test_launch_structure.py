@@ -74,6 +74,25 @@ def test_a_launch_request_is_data() -> None:
     assert behaviour == []
 
 
+def test_a_wrapped_collectives_is_checked_beside_the_launcher_taking_its_record() -> None:
+    """`slurm-script` and `k8s-manifest` check the `collectives` they wrap as they check
+    `run` and `diagnose`: a function beside the work, given the record the nodes will build
+    (not a classmethod of the record given the parsed options as a dict)."""
+    import inspect
+
+    from commbench.cli._job import _wrapped_check
+    from commbench.launch import launcher
+    from commbench.launch.request import CollectivesRun
+
+    assert not hasattr(CollectivesRun, "check_wrapped")
+    assert _wrapped_check("collectives") is launcher.check_wrapped
+    assert inspect.signature(launcher.check_wrapped).parameters["request"].annotation == (
+        "CollectivesRun"
+    )
+    for name in ("run", "diagnose"):
+        assert _wrapped_check(name) is not None, name
+
+
 def _messages() -> list[type[protocol.Message]]:
     """Every message class the protocol declares (`__subclasses__` would also give the
     classes `slots=True` replaced)."""

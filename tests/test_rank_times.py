@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.errors import UserError
 from commbench.launch.launcher import run_collectives
 from commbench.report.blocks import Block, Bullets, Heading, Para
@@ -37,7 +36,7 @@ from commbench.results.stragglers import (
     summary_lines,
     waited_for,
 )
-from tests.factories import make_row, write_run
+from tests.factories import collectives_settings, make_row, write_run
 
 REPO = Path(__file__).parents[1]
 V1_RUN = REPO / "results" / "reference" / "cpu-gloo-w4-strategies" / "20261121-060313-collectives"
@@ -320,7 +319,7 @@ def _consistent(point: ResultRow, members: list[int]) -> None:
 def test_every_measured_point_of_a_real_run_has_each_members_times(
     tmp_path: Path, nproc: int, subgroup: list[int] | None
 ) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce", "all_gather", "sendrecv", "barrier"],
         sizes=[1024, 65536],
         nproc=nproc,

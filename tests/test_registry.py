@@ -34,6 +34,7 @@ from commbench.collectives.specs import OPS, STRATEGIES, OpSpec, plan_size
 from commbench.launch.protocol import EVENTS_FILE
 from commbench.results.schema import CHECK_FAILED, CHECK_OK
 from commbench.results.store import RunDir
+from tests.factories import collectives_settings
 
 ENTRIES = sorted(COLLECTIVES, key=lambda key: (key[1], key[0]))
 WORLDS = [1, 2, 3, 4, 8, 16, 1024]
@@ -219,7 +220,7 @@ def _settings(**kw: Any) -> CollectivesSettings:
     base: dict[str, Any] = dict(
         ops=["toy_copy"], sizes=[4096, 65536], nproc=1, backend="gloo", device="cpu", iters=3
     )
-    return CollectivesSettings(**{**base, **kw})
+    return collectives_settings(**{**base, **kw})
 
 
 def test_the_probe_runs_a_new_entry(toys: None) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.launch import rendezvous
 from commbench.launch.launcher import LaunchOptions, torchrun_command
 from commbench.launch.rendezvous import (
@@ -18,6 +17,7 @@ from commbench.launch.rendezvous import (
     is_local_address,
     torch_guesses_host,
 )
+from tests.factories import collectives_settings
 
 NOT_MINE = "198.51.100.7"  # TEST-NET-2: documentation only, on no machine's interface
 HOST_STORE = ["--rdzv-conf", "is_host=1"]
@@ -87,7 +87,7 @@ def test_where_torch_guesses_right_it_is_left_to_guess() -> None:
 
 def test_torchrun_is_told_only_on_rank_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(rendezvous, "torch_guesses_host", lambda host: False)
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce"], sizes=[4096], nproc=1, backend="gloo", device="cpu"
     )
 

@@ -24,7 +24,7 @@ from commbench.results.schema import SKEWED_OPS, ResultRow
 from commbench.results.summary import render, summarise
 from commbench.results.versions import rows_from_stored
 from commbench.skew import DEFAULT_SEED, Skew, weights
-from tests.factories import make_row
+from tests.factories import collectives_settings, make_row
 
 SKEWS = ["uniform", "zipf:1.2", "zipf:0.5", "zipf:16", "hot:2", "hot:1.5", "hot:1000000"]
 WORLDS = [1, 2, 3, 4, 7, 8, 16]
@@ -165,7 +165,7 @@ def _settings(**kw: Any) -> CollectivesSettings:
     base: dict[str, Any] = dict(
         ops=["all_to_allv"], sizes=[4096], nproc=2, backend="gloo", device="cpu"
     )
-    return CollectivesSettings(**{**base, **kw})
+    return collectives_settings(**{**base, **kw})
 
 
 def test_settings_record_the_skew_and_seed_and_read_old_ones_as_uniform() -> None:

@@ -66,9 +66,10 @@ def test_too_small_rounds_up_to_one_element_per_rank() -> None:
 
 
 def test_sizes_that_round_to_one_size_are_measured_once() -> None:
-    from commbench.collectives.settings import CollectivesSettings, plan_points
+    from commbench.collectives.settings import plan_points
+    from tests.factories import collectives_settings
 
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=["all_reduce", "all_gather"],
         sizes=[1, 6, 64, 66],
         nproc=4,

@@ -25,10 +25,11 @@ from commbench.results.csv_rows import CSV_COLUMNS
 from commbench.results.record import RunStatus
 from commbench.results.runs import load_run
 from commbench.strategies.report import comparison_records
+from tests.factories import collectives_settings
 
 
 def settings(n: int, dtype: str, reduce_op: str, sizes: list[int]) -> CollectivesSettings:
-    return CollectivesSettings(
+    return collectives_settings(
         ops=[],
         strategies=list(STRATEGIES),
         sizes=sizes,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import OPS, STRATEGIES
 from commbench.launch.launcher import run_collectives
 from commbench.results.record import RunStatus
+from tests.factories import collectives_settings
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_an_unsorted_subgroup_passes_every_check(
     tmp_path: Path, world: int, ranks: list[int]
 ) -> None:
-    settings = CollectivesSettings(
+    settings = collectives_settings(
         ops=list(OPS),
         strategies=list(STRATEGIES),
         sizes=[1000],  # 250 float32: uneven chunks at a subgroup of 3

@@ -119,6 +119,24 @@ def test_a_suite_measures_both_forms_when_asked() -> None:
     assert planned.settings.in_place == "yes"
 
 
+def test_a_suite_machine_holds_its_launch_and_gives_each_entry_its_own() -> None:
+    """`Machine` holds the `LaunchOptions` it was resolved with, not copies of their fields;
+    an entry of a multi-node suite meets at a rendezvous id of its own."""
+    from dataclasses import fields
+
+    from commbench.launch.launcher import LaunchOptions
+    from commbench.suites.runner import Machine
+
+    assert [f.name for f in fields(Machine)] == ["device", "nproc", "backend", "launch"]
+    nodes = LaunchOptions(nnodes=2, node_rank=1, rdzv_endpoint="head:29400", rdzv_id="s")
+    machine = Machine(device="cpu", nproc=2, backend="gloo", launch=nodes)
+    entry = machine.entry_launch("collectives-float32")
+    assert (entry.nnodes, entry.node_rank, entry.rdzv_endpoint) == (2, 1, "head:29400")
+    assert (entry.rdzv_id, entry.source) == ("s-collectives-float32", "flags")
+    single = Machine(device="cpu", nproc=2, backend="gloo", launch=LaunchOptions(debug=True))
+    assert single.entry_launch("x") == LaunchOptions(debug=True)
+
+
 def test_run_refuses_bad_yaml_with_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("collectives:\n  ops: [all_reduce\n")
@@ -325,7 +343,7 @@ def test_suite_runs_every_section_into_one_directory(
     ]
     assert record.status == "complete" and record.machine["backend"] == "nccl"
     first, second, strategies = launcher.calls
-    assert (first.dtype, second.dtype, first.nproc, first.device) == (
+    assert (first.dtype, second.dtype, first.placement.nproc, first.placement.device) == (
         "float32",
         "bfloat16",
         8,

@@ -68,6 +68,7 @@ _DELETE = object()
     ("path", "value", "message"),
     [
         (["schema_version"], 99, "snapshot.schema_version: 99 is newer"),
+        (["schema_version"], 0, "snapshot.schema_version: 0 is not a valid version"),
         (["schema_version"], "1", "snapshot.schema_version: expected an integer, got the string"),
         (["schema_version"], _DELETE, "snapshot.schema_version: missing"),
         (["gpus"], {}, "snapshot.gpus: expected a list, got an object"),
@@ -83,6 +84,13 @@ _DELETE = object()
         (["pairs", 6], "x", "snapshot.pairs[6]: expected an object, got the string 'x'"),
         (["nics", 0, "gpu_links"], ["PIX"], "snapshot.nics[0].gpu_links: expected 8 labels"),
         (["host", "numa_nodes", 0, "id"], None, "snapshot.host.numa_nodes[0].id: missing"),
+        (["host", "cpu_cores"], 1 << 20, "snapshot.host.cpu_cores: 1048576 is outside 0..65536"),
+        (["pairs", 2, "nvlinks"], _DELETE, "snapshot.pairs[2].nvlinks: missing"),
+        (["pairs", 2, "note"], 3, "snapshot.pairs[2].note: expected a string"),
+        (["gpus", 0, "nvlinks"], [{"link": 0}], "snapshot.gpus[0].nvlinks[0].active: missing"),
+        (["gpus", 0, "memory_bytes"], 1 << 60, "snapshot.gpus[0].memory_bytes: 11529215046"),
+        (["nics", 0, "mtu"], 1 << 21, "snapshot.nics[0].mtu: 2097152 is outside"),
+        (["nics", 0, "name"], _DELETE, "snapshot.nics[0].name: missing"),
     ],
 )
 def test_from_dict_names_the_bad_field(path: list[Any], value: Any, message: str) -> None:

@@ -148,6 +148,12 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     refused(tmp_path, "newer commbench", "upgrade")
 
 
+def test_a_schema_below_the_first_is_refused(tmp_path: Path) -> None:
+    write_trace(tmp_path, {0: [trace_call(ranks=(0,))]})
+    edit_manifest(tmp_path, schema_version=0)
+    refused(tmp_path, "schema_version 0 is not a trace's")
+
+
 def test_another_tools_manifest_is_refused(tmp_path: Path) -> None:
     write_trace(tmp_path, {0: [trace_call(ranks=(0,))]})
     edit_manifest(tmp_path, tool="othertool")

@@ -132,14 +132,16 @@ def _check_wrapped(job: MultiNodeJob) -> dict[str, Any]:
     check = _wrapped_check(name)
     if check is not None and record is not None:
         check(from_params(record, params), job)  # the record the nodes will build
-    elif (own := getattr(record, "check_wrapped", None)) is not None:
-        own(params, job)  # `collectives`: its record's own check, of the parsed options
     return dict(params)
 
 
 def _wrapped_check(name: str) -> Callable[[Any, MultiNodeJob], None] | None:
     """The check a wrapped command's work makes of its record on the job's nodes, where it
     lives beside that work (imported only when a job wraps that command)."""
+    if name == "collectives":
+        from commbench.launch.launcher import check_wrapped as check_collectives
+
+        return check_collectives
     if name == "run":
         from commbench.suites.runner import check_wrapped
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import typer
 
 from commbench.cli._job import JobRequest, register_job_command
-from commbench.options import cli, verb
+from commbench.options import cli, option, verb
 
 
 @dataclass(kw_only=True)
@@ -15,39 +15,28 @@ class K8sManifestRequest(JobRequest):
     """Every option of `commbench k8s-manifest` and `k8s_manifest`, declared once."""
 
     image: str = field(
-        metadata=cli(type=str, metavar="IMAGE", help="Container image with commbench installed.")
+        metadata=cli(metavar="IMAGE", help="Container image with commbench installed.")
     )
-    kind: str = field(
+    kind: str = option(
         default="job",
-        metadata=cli(
-            metavar="job|jobset",
-            help="job: an Indexed Job and a headless Service; jobset: a JobSet "
-            "(jobset.x-k8s.io/v1alpha2).",
-        ),
+        metavar="job|jobset",
+        help="job: an Indexed Job and a headless Service; jobset: a JobSet "
+        "(jobset.x-k8s.io/v1alpha2).",
     )
-    namespace: str | None = field(
+    namespace: str | None = option(default=None, help="Namespace. Default: kubectl's current one.")
+    name: str = option(default="commbench", help="Job (and Service) name.")
+    port: int = option(default=29400, help="Rendezvous port on the first pod.")
+    results_volume: str | None = option(
         default=None,
-        metadata=cli(type=str, help="Namespace. Default: kubectl's current one."),
+        metavar="CLAIM",
+        help="PersistentVolumeClaim for the results (/workspace/results; ReadWriteMany "
+        "for several nodes). Default: an emptyDir, deleted with the pod.",
     )
-    name: str = field(default="commbench", metadata=cli(help="Job (and Service) name."))
-    port: int = field(default=29400, metadata=cli(help="Rendezvous port on the first pod."))
-    results_volume: str | None = field(
+    rdma: str | None = option(
         default=None,
-        metadata=cli(
-            type=str,
-            metavar="CLAIM",
-            help="PersistentVolumeClaim for the results (/workspace/results; ReadWriteMany "
-            "for several nodes). Default: an emptyDir, deleted with the pod.",
-        ),
-    )
-    rdma: str | None = field(
-        default=None,
-        metadata=cli(
-            type=str,
-            metavar="RESOURCE[=COUNT]",
-            help="RDMA devices per pod, as the cluster's device plugin names them (rdma/ib, "
-            "rdma/hca_shared_devices_a): without, NCCL between pods uses TCP sockets.",
-        ),
+        metavar="RESOURCE[=COUNT]",
+        help="RDMA devices per pod, as the cluster's device plugin names them (rdma/ib, "
+        "rdma/hca_shared_devices_a): without, NCCL between pods uses TCP sockets.",
     )
 
 

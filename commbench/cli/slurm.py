@@ -2,51 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import typer
 
 from commbench.cli._job import JobRequest, register_job_command
-from commbench.options import cli, verb
+from commbench.options import option, verb
 
 
 @dataclass(kw_only=True)
 class SlurmScriptRequest(JobRequest):
     """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
 
-    partition: str | None = field(
-        default=None, metadata=cli("--partition", "-p", type=str, help="SLURM partition.")
+    partition: str | None = option("--partition", "-p", default=None, help="SLURM partition.")
+    account: str | None = option(
+        "--account", "-A", default=None, help="SLURM account the job is charged to."
     )
-    account: str | None = field(
+    qos: str | None = option(default=None, help="SLURM quality of service.")
+    constraint: str | None = option(
         default=None,
-        metadata=cli("--account", "-A", type=str, help="SLURM account the job is charged to."),
+        metavar="FEATURES",
+        help="Node features the nodes must have: a100, a100&ib, rack1|rack2.",
     )
-    qos: str | None = field(default=None, metadata=cli(type=str, help="SLURM quality of service."))
-    constraint: str | None = field(
+    venv: str | None = option(
         default=None,
-        metadata=cli(
-            type=str,
-            metavar="FEATURES",
-            help="Node features the nodes must have: a100, a100&ib, rack1|rack2.",
-        ),
+        metavar="DIR",
+        help="A virtual environment with commbench, on a filesystem the nodes share: the "
+        "script activates it. Default: commbench on the PATH sbatch passes on.",
     )
-    venv: str | None = field(
-        default=None,
-        metadata=cli(
-            type=str,
-            metavar="DIR",
-            help="A virtual environment with commbench, on a filesystem the nodes share: the "
-            "script activates it. Default: commbench on the PATH sbatch passes on.",
-        ),
-    )
-    time_limit: str = field(
+    time_limit: str = option(
+        "--time",
         default="00:30:00",
-        metadata=cli(
-            "--time",
-            help="Time limit in any SLURM form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.",
-        ),
+        help="Time limit in any SLURM form: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.",
     )
-    job_name: str = field(default="commbench", metadata=cli(help="Job name."))
+    job_name: str = option(default="commbench", help="Job name.")
 
 
 @verb(SlurmScriptRequest)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from commbench.errors import UserError
 from commbench.flags import BACKEND, DEVICE, NPROC
+from commbench.numbers import check_range
 from commbench.options import field_of
-from commbench.results.names import MAX_NPROC
+from commbench.results.names import BACKENDS, DEVICES, MAX_NPROC
 
 CPU_DEFAULT_NPROC = 2
 """CPU ranks when none are asked for: enough for every collective to move data."""
@@ -30,6 +32,17 @@ class Placement:
     gpus: int | None = None
     """The GPUs NVML counted on this machine, where it was asked (not for --device cpu, nor
     for a job's nodes): what a `--nproc` of GPU ranks is held against."""
+
+    def check(self) -> None:
+        """UserError, in the flags' words, for a placement no run could take (checked as the
+        settings holding it are built: a suite's machine or a job's nodes place it first)."""
+        if self.backend not in BACKENDS:
+            raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
+        if self.device not in DEVICES:
+            raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
+        if self.backend == "nccl" and self.device != "cuda":
+            raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")
+        check_range(self.nproc, "--nproc", 1, MAX_NPROC)
 
 
 def resolve_placement(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from commbench.arguments import Request, declare_kind
+from commbench.collectives.placement import Placement
 from commbench.collectives.specs import (
     DTYPES,
     OPS,
@@ -23,9 +24,7 @@ from commbench.numbers import MAX_ITERATIONS, check_range
 from commbench.options import cli, field_of
 from commbench.results.names import (
     ALL,
-    BACKENDS,
     DEFAULT_TIMEOUT,
-    DEVICES,
     DTYPE_ALIASES,
     IN_PLACE,
     MAX_NODES,
@@ -45,9 +44,6 @@ DEFAULT_MIN_TIME = 0.2
 DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
 
-if TYPE_CHECKING:
-    from commbench.collectives.placement import Placement
-
 
 def as_typed(text: str) -> Any:
     """A list field's default as the command line types it (`float32`): its kind parses it
@@ -56,26 +52,11 @@ def as_typed(text: str) -> Any:
 
 
 @dataclass(kw_only=True, slots=True)
-class CollectivesSettings:
-    ops: list[str]
-    """Op names from `commbench.ops.OPS`, measured in this order."""
-    sizes: list[int]
-    """Requested per-rank sizes S in bytes (each op rounds them, see `plan_size`)."""
-    nproc: int
-    """Worker processes per node."""
-    backend: str
-    """torch.distributed backend: nccl or gloo."""
-    device: str
-    """cuda or cpu: where the buffers live and how iterations are timed."""
-    dtype: str = "float32"
-    """The first of `dtypes` (what a reader of one dtype per run takes)."""
-    dtypes: list[str] = field(default_factory=list)
-    """Every dtype measured, in order (`--dtype float32,bfloat16`); [dtype] when not given."""
-    reduce_op: str = "sum"
-    """The first of `reduce_ops` (what a reader of one reduce op per run takes)."""
-    reduce_ops: list[str] = field(default_factory=list)
-    """Every reduce op the reducing ops are measured with, in order (`--reduce-op sum,max`,
-    `all`); [reduce_op] when not given (and in settings stored before it)."""
+class Timing:
+    """How long each point is measured, stated once for every producer that builds it
+    (`collectives`, a suite's `timing` section, `replay` and `diagnose`), each filling in
+    what its own flags say; `CollectivesSettings.timing` holds it."""
+
     warmup: int | None = None
     """Warm-up iterations per point; None adapts to the size (see `worker.plan_iterations`)."""
     iters: int | None = None
@@ -86,6 +67,51 @@ class CollectivesSettings:
     """Floor on timed iterations: the regression gate's significance test needs samples."""
     max_iters: int = DEFAULT_MAX_ITERS
     """Ceiling on timed iterations, so 1 KiB points do not run for ever on fast links."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds without progress before a run is declared hung."""
+
+    def check(self) -> None:
+        """UserError, in the flag's words, for a count or a time no run could honour
+        (checked as the settings holding it are built)."""
+        for name, least in (("warmup", 0), ("iters", 1), ("min_iters", 1), ("max_iters", 1)):
+            value = getattr(self, name)
+            if value is not None:
+                check_range(value, f"--{name.replace('_', '-')}", least, MAX_ITERATIONS)
+        if not math.isfinite(self.min_time) or self.min_time <= 0:
+            raise UserError("--min-time must be a positive number of seconds")
+        check_range(self.min_time, "--min-time", maximum=MAX_SECONDS)
+        check_range(self.timeout, "--timeout", maximum=MAX_SECONDS)
+        if not self.min_iters <= self.max_iters:
+            raise UserError("need 1 <= min_iters <= max_iters")
+        if not math.isfinite(self.timeout) or self.timeout <= 0:
+            raise UserError("--timeout must be a positive number of seconds")
+        if self.timeout < MIN_TIMEOUT:
+            raise UserError(
+                f"--timeout must be at least {MIN_TIMEOUT:g} s: ranks report progress every "
+                "0.5 s, so a shorter one would take measuring ranks for hung ones"
+            )
+
+
+@dataclass(kw_only=True, slots=True)
+class CollectivesSettings:
+    ops: list[str]
+    """Op names from `commbench.ops.OPS`, measured in this order."""
+    sizes: list[int]
+    """Requested per-rank sizes S in bytes (each op rounds them, see `plan_size`)."""
+    placement: Placement
+    """Where the ranks go: workers per node, backend and device (run.json stores them flat,
+    `STORED_KEYS`)."""
+    dtype: str = "float32"
+    """The first of `dtypes` (what a reader of one dtype per run takes)."""
+    dtypes: list[str] = field(default_factory=list)
+    """Every dtype measured, in order (`--dtype float32,bfloat16`); [dtype] when not given."""
+    reduce_op: str = "sum"
+    """The first of `reduce_ops` (what a reader of one reduce op per run takes)."""
+    reduce_ops: list[str] = field(default_factory=list)
+    """Every reduce op the reducing ops are measured with, in order (`--reduce-op sum,max`,
+    `all`); [reduce_op] when not given (and in settings stored before it)."""
+    timing: Timing = field(default_factory=Timing)
+    """How long each point is measured (run.json stores its fields flat, `STORED_KEYS`)."""
     in_place: str = "no"
     """no, yes or both (`IN_PLACE`): for the ops that have both forms (all_gather,
     reduce_scatter), measure out of place, in place, or both side by side as nccl-tests does.
@@ -98,8 +124,6 @@ class CollectivesSettings:
     """Run the ops on this subgroup (global ranks); the others wait."""
     strategies: list[str] = field(default_factory=list)
     """All-reduce strategies to time in addition to `ops`."""
-    timeout: float = DEFAULT_TIMEOUT
-    """Seconds without progress before a run is declared hung."""
     profile: bool = False
     """Record a torch.profiler trace of a few untimed iterations per point (one file per rank)."""
     skew: str = DEFAULT_SKEW
@@ -123,34 +147,12 @@ class CollectivesSettings:
         if not self.reduce_ops:
             self.reduce_ops = [self.reduce_op]
         self.reduce_op = self.reduce_ops[0]
-        if self.backend not in BACKENDS:
-            raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
-        if self.device not in DEVICES:
-            raise UserError(f"unknown device {self.device!r}; choose cuda or cpu")
-        if self.backend == "nccl" and self.device != "cuda":
-            raise UserError("the nccl backend needs --device cuda (NCCL runs on GPUs only)")
-        if self.graph and (self.device != "cuda" or self.backend != "nccl"):
+        self.placement.check()
+        if self.graph and (self.placement.device != "cuda" or self.placement.backend != "nccl"):
             raise UserError(
                 "--graph needs --device cuda and --backend nccl (only NCCL is graph-capturable)"
             )
-        check_range(self.nproc, "--nproc", 1, MAX_NPROC)
-        for name, least in (("warmup", 0), ("iters", 1), ("min_iters", 1), ("max_iters", 1)):
-            value = getattr(self, name)
-            if value is not None:
-                check_range(value, f"--{name.replace('_', '-')}", least, MAX_ITERATIONS)
-        if not math.isfinite(self.min_time) or self.min_time <= 0:
-            raise UserError("--min-time must be a positive number of seconds")
-        check_range(self.min_time, "--min-time", maximum=MAX_SECONDS)
-        check_range(self.timeout, "--timeout", maximum=MAX_SECONDS)
-        if not self.min_iters <= self.max_iters:
-            raise UserError("need 1 <= min_iters <= max_iters")
-        if not math.isfinite(self.timeout) or self.timeout <= 0:
-            raise UserError("--timeout must be a positive number of seconds")
-        if self.timeout < MIN_TIMEOUT:
-            raise UserError(
-                f"--timeout must be at least {MIN_TIMEOUT:g} s: ranks report progress every "
-                "0.5 s, so a shorter one would take measuring ranks for hung ones"
-            )
+        self.timing.check()
         if self.ranks is not None:
             for rank in self.ranks:
                 check_range(rank, "--ranks", 0, MAX_NPROC * MAX_NODES)
@@ -174,26 +176,54 @@ class CollectivesSettings:
         return Skew.parse(self.skew, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """run.json's `settings`: the placement's and the timing's fields flat among the
+        others, in `STORED_KEYS`' order (the schema every stored run was written in)."""
+        data = asdict(self)
+        place, timing = data.pop("placement"), data.pop("timing")
+        flat = {**data, **{key: place[key] for key in PLACED_KEYS}, **timing}
+        return {key: flat[key] for key in STORED_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CollectivesSettings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Settings as `to_dict` (or an older commbench) stored them; unknown keys ignored."""
+        own = {f.name for f in fields(cls)} - {"placement", "timing"}
+        timing = {f.name for f in fields(Timing)}
+        return cls(
+            placement=Placement(**{k: data[k] for k in PLACED_KEYS if k in data}),
+            timing=Timing(**{k: v for k, v in data.items() if k in timing}),
+            **{k: v for k, v in data.items() if k in own},
+        )
 
 
-@dataclass(kw_only=True, slots=True)
-class Timing:
-    """How long each point is measured: the timing fields of `CollectivesSettings`, stated
-    once for every producer that builds them (`collectives`, a suite's `timing` section,
-    `replay` and `diagnose`), each filling in what its own flags say."""
-
-    warmup: int | None = None
-    iters: int | None = None
-    min_time: float = DEFAULT_MIN_TIME
-    min_iters: int = DEFAULT_MIN_ITERS
-    max_iters: int = DEFAULT_MAX_ITERS
-    timeout: float = DEFAULT_TIMEOUT
+PLACED_KEYS = ("nproc", "backend", "device")
+"""The fields of `Placement` run.json's settings store (its note and GPU count are not)."""
+STORED_KEYS = (
+    "ops",
+    "sizes",
+    "nproc",
+    "backend",
+    "device",
+    "dtype",
+    "dtypes",
+    "reduce_op",
+    "reduce_ops",
+    "warmup",
+    "iters",
+    "min_time",
+    "min_iters",
+    "max_iters",
+    "in_place",
+    "check",
+    "async_op",
+    "graph",
+    "ranks",
+    "strategies",
+    "timeout",
+    "profile",
+    "skew",
+    "seed",
+)
+"""run.json's `settings` of a collectives run, in the order every stored run has them."""
 
 
 class Placed(Protocol):
@@ -211,8 +241,8 @@ def build_settings(place: Placed, timing: Timing, **what: Any) -> CollectivesSet
     """The one builder of `CollectivesSettings`: the ranks of `place`, the timing of
     `timing` and what is measured (`ops`, `sizes`, dtypes, checks: `what`). The command,
     a suite's entries, `replay` and `diagnose` all build their workers' settings here."""
-    where: dict[str, Any] = {"nproc": place.nproc, "backend": place.backend, "device": place.device}
-    return CollectivesSettings(**where, **asdict(timing), **what)
+    placement = Placement(nproc=place.nproc, backend=place.backend, device=place.device)
+    return CollectivesSettings(placement=placement, timing=timing, **what)
 
 
 @dataclass(kw_only=True)

@@ -297,7 +297,7 @@ def _muster(launch: LaunchOptions, collectives: CollectivesSettings) -> Muster:
 
         job = from_env(dict(os.environ))
         names = job.nodes if job else None
-    return muster(launch, wait=min(collectives.timeout, STARTUP_TIMEOUT), names=names)
+    return muster(launch, wait=min(collectives.timing.timeout, STARTUP_TIMEOUT), names=names)
 
 
 def _not_all_came(

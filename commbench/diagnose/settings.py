@@ -7,15 +7,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import Fraction, Request
+from commbench.arguments import Request, Tolerated
 from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.diagnose.plan import MAX_ROUNDS
 from commbench.errors import UserError
 from commbench.fields import known_fields
-from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, TOLERANCE, WARMUP
+from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, WARMUP
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
-from commbench.options import cli, field_of
+from commbench.options import cli, field_of, use
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class DiagnoseSettings:
 
 
 @dataclass(kw_only=True)
-class DiagnoseRequest:
+class DiagnoseRequest(Tolerated):
     """What a user asks of `commbench diagnose`, beside where its ranks go and the launch:
     each field is declared once here and is the flag and the `run_diagnose` keyword."""
 
@@ -81,10 +81,8 @@ class DiagnoseRequest:
         help="Bytes per rank of each test (bandwidth-bound). "
         f"Default {GPU_DEFAULT_SIZE} on GPUs, {CPU_DEFAULT_SIZE} on CPU.",
     )
-    tolerance: Fraction | None = field_of(
-        TOLERANCE,
-        default=None,
-        help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}.",
+    tolerance = use(
+        help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}."
     )
     stages: str | Sequence[str] | None = field(
         default=None,
@@ -161,4 +159,4 @@ def check_wrapped(request: DiagnoseRun, job: MultiNodeJob) -> None:
     diagnosis and its launch's settings, placed on the job's nodes."""
     place = job.place(request.device, request.nproc, request.backend)
     _, diagnosed = diagnose_settings(place, request)
-    job.check_gpus(diagnosed.device, diagnosed.nproc)
+    job.check_gpus(diagnosed.placement.device, diagnosed.placement.nproc)

@@ -48,8 +48,8 @@ class DiagnoseWorker(Worker):
         self.d = d
         self.groups: dict[tuple[int, ...], Any] = {}
         self.round_index = -1
-        self.iters = settings.iters or DEFAULT_ITERS
-        self.warmup = DEFAULT_WARMUP if settings.warmup is None else settings.warmup
+        self.iters = settings.timing.iters or DEFAULT_ITERS
+        self.warmup = DEFAULT_WARMUP if settings.timing.warmup is None else settings.timing.warmup
 
     def init(self) -> None:
         super().init()

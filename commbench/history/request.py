@@ -4,14 +4,13 @@ once, and the work of each over the store. Light at import: `--help` reads these
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
-from commbench.flags import FORMAT, LABEL, OP, OUT, SIZES
-from commbench.options import arg, cli, field_of
+from commbench.arguments import Labelled, OutDir, PathLike, Request, RunDirs
+from commbench.flags import FORMAT, OP, SIZES
+from commbench.options import arg, field_of, option, use
 
 if TYPE_CHECKING:
     from commbench.history.store import Added, FoundChange, Selection, Series, StoredRun, Value
@@ -28,14 +27,12 @@ MAX_FIGURES = 100
 class HistoryDb:
     """`--db`, declared once for every history command."""
 
-    db: PathLike = field(
+    db: PathLike = option(
         default=DEFAULT_DB,
-        metadata=cli(
-            type=str,
-            metavar="PATH|URL",
-            help="The history: a SQLite file, or a team's PostgreSQL database as a "
-            "postgresql://USER@HOST/DB URL (needs `pip install 'commbench[postgres]'`).",
-        ),
+        type=str,
+        metavar="PATH|URL",
+        help="The history: a SQLite file, or a team's PostgreSQL database as a "
+        "postgresql://USER@HOST/DB URL (needs `pip install 'commbench[postgres]'`).",
     )
 
 
@@ -50,13 +47,10 @@ class HistorySelection:
         metavar="SIZES",
         help="Only these message sizes, as --sizes takes them (64K,1M or 1K-1M).",
     )
-    series: str | None = field(
+    series: str | None = option(
         default=None,
-        metadata=cli(
-            type=str,
-            metavar="ID",
-            help="Only the series whose id starts with ID (`history show RUN` lists them).",
-        ),
+        metavar="ID",
+        help="Only the series whose id starts with ID (`history show RUN` lists them).",
     )
 
     def selection(self) -> Selection:
@@ -73,21 +67,14 @@ class HistorySelection:
 
 
 @dataclass(kw_only=True)
-class HistoryAdd(HistoryDb, Request):
+class HistoryAdd(RunDirs, Labelled, HistoryDb, Request):
     """Every option of `commbench history add` and `history_add`, declared once."""
 
-    runs: PathLike | Sequence[PathLike] = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR",
-            type=list[Path],
-            help="Run directories of any kind (collectives, p2p, replay, an nccl-tests "
-            "import...), or suite directories (each adds its runs).",
-        ),
+    runs = use(
+        help="Run directories of any kind (collectives, p2p, replay, an nccl-tests "
+        "import...), or suite directories (each adds its runs).",
     )
-    label: str | None = field_of(
-        LABEL,
-        default=None,
+    label = use(
         help="What the runs measured, usually the commit. Default: the CI's commit "
         "variable (GITHUB_SHA, CI_COMMIT_SHA, BUILDKITE_COMMIT, GIT_COMMIT, ...), else "
         "the git commit the run was started in.",
@@ -120,10 +107,10 @@ class HistoryChanges(HistorySelection, HistoryDb, Request):
 
 
 @dataclass(kw_only=True)
-class HistoryPlot(HistorySelection, HistoryDb, Request):
+class HistoryPlot(OutDir, HistorySelection, HistoryDb, Request):
     """Every option of `commbench history plot` and `history_plot`, declared once."""
 
-    out: PathLike = field_of(OUT, default=DEFAULT_PLOTS, help="Directory for the figures.")
+    out = use(default=DEFAULT_PLOTS, help="Directory for the figures.")
     formats: str = field_of(
         FORMAT, default="png", type=str, metavar="png|svg", help="png, svg, or both: png,svg."
     )

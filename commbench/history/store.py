@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from commbench.fields import pick
 from commbench.history.changes import Change
@@ -41,7 +41,9 @@ from commbench.history.identity import (
 from commbench.history.reference import PointKey, Reference, reference
 from commbench.history.schema import TABLES, create, migrate, version
 from commbench.results.runs import Run
-from commbench.results.schema import ROW_KEY, RowKey
+from commbench.results.schema import KeyedPoint
+
+R = TypeVar("R")
 
 __all__ = [
     "Added",
@@ -80,20 +82,13 @@ class StoredRun:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Series:
+class Series(KeyedPoint):
     """A point key on one machine."""
 
     id: str
     point: str
     """`all_reduce float32 op=sum 2 ranks 1 MiB`."""
     machine: str
-    op: str
-    strategy: str
-    dtype: str
-    reduce_op: str
-    world_size: int
-    size_bytes: int
-    in_place: bool
     skew: str
     runs: int
     busbw: bool
@@ -103,10 +98,6 @@ class Series:
     @property
     def label(self) -> str:
         return f"{self.point} | {self.machine}"
-
-    @property
-    def key(self) -> RowKey:
-        return cast(RowKey, tuple(getattr(self, name) for name in ROW_KEY))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,14 +194,71 @@ class Selection:
         return (" AND ".join(clauses) or "1 = 1"), params
 
 
-_RUN_COLUMNS = (
-    "r.id, r.digest, r.run_id, r.path, r.kind, r.at, r.label, r.label_from, m.label, "
-    "m.hosts, r.points, r.software, r.env"
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _shown(digest: Any) -> str:
+    return str(digest)[:DIGEST_SHOWN]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row(Generic[R]):
+    """A record read back from one SELECT: its fields in order, each from the column of its
+    name in `table` unless `stored` names another, taken as the database gives it unless
+    `reads` says how; so the SELECT's columns and the record built from them cannot part."""
+
+    record: type[R]
+    table: str
+    stored: Mapping[str, str]
+    reads: Mapping[str, Callable[[Any], Any]]
+    counted: tuple[str, ...] = ()
+    """Fields the SELECT counts after the columns (`read`'s `more`), not stored ones."""
+    names: tuple[str, ...] = field(init=False)
+    """The stored fields, in the record's order: the columns' order."""
+
+    def __post_init__(self) -> None:
+        named = fields(cast(Any, self.record))
+        object.__setattr__(
+            self, "names", tuple(f.name for f in named if f.name not in self.counted)
+        )
+
+    @property
+    def columns(self) -> str:
+        return ", ".join(self.stored.get(name, f"{self.table}.{name}") for name in self.names)
+
+    def read(self, r: Sequence[Any], **more: Any) -> R:
+        """The record of a row's first `len(names)` columns, with the fields in `more`."""
+        values = zip(self.names, r[: len(self.names)], strict=True)
+        return self.record(
+            **{name: self.reads.get(name, _as_is)(value) for name, value in values}, **more
+        )
+
+
+_RUN_ROW = _Row(
+    StoredRun,
+    "r",
+    stored={"id": "r.digest", "machine": "m.label", "hosts": "m.hosts", "pk": "r.id"},
+    reads={
+        "id": _shown,
+        "hosts": json.loads,
+        "points": int,
+        "software": json.loads,
+        "env": json.loads,
+        "pk": int,
+    },
 )
-_SERIES_COLUMNS = (
-    "s.id, s.digest, s.label, m.label, s.op, s.strategy, s.dtype, s.reduce_op, s.world_size, "
-    "s.size_bytes, s.in_place, s.skew"
+_SERIES_ROW = _Row(
+    Series,
+    "s",
+    stored={"id": "s.digest", "point": "s.label", "machine": "m.label", "pk": "s.id"},
+    reads={"world_size": int, "size_bytes": int, "in_place": bool, "id": _shown, "pk": int},
+    counted=("runs", "busbw"),
 )
+_RUN_COLUMNS = _RUN_ROW.columns
+_SERIES_COLUMNS = _SERIES_ROW.columns
+_SERIES_READ = len(_SERIES_ROW.names) + len(_SERIES_ROW.counted)
+"""The columns `_series_of` reads: the series', then its count of runs and of busbw values."""
 _CHANGE_COLUMNS = (
     "c.position, c.run, c.before_value, c.after_value, c.ratio, c.ratio_low, c.ratio_high, "
     "c.p_value"
@@ -460,7 +508,7 @@ class History:
             f"WHERE {where} ORDER BY r.at, r.id",
             params,
         )
-        return [_stored_run(r) for r in found]
+        return [_RUN_ROW.read(r) for r in found]
 
     def find_runs(self, target: str) -> list[StoredRun]:
         """The runs `target` names: by run_id, or by the first digits of their history id."""
@@ -503,7 +551,10 @@ class History:
             (run.pk,),
         )
         return [
-            (_series_of(r[:14]), _value_of(run.run_id, run.id, run.at, run.label, r[14:]))
+            (
+                _series_of(r[:_SERIES_READ]),
+                _value_of(run.run_id, run.id, run.at, run.label, r[_SERIES_READ:]),
+            )
             for r in found
         ]
 
@@ -581,24 +632,6 @@ def _hex(text: str) -> bool:
     return len(text) >= 4 and all(c in "0123456789abcdef" for c in text.lower())
 
 
-def _stored_run(r: Sequence[Any]) -> StoredRun:
-    return StoredRun(
-        pk=int(r[0]),
-        id=str(r[1])[:DIGEST_SHOWN],
-        run_id=r[2],
-        path=r[3],
-        kind=r[4],
-        at=r[5],
-        label=r[6],
-        label_from=r[7],
-        machine=r[8],
-        hosts=json.loads(r[9]),
-        points=int(r[10]),
-        software=json.loads(r[11]),
-        env=json.loads(r[12]),
-    )
-
-
 def _change_of(r: Sequence[Any]) -> tuple[Change, int]:
     """A change point as `_CHANGE_COLUMNS` read it, and the id of its first run."""
     position, run, *figures = r
@@ -613,19 +646,6 @@ def _value_of(run_id: str, run: str, at: str, label: str | None, r: Sequence[Any
 
 
 def _series_of(r: Sequence[Any]) -> Series:
-    return Series(
-        pk=int(r[0]),
-        id=str(r[1])[:DIGEST_SHOWN],
-        point=r[2],
-        machine=r[3],
-        op=r[4],
-        strategy=r[5],
-        dtype=r[6],
-        reduce_op=r[7],
-        world_size=int(r[8]),
-        size_bytes=int(r[9]),
-        in_place=bool(r[10]),
-        skew=r[11],
-        runs=int(r[12]),
-        busbw=int(r[13]) > 0,
-    )
+    """A series as `_SERIES_COLUMNS` read it, then its count of runs and of busbw values."""
+    runs, busbw = r[len(_SERIES_ROW.names) : _SERIES_READ]
+    return _SERIES_ROW.read(r, runs=int(runs), busbw=int(busbw) > 0)

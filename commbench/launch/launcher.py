@@ -50,6 +50,7 @@ from commbench.topology.sysfs import check_sysfs_root
 from commbench.torch_version import require_torch
 
 if TYPE_CHECKING:
+    from commbench.launch.job import MultiNodeJob
     from commbench.launch.request import CollectivesRun, LaunchRequest
     from commbench.results.runs import Run
 
@@ -183,7 +184,7 @@ def torchrun_command(
         "--nnodes",
         str(launch.nnodes),
         "--nproc-per-node",
-        str(settings.nproc),
+        str(settings.placement.nproc),
         "--max-restarts",
         "0",
         "--monitor-interval",
@@ -235,9 +236,9 @@ def preflight(settings: CollectivesSettings, launch: LaunchOptions | None = None
     launch = launch or LaunchOptions()
     require_torch()
     check_sysfs_root()
-    validate_ranks(settings, settings.nproc * launch.nnodes)
+    validate_ranks(settings, settings.placement.nproc * launch.nnodes)
     probe_info = probe(settings)
-    check_resources(settings, probe_info, settings.nproc * launch.nnodes)
+    check_resources(settings, probe_info, settings.placement.nproc * launch.nnodes)
     return probe_info
 
 
@@ -315,7 +316,8 @@ def run_collectives(
     probe_info = preflight(settings, launch)
     if points is None:
         points = plan_points(
-            settings, len(settings.ranks) if settings.ranks else settings.nproc * launch.nnodes
+            settings,
+            len(settings.ranks) if settings.ranks else settings.placement.nproc * launch.nnodes,
         )
     opened = _open_run(settings, out_parent, launch, kind, name, extra_settings, len(points))
     watch = Watch(opened.run_dir, points, on_event=on_event)
@@ -461,12 +463,12 @@ def _watch_until_done(
                     break
                 time.sleep(POLL)
                 continue
-            allowance = watch.allowance(settings.timeout)
+            allowance = watch.allowance(settings.timing.timeout)
             stalled = time.monotonic() - watch.last_progress > allowance
             # a worker stopped for --timeout is no slow start-up, whatever the allowance
-            if stalled or watch.stopped_ranks(longer_than=settings.timeout):
+            if stalled or watch.stopped_ranks(longer_than=settings.timing.timeout):
                 ending.failure, ending.culprits = describe_hang(
-                    watch, allowance if stalled else settings.timeout
+                    watch, allowance if stalled else settings.timing.timeout
                 )
                 ending.status = RunStatus.FAILED
                 _stop_run(proc, watch, grace=2.0)
@@ -540,7 +542,9 @@ def _judge_exit(
         ending.status = RunStatus.FAILED
         if watch.control is not None:  # what the other nodes saw of the crash
             watch.refresh_remote(wait=3 * watch.control.interval + 1)
-        ending.failure, ending.culprits = describe_crash(watch, proc.returncode, settings.timeout)
+        ending.failure, ending.culprits = describe_crash(
+            watch, proc.returncode, settings.timing.timeout
+        )
 
 
 def _complete_record(
@@ -718,3 +722,11 @@ def run_request(request: CollectivesRun, plot: Callable[[Path], str]) -> Run:
                 f"interrupted while plotting; every point was measured and is in {outcome.run_dir}"
             ) from None
     return run
+
+
+def check_wrapped(request: CollectivesRun, job: MultiNodeJob) -> None:
+    """What `slurm-script` and `k8s-manifest` check of the `collectives` they wrap: the
+    settings every node will build, placed on the job's nodes, and the ranks they name."""
+    settings = request.settings(job.place(request.device, request.nproc, request.backend))
+    job.check_gpus(settings.placement.device, settings.placement.nproc)
+    validate_ranks(settings, job.nodes * settings.placement.nproc)

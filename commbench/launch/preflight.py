@@ -114,8 +114,8 @@ def _probe_cache_key(settings: CollectivesSettings) -> str:
     fields = [
         socket.gethostname(),  # a shared $HOME across nodes with different GPUs
         torch_version,
-        settings.backend,
-        settings.device,
+        settings.placement.backend,
+        settings.placement.device,
         ",".join(settings.dtypes or [settings.dtype]),
         ",".join(settings.reduce_ops or [settings.reduce_op]),
         ",".join(sorted(settings.ops)),
@@ -155,9 +155,11 @@ def probe(settings: CollectivesSettings) -> dict[str, Any]:
             pass  # a read-only home only costs the next run a probe
     answer = ProbeAnswer.read(result)
     count = 0 if answer is None else answer.device_count
-    if settings.device == "cuda" and settings.nproc > count:
-        raise UserError(f"--nproc {settings.nproc} asks for more GPUs than are visible ({count})")
-    if settings.device == "cuda" and "memory" not in result:
+    if settings.placement.device == "cuda" and settings.placement.nproc > count:
+        raise UserError(
+            f"--nproc {settings.placement.nproc} asks for more GPUs than are visible ({count})"
+        )
+    if settings.placement.device == "cuda" and "memory" not in result:
         result = {**result, "memory": _query_memory(buffer_gpus(settings))}
     return result
 
@@ -175,16 +177,16 @@ def buffer_gpus(settings: CollectivesSettings) -> list[int]:
     """Local GPU indices whose ranks hold the large buffers: every one of this node's, or with
     `--ranks` those of the members (rank r runs on local GPU r mod nproc on every node, as
     torchrun numbers ranks node after node)."""
-    if settings.device != "cuda":
+    if settings.placement.device != "cuda":
         return []
     if settings.ranks is None:
-        return list(range(settings.nproc))
-    return sorted({r % settings.nproc for r in settings.ranks})
+        return list(range(settings.placement.nproc))
+    return sorted({r % settings.placement.nproc for r in settings.ranks})
 
 
 def _run_probe(settings: CollectivesSettings) -> dict[str, Any]:
     return _probe_process(
-        [], json.dumps(settings.to_dict()), f"probing the {settings.backend} backend"
+        [], json.dumps(settings.to_dict()), f"probing the {settings.placement.backend} backend"
     ).doc
 
 
@@ -261,18 +263,21 @@ def check_resources(
     of each GPU that holds buffers, less a reserve). `world`: the job's ranks (default: this
     node's)."""
     cores = os.cpu_count() or 1
-    if settings.device == "cpu" and settings.nproc > MAX_CPU_RANKS_PER_CORE * cores:
+    if (
+        settings.placement.device == "cpu"
+        and settings.placement.nproc > MAX_CPU_RANKS_PER_CORE * cores
+    ):
         raise UserError(
-            f"--nproc {settings.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
+            f"--nproc {settings.placement.nproc} is more than {MAX_CPU_RANKS_PER_CORE} CPU ranks per core "
             f"({cores} cores here)"
         )
-    per_rank = rank_buffers(settings, world or settings.nproc)
+    per_rank = rank_buffers(settings, world or settings.placement.nproc)
     request = f"--sizes up to {format_size(max(settings.sizes))}"
     buffers = f"{BUFFERS_PER_RANK} buffers per rank"
     if per_rank > BUFFERS_PER_RANK * max(settings.sizes):
         request += f" with --skew {settings.skew}"
         buffers = f"{format_amount(per_rank)} per rank: the busiest receives the most"
-    if settings.device == "cuda":
+    if settings.placement.device == "cuda":
         answer = ProbeAnswer.read(probe_info)
         memory = (answer.memory if answer is not None else None) or {}
         refuse_if_short(
@@ -284,8 +289,8 @@ def check_resources(
         )
         return
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    need = per_rank * settings.nproc
+    need = per_rank * settings.placement.nproc
     if need > have:
         raise UserError(
-            f"{request} needs about {format_amount(need)} of buffers ({buffers}), more than this node's {format_amount(have)} of memory ({settings.nproc} ranks)"
+            f"{request} needs about {format_amount(need)} of buffers ({buffers}), more than this node's {format_amount(have)} of memory ({settings.placement.nproc} ranks)"
         )

@@ -31,7 +31,7 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
 
     s = CollectivesSettings.from_dict(settings_dict)
     result: dict[str, Any] = {"ok": True, "torch": torch.__version__, "device_count": 0}
-    if s.device == "cuda":
+    if s.placement.device == "cuda":
         if not torch.cuda.is_available():
             hint = " (this torch is a CPU build)" if torch.version.cuda is None else ""
             return {
@@ -47,9 +47,9 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
     else:
         device = torch.device("cpu")
     available = {"nccl": dist.is_nccl_available(), "gloo": dist.is_gloo_available()}
-    if not available.get(s.backend, False):
-        return {"ok": False, "error": f"this torch build has no {s.backend} backend"}
-    dist.init_process_group(s.backend, store=dist.HashStore(), rank=0, world_size=1)
+    if not available.get(s.placement.backend, False):
+        return {"ok": False, "error": f"this torch build has no {s.placement.backend} backend"}
+    dist.init_process_group(s.placement.backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
         group = Group(handle=None, ranks=[0], rank=0)
         for name in s.dtypes or [s.dtype]:
@@ -70,9 +70,9 @@ def probe(settings_dict: dict[str, Any]) -> dict[str, Any]:
                             what = f"{spec.title} with dtype {name}"
                             if spec.reduces:
                                 what += f" and reduce op {reduce_op}"
-                            error = f"{s.backend} cannot run {what}: {first}"
+                            error = f"{s.placement.backend} cannot run {what}: {first}"
                             return {"ok": False, "error": error}
-        if s.device == "cuda":
+        if s.placement.device == "cuda":
             torch.cuda.synchronize()
     finally:
         dist.destroy_process_group()

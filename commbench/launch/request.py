@@ -4,19 +4,17 @@ job step none is needed: `resolve_launch` reads the job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import NoPlot, OutDir, Request
 from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.collectives.settings import CollectivesRequest
-from commbench.flags import NO_PLOT, OUT
-from commbench.options import cli, field_of, from_params
+from commbench.options import cli, use
 from commbench.results.names import MAX_NODES
 
 if TYPE_CHECKING:
-    from commbench.launch.job import MultiNodeJob
     from commbench.results.schema import ResultRow
 
 
@@ -56,22 +54,20 @@ class LaunchRequest:
 
 
 @dataclass(kw_only=True)
-class RunDirRequest:
-    """Where a command that measures writes its new run directory: declared once for
-    `collectives`, `p2p` and `diagnose`."""
-
-    out: PathLike = field_of(OUT, default="results", help="Parent directory of the run directory.")
+class RunDirRequest(OutDir):
+    """Where a command that measures writes its new run directory: `--out`, declared once
+    (`arguments.OutDir`) for `collectives`, `p2p`, `diagnose` and `replay`."""
 
 
 @dataclass(kw_only=True)
-class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, CollectivesRequest, Request):
+class CollectivesRun(
+    RunDirRequest, LaunchRequest, PlacementRequest, NoPlot, CollectivesRequest, Request
+):
     """Every option of `commbench collectives` and `run_collectives`, declared once: the
     sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node
     launch (`LaunchRequest`) and what is done with the run."""
 
-    no_plot: bool = field_of(
-        NO_PLOT, default=False, help="Do not write plots (RUN_DIR/plots) after the run."
-    )
+    no_plot = use(help="Do not write plots (RUN_DIR/plots) after the run.")
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None
     """Called as points are measured: `(done, total, row)` (API only)."""
 
@@ -81,15 +77,3 @@ class CollectivesRun(RunDirRequest, LaunchRequest, PlacementRequest, Collectives
         # (NVML) or the launcher imported: the settings on a node of one GPU, where each
         # check of the placement asked for fails as it would on any (issue 43, item 12).
         self.settings(placement_for(1, self.device, self.nproc, self.backend))
-
-    @classmethod
-    def check_wrapped(cls, given: Mapping[str, Any], job: MultiNodeJob) -> None:
-        """What `slurm-script` and `k8s-manifest` check of the `collectives` they wrap
-        (`given`: its parsed options): the settings every node will build, placed on the
-        job's nodes, and the ranks they name."""
-        from commbench.launch.preflight import validate_ranks
-
-        place = job.place(given["device"], given["nproc"], given["backend"])
-        settings = from_params(CollectivesRequest, given).settings(place)
-        job.check_gpus(settings.device, settings.nproc)
-        validate_ranks(settings, job.nodes * settings.nproc)

@@ -85,12 +85,12 @@ def plan_warmup(pace_us: float, *, first_point: bool = False) -> int:
 
 def plan_iterations(settings: CollectivesSettings, estimate_us: float) -> int:
     """Timed iterations for a point: `--iters`, else enough to fill `min_time`."""
-    if settings.iters is not None:
-        return settings.iters
+    if settings.timing.iters is not None:
+        return settings.timing.iters
     if estimate_us <= 0:
-        return settings.max_iters
-    wanted = math.ceil(settings.min_time * 1e6 / estimate_us)
-    return max(settings.min_iters, min(settings.max_iters, wanted))
+        return settings.timing.max_iters
+    wanted = math.ceil(settings.timing.min_time * 1e6 / estimate_us)
+    return max(settings.timing.min_iters, min(settings.timing.max_iters, wanted))
 
 
 def own_address() -> str | None:
@@ -132,7 +132,7 @@ class Worker:
             launcher_pid=int(launcher) if launcher else None,
             node=self.node,
         )
-        if settings.device == "cuda":
+        if settings.placement.device == "cuda":
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
         else:
@@ -151,11 +151,11 @@ class Worker:
         # The backend's own timeout is set well past commbench's watchdog, so a hang is
         # diagnosed from the heartbeats (which rank stopped, where) before gloo or NCCL
         # abort every rank with a generic timeout.
-        backstop = 2 * max(self.s.timeout, STARTUP_TIMEOUT) + 30
+        backstop = 2 * max(self.s.timing.timeout, STARTUP_TIMEOUT) + 30
         kwargs: dict[str, Any] = {"timeout": timedelta(seconds=backstop)}
         if self.device.type == "cuda":
             kwargs["device_id"] = self.device
-        dist.init_process_group(self.s.backend, **kwargs)
+        dist.init_process_group(self.s.placement.backend, **kwargs)
         members = self.s.ranks if self.s.ranks else list(range(self.world))
         handle = dist.new_group(members) if self.s.ranks else None  # every rank must call new_group
         self.group = None
@@ -260,8 +260,8 @@ class Worker:
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "nccl": nccl,
-            "backend": self.s.backend,
-            "device": self.s.device,
+            "backend": self.s.placement.backend,
+            "device": self.s.placement.device,
             "world_size": self.world,
             "group_size": self.group_size,
             "nnodes": len({r["node"] for r in ranks}),
@@ -304,7 +304,7 @@ class Worker:
         call = entry.call(bufs, grp, reduce_op, s.async_op)
         note = ""
         self.hb.phase = "warmup"
-        if s.warmup is None:
+        if s.timing.warmup is None:
             first = self._timer(call, WARMUP_MIN)
             # a rank's first point warms longer; the group agrees on whether this is one, or
             # a rank that has already measured (another row of a replay) stops short of its
@@ -314,9 +314,9 @@ class Worker:
             rest = self._timer(call, warmup - WARMUP_MIN) or first[-1:]
             self.warmed = True
         else:
-            warmup = s.warmup
+            warmup = s.timing.warmup
             rest = self._timer(call, warmup)
-            if s.iters is None and not rest:
+            if s.timing.iters is None and not rest:
                 rest = self._timer(call, 1)  # the count needs an estimate
                 warmup, note = 1, "one warm-up iteration to size the count"
         estimate = statistics.median(rest) if rest else 0.0
@@ -329,7 +329,10 @@ class Worker:
             note = f"{spec.name} cannot be captured in a CUDA graph: timed eagerly"
         elif s.graph:
             samples, per_graph = time_cuda_graph(
-                call, iters, lambda i: setattr(self.hb, "iteration", i), min_samples=s.min_iters
+                call,
+                iters,
+                lambda i: setattr(self.hb, "iteration", i),
+                min_samples=s.timing.min_iters,
             )
             note = f"CUDA graph: {per_graph} ops per replay, samples are replay time / {per_graph}"
         else:

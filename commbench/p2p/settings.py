@@ -12,13 +12,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import PathLike, PlanOnly, Request
 from commbench.errors import UserError, quoted
-from commbench.flags import DRY_RUN, ITERS, LATENCY, WARMUP
+from commbench.flags import ITERS, LATENCY, WARMUP
 from commbench.launch.request import RunDirRequest
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
-from commbench.options import cli, field_of
+from commbench.options import cli, field_of, use
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
@@ -268,7 +268,7 @@ class P2PRequest:
 
 
 @dataclass(kw_only=True)
-class P2PRun(RunDirRequest, P2PRequest, Request):
+class P2PRun(RunDirRequest, P2PRequest, PlanOnly, Request):
     """Every option of `commbench p2p` and `run_p2p`, declared once."""
 
     topology: PathLike | None = field(
@@ -279,9 +279,7 @@ class P2PRun(RunDirRequest, P2PRequest, Request):
             help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
         ),
     )
-    dry_run: bool = field_of(
-        DRY_RUN, default=False, help="Print what each copy should reach; touch no GPU."
-    )
+    dry_run = use(help="Print what each copy should reach; touch no GPU.")
     on_step: Callable[[int, int, Step], None] | None = None
     """Called as copies are measured: `(done, total, step)` (API only)."""
 

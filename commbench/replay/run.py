@@ -109,7 +109,7 @@ def conclude(
 ) -> ReplayRecord:
     """run.json's `replay` from what the workers journalled (what is missing, a run that
     died, stays null)."""
-    params, _ = fit_rows(rows, collectives.backend)
+    params, _ = fit_rows(rows, collectives.placement.backend)
     rebucket = []
     for cap in settings.rebucket:
         reductions = [nbytes for _, nbytes in program.reducer.reductions(cap)]

@@ -8,14 +8,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import Request
+from commbench.arguments import Fabric, PlanOnly, Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
 from commbench.fields import known_fields
-from commbench.flags import BW, DRY_RUN, ITERS, LATENCY, TIMEOUT, WARMUP, WORLD
+from commbench.flags import ITERS, TIMEOUT, WARMUP, WORLD
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.numbers import check_range
-from commbench.options import arg, cli, field_of
+from commbench.options import arg, field_of, option, use
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
 from commbench.results.names import DEFAULT_TIMEOUT
 from commbench.traces.names import MAX_WORLD
@@ -58,7 +58,7 @@ class ReplaySettings:
 
 
 @dataclass(kw_only=True)
-class ReplayRequest:
+class ReplayRequest(Fabric, PlanOnly):
     """What a user asks of `commbench replay`, beside where its ranks go and the launch."""
 
     trace: str | Path = field(
@@ -69,64 +69,50 @@ class ReplayRequest:
             "Recorder JSON, Chakra JSON).",
         ),
     )
-    dry_run: bool = field_of(DRY_RUN, default=False, help="Print the replay plan; launch nothing.")
+    dry_run = use(help="Print the replay plan; launch nothing.")
     world: int | None = field_of(
         WORLD,
         default=None,
-        type=int,
         metavar="N",
         minimum=1,
         maximum=MAX_WORLD,
         help="Replay on N ranks, each op's sizes scaled as its collective dictates. "
         "Default: the trace's world size.",
     )
-    steps: int | None = field(
+    steps: int | None = option(
         default=None,
-        metadata=cli(
-            type=int,
-            metavar="K",
-            minimum=1,
-            help="Replay the first K steps. Default: all, at most 20.",
-        ),
+        metavar="K",
+        minimum=1,
+        help="Replay the first K steps. Default: all, at most 20.",
     )
-    rebucket: str | None = field(
+    rebucket: str | None = option(
         default=None,
-        metadata=cli(
-            type=str,
-            metavar="SIZES",
-            help="DDP bucket advisor: measure the trace's gradients bucketed at each cap "
-            "(1M-256M:x2) and name the best bucket_cap_mb.",
-        ),
+        metavar="SIZES",
+        help="DDP bucket advisor: measure the trace's gradients bucketed at each cap "
+        "(1M-256M:x2) and name the best bucket_cap_mb.",
     )
-    pace: bool = field(
+    pace: bool = option(
         default=False,
-        metadata=cli(
-            help="Issue each call at its recorded time after the step's start: the job's "
-            "compute between calls and its ranks' skew replayed as idle time (a link that "
-            "idles between bursts behaves otherwise than one kept busy), except the CPU "
-            "time a job on CPUs spent between two calls, replayed as computation on the "
-            "host. Default: each call as soon as the one before allows."
-        ),
+        help="Issue each call at its recorded time after the step's start: the job's "
+        "compute between calls and its ranks' skew replayed as idle time (a link that "
+        "idles between bursts behaves otherwise than one kept busy), except the CPU "
+        "time a job on CPUs spent between two calls, replayed as computation on the "
+        "host. Default: each call as soon as the one before allows.",
     )
-    pace_compute: bool = field(
+    pace_compute: bool = option(
         default=False,
-        metadata=cli(
-            help="--pace, with each recorded gap replayed as busy compute on the device (a "
-            "loop of small matrix products, as long as the gap) instead of idle: the job's "
-            "compute competing with its communication for the cores, memory and, on a GPU, "
-            "the device's streaming multiprocessors.",
-        ),
+        help="--pace, with each recorded gap replayed as busy compute on the device (a "
+        "loop of small matrix products, as long as the gap) instead of idle: the job's "
+        "compute competing with its communication for the cores, memory and, on a GPU, "
+        "the device's streaming multiprocessors.",
     )
-    max_gap: float | None = field(
+    max_gap: float | None = option(
         default=None,
-        metadata=cli(
-            type=float,
-            metavar="SECONDS",
-            help="With --pace, the longest idle wait replayed between two calls of a step: a "
-            "longer recorded gap (a job paused, a clock that jumped) is replayed this long, "
-            f"and the output says how many were. Default: {DEFAULT_MAX_GAP_S:g} s, at most "
-            "half of --timeout.",
-        ),
+        metavar="SECONDS",
+        help="With --pace, the longest idle wait replayed between two calls of a step: a "
+        "longer recorded gap (a job paused, a clock that jumped) is replayed this long, "
+        f"and the output says how many were. Default: {DEFAULT_MAX_GAP_S:g} s, at most "
+        "half of --timeout.",
     )
     timeout: float = field_of(
         TIMEOUT,
@@ -134,17 +120,12 @@ class ReplayRequest:
         help="Seconds without progress before the replay is declared hung "
         "(start-up, until the first row, gets at least 120 s).",
     )
-    bw: float | None = field_of(
-        BW,
-        default=None,
-        metavar="GBPS",
+    bw = use(
         help="With --latency and --rebucket: also predict each cap on another fabric, "
         "this link bandwidth in GB/s, at the replay's world size (with --dry-run, "
         "launching nothing).",
     )
-    latency: float | None = field_of(
-        LATENCY, default=None, metavar="US", help="With --bw: that fabric's latency per step in us."
-    )
+    latency = use(help="With --bw: that fabric's latency per step in us.")
     iters: int | None = field_of(ITERS, help="Timed iterations per row. Default: enough for 0.2 s.")
     warmup: int | None = field_of(
         WARMUP, help="Warm-up iterations per row. Default: adapts to the size."

@@ -284,18 +284,6 @@ def plot_runs(
     return write_figures(figures, out_dir, formats)
 
 
-def plot_paths(
-    paths: Sequence[Path],
-    out_dir: Path,
-    formats: Sequence[str] = FORMATS,
-    *,
-    peak_gbps: float | None = None,
-    labels: Sequence[str] | None = None,
-) -> list[Path]:
-    runs = [load_run(p).held_here() for p in paths]
-    return plot_runs(runs, out_dir, formats, peak_gbps=peak_gbps, labels=labels)
-
-
 @dataclass(frozen=True, slots=True)
 class RunPlots:
     """What plotting a finished run did: the files, or why there are none."""
@@ -315,7 +303,8 @@ def write_run_plots(run_dir: Path) -> RunPlots:
     """Plot a finished run into RUN_DIR/plots, never raising for a plotting problem: a run
     that measured fine must not fail on its pictures."""
     try:
-        written = plot_paths([run_dir], RunDir(run_dir).plots_dir, ("png", "svg"))
+        run = load_run(run_dir).held_here()
+        written = plot_runs([run], RunDir(run_dir).plots_dir, ("png", "svg"))
     except UserError as exc:
         return RunPlots(run_dir, [], str(exc))
     except (OSError, ValueError, RuntimeError) as exc:  # a matplotlib or disk problem

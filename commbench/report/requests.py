@@ -8,22 +8,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
-from commbench.flags import ALLOW_MISMATCH, BASELINE, FORMAT, HISTORY, LABEL, OP, OUT
+from commbench.arguments import (
+    Against,
+    InHistory,
+    MismatchAllowed,
+    OneOp,
+    OutFile,
+    PathLike,
+    Request,
+)
+from commbench.flags import FORMAT, LABEL
 from commbench.formats import Writes, help_text
-from commbench.options import arg, cli, field_of
+from commbench.options import Group, arg, field_of, option, use
 from commbench.report.options import ExportFormat, Images, ReportFormat
 
 if TYPE_CHECKING:
     from commbench.results.runs import Run, Suite
 
-_MISMATCH_WITH_BASELINE = (
-    "With --baseline: compare runs whose GPU model, world size, backend or topology differ."
-)
+
+@dataclass(kw_only=True)
+class OneRun(Group):
+    """The stored run (or suite) `report` and `export` read."""
+
+    run: PathLike | Run | Suite = field(
+        kw_only=False,
+        metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
+    )
 
 
 @dataclass(kw_only=True)
-class PlotRequest(Request):
+class PlotRequest(OutFile, Request):
     """Every option of `commbench plot` and `plot_run`, declared once."""
 
     runs: PathLike | Run | Suite | Sequence[PathLike | Run | Suite] = field(
@@ -34,23 +48,17 @@ class PlotRequest(Request):
             help="Run directories; several draw one line per run on each chart.",
         ),
     )
-    out: PathLike | None = field_of(
-        OUT,
-        default=None,
+    out = use(
         help="Directory for the figures. Default: RUN_DIR/plots (SUITE_DIR/plots) for one, "
         "./plots for several.",
     )
-    formats: str | Sequence[str] = field(
-        default="png,svg", metadata=cli(type=str, help="Comma list: png, svg.")
-    )
-    peak: str | float | None = field(
+    formats: str | Sequence[str] = option(default="png,svg", type=str, help="Comma list: png, svg.")
+    peak: str | float | None = option(
         default=None,
-        metadata=cli(
-            metavar="GBPS",
-            type=str,
-            help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
-            "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
-        ),
+        metavar="GBPS",
+        type=str,
+        help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
+        "slowest link among the run's GPUs from its recorded topology; none for CPU runs.",
     )
     labels: Sequence[str] | None = field_of(
         LABEL,
@@ -62,68 +70,48 @@ class PlotRequest(Request):
 
 
 @dataclass(kw_only=True)
-class ReportRequest(Request):
+class ReportRequest(OneRun, OutFile, Against, MismatchAllowed, InHistory, Request):
     """Every option of `commbench report` and `report_run`, declared once."""
 
-    run: PathLike | Run | Suite = field(
-        kw_only=False,
-        metadata=arg(metavar="RUN_DIR", type=Path, help="Run directory or suite directory."),
-    )
+    run = use()
     fmt: str = field_of(FORMAT, default="md", type=ReportFormat, help=help_text(Writes.REPORT))
-    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
-    baseline: PathLike | Run | Suite | None = field_of(
-        BASELINE, default=None, help="Add the regression gate against this run or suite."
-    )
-    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
-    history: str | None = field_of(
-        HISTORY,
-        default=None,
+    out = use()
+    baseline = use()
+    allow_mismatch = use()
+    history = use(
         help="A runs history (SQLite file or postgresql:// URL): add each run's trend in "
         "it, its points against the runs before, and each op's series with its change points.",
     )
-    images: str | None = field(
+    images: str | None = option(
         default=None,
-        metadata=cli(
-            type=Images,
-            help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
-            "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
-            "tables only (markdown on stdout: a terminal or $GITHUB_STEP_SUMMARY, which "
-            "drops data URIs).",
-        ),
+        type=Images,
+        help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
+        "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
+        "tables only (markdown on stdout: a terminal or $GITHUB_STEP_SUMMARY, which "
+        "drops data URIs).",
     )
 
 
 @dataclass(kw_only=True)
-class ExportRequest(Request):
+class ExportRequest(OneRun, OutFile, Against, MismatchAllowed, OneOp, Request):
     """Every option of `commbench export` and `export_run`, declared once."""
 
-    run: PathLike | Run | Suite = field(
-        kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR", type=Path, help="Run directory (a diagnose run adds its verdicts)."
-        ),
-    )
+    run = use(help="Run directory (a diagnose run adds its verdicts).")
     fmt: str = field_of(
         FORMAT,
         default="openmetrics",
         type=ExportFormat,
         help=help_text(Writes.EXPORT),
     )
-    out: PathLike | None = field_of(
-        OUT,
-        default=None,
+    out = use(
         help="Write here instead of stdout, atomically (a temporary file beside it, then "
         "renamed): e.g. FILE.prom in node_exporter's textfile directory.",
     )
-    baseline: PathLike | Run | Suite | None = field_of(
-        BASELINE,
-        default=None,
-        help="Add the regression gate against this run: each point's verdict and speed ratio.",
+    baseline = use(
+        help="Add the regression gate against this run: each point's verdict and speed ratio."
     )
-    allow_mismatch: bool = field_of(ALLOW_MISMATCH, default=False, help=_MISMATCH_WITH_BASELINE)
-    op: str | None = field_of(
-        OP,
-        default=None,
+    allow_mismatch = use()
+    op = use(
         help="With --format nccl-tests-json: the op to write, when the run measured "
         "several (nccl-tests' file holds one op's results).",
     )

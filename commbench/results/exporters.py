@@ -11,12 +11,12 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from commbench.formats import Choice, Writes, choices
 from commbench.formats import writer as registry_writer
 from commbench.results.csv_rows import csv_columns, csv_record
-from commbench.results.schema import SCHEMA_VERSION, ResultRow
+from commbench.results.schema import SCHEMA_VERSION, Keyed, ResultRow
 from commbench.sizes import format_size
 from commbench.tables import (
     Block,
@@ -50,32 +50,22 @@ def _spread(row: ResultRow) -> str:
     return "-" if spread is None else f"{spread:.0%}"
 
 
-class Series(Protocol):
-    """What names a series of points: a result row, or a point the regression gate compared."""
-
-    op: str
-    strategy: str
-    dtype: str
-    reduce_op: str
-    world_size: int
-    in_place: bool
-    skew: str
-
-
-def group_title(row: Series) -> str:
-    parts = [row.op]
-    if row.strategy:
-        parts.append(f"strategy={row.strategy}")
-    if row.dtype:  # none for an op that carries no data (a replayed barrier), as reduce_op
-        parts.append(row.dtype)
-    if row.reduce_op:
-        parts.append(f"op={row.reduce_op}")
+def group_title(row: Keyed) -> str:
+    """A series' title (its key but the size): `all_reduce  float32  op=sum  2 ranks`."""
+    op, strategy, dtype, reduce_op, world_size, _, in_place, skew = row.key
+    parts = [op]
+    if strategy:
+        parts.append(f"strategy={strategy}")
+    if dtype:  # none for an op that carries no data (a replayed barrier), as reduce_op
+        parts.append(dtype)
+    if reduce_op:
+        parts.append(f"op={reduce_op}")
     # the world size in words: a bare `n=2` read as the iteration count
-    parts.append(f"{row.world_size} rank" + ("s" if row.world_size != 1 else ""))
-    if row.in_place:
+    parts.append(f"{world_size} rank" + ("s" if world_size != 1 else ""))
+    if in_place:
         parts.append("in-place")
-    if row.skew:
-        parts.append(f"skew={row.skew}")
+    if skew:
+        parts.append(f"skew={skew}")
     return "  ".join(parts)
 
 

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Protocol
 from commbench.errors import UserError, quoted
 from commbench.health.findings import RDMA_ERROR_COUNTERS, FindingKind
 from commbench.results.record import RunStatus
+from commbench.results.schema import Keyed
 
 if TYPE_CHECKING:
     from commbench.health.record import HealthSnapshot
@@ -230,42 +231,22 @@ def run_identity(run: Run) -> dict[str, str]:
     }
 
 
-class PointKey(Protocol):
-    """What names a measured point: a result row, or a point the regression gate judged."""
-
-    @property
-    def op(self) -> str: ...
-    @property
-    def strategy(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def reduce_op(self) -> str: ...
-    @property
-    def in_place(self) -> bool: ...
-    @property
-    def world_size(self) -> int: ...
-    @property
-    def size_bytes(self) -> int: ...
-    @property
-    def skew(self) -> str: ...
-
-
-def point_labels(run: Mapping[str, str], point: PointKey) -> dict[str, str]:
+def point_labels(run: Mapping[str, str], point: Keyed) -> dict[str, str]:
     """A point's labels: what keys it (`ResultRow.key`), `skew` only on the points of an op
     that takes one (all_to_allv), so every other series keeps the labels it always had."""
+    op, strategy, dtype, reduce_op, world_size, size_bytes, in_place, skew = point.key
     labels = {
         **run,
-        "op": point.op,
-        "strategy": point.strategy,
-        "dtype": point.dtype,
-        "reduce_op": point.reduce_op,
-        "in_place": "true" if point.in_place else "false",
-        "world_size": str(point.world_size),
-        "size_bytes": str(point.size_bytes),
+        "op": op,
+        "strategy": strategy,
+        "dtype": dtype,
+        "reduce_op": reduce_op,
+        "in_place": "true" if in_place else "false",
+        "world_size": str(world_size),
+        "size_bytes": str(size_bytes),
     }
-    if point.skew:
-        labels["skew"] = point.skew
+    if skew:
+        labels["skew"] = skew
     return labels
 
 
@@ -491,7 +472,7 @@ def diagnose_families(
     return [overall, per_node]
 
 
-class JudgedPoint(PointKey, Protocol):
+class JudgedPoint(Keyed, Protocol):
     """A point the regression gate judged (`compare.PointResult`)."""
 
     @property

@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import MISSING as dataclasses_missing
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol, cast
 
 from commbench.errors import UserError, quoted
 from commbench.fields import (
@@ -116,6 +116,35 @@ MOVES_NOTHING = tuple(op for op, spec in OPS.items() if spec.latency_only)
 """Ops whose rows have 0 bytes (`OpSpec.latency_only`); every other row moves 1 byte or more."""
 SKEWED_OPS = tuple(op for op, spec in OPS.items() if spec.skewed)
 """Ops whose rows name their skew (`OpSpec.skewed`); no other row does."""
+
+
+class Keyed(Protocol):
+    """What names a measured point: a result row, or a record about one (`KeyedPoint`: a
+    point the regression gate judged, a series of the history)."""
+
+    @property
+    def key(self) -> RowKey: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyedPoint:
+    """A record about one point, named by its key (`ROW_KEY`): a point the gate judged
+    (`compare.PointResult`), a point's series in the history (`history.Series`). Each names
+    its `skew` itself, where its columns have it (a comparison's after the verdict)."""
+
+    op: str
+    strategy: str
+    dtype: str
+    reduce_op: str
+    world_size: int
+    size_bytes: int
+    in_place: bool
+
+    @property
+    def key(self) -> RowKey:
+        """Its `ResultRow.key`."""
+        return cast(RowKey, tuple(getattr(self, name) for name in ROW_KEY))
+
 
 # A p2p copy's words (`P2PCopy`), as `commbench.p2p` writes them.
 P2P_TESTS = ("bandwidth", "latency")

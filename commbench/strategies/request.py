@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import PathLike, Request
+from commbench.arguments import Fabric, PathLike, Request
 from commbench.collectives.settings import GPU_DEFAULT_SIZES
-from commbench.flags import BACKEND, BW, FROM, LATENCY, SIZES, STRATEGIES, WORLD
-from commbench.options import cli, field_of
+from commbench.flags import BACKEND, FROM, SIZES, STRATEGIES, WORLD
+from commbench.options import field_of, option, use
 
 if TYPE_CHECKING:
     from commbench.strategies.model import Fit, Params, Prediction
 
 
 @dataclass(kw_only=True)
-class ModelRequest(Request):
+class ModelRequest(Fabric, Request):
     """Every option of `commbench model` and `model_strategies`, declared once."""
 
     world: str | Sequence[int] | None = field_of(
@@ -27,22 +27,15 @@ class ModelRequest(Request):
         also=("-w",),
         help="World sizes, e.g. 8,64,1024. Default: 8; with --from, the run's then 8,64,1024.",
     )
-    bw: float | None = field_of(
-        BW,
-        default=None,
+    bw = use(
         help="Link bandwidth in GB/s (beta). Needed without --from; with it, held while "
         "the latency is fitted.",
     )
-    latency: float | None = field_of(
-        LATENCY,
-        default=None,
+    latency = use(
         help="Latency per step in us (alpha). Needed without --from; with it, held while "
         "the bandwidth is fitted.",
     )
-    launch: float = field(
-        default=0.0,
-        metadata=cli(help="Cost of one host-side launch/sync in us (default 0)."),
-    )
+    launch: float = option(default=0.0, help="Cost of one host-side launch/sync in us (default 0).")
     sizes: str = field_of(
         SIZES,
         default=GPU_DEFAULT_SIZES,

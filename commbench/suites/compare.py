@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import Fraction, PathLike, Request
-from commbench.flags import ALLOW_MISMATCH, HISTORY, TOLERANCE
-from commbench.options import arg, cli, field_of
+from commbench.arguments import Fraction, InHistory, MismatchAllowed, PathLike, Request, Tolerated
+from commbench.options import arg, option, use
 from commbench.results.names import (
     DEFAULT_ALPHA,
     DEFAULT_LATENCY_TOLERANCE,
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(kw_only=True)
-class CompareRequest(Request):
+class CompareRequest(Tolerated, MismatchAllowed, InHistory, Request):
     """Every option of `commbench compare` and `compare_runs`, declared once."""
 
     baseline: PathLike | Run | Suite = field(
@@ -37,44 +36,30 @@ class CompareRequest(Request):
         kw_only=False,
         metadata=arg(metavar="NEW", type=Path, help="New run directory (or suite directory)."),
     )
-    tolerance: Fraction | None = field_of(
-        TOLERANCE,
-        default=None,
+    tolerance = use(
         help="Largest busbw drop accepted at bandwidth-bound sizes. "
         f"Default {DEFAULT_TOLERANCE:.0%}, or what the suite's config says when comparing suites.",
     )
-    latency_tolerance: Fraction | None = field(
+    latency_tolerance: Fraction | None = option(
         default=None,
-        metadata=cli(
-            type=str,
-            help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
-            f"Default {DEFAULT_LATENCY_TOLERANCE:.0%}, or the suite's.",
-        ),
+        type=str,
+        help="Largest drop accepted at latency-bound sizes (busbw under half the peak). "
+        f"Default {DEFAULT_LATENCY_TOLERANCE:.0%}, or the suite's.",
     )
-    alpha: float | None = field(
+    alpha: float | None = option(
         default=None,
-        metadata=cli(
-            type=float,
-            help=f"Significance level of the one-sided Mann-Whitney test. Default {DEFAULT_ALPHA}.",
-        ),
+        help=f"Significance level of the one-sided Mann-Whitney test. Default {DEFAULT_ALPHA}.",
     )
-    noisy_cv: float | None = field(
+    noisy_cv: float | None = option(
         default=None,
-        metadata=cli(
-            type=float,
-            help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
-            "baseline, is called noisy in the notes (it moves no limit: how far the medians "
-            f"move between runs does). Default {DEFAULT_NOISY_CV}.",
-        ),
+        help="Robust spread (IQR / 1.349 median) above which a point, or the whole "
+        "baseline, is called noisy in the notes (it moves no limit: how far the medians "
+        f"move between runs does). Default {DEFAULT_NOISY_CV}.",
     )
-    allow_mismatch: bool = field_of(
-        ALLOW_MISMATCH,
-        default=False,
+    allow_mismatch = use(
         help="Compare runs whose GPU model, world size, backend or topology differ.",
     )
-    history: str | None = field_of(
-        HISTORY,
-        default=None,
+    history = use(
         help="A runs history (SQLite file or postgresql:// URL): each point is judged against "
         "how far its median moved in the history's comparable runs (5 or more since its "
         "series last changed), and their median stands for the baseline's.",

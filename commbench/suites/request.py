@@ -8,28 +8,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from commbench.arguments import Fraction, PathLike, Request
-from commbench.flags import (
-    ALLOW_MISMATCH,
-    BACKEND,
-    BASELINE,
-    DEVICE,
-    HISTORY,
-    LABEL,
-    NO_PLOT,
-    NPROC,
-    OUT,
-    TOLERANCE,
+from commbench.arguments import (
+    InHistory,
+    Labelled,
+    MismatchAllowed,
+    NoPlot,
+    OutDir,
+    PathLike,
+    Request,
+    Tolerated,
 )
+from commbench.collectives.placement import PlacementRequest
+from commbench.flags import BASELINE
 from commbench.launch.request import LaunchRequest
-from commbench.options import arg, cli, field_of
+from commbench.options import arg, field_of, option, use
 
 if TYPE_CHECKING:
     from commbench.results.schema import ResultRow
 
 
 @dataclass(kw_only=True)
-class SuiteRun(LaunchRequest, Request):
+class SuiteRun(
+    LaunchRequest,
+    PlacementRequest,
+    NoPlot,
+    OutDir,
+    Tolerated,
+    MismatchAllowed,
+    InHistory,
+    Labelled,
+    Request,
+):
     """Every option of `commbench run` and `run_suite`, declared once."""
 
     config: PathLike = field(
@@ -42,50 +51,32 @@ class SuiteRun(LaunchRequest, Request):
         also=("-b",),
         help="Baseline suite (or run) directory: compare every run and exit like `compare`.",
     )
-    out: PathLike = field_of(
-        OUT, default="results/suites", help="Parent directory of the suite directory."
-    )
-    nproc: int | None = field_of(
-        NPROC,
-        default=None,
+    out = use(default="results/suites", help="Parent directory of the suite directory.")
+    nproc = use(
         help="Workers per node (overrides the suite's world_size key, which is per node too).",
     )
-    device: str | None = field_of(DEVICE, default=None, help="cuda or cpu (overrides the suite).")
-    backend: str | None = field_of(
-        BACKEND, default=None, help="nccl or gloo (overrides the suite)."
-    )
-    tolerance: Fraction | None = field_of(
-        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
-    )
-    allow_mismatch: bool = field_of(
-        ALLOW_MISMATCH, default=False, help="Compare with a baseline from a different machine."
-    )
-    no_plot: bool = field_of(NO_PLOT, default=False, help="Do not write plots after each run.")
-    history: str | None = field_of(
-        HISTORY,
-        default=None,
+    device = use(help="cuda or cpu (overrides the suite).")
+    backend = use(help="nccl or gloo (overrides the suite).")
+    tolerance = use()
+    allow_mismatch = use(help="Compare with a baseline from a different machine.")
+    no_plot = use()
+    history = use(
         help="A runs history (SQLite file or postgresql:// URL): the suite's runs are added to "
         "it when it ends; with --gate, judged against it first.",
     )
-    gate: bool = field(
+    gate: bool = option(
         default=False,
-        metadata=cli(
-            help="Judge the suite against --history: each point against how far its median "
-            "moved in the history's comparable runs (5 or more since its series last changed)."
-        ),
+        help="Judge the suite against --history: each point against how far its median "
+        "moved in the history's comparable runs (5 or more since its series last changed).",
     )
-    confirm: int = field(
+    confirm: int = option(
         default=0,
-        metadata=cli(
-            metavar="K",
-            maximum=10,
-            help="Measure the points that look worse again K times before the verdict: a drop "
-            "that persists (worse in all K) fails, a one-off is a warning.",
-        ),
+        metavar="K",
+        maximum=10,
+        help="Measure the points that look worse again K times before the verdict: a drop "
+        "that persists (worse in all K) fails, a one-off is a warning.",
     )
-    label: str | None = field_of(
-        LABEL,
-        default=None,
+    label = use(
         help="What the history records this suite's runs as (a commit, a driver version); "
         "default: the CI's commit variable (GITHUB_SHA, CI_COMMIT_SHA, ...), or the "
         "checkout's.",

@@ -54,12 +54,8 @@ class Machine:
     device: str
     nproc: int
     backend: str
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    """HOST:PORT of the torchrun rendezvous for a multi-node suite (every node runs the suite)."""
-    rdzv_id: str = "commbench"
-    debug: bool = False
+    launch: LaunchOptions = field(default_factory=lambda: _one_node())
+    """How its workers start: one node, or a rendezvous every node of the suite meets at."""
 
     def __post_init__(self) -> None:
         if self.device not in ("cuda", "cpu"):
@@ -68,20 +64,23 @@ class Machine:
             raise UserError(f"unknown backend {self.backend!r}; choose nccl or gloo")
         check_range(self.nproc, "--nproc", 1, MAX_NPROC)
 
-    def launch(self, entry: str) -> Any:
+    def entry_launch(self, entry: str) -> LaunchOptions:
         """The launch options for one suite entry: a rendezvous id of its own per entry, so
-        the nodes meet again for every run of the suite."""
+        the nodes meet again for every run of the suite. (Its run.json has always said the
+        launch came from flags.)"""
+        from dataclasses import replace
+
         from commbench.launch.launcher import LaunchOptions
 
-        if self.rdzv_endpoint is None:
-            return LaunchOptions(debug=self.debug)
-        return LaunchOptions(
-            nnodes=self.nnodes,
-            node_rank=self.node_rank,
-            rdzv_endpoint=self.rdzv_endpoint,
-            rdzv_id=f"{self.rdzv_id}-{entry}",
-            debug=self.debug,
-        )
+        if self.launch.rdzv_endpoint is None:  # one node: a standalone rendezvous of its own
+            return LaunchOptions(debug=self.launch.debug)
+        return replace(self.launch, rdzv_id=f"{self.launch.rdzv_id}-{entry}", source="flags")
+
+
+def _one_node() -> LaunchOptions:
+    from commbench.launch.launcher import LaunchOptions
+
+    return LaunchOptions()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -213,7 +212,7 @@ class _Suite:
             outcome = run_collectives(
                 settings,
                 self.path,
-                launch=self.machine.launch(name),
+                launch=self.machine.entry_launch(name),
                 on_progress=self.on_progress,
                 name=name,
             )
@@ -254,7 +253,7 @@ class _Suite:
             outcome = run_collectives(
                 settings,
                 parent,
-                launch=self.machine.launch(f"{name}-confirm{i}"),
+                launch=self.machine.entry_launch(f"{name}-confirm{i}"),
                 name=f"{name}-confirm{i}",
             )
         except CommbenchError as exc:
@@ -331,8 +330,8 @@ def _check_baseline(baseline: Path, machine: Machine, gate: GateSettings) -> Non
     here = RunContext(
         backend=machine.backend,
         device=machine.device,
-        world_size=machine.nproc * machine.nnodes,
-        nnodes=machine.nnodes,
+        world_size=machine.nproc * machine.launch.nnodes,
+        nnodes=machine.launch.nnodes,
     )
     for name, run in runs.items():
         if run.kind is not RunKind.COLLECTIVES:
@@ -364,16 +363,7 @@ def prepare_suite(
         request.nproc if request.nproc is not None else suite.nproc,
         request.backend or suite.backend,
     )
-    machine = Machine(
-        device=place.device,
-        nproc=place.nproc,
-        backend=place.backend,
-        nnodes=launch.nnodes,
-        node_rank=launch.node_rank,
-        rdzv_endpoint=launch.rdzv_endpoint,
-        rdzv_id=launch.rdzv_id,
-        debug=launch.debug,
-    )
+    machine = Machine(device=place.device, nproc=place.nproc, backend=place.backend, launch=launch)
     gate = suite.gate
     if request.tolerance is not None:  # a fraction already (`arguments.Fraction`)
         gate = replace(gate, tolerance=request.tolerance)
@@ -474,7 +464,7 @@ def _plan(config: SuiteConfig, machine: Machine) -> list[_Planned]:
     planned = plan_runs(config, machine)
     for item in planned:
         if item.settings is not None:
-            preflight(item.settings, machine.launch(item.name))
+            preflight(item.settings, machine.entry_launch(item.name))
     return planned
 
 

@@ -9,13 +9,23 @@ every benchmark embeds one in its run.json. `to_dict()`/`from_dict()` are its on
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar, cast
 
 from commbench.errors import UserError
-from commbench.fields import Fields, Value, boolean, integer, integer_in, number_in, string
+from commbench.fields import (
+    Conv,
+    Fields,
+    Value,
+    boolean,
+    integer_in,
+    list_of,
+    number_in,
+    string,
+)
 from commbench.files import load_json, shown
 
 SCHEMA_VERSION = 2
@@ -321,14 +331,14 @@ class TopologySnapshot:
                     raise UserError(f"{inner_where}: this run recorded no topology snapshot")
                 return cls.from_dict(inner, inner_where)
         f = Fields(data, where)
-        version = f.req("schema_version", integer)
-        if version > SCHEMA_VERSION:
-            raise UserError(
+        f.version(
+            SCHEMA_VERSION,
+            newer=lambda version: (
                 f"{where}.schema_version: {version} is newer than this commbench understands "
                 f"({SCHEMA_VERSION}); upgrade commbench to read it"
-            )
-        if version < 1:
-            raise UserError(f"{where}.schema_version: {version} is not a valid version")
+            ),
+            invalid=lambda version: f"{where}.schema_version: {version} is not a valid version",
+        )
         gpus = [_gpu_from(item) for item in f.items("gpus", max_items=MAX_GPUS)]
         pairs = [_pair_from(item) for item in f.items("pairs", max_items=MAX_GPUS * (MAX_GPUS - 1))]
         nics = [_nic_from(item) for item in f.items("nics", required=False, max_items=MAX_NICS)]
@@ -397,6 +407,45 @@ def _pair_to_dict(p: Pair) -> dict[str, Any]:
 
 
 _small = integer_in(0, _MAX_SMALL)
+_BY_TYPE: dict[str, Conv[Any]] = {
+    "str": string,
+    "str | None": string,
+    "bool": boolean,
+    "bool | None": boolean,
+    "int": _small,
+    "int | None": _small,
+}
+"""How a field is read by its type, where `_record` is not told otherwise: every integer of a
+snapshot but a few (`MAX_GPUS`, memory, MTU) is a small one."""
+
+R = TypeVar("R")
+
+
+def _record(
+    record: type[R],
+    f: Fields,
+    convs: Mapping[str, Conv[Any]] = MappingProxyType({}),
+    required: tuple[str, ...] = (),
+    **given: Any,
+) -> R:
+    """A `record` from `f`, its fields in order: each one `given` as it is, the others read
+    with their conv in `convs` (else by their type, `_BY_TYPE`); required where the record
+    has no default (or `required` names it), else left at the default where `f` has none."""
+    values = dict(given)
+    for fld in fields(cast(Any, record)):
+        if fld.name in given:
+            continue
+        conv = convs.get(fld.name) or _BY_TYPE[cast(str, fld.type)]
+        if fld.name in required or (fld.default is MISSING and fld.default_factory is MISSING):
+            values[fld.name] = f.req(fld.name, conv)
+        elif (value := f.opt(fld.name, conv)) is not None:
+            values[fld.name] = value
+    return record(**values)
+
+
+def _items(read: Callable[[Value], R], max_items: int | None = None) -> Conv[list[R]]:
+    """A list of objects, each read by `read`."""
+    return list_of(lambda data, path: read(Value(data, path)), max_items)
 
 
 def _host_from(f: Fields | None) -> HostInfo:
@@ -406,15 +455,7 @@ def _host_from(f: Fields | None) -> HostInfo:
     for item in f.items("numa_nodes", required=False):
         n = item.obj()
         nodes.append(NumaNode(id=n.req("id", _small), cpus=n.req("cpus", string)))
-    return HostInfo(
-        hostname=f.opt("hostname", string),
-        cpu_model=f.opt("cpu_model", string),
-        cpu_cores=f.opt("cpu_cores", _small),
-        cpu_threads=f.opt("cpu_threads", _small),
-        numa_nodes=nodes,
-        driver_version=f.opt("driver_version", string),
-        cuda_driver_version=f.opt("cuda_driver_version", string),
-    )
+    return _record(HostInfo, f, numa_nodes=nodes)
 
 
 def _nvlink_from(item: Value) -> NvLink:
@@ -424,35 +465,26 @@ def _nvlink_from(item: Value) -> NvLink:
         raise UserError(
             f"{f.where}.remote_type: {remote_type!r} is not one of {', '.join(NVLINK_REMOTE_TYPES)}"
         )
-    return NvLink(
-        link=f.req("link", _small),
-        active=f.req("active", boolean),
-        generation=f.opt("generation", _small),
-        remote_type=remote_type,
-        remote_pci_bus_id=f.opt("remote_pci_bus_id", string),
-    )
+    return _record(NvLink, f, remote_type=remote_type)
+
+
+_GPU_CONVS: dict[str, Conv[Any]] = {
+    "index": integer_in(0, MAX_GPUS - 1),
+    "memory_bytes": integer_in(0, _MAX_BYTES),
+    "nvlinks": _items(_nvlink_from, MAX_NVLINKS),
+}
 
 
 def _gpu_from(item: Value) -> Gpu:
-    f = item.obj()
-    return Gpu(
-        index=f.req("index", integer_in(0, MAX_GPUS - 1)),
-        name=f.req("name", string),
-        uuid=f.opt("uuid", string),
-        pci_bus_id=f.opt("pci_bus_id", string),
-        nvml_index=f.opt("nvml_index", _small),
-        memory_bytes=f.opt("memory_bytes", integer_in(0, _MAX_BYTES)),
-        numa_node=f.opt("numa_node", _small),
-        gpu_numa_id=f.opt("gpu_numa_id", _small),
-        cpu_affinity=f.opt("cpu_affinity", string),
-        pcie_max_gen=f.opt("pcie_max_gen", _small),
-        pcie_max_width=f.opt("pcie_max_width", _small),
-        pcie_cur_gen=f.opt("pcie_cur_gen", _small),
-        pcie_cur_width=f.opt("pcie_cur_width", _small),
-        nvlinks=[
-            _nvlink_from(x) for x in f.items("nvlinks", required=False, max_items=MAX_NVLINKS)
-        ],
-    )
+    return _record(Gpu, item.obj(), _GPU_CONVS)
+
+
+_PAIR_CONVS: dict[str, Conv[Any]] = {
+    "src": integer_in(0, MAX_GPUS - 1),
+    "dst": integer_in(0, MAX_GPUS - 1),
+    "nvlinks": integer_in(0, MAX_NVLINKS),
+    "peak_gbps": number_in(0, MAX_PEAK_GBPS),
+}
 
 
 def _pair_from(item: Value) -> Pair:
@@ -460,22 +492,17 @@ def _pair_from(item: Value) -> Pair:
     link = f.req("link", string)
     if not is_link_label(link):
         raise UserError(f"{f.where}.link: {link!r} is not an nvidia-smi topology label")
-    return Pair(
-        src=f.req("src", integer_in(0, MAX_GPUS - 1)),
-        dst=f.req("dst", integer_in(0, MAX_GPUS - 1)),
-        link=link,
-        nvlinks=f.req("nvlinks", integer_in(0, MAX_NVLINKS)),
-        p2p=f.opt("p2p", boolean),
-        p2p_read=f.opt("p2p_read", boolean),
-        p2p_write=f.opt("p2p_write", boolean),
-        p2p_nvlink=f.opt("p2p_nvlink", boolean),
-        p2p_atomics=f.opt("p2p_atomics", boolean),
-        p2p_status=f.opt("p2p_status", string),
-        pcie_path=f.opt("pcie_path", string),
-        peak_gbps=f.opt("peak_gbps", number_in(0, MAX_PEAK_GBPS)),
-        peak_assumed=f.opt("peak_assumed", boolean) or False,
-        note=f.opt("note", string) or "",
-    )
+    return _record(Pair, f, _PAIR_CONVS, required=("nvlinks",), link=link)
+
+
+def _port_from(item: Value) -> NicPort:
+    return _record(NicPort, item.obj(), {"rate_gbps": number_in(0, MAX_NIC_GBPS)})
+
+
+_NIC_CONVS: dict[str, Conv[Any]] = {
+    "speed_gbps": number_in(0, MAX_NIC_GBPS),
+    "mtu": integer_in(0, 1 << 20),
+}
 
 
 def _nic_from(item: Value) -> Nic:
@@ -487,32 +514,17 @@ def _nic_from(item: Value) -> Nic:
     kind = f.opt("kind", string)
     if kind is not None and kind not in NIC_KINDS:
         raise UserError(f"{f.where}.kind: {kind!r} is not one of {', '.join(NIC_KINDS)}")
-    ports = []
-    for x in f.items("ports", required=False, max_items=_MAX_PORTS):
-        p = x.obj()
-        ports.append(
-            NicPort(
-                port=p.req("port", _small),
-                state=p.opt("state", string),
-                phys_state=p.opt("phys_state", string),
-                rate_gbps=p.opt("rate_gbps", number_in(0, MAX_NIC_GBPS)),
-                link_layer=p.opt("link_layer", string),
-            )
-        )
-    return Nic(
-        name=f.req("name", string),
-        device=f.opt("device", string) or f.req("name", string),
+    ports = [_port_from(x) for x in f.items("ports", required=False, max_items=_MAX_PORTS)]
+    name = f.req("name", string)
+    return _record(
+        Nic,
+        f,
+        _NIC_CONVS,
         gpu_links=links,
         kind=kind,
-        state=f.opt("state", string),
-        speed_gbps=f.opt("speed_gbps", number_in(0, MAX_NIC_GBPS)),
-        mtu=f.opt("mtu", integer_in(0, 1 << 20)),
-        driver=f.opt("driver", string),
-        pci_bus_id=f.opt("pci_bus_id", string),
-        numa_node=f.opt("numa_node", _small),
-        netdev=f.opt("netdev", string),
-        virtual=f.opt("virtual", boolean) or False,
         ports=ports,
+        name=name,
+        device=f.opt("device", string) or name,
     )
 
 

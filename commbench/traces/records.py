@@ -20,7 +20,6 @@ from commbench.fields import (
     Fields,
     anything,
     boolean,
-    integer,
     integer_in,
     line,
     list_of,
@@ -371,14 +370,14 @@ class Manifest:
         if tool != TOOL:
             said = f"written by {quoted(tool)}" if tool else "without a tool named"
             raise UserError(f"{where}: {said}, not a commbench trace manifest")
-        version = f.req("schema_version", integer)
-        if version > SCHEMA_VERSION:
-            raise UserError(
+        version = f.version(
+            SCHEMA_VERSION,
+            newer=lambda version: (
                 f"{where}: schema_version {version} is from a newer commbench (this one reads "
                 f"up to {SCHEMA_VERSION}): upgrade commbench"
-            )
-        if version < 1:
-            raise UserError(f"{where}: schema_version {version} is not a trace's")
+            ),
+            invalid=lambda version: f"{where}: schema_version {version} is not a trace's",
+        )
         return cls(
             schema_version=version,
             tool=tool,
