@@ -45,14 +45,17 @@ from commbench.flags import (
     BW,
     DRY_RUN,
     HISTORY,
+    ITERS,
     LABEL,
     LATENCY,
     NO_PLOT,
     OP,
     OUT,
+    TIMEOUT,
     TOLERANCE,
+    WARMUP,
 )
-from commbench.numbers import check_range, parse_number
+from commbench.numbers import MAX_ITERATIONS, check_range, parse_number
 from commbench.options import KEY, Declared, Group, arg, field_of
 
 if TYPE_CHECKING:
@@ -516,3 +519,38 @@ class OneOp(Group):
     """`--op` naming the one collective a stored file holds."""
 
     op: str | None = field_of(OP, default=None, help="The collective.")
+
+
+@dataclass(kw_only=True)
+class Iterations(Group):
+    """`--warmup` and `--iters`: the untimed and the timed iterations of each measurement (a
+    point, a test, a row, a round of copies); None lets the command choose. The range is what
+    every command's settings hold (`collectives.settings.Timing`, `p2p.settings.P2PSettings`),
+    refused as the request is built; a suite's `timing` section takes both keys."""
+
+    warmup: int | None = field_of(
+        WARMUP,
+        suite=True,
+        maximum=MAX_ITERATIONS,
+        help="Warm-up iterations per measurement. Default: the command's.",
+    )
+    iters: int | None = field_of(
+        ITERS,
+        suite=True,
+        minimum=1,
+        maximum=MAX_ITERATIONS,
+        help="Timed iterations per measurement. Default: the command's.",
+    )
+
+
+@dataclass(kw_only=True)
+class HangTimeout(Group):
+    """`--timeout`: seconds without progress before a launch's ranks are declared hung. A
+    finite number here; how short a one the watchdog can honour is `Timing.check`'s, which
+    every launch's settings pass (`results.names.MIN_TIMEOUT`)."""
+
+    timeout: float | None = field_of(
+        TIMEOUT,
+        suite=True,
+        help="Seconds without progress before the run is declared hung.",
+    )

@@ -2,9 +2,11 @@
 type it is parsed into (`commbench.options.Flag`).
 
 A record that takes one of them says, in its own field, what the flag means for its command
-(`field_of(WARMUP, help="Warm-up iterations per test.")`): help texts differ (a point, a test,
-a row), the flag does not. The timing flags are the fields of `collectives.settings.Timing`
-as each producer asks for them; `--allow-mismatch` is the gate's, wherever a baseline is.
+(`field_of(OUT, help=...)`): help texts differ, the flag does not. The timing flags are the
+fields of the groups `arguments.Iterations` and `arguments.HangTimeout` (what
+`collectives.settings.Timing` holds), each command saying with `use(help=...)` what they
+count for it (a point, a test, a row); `--allow-mismatch` is the gate's, wherever a baseline
+is.
 
 An option that several commands take with one meaning and one Python type is a field of one
 `Group`, declared once (its type, flag, default and check: `arguments.OutDir`, ...); a
@@ -24,13 +26,13 @@ from commbench.formats import Writes, choices, help_text
 from commbench.options import flag
 
 WARMUP = flag("--warmup", type=int)
-"""Untimed iterations before the timed ones (`Timing.warmup`)."""
+"""Untimed iterations before the timed ones (`arguments.Iterations`, `Timing.warmup`)."""
 ITERS = flag("--iters", type=int)
-"""Timed iterations (`Timing.iters`); None lets the command choose."""
+"""Timed iterations (`arguments.Iterations`, `Timing.iters`); None lets the command choose."""
 MIN_TIME = flag("--min-time", type=float)
 """Seconds of timed iterations when `--iters` is not given (`Timing.min_time`)."""
 TIMEOUT = flag("--timeout", type=float)
-"""Seconds without progress before a run is declared hung (`Timing.timeout`)."""
+"""Seconds without progress before a run is declared hung (`arguments.HangTimeout`)."""
 ALLOW_MISMATCH = flag("--allow-mismatch", type=bool)
 """Compare runs whose comparability context (GPU model, world size, ...) differs."""
 

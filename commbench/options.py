@@ -200,7 +200,8 @@ def use(*, help: str | None = None, default: Any = dataclasses.MISSING) -> Any:
     command's help and default (each: the group's when not given), and list it at this place
     in `--help`. The flag, its type, its metavar and its range stay the group's: the option is
     declared once, each command says what it means for it. `allow_mismatch = use(help=...)`,
-    with no annotation: the type is the group's too."""
+    with no annotation: the type is the group's too; or the group's `X | None` narrowed to `X`
+    where a command's option is never "not given" (`warmup: int = use(default=5)`: p2p's)."""
     return Use(help, default)
 
 
@@ -228,7 +229,13 @@ class Group:
             factory: Any = taken.default_factory
             if mark.default is not dataclasses.MISSING:
                 default, factory = mark.default, dataclasses.MISSING
-            annotations[name] = taken.type
+            own = annotations.get(name)
+            if own is not None and own not in (taken.type, _given(taken.type)):
+                raise TypeError(
+                    f"{cls.__name__}.{name}: {own} = use(...) is neither the group's type "
+                    f"{taken.type} nor it without None"
+                )
+            annotations[name] = own or taken.type
             setattr(
                 cls,
                 name,
@@ -244,6 +251,12 @@ class Group:
             dict.fromkeys([n for n in vars(cls) if n in annotations] + list(annotations))
         )
         cls.__option_used__ = frozenset(used)  # type: ignore[attr-defined]
+
+
+def _given(annotation: object) -> object:
+    """A group's `X | None` as a command with a default of its own annotates it: `X` (a
+    command whose option is never "not given" says so, and its verb's signature too)."""
+    return annotation.removesuffix(" | None") if isinstance(annotation, str) else annotation
 
 
 def _declared_field(cls: type, name: str) -> dataclasses.Field[Any]:

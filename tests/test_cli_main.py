@@ -78,7 +78,7 @@ def test_known_errors_inside_a_command_are_one_line(
     code: int,
     line: str,
 ) -> None:
-    monkeypatch.setattr("commbench.sizes.parse_sizes", _raising(exc))
+    monkeypatch.setattr("commbench.strategies.model.predict", _raising(exc))
     got, _, err = run_main(capsys, "model", "--bw", "10", "--latency", "1")
     assert got == code
     assert one_line(err).startswith(line)

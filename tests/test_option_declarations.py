@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,19 +25,14 @@ import typer
 from commbench.cli import app
 from commbench.options import KEY, declared, use
 
-NOT_YET_ONE: dict[str, int] = {
-    # the timing flags: per command their own default and help (a point, a test, a row)
-    "--warmup": 4,
-    "--iters": 4,
-    "--timeout": 3,
-    # the sweep, as commands other than `collectives` take it
-    "--sizes": 4,
-    "--strategies": 2,
-}
+NOT_YET_ONE: dict[str, int] = {}
 """The flags still declared in several records. Those below are not on it: each pair is two
 options that share a spelling (a field of one `arguments` group is one option, whose records `use`
 it with their own help and default):
 
+* `--sizes`: the sizes a sweep measures or predicts (`collectives.settings.Sweep`, which
+  `collectives` and `model` take), the one size each of `diagnose`'s tests runs at (`SIZE`),
+  `history`'s filter of stored series;
 * `--out`: a directory always made (`OutDir`), a file instead of stdout (`OutFile`), a new
   trace directory (`record`'s, `DIR`);
 * `--baseline`: stored runs to gate against (`Against`), a suite or run directory (`run -b`),
@@ -51,6 +47,7 @@ it with their own help and default):
 * `--from`: `topology`'s snapshot, `model`'s run (two keywords: from_snapshot, from_run).
 """
 ALSO_TWO: dict[str, int] = {
+    "--sizes": 3,
     "--out": 3,
     "--baseline": 3,
     "--format": 3,
@@ -184,3 +181,50 @@ def test_a_verb_lists_its_keywords_in_the_order_its_command_lists_its_flags() ->
         signature = list(inspect.signature(verb).parameters)
         flags = [o.name for o in declared(verb.options) if not o.declared.late]
         assert [n for n in signature if n in flags] == flags, verb.__name__
+
+
+def test_a_use_may_narrow_the_groups_optional_type_and_no_other_way() -> None:
+    # p2p's --warmup has a default of its own (5): `int`, where the group's is `int | None`
+    from commbench.arguments import Iterations
+    from commbench.p2p.settings import P2PRequest
+
+    fields = {f.name: f for f in dataclasses.fields(P2PRequest)}
+    assert fields["warmup"].type == "int" and fields["iters"].type == "int | None"
+    assert {f.name: f for f in dataclasses.fields(Iterations)}["warmup"].type == "int | None"
+
+    with pytest.raises(
+        TypeError, match=re.escape("neither the group's type int | None nor it without")
+    ):
+
+        @dataclass(kw_only=True)
+        class Wrong(Iterations):
+            warmup: str = use(default="5")
+
+
+@pytest.mark.parametrize(
+    ("verb", "keyword", "value", "line"),
+    [
+        (verb, keyword, value, line)
+        for verb in ("run_collectives", "run_diagnose", "run_p2p", "replay_trace")
+        for keyword, value, line in (
+            ("iters", 0, "--iters must be >= 1, got 0"),
+            ("warmup", -1, "--warmup must be >= 0, got -1"),
+            ("warmup", 10**7, "--warmup must be <= 1000000, got 10000000"),
+        )
+    ],
+)
+def test_the_timing_flags_are_checked_alike_by_every_command(
+    verb: str, keyword: str, value: int, line: str
+) -> None:
+    # one declaration, one check: refused as the request is built, in the same words
+    from commbench import api
+    from commbench.errors import UserError
+
+    record = getattr(api, verb).options
+    given = (
+        {"trace": "no-such-trace"}
+        if "trace" in {f.name for f in dataclasses.fields(record)}
+        else {}
+    )
+    with pytest.raises(UserError, match=f"^{re.escape(line)}$"):
+        record(**given, **{keyword: value})

@@ -62,7 +62,7 @@ def test_a_command_stopped_by_a_signal_exits_with_its_code(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, sig: int
 ) -> None:
     _skip_ignored(sig)
-    monkeypatch.setattr("commbench.sizes.parse_sizes", _signal_self(sig))
+    monkeypatch.setattr("commbench.strategies.model.predict", _signal_self(sig))
     code, _, err = run_main(capsys, "model", "--bw", "10", "--latency", "1")
     assert (code, err.strip()) == (CODES[sig], "commbench: interrupted")
 
@@ -83,7 +83,7 @@ def test_the_first_stop_signal_decides_the_exit_code(
             assert signals.held == [signal.SIGINT]
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("commbench.sizes.parse_sizes", both)
+    monkeypatch.setattr("commbench.strategies.model.predict", both)
     code, _, _ = run_main(capsys, "model", "--bw", "10", "--latency", "1")
     assert code == 143
 
@@ -92,13 +92,13 @@ def test_a_stop_noted_by_an_earlier_command_does_not_decide_the_next(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In one process (the Python API's user, these tests), each command starts unstopped."""
-    monkeypatch.setattr("commbench.sizes.parse_sizes", _signal_self(signal.SIGTERM))
+    monkeypatch.setattr("commbench.strategies.model.predict", _signal_self(signal.SIGTERM))
     assert run_main(capsys, "model", "--bw", "10", "--latency", "1")[0] == 143
 
     def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # no signal: Python's own Ctrl-C, or code
 
-    monkeypatch.setattr("commbench.sizes.parse_sizes", interrupted)
+    monkeypatch.setattr("commbench.strategies.model.predict", interrupted)
     assert run_main(capsys, "model", "--bw", "10", "--latency", "1")[0] == 130
 
 

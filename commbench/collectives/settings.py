@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
-from commbench.arguments import Request, declare_kind
+from commbench.arguments import HangTimeout, Iterations, Request, declare_kind
 from commbench.collectives.placement import Placement
 from commbench.collectives.specs import (
     DTYPES,
@@ -18,10 +18,10 @@ from commbench.collectives.specs import (
     plan_size,
 )
 from commbench.errors import UserError, quoted
-from commbench.flags import ITERS, MIN_TIME, SIZES, STRATEGIES, TIMEOUT, WARMUP
+from commbench.flags import MIN_TIME, SIZES, STRATEGIES
 from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
-from commbench.options import cli, field_of
+from commbench.options import Group, cli, field_of, use
 from commbench.results.names import (
     ALL,
     DEFAULT_TIMEOUT,
@@ -246,7 +246,28 @@ def build_settings(place: Placed, timing: Timing, **what: Any) -> CollectivesSet
 
 
 @dataclass(kw_only=True)
-class CollectivesRequest(Request):
+class Sweep(Group):
+    """`--sizes` and `--strategies` of a sweep: the sizes per rank and the all-reduce
+    strategies, parsed as the request is built (`SizeList`, `StrategyList`: the text or the
+    API's list in, bytes and names held). `collectives` measures them, `model` predicts them."""
+
+    sizes: SizeList | None = field_of(
+        SIZES,
+        default=None,
+        metavar="SIZES",
+        suite=True,
+        help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M.",
+    )
+    strategies: StrategyList | None = field_of(
+        STRATEGIES,
+        default=None,
+        metavar="NAMES",
+        help="All-reduce strategies: 'all' or a comma list.",
+    )
+
+
+@dataclass(kw_only=True)
+class CollectivesRequest(Sweep, Iterations, HangTimeout, Request):
     """What a user asks of a collectives sweep: each field is declared once here and is the
     `collectives` flag, the `run_collectives` keyword and (where `suite`) a suite entry's
     key. The lists are parsed as it is built (`OpList`, `SizeList`, ...: a comma list or
@@ -254,11 +275,7 @@ class CollectivesRequest(Request):
     that depend on the machine (`CollectivesSettings` is what workers read and run.json
     stores)."""
 
-    sizes: SizeList | None = field_of(
-        SIZES,
-        default=None,
-        metavar="SIZES",
-        suite=True,
+    sizes = use(
         help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
         f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
     )
@@ -271,12 +288,7 @@ class CollectivesRequest(Request):
             help="Comma list of ops, or 'all' (the default unless --strategies).",
         ),
     )
-    strategies: StrategyList | None = field_of(
-        STRATEGIES,
-        default=None,
-        metavar="NAMES",
-        help="All-reduce strategies to compare: 'all' or a comma list.",
-    )
+    strategies = use(help="All-reduce strategies to compare: 'all' or a comma list.")
     dtype: DtypeList = field(
         default=as_typed("float32"),
         metadata=cli(
@@ -296,19 +308,8 @@ class CollectivesRequest(Request):
             "ops with each in one launch.",
         ),
     )
-    warmup: int | None = field_of(
-        WARMUP,
-        suite=True,
-        maximum=MAX_ITERATIONS,
-        help="Warm-up iterations per point. Default adapts (2-20).",
-    )
-    iters: int | None = field_of(
-        ITERS,
-        suite=True,
-        minimum=1,
-        maximum=MAX_ITERATIONS,
-        help="Timed iterations per point. Default: fill --min-time.",
-    )
+    warmup = use(help="Warm-up iterations per point. Default adapts (2-20).")
+    iters = use(help="Timed iterations per point. Default: fill --min-time.")
     min_time: float | None = field_of(
         MIN_TIME,
         suite=True,
@@ -341,10 +342,8 @@ class CollectivesRequest(Request):
         default=None,
         metadata=cli(metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."),
     )
-    timeout: float = field_of(
-        TIMEOUT,
+    timeout: float = use(
         default=DEFAULT_TIMEOUT,
-        suite=True,
         help="Seconds without progress before the run is declared hung "
         "(start-up, until the first point, gets at least 120 s).",
     )

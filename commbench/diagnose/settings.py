@@ -7,12 +7,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import Request, Tolerated
+from commbench.arguments import HangTimeout, Iterations, Request, Tolerated
 from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.diagnose.plan import MAX_ROUNDS
 from commbench.errors import UserError
 from commbench.fields import known_fields
-from commbench.flags import BASELINE, ITERS, SIZES, TIMEOUT, WARMUP
+from commbench.flags import BASELINE, SIZES
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
 from commbench.options import cli, field_of, use
@@ -70,7 +70,7 @@ class DiagnoseSettings:
 
 
 @dataclass(kw_only=True)
-class DiagnoseRequest(Tolerated):
+class DiagnoseRequest(Tolerated, Iterations, HangTimeout):
     """What a user asks of `commbench diagnose`, beside where its ranks go and the launch:
     each field is declared once here and is the flag and the `run_diagnose` keyword."""
 
@@ -95,13 +95,9 @@ class DiagnoseRequest(Tolerated):
         help="Expected GB/s per stage (JSON) or a diagnose run of a good cluster; "
         "default: the median of the peers.",
     )
-    iters: int | None = field_of(ITERS, help=f"Timed iterations per test. Default {DEFAULT_ITERS}.")
-    warmup: int | None = field_of(
-        WARMUP, help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}."
-    )
-    timeout: float | None = field_of(
-        TIMEOUT, help="Seconds without progress before a node is declared hung."
-    )
+    iters = use(help=f"Timed iterations per test. Default {DEFAULT_ITERS}.")
+    warmup = use(help=f"Warm-up iterations per test. Default {DEFAULT_WARMUP}.")
+    timeout = use(help="Seconds without progress before a node is declared hung.")
 
 
 def diagnose_settings(

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import PathLike, PlanOnly, Request
+from commbench.arguments import Iterations, PathLike, PlanOnly, Request
 from commbench.errors import UserError, quoted
-from commbench.flags import ITERS, LATENCY, WARMUP
+from commbench.flags import LATENCY
 from commbench.launch.request import RunDirRequest
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
@@ -201,7 +201,7 @@ def parse_gpu_list(text: str, flag: str = "--dst") -> list[int]:
 
 
 @dataclass(kw_only=True)
-class P2PRequest:
+class P2PRequest(Iterations):
     """What a user asks of `commbench p2p`, as typed: each field is declared once here and
     is the flag and the `run_p2p` keyword. `settings()` is the one place the command and
     the API fill in defaults and check the flags together."""
@@ -241,11 +241,8 @@ class P2PRequest:
     latency: bool = field_of(
         LATENCY, default=False, type=bool, help="Also small-copy latency (4 B - 64 KiB, in us)."
     )
-    warmup: int = field_of(
-        WARMUP, default=DEFAULT_WARMUP, help="Untimed rounds before each measurement."
-    )
-    iters: int | None = field_of(
-        ITERS,
+    warmup: int = use(default=DEFAULT_WARMUP, help="Untimed rounds before each measurement.")
+    iters = use(
         help="Timed rounds per measurement. "
         f"Default {DEFAULT_ITERS['bandwidth']} (latency: {DEFAULT_ITERS['latency']}).",
     )

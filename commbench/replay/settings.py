@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.arguments import Fabric, PlanOnly, Request
+from commbench.arguments import Fabric, HangTimeout, Iterations, PlanOnly, Request
 from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
 from commbench.fields import known_fields
-from commbench.flags import ITERS, TIMEOUT, WARMUP, WORLD
+from commbench.flags import WORLD
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.numbers import check_range
 from commbench.options import arg, field_of, option, use
@@ -58,7 +58,7 @@ class ReplaySettings:
 
 
 @dataclass(kw_only=True)
-class ReplayRequest(Fabric, PlanOnly):
+class ReplayRequest(Fabric, PlanOnly, Iterations, HangTimeout):
     """What a user asks of `commbench replay`, beside where its ranks go and the launch."""
 
     trace: str | Path = field(
@@ -114,8 +114,7 @@ class ReplayRequest(Fabric, PlanOnly):
         f"and the output says how many were. Default: {DEFAULT_MAX_GAP_S:g} s, at most "
         "half of --timeout.",
     )
-    timeout: float = field_of(
-        TIMEOUT,
+    timeout: float = use(
         default=DEFAULT_TIMEOUT,
         help="Seconds without progress before the replay is declared hung "
         "(start-up, until the first row, gets at least 120 s).",
@@ -126,10 +125,8 @@ class ReplayRequest(Fabric, PlanOnly):
         "launching nothing).",
     )
     latency = use(help="With --bw: that fabric's latency per step in us.")
-    iters: int | None = field_of(ITERS, help="Timed iterations per row. Default: enough for 0.2 s.")
-    warmup: int | None = field_of(
-        WARMUP, help="Warm-up iterations per row. Default: adapts to the size."
-    )
+    iters = use(help="Timed iterations per row. Default: enough for 0.2 s.")
+    warmup = use(help="Warm-up iterations per row. Default: adapts to the size.")
 
 
 def prepare(

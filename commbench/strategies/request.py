@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.arguments import Fabric, PathLike, Request
-from commbench.collectives.settings import GPU_DEFAULT_SIZES
-from commbench.flags import BACKEND, FROM, SIZES, STRATEGIES, WORLD
+from commbench.collectives.settings import GPU_DEFAULT_SIZES, SizeList, StrategyList, Sweep
+from commbench.flags import BACKEND, FROM, WORLD
 from commbench.options import field_of, option, use
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(kw_only=True)
-class ModelRequest(Fabric, Request):
+class ModelRequest(Fabric, Sweep, Request):
     """Every option of `commbench model` and `model_strategies`, declared once."""
 
     world: str | Sequence[int] | None = field_of(
@@ -36,8 +36,7 @@ class ModelRequest(Fabric, Request):
         "the bandwidth is fitted.",
     )
     launch: float = option(default=0.0, help="Cost of one host-side launch/sync in us (default 0).")
-    sizes: str = field_of(
-        SIZES,
+    sizes: SizeList = use(
         default=GPU_DEFAULT_SIZES,
         help=f"Sizes per rank, e.g. 1K-1G. Default {GPU_DEFAULT_SIZES}.",
     )
@@ -46,8 +45,8 @@ class ModelRequest(Fabric, Request):
         default=None,
         help="Whose algorithms to model: nccl or gloo. Default: the run's, else nccl.",
     )
-    strategies: str = field_of(
-        STRATEGIES, default="all", help="Strategies to predict: 'all' or a comma list."
+    strategies: StrategyList = use(
+        default="all", help="Strategies to predict: 'all' or a comma list."
     )
     from_run: PathLike | None = field_of(
         FROM, default=None, help="Fit latency and bandwidth to this run's direct all_reduce rows."
@@ -76,13 +75,10 @@ def predict_strategies(request: ModelRequest) -> Modelled:
     world, bw, latency, launch = request.world, request.bw, request.latency, request.launch
     sizes, backend, strategies = request.sizes, request.backend, request.strategies
     from_run = request.from_run
-    from commbench.collectives.specs import parse_strategies
     from commbench.errors import UserError
-    from commbench.sizes import parse_sizes
     from commbench.strategies.model import SCALE_WORLDS, Params, fit, predict
 
-    names = parse_strategies(strategies)
-    size_list = parse_sizes(sizes)
+    names, size_list = list(strategies), list(sizes)  # parsed as the request was built
     worlds = parse_worlds(world) if world is not None else [8]
     fitted = None
     if from_run is not None:
