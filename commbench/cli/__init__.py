@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from commbench.cli._common import ParseError, error_line, is_usage_error, reported_errors
+from commbench.cli._common import ParseError, error_line, is_usage_error, reported_errors, say
 from commbench.errors import CommbenchError, interrupted_exit_code, stop_signal
 from commbench.version import VERSION
 
@@ -131,7 +131,7 @@ def _run(args: list[str]) -> int:
         typer.echo(error_line(exc), err=True)
         return exc.exit_code
     except (KeyboardInterrupt, typer.Abort):
-        typer.echo("commbench: interrupted", err=True)
+        say("interrupted")
         return interrupted_exit_code()  # 130 for Ctrl-C, 143 for a scheduler's SIGTERM
     except BrokenPipeError:  # a write that did not go through the guard (a library's own)
         end_on_broken_pipe(sys.stdout)

@@ -108,7 +108,7 @@ def reported_errors() -> Iterator[None]:
         typer.echo(error_line(exc), err=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:  # Typer would exit 130 without a word
-        typer.echo("commbench: interrupted", err=True)
+        say("interrupted")
         raise typer.Exit(interrupted_exit_code()) from None
 
 
@@ -182,6 +182,12 @@ def check_nproc(nproc: int, device: str, gpus: int | None) -> list[str]:
     return []
 
 
+def say(line: object) -> None:
+    """One line for the user on stderr, prefixed `commbench: ` as every line the command
+    line says there is (stdout holds the results, which a pipe takes)."""
+    typer.echo(f"commbench: {line}", err=True)
+
+
 def said_first(notes: list[str] | str | None, then: Callable[..., None]) -> Callable[..., None]:
     """`then`, with `notes` said on stderr, in order, before its first call: once the run is
     under way, so bad input is still refused in a line of its own."""
@@ -189,7 +195,7 @@ def said_first(notes: list[str] | str | None, then: Callable[..., None]) -> Call
 
     def call(*args: Any) -> None:
         while pending:
-            typer.echo(f"commbench: {pending.pop(0)}", err=True)
+            say(pending.pop(0))
         then(*args)
 
     return call

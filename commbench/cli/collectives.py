@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import CollectivesRun
-from commbench.cli._common import place_ranks, reported_errors, said_first, verb_command
+from commbench.cli._common import place_ranks, reported_errors, said_first, say, verb_command
 from commbench.flags import Output
 from commbench.formats import Writes
 from commbench.options import values
@@ -80,20 +80,16 @@ def report(run: Run, fmt: Format) -> None:
     warning = noisy_warning(rows)
     for said in [warning, *record.warnings]:  # the run's own (a degraded cross-node watch)
         if said:
-            typer.echo(f"commbench: warning: {said}", err=True)
+            say(f"warning: {said}")
     for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
-        typer.echo(f"commbench: {line}", err=True)
+        say(line)
     if record.note and not rows:
         # a node without global rank 0: its ranks measured, another node holds the rows
-        typer.echo(f"commbench: {record.status}: {record.note}", err=True)
+        say(f"{record.status}: {record.note}")
     else:
-        typer.echo(
-            f"commbench: {record.status}: {len(rows)}/{record.points_total or 0} points "
-            f"in {run.path}",
-            err=True,
-        )
+        say(f"{record.status}: {len(rows)}/{record.points_total or 0} points in {run.path}")
     if run.plots:
-        typer.echo(f"commbench: {run.plots}", err=True)
+        say(run.plots)
     error = run.verdict.error()
     if error is not None:
         raise error

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from commbench.api import CompareRequest
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.files import write_text
 from commbench.flags import OUT, Output
 from commbench.formats import Writes
@@ -42,5 +42,5 @@ def register(app: typer.Typer) -> None:
         typer.echo(text, nl=False)
         for _, result in gate:  # whatever the format: csv has no verdict line to say it
             if result.incomplete:
-                typer.echo(f"commbench: error: {result.new}: {result.incomplete}", err=True)
+                say(f"error: {result.new}: {result.incomplete}")
         raise typer.Exit(gate.exit_code)

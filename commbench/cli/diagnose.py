@@ -12,6 +12,7 @@ from commbench.cli._common import (
     progress_bar,
     reported_errors,
     said_first,
+    say,
     verb_command,
 )
 from commbench.flags import Output
@@ -42,14 +43,13 @@ def register(app: typer.Typer) -> None:
                 diagnosis = commbench.api.run_diagnose(**values(request))
             typer.echo(render(diagnosis, fmt), nl=False)
             for note in diagnosis.notes:
-                typer.echo(f"commbench: warning: {note}", err=True)
-            typer.echo(
-                f"commbench: {diagnosis.verdict}: {len(diagnosis.nodes)} node(s); "
-                f"diagnosis in {diagnosis.path}",
-                err=True,
+                say(f"warning: {note}")
+            say(
+                f"{diagnosis.verdict}: {len(diagnosis.nodes)} node(s); "
+                f"diagnosis in {diagnosis.path}"
             )
             if diagnosis.failure:
-                typer.echo(f"commbench: {diagnosis.failure}", err=True)
+                say(diagnosis.failure)
         raise typer.Exit(diagnosis.exit_code)
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import ImportRequest
-from commbench.cli._common import reported_errors
+from commbench.cli._common import reported_errors, say
 from commbench.options import command, values
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def nccl_tests(request: ImportRequest) -> None:
             typer.echo(str(run.path))
             typer.echo(_summary(run), err=True, nl=False)
 
-        request.on_skipped = lambda said: typer.echo(f"commbench: warning: {said}", err=True)
+        request.on_skipped = lambda said: say(f"warning: {said}")
         request.on_imported = imported
         commbench.api.import_nccl_tests(**values(request))
 

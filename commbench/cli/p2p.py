@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import P2PRun
-from commbench.cli._common import progress_bar, reported_errors, verb_command
+from commbench.cli._common import progress_bar, reported_errors, say, verb_command
 from commbench.flags import Output
 from commbench.formats import Writes
 from commbench.options import values
@@ -63,7 +63,7 @@ def _show_dry_run(dry: DryRun, topology: Path | None, fmt: Format) -> None:
     from commbench.p2p.render import render_expectations
 
     for note in dry.plan.notes:
-        typer.echo(f"commbench: {note}", err=True)
+        say(note)
     if fmt.human:
         typer.echo(
             f"Dry run on {_topology_words(dry.snapshot, topology)}: what each copy "
@@ -79,18 +79,17 @@ def _report(run: Run, fmt: Format) -> None:
 
     typer.echo(render_rows(run.rows, fmt), nl=False)
     for note in run.record.notes:
-        typer.echo(f"commbench: {note}", err=True)
+        say(note)
     odd = [r for r in run.rows if r.p2p and r.p2p.suspicious]
     if odd:
         pairs = ", ".join(r.p2p.label for r in odd[:5] if r.p2p)
-        typer.echo(
-            f"commbench: warning: {len(odd)} measurement(s) above the theoretical peak: {pairs}; "
-            "such numbers are not to be trusted as they stand (see the diagnosis)",
-            err=True,
+        say(
+            f"warning: {len(odd)} measurement(s) above the theoretical peak: {pairs}; "
+            "such numbers are not to be trusted as they stand (see the diagnosis)"
         )
     for line in run.health_findings():
-        typer.echo(f"commbench: link health: {line.message}", err=True)
-    typer.echo(f"commbench: {run.record.status}: {len(run.rows)} rows in {run.path}", err=True)
+        say(f"link health: {line.message}")
+    say(f"{run.record.status}: {len(run.rows)} rows in {run.path}")
     error = run.verdict.error()
     if error is not None:
         raise error

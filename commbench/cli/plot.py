@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commbench.api import PlotRequest
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.options import values
 
 
@@ -18,6 +18,6 @@ def register(app: typer.Typer) -> None:
 
             plotted = commbench.api.plot_run(**values(request))
         for warning in plotted.warnings:  # its points are drawn, but not a finished run's
-            typer.echo(f"commbench: warning: {warning}", err=True)
+            say(f"warning: {warning}")
         for path in plotted.written:
             typer.echo(str(path))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import ReplayRun
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.options import values
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def dry_run(program: Program) -> None:
             typer.echo(line)
     for note in program.notes:
         if note not in program.plan.notes:  # render_plan says its own
-            typer.echo(f"commbench: note: {note}", err=True)
+            say(f"note: {note}")
 
 
 def measured(run: Run) -> str:
@@ -100,10 +100,10 @@ def report(run: Run) -> None:
             for line in elsewhere_lines(replay.elsewhere):
                 typer.echo(line)
         for note in replay.notes:
-            typer.echo(f"commbench: note: {note}", err=True)
+            say(f"note: {note}")
     for said in record.warnings:
-        typer.echo(f"commbench: warning: {said}", err=True)
-    typer.echo(f"commbench: {record.status}: {measured(run)} in {run.path}", err=True)
+        say(f"warning: {said}")
+    say(f"{record.status}: {measured(run)} in {run.path}")
     error = run.verdict.error()
     if error is not None:
         raise error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from commbench.api import ReportRequest
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.options import values
 
 
@@ -22,5 +22,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(str(report.out), err=True)
             return
         if report.note is not None:
-            typer.echo(f"commbench: note: {report.note}", err=True)
+            say(f"note: {report.note}")
         typer.echo(report.text, nl=False)

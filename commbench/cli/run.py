@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import SuiteRun
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.flags import Output
 from commbench.formats import Writes
 from commbench.options import values
@@ -54,12 +54,9 @@ def register(app: typer.Typer) -> None:
             import commbench.api
             from commbench.cli.live import LiveRows
 
-            def on_event(message: str) -> None:
-                typer.echo(f"commbench: {message}", err=True)
-
             # `[i/n] entry: measuring`, then the entry's points as `collectives` shows them
             with LiveRows() as on_progress:
-                request.on_event, request.on_progress = on_event, on_progress
+                request.on_event, request.on_progress = say, on_progress
                 outcome = commbench.api.run_suite(**values(request))
             if outcome.comparisons is not None:
                 from commbench.report.comparison import render_many
@@ -68,8 +65,8 @@ def register(app: typer.Typer) -> None:
             else:
                 typer.echo(_tables(outcome.path, outcome.entries, fmt), nl=False)
             for entry in outcome.failed:
-                on_event(f"{entry.name} {entry.status}: {entry.failure}")
-            on_event(f"suite written to {outcome.path}")
+                say(f"{entry.name} {entry.status}: {entry.failure}")
+            say(f"suite written to {outcome.path}")
             code = outcome.exit_code
         sys.stdout.flush()
         raise typer.Exit(code)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from commbench.api import TopologyRequest
-from commbench.cli._common import reported_errors, verb_command
+from commbench.cli._common import reported_errors, say, verb_command
 from commbench.files import write_text
 from commbench.flags import OUT, Output
 from commbench.formats import Choice, Writes, write
@@ -48,6 +48,6 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_text(out, body)
                 typer.echo(table, nl=False)
-                typer.echo(f"commbench: topology written to {out}", err=True)
+                say(f"topology written to {out}")
             else:
                 typer.echo(body, nl=False)

@@ -18,6 +18,7 @@ import contextlib
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from commbench.launch import procs
@@ -25,33 +26,29 @@ from commbench.launch.protocol import HEARTBEAT_INTERVAL, LAUNCHER_GONE_EXIT, Ra
 from commbench.results.store import RESULTS_CSV, RESULTS_JSON, RUN_FILE, atomic_write, temp_name
 
 
+@dataclass(eq=False)
 class Heartbeat:
-    def __init__(
-        self,
-        path: Path,
-        rank: int,
-        host: str,
-        local_rank: int = 0,
-        launcher_pid: int | None = None,
-        node: int = 0,
-    ) -> None:
-        self.path = path
-        self.launcher_pid = launcher_pid
-        self.rank = rank
-        self.host = host
-        self.local_rank = local_rank
-        self.node = node
-        self.point = -1
-        self.phase = "init"
-        self.iteration = 0
-        self.ticks = 0
-        """Work done outside iterations (the check's chunks): progress the watchdog can see."""
-        self.error = ""
+    """A rank's position, which the main thread sets and the thread started here writes."""
+
+    path: Path
+    rank: int
+    host: str
+    local_rank: int = 0
+    launcher_pid: int | None = None
+    node: int = 0
+    point: int = field(default=-1, init=False)
+    phase: str = field(default="init", init=False)
+    iteration: int = field(default=0, init=False)
+    ticks: int = field(default=0, init=False)
+    """Work done outside iterations (the check's chunks): progress the watchdog can see."""
+    error: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
         self._stop = threading.Event()
         # the thread and stop() write through one temporary file: interleaved, a write that
         # lands after the one recording the cause would erase it
         self._writing = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="commbench-heartbeat", daemon=True)
         self._thread.start()
 

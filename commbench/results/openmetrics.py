@@ -115,6 +115,11 @@ class Family:
     samples: list[Sample] = field(default_factory=list)
     _seen: set[tuple[str, Labels]] = field(default_factory=set)
 
+    @classmethod
+    def gauge(cls, name: str, help: str, unit: str = "") -> Family:
+        """A gauge: every metric but the iteration times is one (module docstring)."""
+        return cls(name, "gauge", help, unit)
+
     def add(self, labels: Mapping[str, str] | Labels, value: float, suffix: str = "") -> None:
         """One sample; a second one with the same labels (and suffix) is dropped."""
         items = tuple(labels.items()) if isinstance(labels, Mapping) else labels
@@ -122,6 +127,14 @@ class Family:
             return
         self._seen.add((suffix, items))
         self.samples.append(Sample(items, value, suffix))
+
+    def add_states(
+        self, labels: Mapping[str, str], label: str, states: Iterable[str], current: str
+    ) -> None:
+        """A state as gauges (module docstring): one sample per state under `label`, 1 for
+        `current` and 0 for the others."""
+        for state in states:
+            self.add({**labels, label: state}, state == current)
 
 
 # -- the text ----------------------------------------------------------------------------------
@@ -259,27 +272,24 @@ def _row_labels(run: Mapping[str, str], row: ResultRow) -> dict[str, str]:
 
 def run_families(run: Run) -> list[Family]:
     labels = run_labels(run)
-    info = Family(
+    info = Family.gauge(
         "commbench_run_info",
-        "gauge",
         "1, labelled with what identifies the run the other series come from (run_id, "
         "hosts, start time, commit, versions): join it in with "
         "`* on() group_left(run_id) commbench_run_info`.",
     )
     info.add({**labels, **run_identity(run)}, 1)
-    status = Family(
+    status = Family.gauge(
         "commbench_run_status",
-        "gauge",
         "1 for the run's status (as commbench judges it: a wrong result is failed), 0 for "
         "the others.",
     )
-    for state in RunStatus:
-        if state in (RunStatus.PENDING, RunStatus.SKIPPED) and state is not run.status:
-            continue  # a suite entry's states, not a run's
-        status.add({**labels, "status": state.value}, run.status is state)
-    started = Family(
+    # pending and skipped are a suite entry's states, not a run's (unless it holds one)
+    suite_only = {RunStatus.PENDING, RunStatus.SKIPPED} - {run.status}
+    states = [state.value for state in RunStatus if state not in suite_only]
+    status.add_states(labels, "status", states, run.status.value)
+    started = Family.gauge(
         "commbench_run_timestamp_seconds",
-        "gauge",
         "When the run started, seconds since the Unix epoch.",
         unit="seconds",
     )
@@ -301,15 +311,13 @@ def _timestamp(text: str | None) -> float | None:
 def point_families(run: Run) -> list[Family]:
     """algbw, busbw and the time summary of every point that was measured."""
     labels = run_labels(run)
-    algbw = Family(
+    algbw = Family.gauge(
         "commbench_algbw_bytes_per_second",
-        "gauge",
         "Algorithm bandwidth at the median time: bytes per rank / time.",
         unit="bytes_per_second",
     )
-    busbw = Family(
+    busbw = Family.gauge(
         "commbench_busbw_bytes_per_second",
-        "gauge",
         "Bus bandwidth at the median time (nccl-tests' busbw), comparable across world sizes.",
         unit="bytes_per_second",
     )
@@ -396,15 +404,13 @@ def _node_snapshots(
 
 def health_families(run: Run) -> list[Family]:
     labels = run_labels(run)
-    value = Family(
+    value = Family.gauge(
         "commbench_health_errors",
-        "gauge",
         "A link-health error counter (PCIe replays, NVLink errors, ECC errors, retired or "
         "remapped memory, RDMA port errors) as the snapshot before or after the run read it.",
     )
-    increase = Family(
+    increase = Family.gauge(
         "commbench_health_errors_increase",
-        "gauge",
         "How much a link-health error counter rose during the run (negative: it was reset).",
     )
     for host, node, before, after in _node_snapshots(run):
@@ -423,9 +429,8 @@ def health_families(run: Run) -> list[Family]:
                     device, link, counter = key
                     where = {**labels, "host": host, "node": node, "device": device, "link": link}
                     increase.add({**where, "counter": counter}, count - read["before"][key])
-    findings = Family(
+    findings = Family.gauge(
         "commbench_health_findings",
-        "gauge",
         "Link-health findings of the run by kind (a link below its maximum, a counter that "
         "moved, throttling, ECC, retired memory).",
     )
@@ -453,22 +458,19 @@ def diagnose_families(
 ) -> list[Family]:
     """A diagnose run's verdict and each node's, one series per possible verdict."""
     labels = run_labels(run)
-    overall = Family(
+    overall = Family.gauge(
         "commbench_diagnose_verdict",
-        "gauge",
         "1 for the diagnosis' verdict (healthy, degraded, failed), 0 for the others.",
     )
-    for state in verdicts:
-        overall.add({**labels, "verdict": state}, verdict == state)
-    per_node = Family(
+    overall.add_states(labels, "verdict", verdicts, verdict)
+    per_node = Family.gauge(
         "commbench_diagnose_node_verdict",
-        "gauge",
         "1 for each node's verdict (healthy, degraded, failed), 0 for the others.",
     )
     for n in nodes:
-        for state in verdicts:
-            node = {**labels, "host": n.host, "node": str(n.node), "verdict": state}
-            per_node.add(node, n.verdict == state)
+        per_node.add_states(
+            {**labels, "host": n.host, "node": str(n.node)}, "verdict", verdicts, n.verdict
+        )
     return [overall, per_node]
 
 
@@ -491,34 +493,28 @@ def compare_families(
     """The regression gate against a baseline: each point's mark and speed ratio, whether
     the gate passed, and which run the baseline was (an info series, as the run's own)."""
     labels = run_labels(run)
-    which = Family(
+    which = Family.gauge(
         "commbench_compare_baseline_info",
-        "gauge",
         "1, labelled with what identifies the baseline the regression gate compared the run "
         "with (baseline_run_id, ...).",
     )
     which.add({**labels, **{f"baseline_{k}": v for k, v in run_identity(baseline).items()}}, 1)
-    verdict = Family(
+    verdict = Family.gauge(
         "commbench_compare_point_verdict",
-        "gauge",
         "1 for the regression gate's mark of each point against the baseline (better, "
         "worse, same, noisy, missing, new), 0 for the others.",
     )
-    ratio = Family(
+    ratio = Family.gauge(
         "commbench_compare_speed_ratio",
-        "gauge",
         "New speed / baseline speed of each point (0.8: 20% slower).",
     )
     for point in points:
         where = point_labels(labels, point)
-        mark = str(point.mark.value)
-        for state in marks:
-            verdict.add({**where, "verdict": state}, mark == state)
+        verdict.add_states(where, "verdict", marks, str(point.mark.value))
         if point.ratio is not None:
             ratio.add(where, point.ratio)
-    gate = Family(
+    gate = Family.gauge(
         "commbench_compare_passed",
-        "gauge",
         "1 when the regression gate passed against the baseline, 0 when it failed.",
     )
     gate.add(labels, passed)

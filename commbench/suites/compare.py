@@ -70,18 +70,12 @@ def judge(request: CompareRequest) -> Gate:
     """`compare_runs`' work: the gate the suites' configs give, under the values given, over
     every pair of runs the two targets hold."""
     from commbench.compare import Gate
-    from commbench.suites.gate import compare_targets, gate_for, loaded
+    from commbench.fields import pick
+    from commbench.suites.gate import GATE_KEYS, compare_targets, gate_for, loaded
 
     base, new = loaded(request.baseline), loaded(request.new)  # each read once, if at all
-    settings = gate_for(
-        base,
-        new,
-        allow_mismatch=request.allow_mismatch,
-        tolerance=request.tolerance,
-        latency_tolerance=request.latency_tolerance,
-        alpha=request.alpha,
-        noisy_cv=request.noisy_cv,
-    )
+    given = pick(request, *GATE_KEYS)  # the request declares every gate number GateSettings has
+    settings = gate_for(base, new, allow_mismatch=request.allow_mismatch, **given)
     reference = None
     if request.history is not None:
         from commbench.suites.history import check, reference_in

@@ -129,7 +129,7 @@ def compare_to_history(
     return out
 
 
-_GATE_KEYS = tuple(f.name for f in fields(GateSettings) if f.name != "allow_mismatch")
+GATE_KEYS = tuple(f.name for f in fields(GateSettings) if f.name != "allow_mismatch")
 """The gate's own numbers (`GateSettings`' fields, less the flag a command line gives): what a
 suite records of its gate, and what `gate_for` takes."""
 
@@ -140,7 +140,7 @@ def recorded_gate(target: Run | Suite) -> dict[str, Any]:
         return {}
     match target.record.config:  # its `gate` checked when suite.json was read
         case {"gate": dict(gate)}:
-            return {k: gate[k] for k in _GATE_KEYS if isinstance(gate.get(k), float | int)}
+            return {k: gate[k] for k in GATE_KEYS if isinstance(gate.get(k), float | int)}
     return {}
 
 
@@ -150,7 +150,7 @@ def gate_for(
     """The gate to judge `new` against `baseline` with: what the suites' configs gave
     `commbench run --baseline` (so `compare` of two suites reaches its verdict), under the
     values given on the command line (None: not given)."""
-    unknown = set(given) - set(_GATE_KEYS)
+    unknown = set(given) - set(GATE_KEYS)
     if unknown:
         raise TypeError(f"not gate settings: {sorted(unknown)}")
     gate = {**recorded_gate(baseline), **recorded_gate(new)}
