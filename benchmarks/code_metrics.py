@@ -343,8 +343,8 @@ def _callee(call: ast.Call) -> str:
 
 
 def flag_declarations(package_dir: Path) -> dict[str, Any]:
-    """Every flag declaration in the package's syntax tree: a `cli(...)` call (the metadata
-    of a record's field; without names the flag is the field's name, `--min-time` of
+    """Every flag declaration in the package's syntax tree: an `option(...)` or `cli(...)`
+    call (a record's field; without names the flag is the field's name, `--min-time` of
     `min_time`), a shared `flag(...)` (`commbench.flags`: its uses, `field_of(WARMUP,
     ...)`, declare nothing) or a `typer.Option(...)` call with its flag spelled out. A flag spelled in
     more than one place is declared more than once: a newcomer who changes it must find the
@@ -374,7 +374,9 @@ def flag_declarations(package_dir: Path) -> dict[str, Any]:
             if not isinstance(node, ast.Call):
                 continue
             callee = _callee(node)
-            if callee == "cli":  # a record's field: its names, else the field's name
+            if callee == "cli" or (callee == "option" and isinstance(node.func, ast.Name)):
+                # a record's field: its names, else the field's name (`FORMAT.option(...)` is
+                # a shared flag's use in a body, declared by its `flag(...)`)
                 declare(node, rel, in_field.get(node))
             elif callee in ("flag", "Option"):  # a shared flag, or one typed into a body
                 declare(node, rel, None)

@@ -214,20 +214,17 @@ class TopologyRequest(Request):
 
     from_snapshot: PathLike | None = field_of(
         FROM,
-        default=None,
         kw_only=False,
         metavar="SNAPSHOT.json",
         help="Analyse a snapshot saved with --format json (or a run.json) instead of this machine.",
     )
     from_smi: PathLike | None = option(
-        default=None,
         metavar="TOPO.txt",
         type=Path,
         help="Analyse the text `nvidia-smi topo -m` printed on another machine "
         "(- reads it from stdin).",
     )
     gpu: str | None = option(
-        default=None,
         metavar="MODEL",
         help="With --from-smi: the GPU model as nvidia-smi names it "
         '("Tesla V100-SXM2-16GB"), for its datasheet link rates; without it rates are '

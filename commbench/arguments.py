@@ -34,7 +34,6 @@ import operator
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError, quoted
@@ -56,14 +55,14 @@ from commbench.flags import (
     WARMUP,
 )
 from commbench.numbers import MAX_ITERATIONS, check_range, parse_number
-from commbench.options import KEY, Declared, Group, arg, field_of
+from commbench.options import KEY, Declared, Group, field_of, paths
 
 if TYPE_CHECKING:
     from commbench.results.runs import Run, Suite
 
 MAX_INT = (1 << 63) - 1
 """The largest integer any field takes (it reaches C as an int64: a count, a port, a rank);
-a field's own limit, tighter, is its option's (`cli(minimum=, maximum=)`) or is checked
+a field's own limit, tighter, is its option's (`option(minimum=, maximum=)`) or is checked
 where the value is used."""
 
 
@@ -421,7 +420,7 @@ class OutDir(Group):
 class OutFile(Group):
     """`--out` as where a command writes what it would print (or the figures it draws)."""
 
-    out: PathLike | None = field_of(OUT, default=None, help="Write here instead of stdout.")
+    out: PathLike | None = field_of(OUT, help="Write here instead of stdout.")
 
 
 @dataclass(kw_only=True)
@@ -430,7 +429,7 @@ class Against(Group):
     against."""
 
     baseline: PathLike | Run | Suite | None = field_of(
-        BASELINE, default=None, help="Add the regression gate against this run or suite."
+        BASELINE, help="Add the regression gate against this run or suite."
     )
 
 
@@ -451,7 +450,7 @@ class Tolerated(Group):
     """`--tolerance`: how far below its baseline a point may fall, over what the suite says."""
 
     tolerance: Fraction | None = field_of(
-        TOLERANCE, default=None, help="Override the suite's compare.tolerance, e.g. 5%."
+        TOLERANCE, help="Override the suite's compare.tolerance, e.g. 5%."
     )
 
 
@@ -460,7 +459,7 @@ class InHistory(Group):
     """`--history`: the runs history a command reads or adds to."""
 
     history: str | None = field_of(
-        HISTORY, default=None, help="A runs history (SQLite file or postgresql:// URL)."
+        HISTORY, help="A runs history (SQLite file or postgresql:// URL)."
     )
 
 
@@ -468,9 +467,7 @@ class InHistory(Group):
 class Labelled(Group):
     """`--label`: the one name the history records a command's runs as."""
 
-    label: str | None = field_of(
-        LABEL, default=None, help="What the history records the runs as (a commit)."
-    )
+    label: str | None = field_of(LABEL, help="What the history records the runs as (a commit).")
 
 
 @dataclass(kw_only=True)
@@ -479,10 +476,8 @@ class RunDirs(Group):
 
     runs: PathLike | Sequence[PathLike] = field(
         kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR",
-            type=list[Path],
-            help="Run directories, or suite directories (each stands for its runs).",
+        metadata=paths(
+            "RUN_DIR", help="Run directories, or suite directories (each stands for its runs)."
         ),
     )
 
@@ -506,19 +501,15 @@ class Fabric(Group):
     """A fabric of the alpha-beta model (`strategies.model`): its link bandwidth and its
     latency per step, to predict on (`model`; `replay --rebucket` on another fabric)."""
 
-    bw: float | None = field_of(
-        BW, default=None, metavar="GBPS", help="Link bandwidth in GB/s (beta)."
-    )
-    latency: float | None = field_of(
-        LATENCY, default=None, metavar="US", help="Latency per step in us (alpha)."
-    )
+    bw: float | None = field_of(BW, metavar="GBPS", help="Link bandwidth in GB/s (beta).")
+    latency: float | None = field_of(LATENCY, metavar="US", help="Latency per step in us (alpha).")
 
 
 @dataclass(kw_only=True)
 class OneOp(Group):
     """`--op` naming the one collective a stored file holds."""
 
-    op: str | None = field_of(OP, default=None, help="The collective.")
+    op: str | None = field_of(OP, help="The collective.")
 
 
 @dataclass(kw_only=True)
@@ -550,7 +541,5 @@ class HangTimeout(Group):
     every launch's settings pass (`results.names.MIN_TIMEOUT`)."""
 
     timeout: float | None = field_of(
-        TIMEOUT,
-        suite=True,
-        help="Seconds without progress before the run is declared hung.",
+        TIMEOUT, suite=True, help="Seconds without progress before the run is declared hung."
     )

@@ -3,8 +3,9 @@ suite key at once.
 
 A command's options are the fields of one dataclass (`CollectivesRun`, `CompareRequest`, ...).
 Each field says, once, its name (the Python keyword; the flag is derived from it unless
-given), its type, its default and its help, in the field's `metadata` (`cli(...)`,
-`arg(...)`). Two things are built from that record and nothing else:
+given), its type, its default and its help (`option(...)`, `field_of(FLAG, ...)`; a required
+or positional one in its `metadata`: `cli(...)`, `arg(...)`, `paths(...)`). Two things are
+built from that record and nothing else:
 
 * the Typer command (`command`): a callback whose signature is made from the fields, so
   `--help`, the parsed defaults and the record's defaults are the same objects;
@@ -28,6 +29,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -68,7 +70,20 @@ class Declared:
 
 
 def cli(
+    *names: str, help: str, metavar: str | None = None, type: Any = None
+) -> Mapping[str, Declared]:
+    """The metadata of a required flag, one with no default: `image: str =
+    field(metadata=cli(metavar="IMAGE", help=...))` (`k8s-manifest --image`). A flag with a
+    default is an `option(...)`; this is the form for the one without, because a type checker
+    reads a field as required only when it is `dataclasses.field` without a default, and reads
+    any other call (`option`'s) as a default. Without names, the flag is the field's name in
+    kebab case."""
+    return {KEY: Declared(names, help, metavar, type)}
+
+
+def option(
     *names: str,
+    default: Any = None,
     help: str,
     metavar: str | None = None,
     type: Any = None,
@@ -76,39 +91,13 @@ def cli(
     late: bool = False,
     minimum: float = 0,
     maximum: float | None = None,
-) -> Mapping[str, Declared]:
-    """The metadata of a field that is a flag: `field(default=..., metadata=cli("--sizes",
-    "-s", help=...))`. Without names, the flag is the field's name in kebab case."""
-    return {KEY: Declared(names, help, metavar, type, False, suite, late, minimum, maximum)}
-
-
-def option(
-    *names: str,
-    default: Any,
-    help: str,
-    metavar: str | None = None,
-    type: Any = None,
-    suite: bool = False,
-    minimum: float = 0,
-    maximum: float | None = None,
 ) -> Any:
-    """A record's field that is a flag of its command alone: `option(default=0, metavar="K",
-    help=...)`, which is `field(default=0, metadata=cli(metavar="K", help=...))` in one
-    call (a keyword-only field: a positional one is an `arg`). It has a default: a required
-    field is `field(metadata=cli(...))`, which a type checker reads as one without."""
-    return dataclasses.field(
-        default=default,
-        kw_only=True,
-        metadata=cli(
-            *names,
-            help=help,
-            metavar=metavar,
-            type=type,
-            suite=suite,
-            minimum=minimum,
-            maximum=maximum,
-        ),
-    )
+    """A record's field that is a flag of its command alone, with a default: `steps: int |
+    None = option(metavar="K", minimum=1, help=...)`, a keyword-only dataclass field whose
+    metadata declares the flag. The default is None unless given, as `field_of`'s is: most
+    flags mean "not given" until the user says (a required flag is a `cli`)."""
+    declared = Declared(names, help, metavar, type, False, suite, late, minimum, maximum)
+    return dataclasses.field(default=default, kw_only=True, metadata={KEY: declared})
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +174,14 @@ def arg(
 ) -> Mapping[str, Declared]:
     """The metadata of a field that is a positional argument."""
     return {KEY: Declared((), help, metavar, type, True)}
+
+
+def paths(metavar: str, *, help: str) -> Mapping[str, Declared]:
+    """The metadata of a positional argument that takes one path or several (`RUN_DIR...`):
+    Typer reads each word as a `Path`, the API takes a path or a list of them. A field
+    `runs: PathLike | Sequence[PathLike] = field(kw_only=False, metadata=paths("RUN_DIR",
+    help=...))`: `field` itself, so that a type checker knows it is required."""
+    return arg(metavar=metavar, type=list[Path], help=help)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,9 +83,10 @@ def test_commbench_has_no_import_circles() -> None:
 
 
 def test_flag_declarations_count_each_spelling_where_it_is_declared(tmp_path: Path) -> None:
-    """A `cli(...)` field declares its names (or its field's, in kebab case), a shared
-    `flag(...)` declares its own and its `field_of(...)` uses declare nothing, a
-    `typer.Option(...)` in a body declares its flags; a short alias goes with its long name."""
+    """An `option(...)` or `cli(...)` field declares its names (or its field's, in kebab
+    case), a shared `flag(...)` declares its own and its uses (`field_of(...)`,
+    `FLAG.option(...)`) declare nothing, a `typer.Option(...)` in a body declares its flags;
+    a short alias goes with its long name."""
     metrics = _metrics()
     pkg = tmp_path / "toy"
     pkg.mkdir()
@@ -94,6 +95,8 @@ def test_flag_declarations_count_each_spelling_where_it_is_declared(tmp_path: Pa
         "    min_time: float = field(metadata=cli(help='x'))\n"
         "    out: str = field(metadata=cli('--out', '-o', help='x'))\n"
         "    warmup: int = field_of(WARMUP, help='x')\n"
+        "    job_name: str = option(default='j', help='x')\n"
+        "    fmt: str = FORMAT.option('table', help='x')\n"
     )
     (pkg / "b.py").write_text(
         "class B:\n    warmup: int = field_of(WARMUP, help='y')\n"
@@ -102,8 +105,8 @@ def test_flag_declarations_count_each_spelling_where_it_is_declared(tmp_path: Pa
         "def other(out=typer.Option(None, '--out', '-o')):\n    pass\n"
     )
     found = metrics.flag_declarations(pkg)
-    assert found["flags"] == 5  # --warmup, --min-time, --out, --check, --format
-    assert found["declarations"] == 6
+    assert found["flags"] == 6  # --warmup, --min-time, --out, --job-name, --check, --format
+    assert found["declarations"] == 7
     assert found["flags_declared_more_than_once"] == 1
     assert found["declared_more_than_once"] == ["--out: toy/a.py:6, toy/b.py:8"]
 

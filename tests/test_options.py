@@ -21,7 +21,7 @@ from commbench.cli.reference import _commands, reference
 from commbench.collectives.placement import Placement
 from commbench.collectives.settings import CollectivesRequest
 from commbench.errors import UserError
-from commbench.options import cli, command, declared, suite_keys, verb
+from commbench.options import cli, command, declared, option, paths, suite_keys, verb
 
 ROOT = Path(__file__).parent.parent
 
@@ -208,6 +208,45 @@ def test_a_verb_builds_the_record_from_its_keywords() -> None:
     assert toy.__doc__ == "Return the request."
     with pytest.raises(TypeError):
         toy(Path("x"), colour="red")  # type: ignore[call-arg]
+
+
+def test_the_short_forms_declare_the_fields_they_stand_for() -> None:
+    """`option(...)`: a keyword-only flag whose default is None unless given (`late=True`
+    lists it after the record's own); `cli(...)` in a bare `field`: a required flag;
+    `paths(...)`: a positional argument of one path or several, each word a `Path`."""
+
+    @dataclasses.dataclass(kw_only=True)
+    class Short:
+        runs: list[Path] = dataclasses.field(kw_only=False, metadata=paths("DIR", help="Dirs."))
+        debug: bool = option(default=False, late=True, help="Debug logs.")
+        image: str = dataclasses.field(metadata=cli(metavar="IMAGE", help="An image."))
+        name: str | None = option("--name", "-n", metavar="NAME", help="A name.")
+
+    found = {o.name: o for o in declared(Short)}
+    assert list(found) == ["runs", "image", "name", "debug"]
+    assert found["name"].default is None and found["name"].flags == ("--name", "-n")
+    assert found["image"].default is dataclasses.MISSING and found["debug"].default is False
+    assert found["runs"].declared.argument and found["runs"].cli_type == list[Path]
+    assert [f.name for f in dataclasses.fields(Short) if not f.kw_only] == ["runs"]
+
+    seen: list[Short] = []
+    toy_app = typer.Typer()
+
+    @toy_app.command("toy")
+    @command(Short)
+    def toy(request: Short) -> None:
+        seen.append(request)
+
+    @toy_app.command("other")
+    def other() -> None:
+        pass
+
+    result = CliRunner().invoke(toy_app, ["toy", "a", "b", "--image", "i", "-n", "x"])
+    assert result.exit_code == 0, result.output
+    assert seen == [Short([Path("a"), Path("b")], image="i", name="x")]
+    assert CliRunner().invoke(toy_app, ["toy", "a"]).exit_code == 2  # --image is required
+    help_text = CliRunner().invoke(toy_app, ["toy", "--help"]).output
+    assert help_text.index("--image") < help_text.index("--name") < help_text.index("--debug")
 
 
 def test_a_command_parses_into_the_record() -> None:

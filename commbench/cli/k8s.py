@@ -23,17 +23,15 @@ class K8sManifestRequest(JobRequest):
         help="job: an Indexed Job and a headless Service; jobset: a JobSet "
         "(jobset.x-k8s.io/v1alpha2).",
     )
-    namespace: str | None = option(default=None, help="Namespace. Default: kubectl's current one.")
+    namespace: str | None = option(help="Namespace. Default: kubectl's current one.")
     name: str = option(default="commbench", help="Job (and Service) name.")
     port: int = option(default=29400, help="Rendezvous port on the first pod.")
     results_volume: str | None = option(
-        default=None,
         metavar="CLAIM",
         help="PersistentVolumeClaim for the results (/workspace/results; ReadWriteMany "
         "for several nodes). Default: an emptyDir, deleted with the pod.",
     )
     rdma: str | None = option(
-        default=None,
         metavar="RESOURCE[=COUNT]",
         help="RDMA devices per pod, as the cluster's device plugin names them (rdma/ib, "
         "rdma/hca_shared_devices_a): without, NCCL between pods uses TCP sockets.",

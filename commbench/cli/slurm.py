@@ -14,18 +14,13 @@ from commbench.options import option, verb
 class SlurmScriptRequest(JobRequest):
     """Every option of `commbench slurm-script` and `slurm_script`, declared once."""
 
-    partition: str | None = option("--partition", "-p", default=None, help="SLURM partition.")
-    account: str | None = option(
-        "--account", "-A", default=None, help="SLURM account the job is charged to."
-    )
-    qos: str | None = option(default=None, help="SLURM quality of service.")
+    partition: str | None = option("--partition", "-p", help="SLURM partition.")
+    account: str | None = option("--account", "-A", help="SLURM account the job is charged to.")
+    qos: str | None = option(help="SLURM quality of service.")
     constraint: str | None = option(
-        default=None,
-        metavar="FEATURES",
-        help="Node features the nodes must have: a100, a100&ib, rack1|rack2.",
+        metavar="FEATURES", help="Node features the nodes must have: a100, a100&ib, rack1|rack2."
     )
     venv: str | None = option(
-        default=None,
         metavar="DIR",
         help="A virtual environment with commbench, on a filesystem the nodes share: the "
         "script activates it. Default: commbench on the PATH sbatch passes on.",

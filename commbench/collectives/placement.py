@@ -88,17 +88,14 @@ class PlacementRequest:
 
     nproc: int | None = field_of(
         NPROC,
-        default=None,
         minimum=1,
         maximum=MAX_NPROC,
         help="Workers per node. Default: every visible GPU, else 2.",
     )
     backend: str | None = field_of(
-        BACKEND, default=None, help="nccl or gloo. Default: nccl on GPUs, gloo on CPU."
+        BACKEND, help="nccl or gloo. Default: nccl on GPUs, gloo on CPU."
     )
-    device: str | None = field_of(
-        DEVICE, default=None, help="cuda or cpu. Default: cuda when a GPU is visible."
-    )
+    device: str | None = field_of(DEVICE, help="cuda or cpu. Default: cuda when a GPU is visible.")
 
     def placement(self) -> Placement:
         """This machine's placement of the request (`resolve_placement`)."""

@@ -21,7 +21,7 @@ from commbench.errors import UserError, quoted
 from commbench.flags import MIN_TIME, SIZES, STRATEGIES
 from commbench.lists import split_list
 from commbench.numbers import MAX_ITERATIONS, check_range
-from commbench.options import Group, cli, field_of, use
+from commbench.options import Group, field_of, option, use
 from commbench.results.names import (
     ALL,
     DEFAULT_TIMEOUT,
@@ -279,34 +279,27 @@ class CollectivesRequest(Sweep, Iterations, HangTimeout, Request):
         help="Sizes: 1K-1G (doubling), 8-128M:x4, 1K,64K,1M. "
         f"Default {GPU_DEFAULT_SIZES} on GPUs, {CPU_DEFAULT_SIZES} on CPU.",
     )
-    ops: OpList | None = field(
-        default=None,
-        metadata=cli(
-            metavar="OPS",
-            type=str,
-            suite=True,
-            help="Comma list of ops, or 'all' (the default unless --strategies).",
-        ),
+    ops: OpList | None = option(
+        metavar="OPS",
+        type=str,
+        suite=True,
+        help="Comma list of ops, or 'all' (the default unless --strategies).",
     )
     strategies = use(help="All-reduce strategies to compare: 'all' or a comma list.")
-    dtype: DtypeList = field(
+    dtype: DtypeList = option(
         default=as_typed("float32"),
-        metadata=cli(
-            metavar="DTYPE[,DTYPE...]",
-            type=str,
-            help="float32, float16 (fp16), bfloat16 (bf16), float64, int32, int64, int8, "
-            "uint8; a comma list, or all, measures each in one launch.",
-        ),
+        metavar="DTYPE[,DTYPE...]",
+        type=str,
+        help="float32, float16 (fp16), bfloat16 (bf16), float64, int32, int64, int8, "
+        "uint8; a comma list, or all, measures each in one launch.",
     )
-    reduce_op: ReduceOpList = field(
+    reduce_op: ReduceOpList = option(
         default=as_typed("sum"),
-        metadata=cli(
-            metavar="OP[,OP...]",
-            type=str,
-            suite=True,
-            help="sum, avg, max, min or prod; a comma list, or all, measures the reducing "
-            "ops with each in one launch.",
-        ),
+        metavar="OP[,OP...]",
+        type=str,
+        suite=True,
+        help="sum, avg, max, min or prod; a comma list, or all, measures the reducing "
+        "ops with each in one launch.",
     )
     warmup = use(help="Warm-up iterations per point. Default adapts (2-20).")
     iters = use(help="Timed iterations per point. Default: fill --min-time.")
@@ -316,57 +309,45 @@ class CollectivesRequest(Sweep, Iterations, HangTimeout, Request):
         help=f"Seconds of timed iterations per point ({DEFAULT_MIN_ITERS}-"
         f"{DEFAULT_MAX_ITERS} iterations). Default {DEFAULT_MIN_TIME}.",
     )
-    in_place: bool | str = field(
+    in_place: bool | str = option(
         default="no",
-        metadata=cli(
-            metavar="no|yes|both",
-            type=str,
-            suite=True,
-            help="all_gather / reduce_scatter out of place (no), in place (yes), or both "
-            "side by side as nccl-tests prints them. The other ops have one form.",
-        ),
+        metavar="no|yes|both",
+        type=str,
+        suite=True,
+        help="all_gather / reduce_scatter out of place (no), in place (yes), or both "
+        "side by side as nccl-tests prints them. The other ops have one form.",
     )
-    check: bool = field(
+    check: bool = option(
+        "--check/--no-check",
         default=True,
-        metadata=cli(
-            "--check/--no-check", suite=True, help="Verify every op's result after timing."
-        ),
+        suite=True,
+        help="Verify every op's result after timing.",
     )
-    async_op: bool = field(
-        default=False, metadata=cli(help="Call ops with async_op=True and wait().")
-    )
-    graph: bool = field(
-        default=False, metadata=cli(help="Time CUDA-graph replays (launch overhead out).")
-    )
-    ranks: str | Sequence[int] | None = field(
-        default=None,
-        metadata=cli(metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."),
+    async_op: bool = option(default=False, help="Call ops with async_op=True and wait().")
+    graph: bool = option(default=False, help="Time CUDA-graph replays (launch overhead out).")
+    ranks: str | Sequence[int] | None = option(
+        metavar="RANKS", type=str, help="Run the ops on this subgroup, e.g. 0,2."
     )
     timeout: float = use(
         default=DEFAULT_TIMEOUT,
         help="Seconds without progress before the run is declared hung "
         "(start-up, until the first point, gets at least 120 s).",
     )
-    profile: bool = field(
-        default=False,
-        metadata=cli(help="torch.profiler Chrome trace per rank (untimed iterations)."),
+    profile: bool = option(
+        default=False, help="torch.profiler Chrome trace per rank (untimed iterations)."
     )
-    skew: str = field(
+    skew: str = option(
         default=DEFAULT_SKEW,
-        metadata=cli(
-            metavar="uniform|zipf:S|hot:F",
-            help="How all_to_allv splits each rank's message over its destinations, as MoE "
-            "routing does: evenly, by weights 1/(k+1)^S in a seeded order per source, or with "
-            "one destination F times the others'.",
-        ),
+        metavar="uniform|zipf:S|hot:F",
+        help="How all_to_allv splits each rank's message over its destinations, as MoE "
+        "routing does: evenly, by weights 1/(k+1)^S in a seeded order per source, or with "
+        "one destination F times the others'.",
     )
-    seed: int = field(
+    seed: int = option(
         default=DEFAULT_SEED,
-        metadata=cli(
-            type=int,
-            maximum=MAX_SEED,
-            help="The draw of --skew's splits (recorded: the same seed, the same splits).",
-        ),
+        type=int,
+        maximum=MAX_SEED,
+        help="The draw of --skew's splits (recorded: the same seed, the same splits).",
     )
 
     def settings(self, place: Placement) -> CollectivesSettings:

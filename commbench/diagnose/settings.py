@@ -15,7 +15,7 @@ from commbench.fields import known_fields
 from commbench.flags import BASELINE, SIZES
 from commbench.launch.request import LaunchRequest, RunDirRequest
 from commbench.lists import split_list
-from commbench.options import cli, field_of, use
+from commbench.options import field_of, option, use
 from commbench.results.names import DIAGNOSE_STAGES
 
 if TYPE_CHECKING:
@@ -84,9 +84,8 @@ class DiagnoseRequest(Tolerated, Iterations, HangTimeout):
     tolerance = use(
         help=f"How far below its expectation a test may fall. Default {DEFAULT_TOLERANCE:.0%}."
     )
-    stages: str | Sequence[str] | None = field(
-        default=None,
-        metadata=cli(metavar="intra,inter", type=str, help="Stages to run. Default both."),
+    stages: str | Sequence[str] | None = option(
+        metavar="intra,inter", type=str, help="Stages to run. Default both."
     )
     baseline: str | Path | None = field_of(
         BASELINE,

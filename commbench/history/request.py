@@ -40,15 +40,13 @@ class HistoryDb:
 class HistorySelection:
     """Which series a read takes, declared once for `changes` and `plot`."""
 
-    op: str | None = field_of(OP, default=None, help="Only these ops (a comma list).")
+    op: str | None = field_of(OP, help="Only these ops (a comma list).")
     sizes: str | None = field_of(
         SIZES,
-        default=None,
         metavar="SIZES",
         help="Only these message sizes, as --sizes takes them (64K,1M or 1K-1M).",
     )
     series: str | None = option(
-        default=None,
         metavar="ID",
         help="Only the series whose id starts with ID (`history show RUN` lists them).",
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.arguments import OneOp, OutDir, PathLike, Request
-from commbench.options import arg, option, use
+from commbench.options import option, paths, use
 
 if TYPE_CHECKING:
     from commbench.results.runs import Run
@@ -21,17 +21,13 @@ class ImportRequest(OutDir, OneOp, Request):
 
     logs: PathLike | Sequence[PathLike] = field(
         kw_only=False,
-        metadata=arg(
-            metavar="LOG",
-            type=list[Path],
-            help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files.",
+        metadata=paths(
+            "LOG", help="Output of nccl-tests' *_perf binaries (text), or their -J JSON files."
         ),
     )
     out = use(help="Parent directory of the run directories.")
     op = use(help="The collective, when neither the log nor its file name says.")
-    world_size: int | None = option(
-        default=None, minimum=1, help="Ranks, when the log has no device lines."
-    )
+    world_size: int | None = option(minimum=1, help="Ranks, when the log has no device lines.")
     on_skipped: Callable[[str], None] | None = None
     """Hears of every row left out: a signed size, zero bytes (API only)."""
     on_imported: Callable[[Run], None] | None = None

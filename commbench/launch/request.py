@@ -5,13 +5,13 @@ job step none is needed: `resolve_launch` reads the job."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from commbench.arguments import NoPlot, OutDir, Request
 from commbench.collectives.placement import PlacementRequest, placement_for
 from commbench.collectives.settings import CollectivesRequest
-from commbench.options import cli, use
+from commbench.options import option, use
 from commbench.results.names import MAX_NODES
 
 if TYPE_CHECKING:
@@ -23,33 +23,24 @@ class LaunchRequest:
     """The multi-node flags as given (None: not given). Data only: the launcher resolves it
     (`launcher.resolve_launch`) against the SLURM job and the defaults."""
 
-    nnodes: int | None = field(
-        default=None,
-        metadata=cli(
-            late=True,
-            type=int,
-            minimum=1,
-            maximum=MAX_NODES,
-            help="Nodes in a multi-node run (run the same command on each).",
-        ),
+    nnodes: int | None = option(
+        late=True,
+        type=int,
+        minimum=1,
+        maximum=MAX_NODES,
+        help="Nodes in a multi-node run (run the same command on each).",
     )
-    node_rank: int | None = field(
-        default=None, metadata=cli(late=True, type=int, help="This node's index, 0..nnodes-1.")
+    node_rank: int | None = option(late=True, type=int, help="This node's index, 0..nnodes-1.")
+    rdzv_endpoint: str | None = option(
+        late=True, type=str, help="HOST:PORT of the torchrun c10d rendezvous."
     )
-    rdzv_endpoint: str | None = field(
-        default=None,
-        metadata=cli(late=True, type=str, help="HOST:PORT of the torchrun c10d rendezvous."),
+    rdzv_id: str | None = option(
+        late=True, type=str, help="Rendezvous id (the same on every node)."
     )
-    rdzv_id: str | None = field(
-        default=None,
-        metadata=cli(late=True, type=str, help="Rendezvous id (the same on every node)."),
-    )
-    debug: bool = field(
+    debug: bool = option(
         default=False,
-        metadata=cli(
-            late=True,
-            help="TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL INFO logs into the run directory.",
-        ),
+        late=True,
+        help="TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL INFO logs into the run directory.",
     )
 
 

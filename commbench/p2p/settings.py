@@ -18,7 +18,7 @@ from commbench.flags import LATENCY
 from commbench.launch.request import RunDirRequest
 from commbench.lists import split_list
 from commbench.numbers import MAX_DIGITS, MAX_ITERATIONS, check_range, is_digits
-from commbench.options import cli, field_of, use
+from commbench.options import field_of, option, use
 from commbench.results.schema import P2P_MODES as MODES
 from commbench.sizes import check_size, parse_sizes
 
@@ -206,38 +206,29 @@ class P2PRequest(Iterations):
     is the flag and the `run_p2p` keyword. `settings()` is the one place the command and
     the API fill in defaults and check the flags together."""
 
-    src: int | str | None = field(
-        default=None,
-        metadata=cli(metavar="GPU", type=str, help="Source GPU (CUDA ordinal). Default 0."),
+    src: int | str | None = option(
+        metavar="GPU", type=str, help="Source GPU (CUDA ordinal). Default 0."
     )
-    dst: str | Sequence[int] | None = field(
-        default=None,
-        metadata=cli(type=str, help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."),
+    dst: str | Sequence[int] | None = option(
+        type=str, help="Destination GPUs, e.g. 1,2,4. Default: every other GPU."
     )
-    size: str | int | Sequence[int] | None = field(
-        default=None,
-        metadata=cli(
-            type=str,
-            help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
-            f"Default {DEFAULT_SIZE} B: 10**8 float32.",
-        ),
+    size: str | int | Sequence[int] | None = option(
+        type=str,
+        help="Bytes per copy: 64M, 1G, 1M,64M, ... (binary units: 400M is 400 MiB). "
+        f"Default {DEFAULT_SIZE} B: 10**8 float32.",
     )
-    mode: str = field(
+    mode: str = option(
         default="both",
-        metadata=cli(
-            metavar="concurrent|sequential|both",
-            help="concurrent (all copies at once), sequential (one at a time) or both.",
-        ),
+        metavar="concurrent|sequential|both",
+        help="concurrent (all copies at once), sequential (one at a time) or both.",
     )
-    bidirectional: bool = field(
-        default=False, metadata=cli(help="Copy both ways at once; report each way and the sum.")
+    bidirectional: bool = option(
+        default=False, help="Copy both ways at once; report each way and the sum."
     )
-    matrix: bool = field(
-        default=False, metadata=cli(help="Every GPU to every other; also writes a heatmap PNG.")
+    matrix: bool = option(
+        default=False, help="Every GPU to every other; also writes a heatmap PNG."
     )
-    host: bool = field(
-        default=False, metadata=cli(help="Also pinned host->device and device->host copies.")
-    )
+    host: bool = option(default=False, help="Also pinned host->device and device->host copies.")
     latency: bool = field_of(
         LATENCY, default=False, type=bool, help="Also small-copy latency (4 B - 64 KiB, in us)."
     )
@@ -268,13 +259,10 @@ class P2PRequest(Iterations):
 class P2PRun(RunDirRequest, P2PRequest, PlanOnly, Request):
     """Every option of `commbench p2p` and `run_p2p`, declared once."""
 
-    topology: PathLike | None = field(
-        default=None,
-        metadata=cli(
-            metavar="SNAPSHOT.json",
-            type=Path,
-            help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
-        ),
+    topology: PathLike | None = option(
+        metavar="SNAPSHOT.json",
+        type=Path,
+        help="Explain with this snapshot (`commbench topo --format json`), not NVML's.",
     )
     dry_run = use(help="Print what each copy should reach; touch no GPU.")
     on_step: Callable[[int, int, Step], None] | None = None

@@ -72,7 +72,6 @@ class ReplayRequest(Fabric, PlanOnly, Iterations, HangTimeout):
     dry_run = use(help="Print the replay plan; launch nothing.")
     world: int | None = field_of(
         WORLD,
-        default=None,
         metavar="N",
         minimum=1,
         maximum=MAX_WORLD,
@@ -80,13 +79,9 @@ class ReplayRequest(Fabric, PlanOnly, Iterations, HangTimeout):
         "Default: the trace's world size.",
     )
     steps: int | None = option(
-        default=None,
-        metavar="K",
-        minimum=1,
-        help="Replay the first K steps. Default: all, at most 20.",
+        metavar="K", minimum=1, help="Replay the first K steps. Default: all, at most 20."
     )
     rebucket: str | None = option(
-        default=None,
         metavar="SIZES",
         help="DDP bucket advisor: measure the trace's gradients bucketed at each cap "
         "(1M-256M:x2) and name the best bucket_cap_mb.",
@@ -107,7 +102,6 @@ class ReplayRequest(Fabric, PlanOnly, Iterations, HangTimeout):
         "the device's streaming multiprocessors.",
     )
     max_gap: float | None = option(
-        default=None,
         metavar="SECONDS",
         help="With --pace, the longest idle wait replayed between two calls of a step: a "
         "longer recorded gap (a job paused, a clock that jumped) is replayed this long, "

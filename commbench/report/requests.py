@@ -19,7 +19,7 @@ from commbench.arguments import (
 )
 from commbench.flags import FORMAT, LABEL
 from commbench.formats import Writes, help_text
-from commbench.options import Group, arg, field_of, option, use
+from commbench.options import Group, arg, field_of, option, paths, use
 from commbench.report.options import ExportFormat, Images, ReportFormat
 
 if TYPE_CHECKING:
@@ -42,10 +42,8 @@ class PlotRequest(OutFile, Request):
 
     runs: PathLike | Run | Suite | Sequence[PathLike | Run | Suite] = field(
         kw_only=False,
-        metadata=arg(
-            metavar="RUN_DIR",
-            type=list[Path],
-            help="Run directories; several draw one line per run on each chart.",
+        metadata=paths(
+            "RUN_DIR", help="Run directories; several draw one line per run on each chart."
         ),
     )
     out = use(
@@ -54,7 +52,6 @@ class PlotRequest(OutFile, Request):
     )
     formats: str | Sequence[str] = option(default="png,svg", type=str, help="Comma list: png, svg.")
     peak: str | float | None = option(
-        default=None,
         metavar="GBPS",
         type=str,
         help="Draw this theoretical peak (GB/s) on the bandwidth panels. Default: the "
@@ -62,7 +59,6 @@ class PlotRequest(OutFile, Request):
     )
     labels: Sequence[str] | None = field_of(
         LABEL,
-        default=None,
         type=list[str],
         help="Name a run in the legends; repeat once per run, in order (a suite counts "
         "one per entry). Default: the suite entry's name, else the directory name.",
@@ -83,7 +79,6 @@ class ReportRequest(OneRun, OutFile, Against, MismatchAllowed, InHistory, Reques
         "it, its points against the runs before, and each op's series with its change points.",
     )
     images: str | None = option(
-        default=None,
         type=Images,
         help="embed: plots as data URIs (self-contained; the HTML default); files: PNGs "
         "in <name>_files/ beside --out, linked (the markdown default with --out); none: "
@@ -98,10 +93,7 @@ class ExportRequest(OneRun, OutFile, Against, MismatchAllowed, OneOp, Request):
 
     run = use(help="Run directory (a diagnose run adds its verdicts).")
     fmt: str = field_of(
-        FORMAT,
-        default="openmetrics",
-        type=ExportFormat,
-        help=help_text(Writes.EXPORT),
+        FORMAT, default="openmetrics", type=ExportFormat, help=help_text(Writes.EXPORT)
     )
     out = use(
         help="Write here instead of stdout, atomically (a temporary file beside it, then "
