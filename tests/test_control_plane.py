@@ -217,7 +217,10 @@ def test_a_launcher_publishes_on_a_change_and_else_every_other_interval(store: o
     assert agent.publish(_stopped(_ranks(3, 2), 4), 106.0, unless=float("inf"))  # one stopped
     assert not agent.publish(_stopped(_ranks(3, 2), 4), 107.0, unless=float("inf"))
     assert agent.publish(_stopped(_ranks(3, 3), 4), 113.6, unless=7.5)  # kept alive
-    assert link.requests == {"set": 3} and agent.seq == 3
+    # one request a digest: the first a `set`, the others a `compare_set` the store answers
+    assert link.requests == {"set": 1, "compare_set": 2} and agent.seq == 3
+    raw = store.get(Keys("keepalive").digest(3))  # type: ignore[attr-defined]
+    assert NodeDigest.from_json(raw).seq == 3  # the last one is there
 
 
 def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:
@@ -449,18 +452,19 @@ def test_the_simulation_leaves_out_only_polls_that_change_nothing(tmp_path: Path
 
 
 def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
-    tmp_path: object,
+    tmp_path: object, store: object
 ) -> None:
     """The launcher polls every 0.1 s and, while its ranks stall, asks for the summary on each
-    poll: the control thread still steps at most twice per interval (its own step and one
-    wake-up), not ten times (the real thread and its real wait, on a one-node job, where a
-    step makes no request)."""
+    poll: a follower's control thread still steps at most twice per interval (its own step
+    and one wake-up), not ten times (the real thread and its real wait, on the real store)."""
     import threading
 
     from commbench.launch.aggregation import MIN_INTERVAL
-    from commbench.launch.plane import ControlPlane
+    from commbench.launch.plane import ControlPlane, JobView
 
-    plane = ControlPlane(tmp_path)  # type: ignore[arg-type]
+    port = store.port  # type: ignore[attr-defined]
+    view = JobView(host="127.0.0.1", port=port, node=1, nnodes=2, writer=False)
+    plane = ControlPlane(tmp_path, find_view=lambda pids: view, beats=dict)  # type: ignore[arg-type]
     plane.start()
     try:
         began = time.monotonic()

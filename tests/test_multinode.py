@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 
 
 def start_nodes(*args: str, per_node: tuple[list[str], ...] = ([], [])) -> list[subprocess.Popen]:
-    """Two commbench processes, one per "node": `args` plus --node-rank R and -o nodeR, and
-    `per_node[R]`."""
+    """A commbench process per "node" (two unless `per_node` has more): `args` plus
+    --node-rank R and -o nodeR, and `per_node[R]`."""
     return [
         subprocess.Popen(
             [
@@ -42,7 +42,7 @@ def start_nodes(*args: str, per_node: tuple[list[str], ...] = ([], [])) -> list[
             stderr=subprocess.PIPE,
             text=True,
         )
-        for r in (0, 1)
+        for r in range(len(per_node))
     ]
 
 
@@ -300,8 +300,8 @@ def test_a_stopped_store_degrades_the_watch_and_the_run_goes_on(
 ) -> None:
     """The job's store (torchrun's agent on one node hosts it) stopped for a few seconds in
     the middle of a sweep: every row is still measured and kept, and each node's run.json
-    says since when its cross-node watch was degraded, with a warning (a node that asked
-    the store for an answer in that time: the aggregator always)."""
+    says since when its cross-node watch was degraded, with a warning: the follower too,
+    whose digest the store answers (issue 45)."""
     nodes = start_nodes("collectives", *_sweep_of_two_nodes(free_port))
     store_pid = _store_mid_sweep(tmp_path, nodes)
     os.kill(store_pid, signal.SIGSTOP)
@@ -319,11 +319,8 @@ def test_a_stopped_store_degrades_the_watch_and_the_run_goes_on(
     for record, (_, err) in zip(records, outputs, strict=True):
         watch = record["launch"]["watch"]
         assert watch["requests"] > 0  # it worked before the stop
-        if not watch["aggregator"] and not watch["degraded"]:
-            # a follower whose ranks never stalled only published its digest, a set that
-            # c10d's client sends without waiting for an answer: it never saw the stop
-            continue
-        assert watch["degraded"], watch  # the aggregator's read waits for its answer
+        # the aggregator's read waits for its answer, and so does every node's digest
+        assert watch["degraded"], watch
         episode = watch["degraded"][0]
         assert episode["since"] > 0 and episode["reason"]
         assert any("cross-node watch was degraded" in w for w in record["warnings"]), record
@@ -350,14 +347,15 @@ def test_the_watch_costs_what_the_model_says(tmp_path: Path, free_port: int) -> 
         assert watch["watched_s"] > 4 * watch["interval_s"], watch  # long enough to judge
         assert watch["steps"] <= 1.5 * intervals, watch
         by_op = watch["requests_by_op"]
-        setup = by_op.get("compare_set", 0)  # each key placed once (`peek`)
-        assert setup <= 2, watch
+        setup = 2  # at most: each key placed once (`peek`)
         # per interval: its own digest (every KEEPALIVE_INTERVALS = 2 while its ranks'
         # states hold); the aggregator also reads the digests and writes the summary
         # (steady_requests(2) = 3 in all, 2.5 of them its own)
         modelled = 2.5 if watch["aggregator"] else 0.5
         assert watch["requests"] - setup <= 1.5 * modelled * intervals, watch
         assert watch["requests"] == sum(by_op.values())
+        if watch["aggregator"]:  # it reads once per interval (issue 45: it read in half)
+            assert watch["reads"] >= 0.9 * (intervals - 1), watch
 
 
 def test_a_store_stopped_for_60_s_never_holds_a_launcher(tmp_path: Path, free_port: int) -> None:
@@ -468,3 +466,120 @@ def skipped_once_per_kind(outputs: list[tuple[str, str]]) -> list[str]:
         assert len(reasons) == len(set(reasons)), err
         said += reasons
     return said
+
+
+EIGHT = 8
+
+
+def _beats(tmp_path: Path) -> dict[int, dict]:
+    """Each rank's last heartbeat, by its node (one rank a node)."""
+    beats = {}
+    for r in range(EIGHT):
+        for f in (tmp_path / f"node{r}").glob("*/ranks/rank*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                beats[r] = json.loads(f.read_text())
+    return beats
+
+
+def _fleet_summary(store: object, key: str) -> object:
+    """The fleet summary now in the job's store, or None before the first."""
+    from commbench.launch.protocol import FleetSummary
+    from commbench.launch.store_link import PLACEHOLDER
+
+    if not store.check([key]):  # type: ignore[attr-defined]
+        return None
+    raw = store.get(key)  # type: ignore[attr-defined]
+    return None if raw == PLACEHOLDER else FleetSummary.from_json(raw)
+
+
+def test_eight_nodes_aggregator_reads_every_interval_and_names_a_stopped_rank(
+    tmp_path: Path, free_port: int
+) -> None:
+    """A real 8-node sweep (8 launchers, one rank each, on this machine; issue 45; 9 points
+    of 4 s at least, so that every launcher's watch is up mid-sweep on a loaded machine): the
+    aggregator reads the digests in at least 0.9 of its intervals (its run.json's
+    `launch.watch.reads`; before, 66 in 131), and a rank (5) SIGSTOPped for a few
+    seconds is named in the fleet summary within 3 of the aggregator's reads (the
+    documented bound, docs/scale.md: its node's next step, the aggregator's next read),
+    read from the job's store as any follower reads it. Then the rank goes on and the run
+    completes."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from commbench.launch.store_link import Keys
+
+    common = [
+        "--nnodes", str(EIGHT), "--rdzv-endpoint", f"127.0.0.1:{free_port}", "--nproc", "1",
+        "--device", "cpu", "--ops", "all_reduce", "--sizes", "64K-16M:x2", "--min-time", "4",
+        "--warmup", "1", "--timeout", "60",
+    ]  # fmt: skip
+    nodes = start_nodes("collectives", *common, per_node=tuple([] for _ in range(EIGHT)))
+    try:
+        deadline = time.monotonic() + 300
+        beats: dict[int, dict] = {}
+        while time.monotonic() < deadline and any(p.poll() is None for p in nodes):
+            beats = _beats(tmp_path)
+            if len(beats) == EIGHT and all(b.get("point", -1) >= 1 for b in beats.values()):
+                break
+            time.sleep(0.2)
+        assert len(beats) == EIGHT, [p.poll() for p in nodes]
+        env_raw = Path(f"/proc/{beats[0]['pid']}/environ").read_bytes()
+        env = dict(kv.split(b"=", 1) for kv in env_raw.split(b"\0") if b"=" in kv)
+        store = dist.TCPStore(
+            env[b"MASTER_ADDR"].decode(), int(env[b"MASTER_PORT"]), is_master=False,
+            timeout=timedelta(seconds=10), wait_for_workers=False,
+        )  # fmt: skip
+        key = Keys().fleet
+        victim = next(b for b in beats.values() if b["rank"] == 5)  # not the writer's node
+        before = None
+        while time.monotonic() < deadline:  # every node's watch is up (torch imported)
+            try:
+                before = _fleet_summary(store, key)
+            except dist.DistNetworkError:  # the run ended first: too short for this machine
+                break
+            if before is not None and before.reporting == EIGHT:  # type: ignore[attr-defined]
+                break
+            time.sleep(0.1)
+        assert before is not None and before.reporting == EIGHT, (before, [p.poll() for p in nodes])
+        os.kill(victim["pid"], signal.SIGSTOP)
+        stopped_at = time.time()
+        named = None
+        try:
+            while time.time() - stopped_at < 30 and named is None:
+                fleet = _fleet_summary(store, key)
+                if fleet is not None and any(
+                    r.rank == victim["rank"] and r.state == "stopped"
+                    for r in fleet.problems  # type: ignore[attr-defined]
+                ):
+                    named = fleet
+                time.sleep(0.05)
+        finally:
+            os.kill(victim["pid"], signal.SIGCONT)
+        del store
+        outputs = [p.communicate(timeout=300) for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in nodes] == [0] * EIGHT, outputs
+    assert named is not None, "the stopped rank was never named in the fleet summary"
+    reads_to_name = named.seq - before.seq  # type: ignore[attr-defined]
+    records = [
+        json.loads(next((tmp_path / f"node{r}").glob("*/run.json")).read_text())
+        for r in range(EIGHT)
+    ]
+    watches = [r["launch"]["watch"] for r in records]
+    (aggregator,) = [w for w in watches if w["aggregator"]]
+    intervals = aggregator["watched_s"] / aggregator["interval_s"]
+    print(
+        f"\n{EIGHT} nodes: the aggregator read {aggregator['reads']} times in "
+        f"{intervals:.1f} intervals of {aggregator['interval_s']} s ({aggregator['steps']} "
+        f"steps); rank {victim['rank']} named {reads_to_name} reads and "
+        f"{named.time - stopped_at:.2f} s after its stop"  # type: ignore[attr-defined]
+    )
+    assert intervals > 10, aggregator  # long enough to judge
+    assert aggregator["reads"] >= 0.9 * intervals, aggregator
+    assert all(w["reads"] is None for w in watches if not w["aggregator"]), watches
+    assert reads_to_name <= 3, (before, named)

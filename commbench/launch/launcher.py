@@ -27,6 +27,7 @@ from commbench.errors import CommbenchError, Interrupted, RunFailed, UserError, 
 from commbench.fields import Fields
 from commbench.health.record import NodeHealth
 from commbench.launch import procs
+from commbench.launch.limits import store_limits
 from commbench.launch.plane import ControlPlane
 from commbench.launch.preflight import check_resources, probe, validate_ranks
 from commbench.launch.protocol import (
@@ -320,6 +321,8 @@ def run_collectives(
             len(settings.ranks) if settings.ranks else settings.placement.nproc * launch.nnodes,
         )
     opened = _open_run(settings, out_parent, launch, kind, name, extra_settings, len(points))
+    # limits this node holds the job's store under, should the rendezvous make it its host
+    opened.record.warnings += store_limits(launch.nnodes, settings.placement.nproc * launch.nnodes)
     watch = Watch(opened.run_dir, points, on_event=on_event)
     on_row = _reporter(watch, len(points), on_progress)
     started = time.monotonic()

@@ -159,8 +159,12 @@ class ControlPlane:
         self._woken = False
         """Whether the step now running was brought forward by a want."""
         self.steps = 0
+        """Steps since this node's view of the job was found (its workers up)."""
+        self._began = 0.0
+        """When the step now running began (`clock`): its aggregators' time (`_Publisher._now`)."""
         self.watched: tuple[float, float] | None = None
-        """The first and the last step's time (`clock`): the span the requests were for."""
+        """The first and the last step's time (`clock`), from the view on: the span the
+        requests and the reads were for."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.agent: NodeAgent | None = None
@@ -249,6 +253,8 @@ class ControlPlane:
             "group": None if self.group is None else self.group.group,
             "interval_s": self.interval,
             "steps": self.steps,
+            "reads": None if self.aggregator is None else self.aggregator.reads,
+            "group_reads": None if self.group is None else self.group.reads,
             "watched_s": round(self.watched[1] - self.watched[0], 3) if self.watched else 0.0,
             "requests": self.link.total_requests,
             "requests_by_op": dict(self.link.requests),
@@ -263,22 +269,28 @@ class ControlPlane:
         """When the next step is, as of `now` (on `clock`): one interval after the last one
         began, or sooner where the launcher asked for the summary and no want woke a step in
         the last interval. One step per interval is the model (docs/scale.md): a stalled
-        launcher that asks on every 0.1 s poll must not turn that into ten."""
-        if not self._want.is_set():
+        launcher that asks on every 0.1 s poll must not turn that into ten. The writer's
+        launcher is never woken: its summary is its own aggregator's, made at every step."""
+        if not self._want.is_set() or self.follower is None:
             return self._due
         return min(self._due, max(now, self._woken_at + self.interval))
 
     def turn(self) -> None:
         """One step, at the time `next_step` said, and what the pace keeps of it."""
-        began = self.clock()
+        began = self._began = self.clock()
         self._woken = began < self._due
         if self._woken:  # a want brought it forward
             self._woken_at = began
         with contextlib.suppress(StoreDown):
             self.step()
-        self.steps += 1
-        self.watched = ((self.watched or (began, 0.0))[0], began)
-        self._due = began + self.interval
+        if self.view is not None:  # the watch's steps: not those that looked for the workers
+            self.steps += 1
+            self.watched = ((self.watched or (began, 0.0))[0], began)
+        if not self._woken or self.group is None:
+            # a wake-up stands for the next step, except on a node that aggregates a group:
+            # its reads keep to the interval, which a wake-up (too soon to read) would delay
+            # (issue 45: an aggregator read in 10 of 15 intervals)
+            self._due = began + self.interval
 
     def _run(self) -> None:
         if self._factory is tcp_store_factory:  # torch's import, done while workers start
@@ -345,10 +357,10 @@ class ControlPlane:
         states = rank_states(beats, now, silence_after(self.interval))
         self.agent.publish(states, now, unless=float("inf") if self._woken else keepalive)
         if self.group is not None:
-            self.group.step()
+            self.group.step(self._began)
         if self.aggregator is not None:
             self.aggregator.hosts = self.hosts
-            self.fleet = self.aggregator.step()
+            self.fleet = self.aggregator.step(self._began)
             self.fleet_at = self.clock()
         elif self.follower is not None and wanted:
             fleet = self.follower.read()

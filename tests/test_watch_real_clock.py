@@ -1,0 +1,180 @@
+"""The cross-node watch on the real clock (issue 45): its real thread against a real c10d
+TCPStore whose every request takes its time, where the simulated clock, which stands still
+inside a step, never showed what the real one does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch_distributed = pytest.importorskip("torch.distributed")
+
+from commbench.launch.aggregation import plan_interval  # noqa: E402
+from commbench.launch.plane import ControlPlane, JobView  # noqa: E402
+
+NNODES = 2
+INTERVALS = 8
+
+
+@pytest.fixture
+def store_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = torch_distributed.TCPStore(
+        "127.0.0.1", port, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False
+    )
+    yield port
+    del server
+
+
+class Slow:
+    """A client of the real store whose every request first sleeps `delay` seconds: a store
+    far away, or busy serving everyone else."""
+
+    def __init__(self, client: Any, delay: float) -> None:
+        self._client = client
+        self._delay = delay
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        request = getattr(self._client, name)
+
+        def slow(*args: Any) -> Any:
+            time.sleep(self._delay)
+            return request(*args)
+
+        return slow
+
+
+def _slow_factory(delay: float) -> Callable[[str, int], Callable[[], Any]]:
+    def factory(host: str, port: int) -> Callable[[], Any]:
+        def connect() -> Slow:
+            client = torch_distributed.TCPStore(
+                host, port, is_master=False, timeout=timedelta(seconds=1), wait_for_workers=False
+            )
+            return Slow(client, delay)
+
+        return connect
+
+    return factory
+
+
+@pytest.mark.parametrize(("delay_ms", "stalled"), [(0, False), (2, False), (20, False), (20, True)])
+def test_the_aggregator_reads_once_per_interval_on_the_real_clock(
+    tmp_path: Path, store_port: int, delay_ms: int, stalled: bool
+) -> None:
+    """The writer's launcher's real watch thread, each of its requests taking `delay_ms`, for
+    INTERVALS intervals (and, `stalled`, its launcher asking for the summary on every 0.1 s
+    poll): its aggregator reads the digests in at least 0.9 of its intervals. Before, the
+    skip test took the time after the step's own digest (a request on every
+    KEEPALIVE_INTERVALS-th step only), so the step after one that published came within the
+    interval of its read and returned the last summary: 66 reads in 131 intervals of a real
+    run, 4 in 8 here; and a wake-up, too soon to read, put off the next read."""
+    view = JobView(host="127.0.0.1", port=store_port, node=0, nnodes=NNODES, writer=True)
+    plane = ControlPlane(
+        tmp_path,
+        factory=_slow_factory(delay_ms / 1000),
+        find_view=lambda pids: view,
+        beats=dict,
+    )
+    plane.start()
+    try:
+        deadline = time.monotonic() + 60  # a generous bound on a loaded machine, never met
+        while time.monotonic() < deadline:  # until its steps span INTERVALS intervals
+            watched = plane.watched
+            if watched and watched[1] - watched[0] >= (INTERVALS - 1) * plane.interval:
+                break
+            if stalled:
+                plane.want_summary()
+            time.sleep(0.1)
+    finally:
+        plane.stop()
+    assert not any(t.name == "commbench-control" for t in threading.enumerate())
+    watch = plane.record()
+    assert watch is not None and watch["interval_s"] == plan_interval(NNODES)
+    intervals = watch["watched_s"] / watch["interval_s"] + 1  # the steps' span, both ends in
+    assert intervals >= INTERVALS - 1, watch
+    # one multi_get per read at NNODES nodes: the store's own count, beside the watch's
+    reads = watch["requests_by_op"]["multi_get"]
+    assert watch["reads"] == reads, watch
+    assert reads >= 0.9 * intervals, watch
+    assert watch["requests_by_op"]["set"] >= reads  # each read published its summary
+
+
+@pytest.fixture
+def stoppable_store() -> Iterator[tuple[int, int]]:
+    """A real TCPStore in a process of its own (its port and pid), to SIGSTOP like a frozen
+    host."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time, torch.distributed as d; from datetime import timedelta\n"
+            f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, "
+            "timeout=timedelta(seconds=30), wait_for_workers=False)\n"
+            "print('up', flush=True); time.sleep(120)"
+        )],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        yield port, server.pid
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()
+        server.stdout.close()  # type: ignore[union-attr]
+
+
+STOPPED_S = 4.0
+"""Past SLOW_CALL and a keep-alive's period at the shortest interval (2 x 0.5 s)."""
+
+
+@pytest.mark.integration
+def test_a_follower_whose_ranks_never_stall_records_a_stopped_store(
+    tmp_path: Path, stoppable_store: tuple[int, int]
+) -> None:
+    """A follower's real watch thread, its ranks never stalled so it only publishes its
+    digest: with the store stopped for STOPPED_S, its record says the watch was degraded,
+    and until when. Before, its digest was a `set`, which c10d's client sends without
+    waiting for an answer: 7 of 8 run.json files of a real run never said the store
+    stopped (issue 45)."""
+    port, pid = stoppable_store
+    view = JobView(host="127.0.0.1", port=port, node=1, nnodes=NNODES, writer=False)
+    plane = ControlPlane(tmp_path, find_view=lambda pids: view, beats=dict)
+    plane.start()
+    try:
+        deadline = time.monotonic() + 60
+        while plane.steps < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert plane.link is not None and plane.link.total_requests > 0  # it worked before
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(STOPPED_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # it reconnects after RECONNECT_AFTER, at its next keep-alive
+        while plane.link.degraded is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while plane.link.degraded is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        plane.stop()
+    watch = plane.record()
+    assert watch is not None and not watch["aggregator"], watch
+    assert set(watch["requests_by_op"]) <= {"set", "compare_set"}, watch  # never a read
+    assert len(watch["degraded"]) == 1, watch
+    episode = watch["degraded"][0]
+    assert episode["until"] is not None and episode["until"] > episode["since"], episode
