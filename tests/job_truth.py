@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -284,16 +285,32 @@ class Recorded:
         return sum(len(t) for t in self.truth.values())
 
 
+TORCH_EXIT_ABORT = "terminate called without an active exception"
+"""What libstdc++ prints when a thread is ended through C++ frames at exit (torch's teardown
+abort)."""
+
+
 def record(
     spec: JobSpec, trace_dir: Path, port: int | None = None, timeout: float = RECORD_TIMEOUT
 ) -> Recorded:
     """`commbench record -o TRACE_DIR -- torchrun ... JOB` (a job past `timeout` seconds is
-    killed, and raises subprocess.TimeoutExpired)."""
+    killed, and raises subprocess.TimeoutExpired). Run again, once, only when torch itself
+    aborted at exit after every rank's program had run to its end and closed its file (record
+    says "failed at exit"), as tests/test_record.run_record does and for the same reason:
+    torch's own teardown abort (benchmarks/exit_aborts.py, issue 43), seen in this suite's
+    jobs on a loaded machine, is not the recording's."""
     argv = [sys.executable, "-m", "commbench", "record", "-o", str(trace_dir), "--",
             *torchrun(spec.nproc, port), str(spec.path), *spec.args]  # fmt: skip
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    seconds = time.monotonic() - start
+    for attempt in range(2):
+        if attempt:
+            shutil.rmtree(trace_dir, ignore_errors=True)
+        start = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        seconds = time.monotonic() - start
+        torch_aborted = TORCH_EXIT_ABORT in done.stderr and "failed at exit" in done.stderr
+        if done.returncode == 0 or not torch_aborted:
+            break
+        print(f"torch aborted at exit after every rank ended; run again: {done.stderr[-500:]}")
     return Recorded(
         spec=spec,
         trace_dir=trace_dir,

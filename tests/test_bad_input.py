@@ -97,7 +97,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["slurm-script", "--", "collectives", "--in-place", "maybe"], "--in-place must be"),
         (["run", "{dir}/in_place.yaml"], "collectives.in_place: expected true, false or both"),
         (["slurm-script", "--", "collectives", "--nproc", "0"], "--nproc must be >= 1, got 0"),
-        (["slurm-script", "--", "collectives", "--timeout", "-5"], "--timeout must be a positive"),
+        (["slurm-script", "--", "collectives", "--timeout", "-5"], "--timeout must be >= 0"),
         (["slurm-script", "--", "collectives", "--timeout", "0.5"], "--timeout must be at least"),
         (
             ["slurm-script", "--", "collectives", "--min-time", "nan"],

@@ -28,6 +28,7 @@ from commbench.replay.buckets import Reducer, assign_buckets
 from commbench.traces import splits
 from commbench.traces.plan import build_plan
 from commbench.traces.reader import read_trace
+from tests.job_truth import TORCH_EXIT_ABORT
 
 JOBS = Path(__file__).parent / "jobs"
 # tests/jobs/ddp_mlp.py and fsdp_mlp.py: 4 x Linear(512, 512) in float32
@@ -38,9 +39,6 @@ TIMEOUT = 180
 def record_argv(trace: Path, job: list[str]) -> list[str]:
     """`commbench record -o TRACE -- JOB...` as a command line."""
     return [sys.executable, "-m", "commbench", "record", "-o", str(trace), "--", *job]
-
-
-TORCH_EXIT_ABORT = "terminate called without an active exception"
 
 
 def run_record(
