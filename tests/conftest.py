@@ -22,7 +22,10 @@ import itertools
 import os
 import random
 import re
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -333,3 +336,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def stoppable_store() -> Iterator[tuple[int, int]]:
+    """A real TCPStore in a process of its own (its port and pid), to SIGSTOP like a frozen
+    host; SIGCONTed and ended at teardown, whatever the test did to it. Only for tests that
+    may start processes (marked integration)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time, torch.distributed as d; from datetime import timedelta\n"
+            f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, "
+            "timeout=timedelta(seconds=30), wait_for_workers=False)\n"
+            "print('up', flush=True); time.sleep(120)"
+        )],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        yield port, server.pid
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()
+        server.stdout.close()  # type: ignore[union-attr]

@@ -480,7 +480,9 @@ def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
 
 
 @pytest.mark.integration
-def test_a_stopped_store_never_holds_a_request_past_its_deadline() -> None:
+def test_a_stopped_store_never_holds_a_request_past_its_deadline(
+    stoppable_store: tuple[int, int],
+) -> None:
     """The job's store SIGSTOPped (its host frozen): c10d's client waits on its socket with
     no deadline for a compare_set or a fresh connect; through a StoreLink each request gives
     up at SLOW_CALL, the link says the store is down, and it comes back once the store does.
@@ -488,45 +490,26 @@ def test_a_stopped_store_never_holds_a_request_past_its_deadline() -> None:
     the store was stopped."""
     import os
     import signal
-    import subprocess
-    import sys
 
     from commbench.launch.store_link import RECONNECT_AFTER, SLOW_CALL, tcp_store_factory
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys, time, torch.distributed as d; from datetime import timedelta\n"
-            f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, "
-            "timeout=timedelta(seconds=30), wait_for_workers=False)\n"
-            "print('up', flush=True); time.sleep(120)"
-        )],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "up"
-        connected = StoreLink(tcp_store_factory("127.0.0.1", port))
-        connected.call("set", "k", b"1")
-        os.kill(server.pid, signal.SIGSTOP)
-        began = time.monotonic()
-        with pytest.raises(StoreDown):
-            connected.call("compare_set", "k", "1", b"2")
-        assert time.monotonic() - began < SLOW_CALL + 4
-        assert connected.degraded is not None
-        fresh = StoreLink(tcp_store_factory("127.0.0.1", port))
-        began = time.monotonic()
-        with pytest.raises(StoreDown):
-            fresh.call("compare_set", "k", "", b"-")
-        assert time.monotonic() - began < SLOW_CALL + 4
-        os.kill(server.pid, signal.SIGCONT)
-        time.sleep(RECONNECT_AFTER + 0.5)
-        assert fresh.call("add", "n", 1) == 1 and fresh.degraded is None
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()
+    port, pid = stoppable_store
+    connected = StoreLink(tcp_store_factory("127.0.0.1", port))
+    connected.call("set", "k", b"1")
+    os.kill(pid, signal.SIGSTOP)
+    began = time.monotonic()
+    with pytest.raises(StoreDown):
+        connected.call("compare_set", "k", "1", b"2")
+    assert time.monotonic() - began < SLOW_CALL + 4
+    assert connected.degraded is not None
+    fresh = StoreLink(tcp_store_factory("127.0.0.1", port))
+    began = time.monotonic()
+    with pytest.raises(StoreDown):
+        fresh.call("compare_set", "k", "", b"-")
+    assert time.monotonic() - began < SLOW_CALL + 4
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(RECONNECT_AFTER + 0.5)
+    assert fresh.call("add", "n", 1) == 1 and fresh.degraded is None
 
 
 @pytest.mark.integration

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -110,32 +108,6 @@ def test_the_aggregator_reads_once_per_interval_on_the_real_clock(
     assert watch["reads"] == reads, watch
     assert reads >= 0.9 * intervals, watch
     assert watch["requests_by_op"]["set"] >= reads  # each read published its summary
-
-
-@pytest.fixture
-def stoppable_store() -> Iterator[tuple[int, int]]:
-    """A real TCPStore in a process of its own (its port and pid), to SIGSTOP like a frozen
-    host."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import time, torch.distributed as d; from datetime import timedelta\n"
-            f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, "
-            "timeout=timedelta(seconds=30), wait_for_workers=False)\n"
-            "print('up', flush=True); time.sleep(120)"
-        )],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "up"
-        yield port, server.pid
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()
-        server.stdout.close()  # type: ignore[union-attr]
 
 
 STOPPED_S = 4.0
