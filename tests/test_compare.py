@@ -718,7 +718,7 @@ def _sweep(parent: Path, quota: CpuQuota | None = None) -> Run:
 
 @pytest.mark.integration
 @pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_a_real_run_on_a_throttled_cpu_fails_and_a_real_repeat_passes(tmp_path: Path) -> None:
     """The issue's case, for real: the same sweep on this machine, then again with its
     processes held to a tenth of a CPU (its points 10-100x slower). The old gate passed it as
@@ -738,11 +738,24 @@ def test_a_real_run_on_a_throttled_cpu_fails_and_a_real_repeat_passes(tmp_path: 
     worse = failed.marked(Mark.worse)
     assert all(p.p_value is not None and p.p_value < 0.01 for p in worse), to_table(failed)
 
-    repeat = compare_runs(base, _sweep(tmp_path / "repeat"))
-    if repeat.exit_code:  # a point in a slow mode once: judged as `run --confirm 3` judges it
-        again = [compare_runs(base, _sweep(tmp_path / f"confirm{i}")) for i in range(3)]
-        repeat = confirm(repeat, again)
+    repeat = _confirmed_repeat(base, tmp_path / "first")
+    if repeat.exit_code:  # the baseline itself ran a point in a fast mode: a new baseline
+        repeat = _confirmed_repeat(_sweep(tmp_path / "base2"), tmp_path / "second")
     assert repeat.exit_code == 0, to_table(repeat)
+
+
+def _confirmed_repeat(base: Run, parent: Path) -> Comparison:
+    """A plain repeat of `base`, judged as `run --confirm 3` judges it: a point in a slow mode
+    once must be worse again in three more runs. When the *baseline* ran a latency-bound point
+    in a fast mode (CI saw 1K all_reduce 1.35x faster in the baseline than in each of four later
+    runs), every later run is worse than it, which no repeat against that baseline can tell
+    from a regression; the test then takes one new baseline."""
+    parent.mkdir()
+    repeat = compare_runs(base, _sweep(parent / "repeat"))
+    if repeat.exit_code:
+        again = [compare_runs(base, _sweep(parent / f"confirm{i}")) for i in range(3)]
+        repeat = confirm(repeat, again)
+    return repeat
 
 
 @pytest.mark.integration
