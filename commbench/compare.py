@@ -553,68 +553,47 @@ def judge_point(
         return _bare(key, Mark.missing, "wrong result in the new run", base)
     if not _measured(new):
         return _bare(key, Mark.missing, new.note or "not measured in the new run", base)
-    latency = latency_bound(base, peak)
-    tolerance = (
-        (settings.latency_tolerance, Basis.latency_tolerance)
-        if latency
-        else (settings.tolerance, Basis.tolerance)
+    return _judge_measured(
+        base, new, settings, latency=latency_bound(base, peak), spread=spread, center_us=center_us
     )
+
+
+_Limit = tuple[float, Basis]
+"""A limit on a point's move, as a fraction, and the rule that set it."""
+
+
+def _judge_measured(
+    base: ResultRow,
+    new: ResultRow,
+    settings: GateSettings,
+    *,
+    latency: bool,
+    spread: Spread | None,
+    center_us: float | None,
+) -> PointResult:
+    """`judge_point` on a point the new run measured: its move against the reference median,
+    that move's test, and the mark they give. Apart from the missing cases so that everything
+    here has two medians to compare; `latency`: held to the latency tolerance."""
+    tolerance, drop, gain = _limits(latency, settings, spread)
     base_us = center_us if center_us is not None else base.sample_median_us()
     new_us = new.sample_median_us()
     ratio = base_us / new_us
     log_ratio = math.log(new_us / base_us)  # > 0: slower
-    drops, gains = [tolerance], [tolerance]
-    if spread is not None:
-        drops.append((1 - math.exp(-spread.limit), spread.basis))
-        gains.append((math.exp(spread.limit) - 1, spread.basis))
-    # The first of equal limits names the rule: max() keeps the first largest.
-    drop, gain = max(drops, key=_first), max(gains, key=_first)
-
-    moved_down = ratio < 1 - tolerance[0]
-    moved_up = ratio > 1 + tolerance[0]
-    p_value: float | None = None
+    moved = (ratio < 1 - tolerance, ratio > 1 + tolerance)  # past the tolerance: down, up
     z = spread.z(log_ratio) if spread is not None else None
+    p_value: float | None
     if center_us is not None and spread is not None:  # the new median against the history's
         p_value = normal_sf(abs(spread.z(log_ratio)))
         how = f"z={z:+.1f} against {spread.count} runs, p={p_value:.2g}"
-    elif decisive(len(base.samples_us), len(new.samples_us), settings.alpha):
-        if moved_down or moved_up:
-            x, y = (
-                (new.samples_us, base.samples_us)
-                if moved_down
-                else (base.samples_us, new.samples_us)
-            )
-            p_value = mann_whitney_greater(x, y)
-        how = f"p={p_value:.2g}" if p_value is not None else ""
     else:
-        how = "too few samples to test: ratio alone"
+        p_value, how = _samples_test(base, new, settings.alpha, moved)
     significant = p_value is None or p_value < settings.alpha
-    busbw = base.busbw_gbps is not None and math.isfinite(base.busbw_gbps)
-    change = f"{ratio - 1:+.1%} busbw" if busbw else f"{1 / ratio - 1:+.1%} time"
-    limit, basis = (-drop[0], drop[1]) if ratio <= 1 else gain
-    beyond = f"beyond {limit:+.0%} ({basis.value})"
-
-    if ratio < 1 - drop[0]:
-        mark = Mark.worse if significant else Mark.noisy
-        reason = f"{change} {beyond}, " + (how if significant else f"not significant ({how})")
-    elif moved_down:
-        mark, reason = Mark.noisy, f"{change}, within the {basis.value} ({limit:+.0%})"
-    elif ratio > 1 + gain[0]:
-        mark = Mark.better if significant else Mark.same
-        reason = f"{change} {beyond}, " + (how if significant else f"not significant ({how})")
-    elif moved_up:
-        mark, reason = Mark.same, f"{change}, within the {basis.value} ({limit:+.0%})"
-    else:
-        mark, reason = Mark.same, change
-
-    base_busbw = base.sample_busbw_gbps()
-    if center_us is not None and base_busbw is not None:  # the history's median, in busbw
-        base_busbw *= base.sample_median_us() / center_us
+    mark, reason, (limit, basis) = _marked(base, ratio, drop, gain, moved, significant, how)
     return PointResult(
-        **_key_fields(key),
+        **_key_fields(base.key),
         mark=mark,
         reason=reason,
-        base_busbw_gbps=base_busbw,
+        base_busbw_gbps=_reference_busbw(base, center_us),
         new_busbw_gbps=new.sample_busbw_gbps(),
         base_time_us=base_us,
         new_time_us=new_us,
@@ -630,7 +609,84 @@ def judge_point(
     )
 
 
-def _first(limit: tuple[float, Basis]) -> float:
+def _limits(
+    latency: bool, settings: GateSettings, spread: Spread | None
+) -> tuple[float, _Limit, _Limit]:
+    """The point's tolerance (the latency tolerance when it is latency-bound), and its limits
+    on the slow and the fast side: each the largest of the tolerance and the spread's
+    (`Spread.limit`). Apart from `judge_point` so that where each limit comes from is read in
+    one place; the first of equal limits names the rule (max() keeps the first largest)."""
+    tolerance = (
+        (settings.latency_tolerance, Basis.latency_tolerance)
+        if latency
+        else (settings.tolerance, Basis.tolerance)
+    )
+    drops, gains = [tolerance], [tolerance]
+    if spread is not None:
+        drops.append((1 - math.exp(-spread.limit), spread.basis))
+        gains.append((math.exp(spread.limit) - 1, spread.basis))
+    return tolerance[0], max(drops, key=_first), max(gains, key=_first)
+
+
+def _samples_test(
+    base: ResultRow, new: ResultRow, alpha: float, moved: tuple[bool, bool]
+) -> tuple[float | None, str]:
+    """The p-value of a move past the tolerance (`moved`: down, up) from the samples, by the
+    one-sided Mann-Whitney test in the direction it moved, and how it was found, for the
+    reason. Without a history the samples are all the gate has; too few to decide leave the
+    ratio alone (no p-value)."""
+    if not decisive(len(base.samples_us), len(new.samples_us), alpha):
+        return None, "too few samples to test: ratio alone"
+    if not (moved[0] or moved[1]):
+        return None, ""
+    x, y = (new.samples_us, base.samples_us) if moved[0] else (base.samples_us, new.samples_us)
+    p_value = mann_whitney_greater(x, y)
+    return p_value, f"p={p_value:.2g}"
+
+
+def _marked(
+    base: ResultRow,
+    ratio: float,
+    drop: _Limit,
+    gain: _Limit,
+    moved: tuple[bool, bool],
+    significant: bool,
+    how: str,
+) -> tuple[Mark, str, _Limit]:
+    """A measured point's mark, its reason, and the limit that reason names (`drop` on the
+    slow side, `gain` on the fast; `moved`: past the tolerance, down and up; `how`: the test,
+    which found the move `significant` or not). One chain from the slow side to the fast, each
+    mark written beside its reason: past the limit, worse (noisy when not significant); past
+    the tolerance within the spread, noisy; on the fast side better (same when not
+    significant), else same. The change is in busbw where the baseline has one, else in time."""
+    busbw = base.busbw_gbps is not None and math.isfinite(base.busbw_gbps)
+    change = f"{ratio - 1:+.1%} busbw" if busbw else f"{1 / ratio - 1:+.1%} time"
+    limit, basis = (-drop[0], drop[1]) if ratio <= 1 else gain
+    tested = how if significant else f"not significant ({how})"
+    beyond = f"{change} beyond {limit:+.0%} ({basis.value}), {tested}"
+    within = f"{change}, within the {basis.value} ({limit:+.0%})"
+    if ratio < 1 - drop[0]:
+        return (Mark.worse if significant else Mark.noisy), beyond, (limit, basis)
+    if moved[0]:
+        return Mark.noisy, within, (limit, basis)
+    if ratio > 1 + gain[0]:
+        return (Mark.better if significant else Mark.same), beyond, (limit, basis)
+    if moved[1]:
+        return Mark.same, within, (limit, basis)
+    return Mark.same, change, (limit, basis)
+
+
+def _reference_busbw(base: ResultRow, center_us: float | None) -> float | None:
+    """The baseline point's busbw at the reference median: its own, or, when the history's
+    median stands for the baseline's (`center_us`), scaled to that median, so the busbw shown
+    beside the reference time is the one that time gives."""
+    base_busbw = base.sample_busbw_gbps()
+    if center_us is not None and base_busbw is not None:
+        base_busbw *= base.sample_median_us() / center_us
+    return base_busbw
+
+
+def _first(limit: _Limit) -> float:
     return limit[0]
 
 

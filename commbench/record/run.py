@@ -282,8 +282,44 @@ class _Left:
     ) -> tuple[Manifest, list[str]]:
         """The manifest to write, and what to say of the trace."""
         metas = self.metas
-        notes = _problems(self.problems)
         world, disagreement = _world(metas)
+        complete, notes = self._completeness(world, disagreement, exit_code)
+        notes += _closing_notes(metas, exit_code)
+        first = next((m for m in metas if m.rank == 0), metas[0] if metas else None)
+        hosts = sorted({m.host for m in metas})
+        backends = sorted({b for m in metas for b in m.backends})
+        if len(hosts) > MAX_HOSTS or len(backends) > MAX_BACKENDS:  # what its reader takes
+            notes.append(
+                f"the ranks name {len(hosts)} hosts and {len(backends)} backends: the manifest "
+                f"lists the first {MAX_HOSTS} and {MAX_BACKENDS}"
+            )
+        not_captured, graph_captured, uncaptured = _uncaptured(metas)
+        notes += uncaptured
+        manifest = Manifest(
+            not_captured=tuple(sorted(not_captured.items()))[:MAX_NOT_CAPTURED],
+            graph_captured=graph_captured,
+            argv=tuple(argv),
+            world_size=world,
+            hosts=tuple(hosts[:MAX_HOSTS]),
+            torch_version=first.torch_version if first else None,
+            backends=tuple(backends[:MAX_BACKENDS]),
+            started=started,
+            ended=ended,
+            complete=complete,
+            parameters=self.stepped.parameters,
+            parameters_left_out=self.stepped.left_out,
+        )
+        return manifest, notes
+
+    def _completeness(
+        self, world: int, disagreement: str | None, exit_code: int
+    ) -> tuple[bool, list[str]]:
+        """Whether the trace holds every call of the job, and the lines that say why not:
+        meta files that could not be read, ranks that left calls and no word, no rank at all,
+        ranks that disagree on the world, then how the job ended. Apart from `manifest`
+        because `complete` and these lines must answer the same question the same way."""
+        metas = self.metas
+        notes = _problems(self.problems)
         missing, missing_count = _missing(self.present, world)
         told = {m.rank for m in metas}
         # a rank past the world that left calls and no word is as silent as one inside it
@@ -328,53 +364,44 @@ class _Left:
                 f"rank(s) {_listed(missing, missing_count)} of {world} wrote no calls: the "
                 "trace is incomplete"
             )
-        unclosed = [m.rank for m in metas if not m.closed]
-        if unclosed and exit_code == 0:
-            notes.append(f"rank(s) {_listed(unclosed)} did not close their file (killed?)")
-        stopped = [m for m in metas if m.error]
-        if stopped:
-            also = f" (and {len(stopped) - 1} more ranks)" if len(stopped) > 1 else ""
-            notes.append(
-                f"rank {stopped[0].rank}: the capture stopped early: {stopped[0].error}{also}"
-            )
-        first = next((m for m in metas if m.rank == 0), metas[0] if metas else None)
-        hosts = sorted({m.host for m in metas})
-        backends = sorted({b for m in metas for b in m.backends})
-        if len(hosts) > MAX_HOSTS or len(backends) > MAX_BACKENDS:  # what its reader takes
-            notes.append(
-                f"the ranks name {len(hosts)} hosts and {len(backends)} backends: the manifest "
-                f"lists the first {MAX_HOSTS} and {MAX_BACKENDS}"
-            )
-        not_captured: Counter[str] = Counter()
-        for m in metas:
-            not_captured.update(dict(m.not_captured))
-        graph_captured = sum(m.graph_captured for m in metas)
-        for op, n in sorted(not_captured.items()):
-            notes.append(
-                f"not captured: {n} call(s) of {op} (symmetric memory is not a c10d op: "
-                "these calls are not in the trace and are not replayed)"
-            )
-        if graph_captured:
-            notes.append(
-                f"{graph_captured} call(s) were made while capturing CUDA graphs: each is in "
-                "the trace once, marked `graph`; the graphs' replays never reach the "
-                "dispatcher and are not recorded"
-            )
-        manifest = Manifest(
-            not_captured=tuple(sorted(not_captured.items()))[:MAX_NOT_CAPTURED],
-            graph_captured=graph_captured,
-            argv=tuple(argv),
-            world_size=world,
-            hosts=tuple(hosts[:MAX_HOSTS]),
-            torch_version=first.torch_version if first else None,
-            backends=tuple(backends[:MAX_BACKENDS]),
-            started=started,
-            ended=ended,
-            complete=complete,
-            parameters=self.stepped.parameters,
-            parameters_left_out=self.stepped.left_out,
+        return complete, notes
+
+
+def _closing_notes(metas: Sequence[RankMeta], exit_code: int) -> list[str]:
+    """What the ranks said of their own ending: files left open although the job exited 0
+    (killed?), and captures that stopped early (the first rank's error, and how many more).
+    Apart from the completeness lines: these name ranks, whatever the trace's verdict."""
+    notes: list[str] = []
+    unclosed = [m.rank for m in metas if not m.closed]
+    if unclosed and exit_code == 0:
+        notes.append(f"rank(s) {_listed(unclosed)} did not close their file (killed?)")
+    stopped = [m for m in metas if m.error]
+    if stopped:
+        also = f" (and {len(stopped) - 1} more ranks)" if len(stopped) > 1 else ""
+        notes.append(f"rank {stopped[0].rank}: the capture stopped early: {stopped[0].error}{also}")
+    return notes
+
+
+def _uncaptured(metas: Sequence[RankMeta]) -> tuple[Counter[str], int, list[str]]:
+    """The calls the trace does not hold as made, all ranks together: each op the capture
+    could not see (symmetric memory) with its count, the calls made while capturing CUDA
+    graphs, and a line for each, since a replay of the trace differs from the job there."""
+    not_captured: Counter[str] = Counter()
+    for m in metas:
+        not_captured.update(dict(m.not_captured))
+    graph_captured = sum(m.graph_captured for m in metas)
+    notes = [
+        f"not captured: {n} call(s) of {op} (symmetric memory is not a c10d op: "
+        "these calls are not in the trace and are not replayed)"
+        for op, n in sorted(not_captured.items())
+    ]
+    if graph_captured:
+        notes.append(
+            f"{graph_captured} call(s) were made while capturing CUDA graphs: each is in "
+            "the trace once, marked `graph`; the graphs' replays never reach the "
+            "dispatcher and are not recorded"
         )
-        return manifest, notes
+    return not_captured, graph_captured, notes
 
 
 def _gone(directory: Path, made: tuple[int, int] | None) -> str | None:

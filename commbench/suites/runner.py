@@ -242,6 +242,41 @@ class _Suite:
         if self.plot and outcome.rows:
             self.write_plots(outcome.run_dir)
 
+    def run_all(self, planned: list[_Planned]) -> list[Entry]:
+        """Run the suite's sections in order (topology, the planned runs, p2p), then finish
+        its record; the entries that did not end complete or skipped. Ctrl-C, SIGTERM (a CI
+        job's timeout) and SIGHUP end the suite with what was measured saved, as Interrupted
+        (exit 130); an entry still running then is marked interrupted."""
+        config = self.config
+        self.to_measure = sum(1 for item in planned if item.skip is None) + (
+            1 if config.p2p and self.machine.device == "cuda" else 0
+        )
+        interrupted = False
+        try:
+            with procs.termination_as_interrupt():
+                if config.topo:
+                    self.run_topology()
+                for item in planned:
+                    if item.skip is not None:
+                        self.skip(item.name, item.section, item.skip)
+                    else:
+                        self.run_collectives(item.name, item.section, item.settings)
+                if config.p2p:
+                    self.run_p2p(config.p2p.options)
+        except KeyboardInterrupt:
+            interrupted = True
+            for entry in self.entries:
+                if entry.status is RunStatus.RUNNING:  # stopped before its launch reported back
+                    entry.status, entry.failure = RunStatus.INTERRUPTED, INTERRUPTED
+        failed = [e for e in self.entries if e.status not in _DONE]
+        if interrupted:
+            self.life.finish(RunStatus.INTERRUPTED)
+        else:
+            self.life.finish(RunStatus.FAILED if failed else RunStatus.COMPLETE)
+        if interrupted:
+            raise Interrupted(f"interrupted; what was measured is in {self.path}")
+        return failed
+
     def confirmation(self, name: str, i: int, settings: Any) -> Path | None:
         """Measure `settings` (an entry's worse points) again into `confirm/`, a run that
         is no entry of the suite (a history adds entries only); None when it failed."""
@@ -491,6 +526,39 @@ def run_suite(
     """Run every enabled section of `config`; compare with `baseline` when given, or with
     `history` (`gate_history`), the points that look worse measured again `confirm` times;
     then add the suite's runs to `history`, when given."""
+    _check_request(config, machine, baseline, gate, confirm, history, gate_history)
+    planned = _plan(config, machine)
+    on_event = on_event or (lambda _: None)
+    suite = _Suite(config, out_parent, machine, on_event, on_progress, plot)
+    # announced once everything is checked and its directory made: a refused suite prints
+    # its one error line only
+    on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
+    failed = suite.run_all(planned)
+    outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
+    settings = gate or config.gate
+    reference = _history_link().reference_in(history) if gate_history and history else None
+    if baseline is not None or reference is not None:
+        _gate_suite(suite, outcome, planned, settings, confirm, baseline, reference, history)
+    if history is not None and not failed and not suite.held_elsewhere:
+        try:  # what was measured and judged stands whether the history takes it or not
+            on_event(f"history: {_history_link().add(history, suite.path, label)}")
+        except UserError as exc:
+            suite.warn(f"history: {exc}")
+    return outcome
+
+
+def _check_request(
+    config: SuiteConfig,
+    machine: Machine,
+    baseline: Path | None,
+    gate: GateSettings | None,
+    confirm: int,
+    history: str | None,
+    gate_history: bool,
+) -> None:
+    """Refuse what `run_suite` cannot do before it measures or makes anything: a torch the
+    suite's sections need and this one lacks, a gate or confirmation with nothing to judge
+    against, a bad or incomparable baseline, a history that cannot be read or written."""
     require_suite_torch(config)
     if gate_history and history is None:
         raise UserError("--gate judges the suite against a history: pass --history DB")
@@ -502,79 +570,51 @@ def run_suite(
         _check_baseline(baseline, machine, gate or GateSettings())
     if history is not None:  # a history that cannot be read or written: before measuring
         _history_link().check(history)
-    planned = _plan(config, machine)
-    on_event = on_event or (lambda _: None)
-    suite = _Suite(config, out_parent, machine, on_event, on_progress, plot)
-    # announced once everything is checked and its directory made: a refused suite prints
-    # its one error line only
-    on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
-    suite.to_measure = sum(1 for item in planned if item.skip is None) + (
-        1 if config.p2p and machine.device == "cuda" else 0
-    )
-    interrupted = False
-    try:
-        # SIGTERM (a CI job's timeout) and SIGHUP end a suite like Ctrl-C: saved, exit 130
-        with procs.termination_as_interrupt():
-            if config.topo:
-                suite.run_topology()
-            for item in planned:
-                if item.skip is not None:
-                    suite.skip(item.name, item.section, item.skip)
-                else:
-                    suite.run_collectives(item.name, item.section, item.settings)
-            if config.p2p:
-                suite.run_p2p(config.p2p.options)
-    except KeyboardInterrupt:
-        interrupted = True
-        for entry in suite.entries:
-            if entry.status is RunStatus.RUNNING:  # stopped before its launch reported back
-                entry.status, entry.failure = RunStatus.INTERRUPTED, INTERRUPTED
-    failed = [e for e in suite.entries if e.status not in _DONE]
-    if interrupted:
-        suite.life.finish(RunStatus.INTERRUPTED)
+
+
+def _gate_suite(
+    suite: _Suite,
+    outcome: SuiteOutcome,
+    planned: list[_Planned],
+    settings: GateSettings,
+    confirm: int,
+    baseline: Path | None,
+    reference: ReferenceFn | None,
+    history: str | None,
+) -> None:
+    """Compare the suite's entries with `baseline`, or else with the history's `reference`,
+    the points that look worse measured again `confirm` times; put the comparisons of the
+    entries this node holds in `outcome` and `comparison.json`, the verdict in the record.
+    Apart from `run_suite` because it runs only when the suite has something to judge against."""
+    if baseline is not None:
+        comparisons = compare_targets(baseline, suite.path, settings, reference)
+        against = str(baseline)
     else:
-        suite.life.finish(RunStatus.FAILED if failed else RunStatus.COMPLETE)
-    if interrupted:
-        raise Interrupted(f"interrupted; what was measured is in {suite.path}")
-    outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
-    settings = gate or config.gate
-    reference = _history_link().reference_in(history) if gate_history and history else None
-    if baseline is not None or reference is not None:
-        if baseline is not None:
-            comparisons = compare_targets(baseline, suite.path, settings, reference)
-            against = str(baseline)
-        else:
-            assert reference is not None
-            comparisons = compare_to_history(suite.path, reference, settings)
-            against = f"the history {history}"
-            if not any(p for _, c in comparisons for p in c.points if p.mark.value != "new"):
-                suite.warn(
-                    f"the history {history} holds fewer than 5 comparable runs of this suite's "
-                    "points: nothing judged yet (every run added makes it longer)"
-                )
-        if confirm:
-            comparisons = _confirmed(
-                suite, planned, comparisons, confirm, baseline, reference, settings
-            )
-        if suite.held_elsewhere:
-            # Each node of a multi-node suite gates what it holds; the job fails if any does.
-            outcome.comparisons = [(n, c) for n, c in comparisons if n not in suite.held_elsewhere]
+        assert reference is not None
+        comparisons = compare_to_history(suite.path, reference, settings)
+        against = f"the history {history}"
+        if not any(p for _, c in comparisons for p in c.points if p.mark.value != "new"):
             suite.warn(
-                f"{', '.join(suite.held_elsewhere)}: gated on the node that ran global rank 0, "
-                "which holds the results"
+                f"the history {history} holds fewer than 5 comparable runs of this suite's "
+                "points: nothing judged yet (every run added makes it longer)"
             )
-        else:
-            outcome.comparisons = comparisons
-        write_comparison(suite.path, against, outcome.comparisons)
-        suite.record.baseline = against
-        suite.record.exit_code = outcome.exit_code
-        suite.save()
-    if history is not None and not failed and not suite.held_elsewhere:
-        try:  # what was measured and judged stands whether the history takes it or not
-            on_event(f"history: {_history_link().add(history, suite.path, label)}")
-        except UserError as exc:
-            suite.warn(f"history: {exc}")
-    return outcome
+    if confirm:
+        comparisons = _confirmed(
+            suite, planned, comparisons, confirm, baseline, reference, settings
+        )
+    if suite.held_elsewhere:
+        # Each node of a multi-node suite gates what it holds; the job fails if any does.
+        outcome.comparisons = [(n, c) for n, c in comparisons if n not in suite.held_elsewhere]
+        suite.warn(
+            f"{', '.join(suite.held_elsewhere)}: gated on the node that ran global rank 0, "
+            "which holds the results"
+        )
+    else:
+        outcome.comparisons = comparisons
+    write_comparison(suite.path, against, outcome.comparisons)
+    suite.record.baseline = against
+    suite.record.exit_code = outcome.exit_code
+    suite.save()
 
 
 def _history_link() -> Any:

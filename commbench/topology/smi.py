@@ -178,14 +178,31 @@ def parse_nvidia_smi(text: str, *, gpu: str | None = None) -> TopologySnapshot:
     header_line = start + 1
     tokens = lines[start].split()
     devices, titles = _header_columns(tokens, header_line)
+    gpu_cols = _gpu_columns(devices, header_line)
+    rows, nic_names = _read_rows(lines, start, devices, titles)
+    for name in gpu_cols:
+        if name not in rows:
+            raise UserError(f"row {name} is missing from the matrix (header at line {header_line})")
+    named = gpu.strip() if gpu is not None and model is not None else None
+    snapshot = _snapshot(devices, gpu_cols, rows, nic_names, named)
+    if model is not None and model.nvlink_gen is None and any(p.nvlinks for p in snapshot.pairs):
+        snapshot.warnings.append(
+            f"--gpu {model.name} has no NVLink, but the matrix shows NV# pairs: their rates "
+            "are assumed; is it the right model?"
+        )
+    return snapshot
+
+
+def _gpu_columns(devices: list[str], header_line: int) -> list[str]:
+    """The header's GPU columns, checked before any row is read: named GPU0, GPU1, ... in
+    order, and no more GPUs or devices than a node has (a row per device and a column per
+    device: the work grows with the square, so what no node has is refused first)."""
     for name in devices:
         if name.startswith("GPU") and not _GPU.match(name):
             raise UserError(
                 f"line {header_line}: {_short(name)} is not a GPU column (GPU0, GPU1, ...)"
             )
     gpu_cols = [d for d in devices if _GPU.match(d)]
-    # a row per device and a column per device: the work grows with the square, so refuse
-    # what no node has before any row is read
     if len(gpu_cols) > MAX_GPUS:
         raise UserError(
             f"line {header_line}: {len(gpu_cols)} GPUs: no node has that many (at most {MAX_GPUS})"
@@ -198,6 +215,16 @@ def parse_nvidia_smi(text: str, *, gpu: str | None = None) -> TopologySnapshot:
     for expected, name in enumerate(gpu_cols):
         if name != f"GPU{expected}":
             raise UserError(f"line {header_line}: expected column GPU{expected}, found {name}")
+    return gpu_cols
+
+
+def _read_rows(
+    lines: list[str], start: int, devices: list[str], titles: list[str]
+) -> tuple[dict[str, _Row], dict[str, str]]:
+    """The matrix rows under the header at `lines[start]`, by device, and the NIC legend
+    after them (`NIC0: mlx5_0`). The matrix ends at the first blank line after a row, or at
+    `Legend`; each row must name a header device, once."""
+    header_line = start + 1
     column = {d: i for i, d in enumerate(devices)}
     rows: dict[str, _Row] = {}
     nic_names: dict[str, str] = {}
@@ -219,40 +246,37 @@ def parse_nvidia_smi(text: str, *, gpu: str | None = None) -> TopologySnapshot:
                 )
             if name in rows:
                 raise UserError(f"line {line_no}: row {name} appears twice")
-            if len(tokens) - 1 < len(devices):
-                raise UserError(
-                    f"line {line_no}: row {name} has {len(tokens) - 1} cells, the header "
-                    f"names {len(devices)} devices"
-                )
-            cells = [
-                _cell(tok, line_no, name, col)
-                for tok, col in zip(tokens[1 : len(devices) + 1], devices, strict=True)
-            ]
-            own = column[name]
-            if cells[own] != "X":
-                raise UserError(
-                    f"line {line_no}: row {name} column {name}: expected X, got {cells[own]!r}"
-                )
-            for col, cell in zip(devices, cells, strict=True):
-                if cell == "X" and col != name:
-                    raise UserError(f"line {line_no}: row {name} column {col}: X off the diagonal")
-            extras = _extras(tokens[len(devices) + 1 :], titles, line_no, name)
-            rows[name] = _Row(line=line_no, cells=cells, extras=extras)
+            rows[name] = _matrix_row(tokens, line_no, devices, titles, own=column[name])
             continue
         legend = _NIC_LEGEND.match(lines[n])
         if legend:
             nic_names[legend.group(1)] = legend.group(2)
-    for name in gpu_cols:
-        if name not in rows:
-            raise UserError(f"row {name} is missing from the matrix (header at line {header_line})")
-    named = gpu.strip() if gpu is not None and model is not None else None
-    snapshot = _snapshot(devices, gpu_cols, rows, nic_names, named)
-    if model is not None and model.nvlink_gen is None and any(p.nvlinks for p in snapshot.pairs):
-        snapshot.warnings.append(
-            f"--gpu {model.name} has no NVLink, but the matrix shows NV# pairs: their rates "
-            "are assumed; is it the right model?"
+    return rows, nic_names
+
+
+def _matrix_row(
+    tokens: list[str], line_no: int, devices: list[str], titles: list[str], *, own: int
+) -> _Row:
+    """One matrix row (`tokens[0]` its device, `own` that device's column): a cell per
+    header device, each a topology label, X on the diagonal and nowhere else, then the
+    affinity columns the header names."""
+    name = tokens[0]
+    if len(tokens) - 1 < len(devices):
+        raise UserError(
+            f"line {line_no}: row {name} has {len(tokens) - 1} cells, the header "
+            f"names {len(devices)} devices"
         )
-    return snapshot
+    cells = [
+        _cell(tok, line_no, name, col)
+        for tok, col in zip(tokens[1 : len(devices) + 1], devices, strict=True)
+    ]
+    if cells[own] != "X":
+        raise UserError(f"line {line_no}: row {name} column {name}: expected X, got {cells[own]!r}")
+    for col, cell in zip(devices, cells, strict=True):
+        if cell == "X" and col != name:
+            raise UserError(f"line {line_no}: row {name} column {col}: X off the diagonal")
+    extras = _extras(tokens[len(devices) + 1 :], titles, line_no, name)
+    return _Row(line=line_no, cells=cells, extras=extras)
 
 
 def _snapshot(
