@@ -268,8 +268,8 @@ def run_diagnose(request: DiagnoseRun) -> Diagnosis:
     check_parent(out)
     launch = resolve_launch(request)
     settings, collectives = diagnose_settings(request.placement(), request)
-    on_test = request.on_test
-    return run_diagnose(settings, collectives, out, launch, on_test=on_test)
+    on_test, on_warning = request.on_test, request.on_warning
+    return run_diagnose(settings, collectives, out, launch, on_test=on_test, on_warning=on_warning)
 
 
 @verb(ReplayRun)

@@ -188,6 +188,22 @@ def say(line: object) -> None:
     typer.echo(f"commbench: {line}", err=True)
 
 
+class SaidAtOnce:
+    """A run's `on_warning`: each warning said on stderr when the run takes it (before its
+    workers start), and remembered, so that the run's end does not say it again."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.said.append(line)
+        say(f"warning: {line}")
+
+    def unsaid(self, lines: list[str]) -> list[str]:
+        """`lines` less those already said."""
+        return [line for line in lines if line not in self.said]
+
+
 def said_first(notes: list[str] | str | None, then: Callable[..., None]) -> Callable[..., None]:
     """`then`, with `notes` said on stderr, in order, before its first call: once the run is
     under way, so bad input is still refused in a line of its own."""

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import CollectivesRun
-from commbench.cli._common import place_ranks, reported_errors, said_first, say, verb_command
+from commbench.cli._common import (
+    SaidAtOnce,
+    place_ranks,
+    reported_errors,
+    said_first,
+    say,
+    verb_command,
+)
 from commbench.flags import Output
 from commbench.formats import Writes
 from commbench.options import values
@@ -31,19 +38,20 @@ def register(app: typer.Typer) -> None:
             from commbench.cli.live import LiveRows
 
             notes = place_ranks(request)  # no GPU: gloo on CPU ranks; -n, said first
+            request.on_warning = warned = SaidAtOnce()  # a node's limits, before the launch
 
             # every point on stderr as it is measured; stdout gets only what --format asks for
             with LiveRows() as on_progress:
                 request.on_progress = said_first(notes, on_progress)
                 run = commbench.api.run_collectives(**values(request))
-            report(run, fmt)
+            report(run, fmt, said=warned.said)
 
 
-def report(run: Run, fmt: Format) -> None:
+def report(run: Run, fmt: Format, said: list[str] | None = None) -> None:
     """Print a finished run: its table (and the strategy comparison), the devices used and
     the bandwidth summary on stdout (csv and json: the rows alone, so they stay parseable);
     the noise warning, the ranks the others waited for and the status line on stderr; then
-    exit as the run's verdict says."""
+    exit as the run's verdict says. `said`: the run's warnings said at its start already."""
     from commbench.compare import noisy_warning
     from commbench.health.findings import notes_block
     from commbench.results.exporters import export
@@ -78,9 +86,10 @@ def report(run: Run, fmt: Format) -> None:
     if health:  # after the table on stdout; on stderr where stdout is csv or json
         typer.echo(health, nl=False, err=not fmt.human)
     warning = noisy_warning(rows)
-    for said in [warning, *record.warnings]:  # the run's own (a degraded cross-node watch)
-        if said:
-            say(f"warning: {said}")
+    # the run's own (a degraded cross-node watch), less those said as it started
+    for text in [warning, *record.warnings]:
+        if text and text not in (said or ()):
+            say(f"warning: {text}")
     for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
         say(line)
     if record.note and not rows:

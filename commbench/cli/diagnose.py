@@ -8,6 +8,7 @@ import typer
 
 from commbench.api import DiagnoseRun
 from commbench.cli._common import (
+    SaidAtOnce,
     place_ranks,
     progress_bar,
     reported_errors,
@@ -39,10 +40,11 @@ def register(app: typer.Typer) -> None:
                 progress.update(task, advance=1, description=label)
 
             request.on_test = said_first(notes, on_test)
+            request.on_warning = warned = SaidAtOnce()  # a node's limits, before the muster
             with progress:
                 diagnosis = commbench.api.run_diagnose(**values(request))
             typer.echo(render(diagnosis, fmt), nl=False)
-            for note in diagnosis.notes:
+            for note in warned.unsaid(diagnosis.notes):
                 say(f"warning: {note}")
             say(
                 f"{diagnosis.verdict}: {len(diagnosis.nodes)} node(s); "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from commbench.api import ReplayRun
-from commbench.cli._common import reported_errors, say, verb_command
+from commbench.cli._common import SaidAtOnce, reported_errors, say, verb_command
 from commbench.options import values
 
 if TYPE_CHECKING:
@@ -29,11 +29,12 @@ def register(app: typer.Typer) -> None:
                 assert not isinstance(done, Run)
                 dry_run(done)
                 return
+            request.on_warning = warned = SaidAtOnce()  # a node's limits, before the launch
             with LiveRows() as on_progress:
                 request.on_progress = on_progress
                 run = commbench.api.replay_trace(**values(request))
             assert isinstance(run, Run)
-            report(run)
+            report(run, warned)
 
 
 def dry_run(program: Program) -> None:
@@ -64,7 +65,7 @@ def measured(run: Run) -> str:
     return ", ".join(parts)
 
 
-def report(run: Run) -> None:
+def report(run: Run, warned: SaidAtOnce) -> None:
     """The rows, the step times recorded against replayed, the rows that dominate with the
     model beside them and the advisor's caps on stdout; notes and the status on stderr; then
     exit as the run's verdict says."""
@@ -101,7 +102,7 @@ def report(run: Run) -> None:
                 typer.echo(line)
         for note in replay.notes:
             say(f"note: {note}")
-    for said in record.warnings:
+    for said in warned.unsaid(record.warnings):  # those not said as the run started
         say(f"warning: {said}")
     say(f"{record.status}: {measured(run)} in {run.path}")
     error = run.verdict.error()

@@ -41,6 +41,7 @@ from commbench.diagnose.verdict import (
 )
 from commbench.health.record import RunHealth
 from commbench.launch.launcher import LaunchOptions, run_collectives
+from commbench.launch.limits import store_limits
 from commbench.launch.protocol import EVENTS_FILE, STARTUP_TIMEOUT, ProtocolError, RollCallView
 from commbench.results.record import RunKind, RunStatus
 from commbench.results.store import atomic_write, dump_json
@@ -204,13 +205,20 @@ def run_diagnose(
     out_parent: Path,
     launch: LaunchOptions | None = None,
     on_test: Callable[[dict[str, Any]], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Diagnosis:
     """Launch the diagnosis on this node, conclude it and write RUN_DIR/diagnosis.json.
 
     On several nodes, the nodes first sign in (`muster`): a node that never comes is named
-    by its host at once, and nothing is launched (torchrun would wait for it for minutes)."""
+    by its host at once, and nothing is launched (torchrun would wait for it for minutes).
+    `on_warning` gets the limits this node would hold the job's store under before the
+    nodes sign in (run.json keeps them too)."""
     skipped: list[str] = []
     if launch is not None and launch.nnodes > 1:
+        ranks = collectives.placement.nproc * launch.nnodes
+        for line in store_limits(launch.nnodes, ranks):
+            if on_warning is not None:
+                on_warning(line)
         came = _muster(launch, collectives)
         if came.missing:
             return _not_all_came(came, settings, collectives, out_parent, launch)

@@ -13,7 +13,7 @@ from commbench.diagnose.plan import MAX_ROUNDS
 from commbench.errors import UserError
 from commbench.fields import known_fields
 from commbench.flags import BASELINE, SIZES
-from commbench.launch.request import LaunchRequest, RunDirRequest
+from commbench.launch.request import LaunchRequest, LaunchWarnings, RunDirRequest
 from commbench.lists import split_list
 from commbench.options import field_of, option, use
 from commbench.results.names import DIAGNOSE_STAGES
@@ -136,7 +136,9 @@ def diagnose_settings(
 
 
 @dataclass(kw_only=True)
-class DiagnoseRun(RunDirRequest, LaunchRequest, DiagnoseRequest, PlacementRequest, Request):
+class DiagnoseRun(
+    RunDirRequest, LaunchRequest, LaunchWarnings, DiagnoseRequest, PlacementRequest, Request
+):
     """Every option of `commbench diagnose` and `run_diagnose`, declared once."""
 
     on_test: Callable[[dict[str, object]], None] | None = None

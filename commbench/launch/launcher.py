@@ -303,6 +303,7 @@ def run_collectives(
     points: list[Point] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     name: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Validate, launch torchrun, watch it, and return what was measured.
 
@@ -312,7 +313,9 @@ def run_collectives(
     Another run kind that times collectives over the same launch (`diagnose`) passes its
     `kind`, its `worker` module, its own settings (written beside these in settings.json;
     the collectives settings read past them), its `points` (what the watchdog names a hang
-    by) and `on_event` for the journal events of its own types."""
+    by) and `on_event` for the journal events of its own types. `on_warning` gets each line
+    run.json's warnings take before any worker starts (the limits this node would hold the
+    job's store under), when it is taken: a run of hours must not say it only at its end."""
     launch = launch or LaunchOptions()
     probe_info = preflight(settings, launch)
     if points is None:
@@ -321,8 +324,15 @@ def run_collectives(
             len(settings.ranks) if settings.ranks else settings.placement.nproc * launch.nnodes,
         )
     opened = _open_run(settings, out_parent, launch, kind, name, extra_settings, len(points))
-    # limits this node holds the job's store under, should the rendezvous make it its host
-    opened.record.warnings += store_limits(launch.nnodes, settings.placement.nproc * launch.nnodes)
+    # limits this node holds the job's store under, should the rendezvous make it its host:
+    # a warning, not a refusal, since another node may come to host it
+    said = store_limits(launch.nnodes, settings.placement.nproc * launch.nnodes)
+    if said:
+        opened.record.warnings += said
+        opened.life.save()  # in run.json from the start: a run that dies keeps them too
+        if on_warning is not None:
+            for line in said:
+                on_warning(line)
     watch = Watch(opened.run_dir, points, on_event=on_event)
     on_row = _reporter(watch, len(points), on_progress)
     started = time.monotonic()
@@ -706,9 +716,11 @@ def run_request(request: CollectivesRun, plot: Callable[[Path], str]) -> Run:
     check_parent(out)
     launch = resolve_launch(request)
     settings = request.settings(request.placement())
-    on_progress = request.on_progress
+    on_progress, on_warning = request.on_progress, request.on_warning
     no_plot = request.no_plot
-    outcome = run_collectives(settings, out, launch=launch, on_progress=on_progress)
+    outcome = run_collectives(
+        settings, out, launch=launch, on_progress=on_progress, on_warning=on_warning
+    )
     run = Run(
         path=outcome.run_dir,
         record=outcome.record,

@@ -45,6 +45,16 @@ class LaunchRequest:
 
 
 @dataclass(kw_only=True)
+class LaunchWarnings:
+    """Where a verb that launches workers says, at once, what it warns of before they start
+    (API only): `collectives`, `diagnose` and `replay` (a suite's `on_event` says its own)."""
+
+    on_warning: Callable[[str], None] | None = None
+    """Called with each warning before any worker starts, as run.json keeps it: the open-file
+    limit and listen backlog this node would hold the job's store under (API only)."""
+
+
+@dataclass(kw_only=True)
 class RunDirRequest(OutDir):
     """Where a command that measures writes its new run directory: `--out`, declared once
     (`arguments.OutDir`) for `collectives`, `p2p`, `diagnose` and `replay`."""
@@ -52,7 +62,13 @@ class RunDirRequest(OutDir):
 
 @dataclass(kw_only=True)
 class CollectivesRun(
-    RunDirRequest, LaunchRequest, PlacementRequest, NoPlot, CollectivesRequest, Request
+    RunDirRequest,
+    LaunchRequest,
+    LaunchWarnings,
+    PlacementRequest,
+    NoPlot,
+    CollectivesRequest,
+    Request,
 ):
     """Every option of `commbench collectives` and `run_collectives`, declared once: the
     sweep (`CollectivesRequest`), where its ranks go (`PlacementRequest`), the multi-node

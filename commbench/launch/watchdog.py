@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.collectives.settings import Point
-from commbench.errors import CommbenchError
+from commbench.errors import CommbenchError, UserError
 from commbench.launch import procs
 from commbench.launch.plane import ControlPlane
 from commbench.launch.protocol import (
@@ -35,6 +35,7 @@ from commbench.launch.protocol import (
     Sighting,
     Skips,
 )
+from commbench.launch.ranks import COMPACT_KEY, context_ranks
 from commbench.results.journal import RowEvent, event_type
 from commbench.results.ranks import RankEntry
 from commbench.results.schema import ResultRow
@@ -236,7 +237,7 @@ class Watch:
         for event in self.reader.read(final=final):
             kind = event_type(event)
             if kind == "context":
-                self.worker_context = {k: v for k, v in event.items() if k != "type"}
+                self.worker_context = self._context(event)
             elif (journaled := RowEvent.read(event)) is not None:
                 row = ResultRow.from_dict(journaled.row)
                 self.rows.append(row)
@@ -249,6 +250,17 @@ class Watch:
                 self._add_health(event)
             elif self.on_event is not None:
                 self.on_event(event)
+
+    def _context(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0's context line, its compact rank table read back into the list of ranks
+        run.json keeps; a table that does not read is skipped, with a warning."""
+        context = {k: v for k, v in event.items() if k != "type"}
+        try:
+            return context_ranks(context)
+        except UserError as exc:
+            self.skips.note(ProtocolError("context", "malformed", str(exc)))
+            context.pop(COMPACT_KEY, None)
+            return context
 
     def _add_health(self, event: dict[str, Any]) -> None:
         try:

@@ -31,6 +31,7 @@ from commbench.collectives.ops import TORCH_DTYPES, Collective, Group
 from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings, plan_points
 from commbench.collectives.specs import plan_size
+from commbench.launch.gather import gather_ranks, gather_sparse
 from commbench.launch.heartbeat import Heartbeat
 from commbench.launch.protocol import (
     EVENTS_FILE,
@@ -45,6 +46,7 @@ from commbench.launch.protocol import (
     ResultsAt,
     heartbeat_path,
 )
+from commbench.launch.ranks import COMPACT_KEY, RankTable, rank_record
 from commbench.results.schema import (
     CHECK_FAILED,
     CHECK_NA,
@@ -169,27 +171,28 @@ class Worker:
             order = dist.get_process_group_ranks(handle) if handle is not None else members
             self.group = Group(handle=handle, ranks=list(order), rank=dist.get_rank(handle))
         self.group_size = len(members)
-        info = {
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "host": self.host,
-            "node": self.node,
-            "pid": os.getpid(),
-            "address": own_address(),
-            "device": str(self.device),
-            "device_name": torch.cuda.get_device_name(self.device)
+        # where object collectives run: gloo's on the CPU, NCCL's on this rank's GPU
+        self.object_device = torch.device("cpu") if dist.get_backend() == "gloo" else self.device
+        info = rank_record(
+            rank=self.rank,
+            local_rank=self.local_rank,
+            host=self.host,
+            node=self.node,
+            pid=os.getpid(),
+            address=own_address(),
+            device=str(self.device),
+            device_name=torch.cuda.get_device_name(self.device)
             if self.device.type == "cuda"
             else "cpu",
-        }
-        ranks: list[Any] = [None] * self.world
-        dist.all_gather_object(ranks, info)
-        self.ranks_info: list[dict[str, Any]] = ranks
-        """Every rank's host, node and device, in global rank order."""
+        )
+        self.ranks_info: RankTable = gather_ranks(info, self.world, self.object_device)
+        """Every rank's host, node and device, in global rank order (as dicts, read as a
+        sequence; held as columns, so 131,072 ranks take megabytes, not 55 MB)."""
         self.tell_where_results_are()
         self.health_before = self.gather_health(nics=True)
         if self.rank == 0:
             self.journal = Journal(self.run_dir / EVENTS_FILE)
-            self.journal.write({"type": "context", **self._context(ranks)})
+            self.journal.write({"type": "context", **self._context(self.ranks_info)})
             self.journal_health("before", self.health_before)
 
     def tell_where_results_are(self) -> None:
@@ -198,7 +201,7 @@ class Worker:
         host, for its launcher (`ResultsAt`): that node's run.json then says where the rows
         are, whichever node the rendezvous made group rank 0."""
         writer = self.ranks_info[0]
-        if len({r["node"] for r in self.ranks_info}) < 2:
+        if self.ranks_info.nnodes < 2:
             return
         where: list[Any] = [str(self.run_dir.resolve()) if self.rank == 0 else None]
         dist.broadcast_object_list(where, src=0)
@@ -211,13 +214,15 @@ class Worker:
         """On a multi-node run, every node's link health snapshot, taken by its local rank 0
         and gathered to global rank 0 only, the one process that writes them (a world
         collective: every rank calls it, in the same place; the others send nothing and get
-        nothing back, so the traffic grows with the nodes, not with their square). Each
-        launcher snapshots its own node; this is how the record's writer learns the others'.
+        nothing back, and rank 0 holds the snapshots and a bounded buffer, not a slot per
+        rank: `gather.gather_sparse`). Each launcher snapshots its own node; this is how the
+        record's writer learns the others'.
         Empty on one node, where the launcher's own snapshots say it all, and on every rank
         but 0. Taking one never raises (a part it cannot read is named in the snapshot's
         errors). With `nics`, each node sends its NICs too: the network bound is the slowest
         node's."""
-        if len({r["node"] for r in self.ranks_info}) < 2:
+        table = self.ranks_info
+        if table.nnodes < 2:
             return []
         own = None
         if self.local_rank == 0:
@@ -230,11 +235,11 @@ class Worker:
                 snapshot=take().to_dict(),
                 nics=_own_nics() if nics else None,
             ).to_json()
-        gathered: list[Any] | None = [None] * self.world if self.rank == 0 else None
-        dist.gather_object(own, gathered, dst=0)
+        leaders = [r for r, local in enumerate(table.local_rank) if local == 0]
+        gathered = gather_sparse(own, leaders, self.rank, self.object_device, dst=0)
         if gathered is None:
             return []
-        return [Health.from_json(g) for g in gathered if g is not None]
+        return [Health.from_json(g) for g in gathered]
 
     def journal_health(self, phase: str, nodes: list[Health]) -> None:
         """Journal the other nodes' snapshots (`phase` before or after) for this node's
@@ -249,7 +254,9 @@ class Worker:
             )
         )
 
-    def _context(self, ranks: list[Any]) -> dict[str, Any]:
+    def _context(self, ranks: RankTable) -> dict[str, Any]:
+        """The journal's context line (less its type): versions, world and the rank table,
+        compact (`ranks.context_ranks` reads it back into run.json's `ranks`)."""
         nccl = None
         if torch.cuda.is_available():
             try:
@@ -264,8 +271,8 @@ class Worker:
             "device": self.s.placement.device,
             "world_size": self.world,
             "group_size": self.group_size,
-            "nnodes": len({r["node"] for r in ranks}),
-            "ranks": ranks,
+            "nnodes": ranks.nnodes,
+            COMPACT_KEY: ranks.to_compact(),
         }
 
     # -- measuring -------------------------------------------------------------------------

@@ -54,6 +54,7 @@ def run_replay(
     out_parent: Path,
     launch: LaunchOptions | None = None,
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Run:
     """Launch the replay, then add its `replay` record to run.json. The program is compiled
     for the workers (`compiled`) beside the run directories before they start, and kept in
@@ -75,6 +76,7 @@ def run_replay(
             extra_settings={"replay": replace(settings, program=str(staging)).to_dict()},
             points=points_of(program, settings),
             on_event=events.append,
+            on_warning=on_warning,
         )
         if outcome.run_dir.is_dir() and not (outcome.run_dir / PROGRAM_DIR).exists():
             shutil.move(str(staging), outcome.run_dir / PROGRAM_DIR)
@@ -189,5 +191,12 @@ def run_request(request: ReplayRun) -> Run | Program:
         return program
     check_parent(out)
     return run_replay(
-        trace, program, settings, collectives, out, launch, on_progress=request.on_progress
+        trace,
+        program,
+        settings,
+        collectives,
+        out,
+        launch,
+        on_progress=request.on_progress,
+        on_warning=request.on_warning,
     )

@@ -13,7 +13,7 @@ from commbench.collectives.placement import PlacementRequest
 from commbench.errors import UserError
 from commbench.fields import known_fields
 from commbench.flags import WORLD
-from commbench.launch.request import LaunchRequest, RunDirRequest
+from commbench.launch.request import LaunchRequest, LaunchWarnings, RunDirRequest
 from commbench.numbers import check_range
 from commbench.options import arg, field_of, option, use
 from commbench.replay.pace import DEFAULT_MAX_GAP_S
@@ -228,7 +228,9 @@ def nproc_for(nproc: int | None, world: int, nnodes: int) -> int:
 
 
 @dataclass(kw_only=True)
-class ReplayRun(RunDirRequest, LaunchRequest, ReplayRequest, PlacementRequest, Request):
+class ReplayRun(
+    RunDirRequest, LaunchRequest, LaunchWarnings, ReplayRequest, PlacementRequest, Request
+):
     """Every option of `commbench replay` and `replay_trace`, declared once."""
 
     on_progress: Callable[[int, int, ResultRow | None], None] | None = None

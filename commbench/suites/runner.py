@@ -25,6 +25,7 @@ from commbench.errors import (
     UserError,
 )
 from commbench.launch import procs
+from commbench.launch.limits import store_limits
 from commbench.numbers import check_range
 from commbench.results.lifecycle import INTERRUPTED, start_suite
 from commbench.results.names import MAX_NPROC
@@ -533,6 +534,10 @@ def run_suite(
     # announced once everything is checked and its directory made: a refused suite prints
     # its one error line only
     on_event(f"suite {config.name}: {machine.nproc} x {machine.device} ({machine.backend})")
+    # said once for the suite, before its first launch (each entry's run.json keeps them too)
+    nodes = machine.launch.nnodes
+    for line in store_limits(nodes, machine.nproc * nodes):
+        suite.warn(line)
     failed = suite.run_all(planned)
     outcome = SuiteOutcome(path=suite.path, entries=suite.entries, warnings=suite.warnings)
     settings = gate or config.gate
