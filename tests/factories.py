@@ -178,6 +178,21 @@ def write_run(run_dir: Path, rows: list[ResultRow], record: RunRecord | Mapping[
     return run_dir
 
 
+def one_op_copy(fixture: Path, dst: Path, op: str = "all_reduce") -> Path:
+    """A copy of a stored fixture run that keeps only `op`'s rows (its strategies too), for
+    the tests of what is done with a run's figures (written, named, linked, labelled): each
+    op is a figure of its own, and drawing one costs a second of matplotlib layout, so a
+    test that checks one figure draws one."""
+    import shutil
+
+    from commbench.results.runs import load_run
+
+    run = load_run(fixture)
+    shutil.copytree(fixture, dst)
+    write_results(dst, [r for r in run.rows if r.op == op])
+    return dst
+
+
 def dead_launcher() -> ProcessId:
     """The identity of a process that has ended, as a launcher killed outright leaves it
     (starts a process: for a test marked `integration`)."""

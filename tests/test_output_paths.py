@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from commbench.cli import app
+from tests.factories import one_op_copy
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 SNAPSHOT = Path(__file__).parent / "fixtures" / "p2p" / "snapshot_puzzle8.json"
@@ -66,12 +67,13 @@ def test_report_refuses_a_file_of_the_run_it_reads(runs: dict[str, Path], name: 
     assert files.unchanged()
 
 
-def test_report_may_write_a_new_file_into_the_run_it_reads(runs: dict[str, Path]) -> None:
+def test_report_may_write_a_new_file_into_the_run_it_reads(tmp_path: Path) -> None:
     """... and rewrite it: a report is derived from the run, never read back."""
+    run = one_op_copy(RUNS / "cpu-gloo-a", tmp_path / "a")  # one figure to draw
     for images in ("none", "files", "none"):
-        result = cli("report", runs["a"], "--images", images, "-o", runs["a"] / "report.md")
+        result = cli("report", run, "--images", images, "-o", run / "report.md")
         assert result.exit_code == 0, result.stderr
-        assert (runs["a"] / "report.md").read_text().startswith("#")
+        assert (run / "report.md").read_text().startswith("#")
 
 
 def test_report_refuses_the_baseline_s_files_too(runs: dict[str, Path]) -> None:
@@ -131,11 +133,12 @@ def test_plot_refuses_a_figure_that_is_a_record(runs: dict[str, Path], tmp_path:
     assert files.unchanged()
 
 
-def test_plot_still_redraws_a_run_s_own_figures(runs: dict[str, Path]) -> None:
+def test_plot_still_redraws_a_run_s_own_figures(tmp_path: Path) -> None:
+    run = one_op_copy(RUNS / "cpu-gloo-a", tmp_path / "a")  # one figure to draw
     for _ in range(2):
-        result = cli("plot", runs["a"], "--formats", "png")
+        result = cli("plot", run, "--formats", "png")
         assert result.exit_code == 0, result.stderr
-    assert list((runs["a"] / "plots").glob("*.png"))
+    assert list((run / "plots").glob("*.png"))
 
 
 # -- hard links, symlinked directories, suites, the record of any run ------------------------
@@ -222,14 +225,15 @@ def test_a_suite_s_record_and_its_entries_are_refused(
 def test_report_s_image_files_are_checked_too(runs: dict[str, Path], tmp_path: Path) -> None:
     """--images files writes PNGs in `<stem>_files/` beside the report: one that is a link
     to a record is refused like the report itself."""
-    first = cli("report", runs["a"], "--images", "files", "-o", tmp_path / "r" / "x.md")
+    a = one_op_copy(RUNS / "cpu-gloo-a", tmp_path / "a1")  # one figure to draw
+    first = cli("report", a, "--images", "files", "-o", tmp_path / "r" / "x.md")
     assert first.exit_code == 0, first.stderr
     png = next((tmp_path / "r" / "x_files").glob("*.png")).name
     folder = tmp_path / "s" / "x_files"
     folder.mkdir(parents=True)
     (folder / png).symlink_to(runs["b"] / "run.json")
     files = Files(runs["b"])
-    result = cli("report", runs["a"], "--images", "files", "-o", tmp_path / "s" / "x.md")
+    result = cli("report", a, "--images", "files", "-o", tmp_path / "s" / "x.md")
     assert_refused(result, "--out")
     assert files.unchanged()
     assert not (tmp_path / "s" / "x.md").exists(), "nothing written before the refusal"

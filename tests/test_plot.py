@@ -31,7 +31,7 @@ from commbench.report.plots import (
 )
 from commbench.results.runs import load_run
 from commbench.results.runs import load_run as load_run_any
-from tests.factories import write_meta, write_run
+from tests.factories import one_op_copy, write_meta, write_run
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -416,7 +416,8 @@ def test_a_label_that_starts_with_an_underscore_is_in_the_legend() -> None:
 
 
 def test_plot_label_and_peak_through_the_cli(tmp_path: Path) -> None:
-    runs = [str(RUNS / "cpu-gloo-a"), str(RUNS / "cpu-gloo-b")]
+    # all_reduce alone (the one figure read), under the fixtures' names
+    runs = [str(one_op_copy(RUNS / name, tmp_path / name)) for name in ("cpu-gloo-a", "cpu-gloo-b")]
     out = tmp_path / "figs"
     args = ["plot", *runs, "-o", str(out), "--formats", "svg", "--peak", "2.5"]
     result = CliRunner().invoke(app, [*args, "--label", "before", "--label", "after"])
@@ -456,8 +457,9 @@ def test_suite_runs_are_named_by_their_entries(tmp_path: Path) -> None:
 
     suite = tmp_path / "suite"
     suite.mkdir()
-    shutil.copytree(RUNS / "cpu-gloo-a", suite / "20240611-090000-gloo-a")
-    shutil.copytree(RUNS / "cpu-gloo-b", suite / "20240611-090100-gloo-b")
+    # all_reduce alone: the one figure read
+    one_op_copy(RUNS / "cpu-gloo-a", suite / "20240611-090000-gloo-a")
+    one_op_copy(RUNS / "cpu-gloo-b", suite / "20240611-090100-gloo-b")
     done = RunStatus.COMPLETE
     entries = [
         Entry(name="baseline", section="collectives", path="20240611-090000-gloo-a", status=done),
@@ -520,9 +522,10 @@ def test_user_text_is_drawn_literally_never_parsed_as_mathtext(tmp_path: Path) -
     """A run directory's name and a --label reach matplotlib as titles and legend entries:
     mathtext in them once raised a parse error. Each is drawn as written: the figures in
     SVG, which holds the text to check, and the heatmap in PNG, so both backends draw it.
-    One run per text, all in one figure, named by their directories and then by labels."""
+    One run per text, all in one figure, named by their directories and then by labels
+    (runs of all_reduce alone: the one figure read)."""
     runs = [
-        str(shutil.copytree(RUNS / ("cpu-gloo-a", "cpu-gloo-b")[i % 2], tmp_path / f"run {text}"))
+        str(one_op_copy(RUNS / ("cpu-gloo-a", "cpu-gloo-b")[i % 2], tmp_path / f"run {text}"))
         for i, text in enumerate(MATHTEXT)
     ]
     for labels in ([], [arg for text in MATHTEXT for arg in ("--label", text)]):
@@ -554,7 +557,7 @@ def test_drawing_leaves_the_users_matplotlib_as_it_was(tmp_path: Path) -> None:
     before_backend = matplotlib.get_backend()
     before = dict(matplotlib.rcParams)
     open_before = plt.get_fignums()
-    write_run_plots(shutil.copytree(RUNS / "cpu-gloo-a", tmp_path / "run"))
+    write_run_plots(one_op_copy(RUNS / "cpu-gloo-a", tmp_path / "run"))
     assert list((tmp_path / "run" / "plots").glob("*.png"))
     assert matplotlib.get_backend() == before_backend
     assert dict(matplotlib.rcParams) == before

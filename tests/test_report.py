@@ -17,6 +17,7 @@ from commbench.report.writers import to_html, to_markdown
 from commbench.results.record import Entry, RunStatus, SuiteRecord
 from commbench.results.store import SuiteDir
 from commbench.sizes import format_size
+from tests.factories import one_op_copy
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 GOLDEN = RUNS / "h100x8-golden"
@@ -281,8 +282,9 @@ def test_p2p_heatmap_follows_the_copies_tables() -> None:
 def test_suite_plot_files_are_named_after_their_entry(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()
-    shutil.copytree(GOLDEN, suite / "r1")
-    shutil.copytree(RUNS / "cpu-gloo-a", suite / "r2")
+    # all_reduce alone in each: one figure name (all_reduce) in both entries is the case
+    one_op_copy(GOLDEN, suite / "r1")
+    one_op_copy(RUNS / "cpu-gloo-a", suite / "r2")
     done = RunStatus.COMPLETE
     entries = [
         Entry(name="gpu", section="collectives", path="r1", status=done),
@@ -294,5 +296,5 @@ def test_suite_plot_files_are_named_after_their_entry(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", out.read_text())
     assert "suite_files/gpu-all_reduce.png" in links and "suite_files/cpu-all_reduce.png" in links
-    assert len(links) == len(set(links)) == 7  # golden: 3 ops + strategies; cpu-gloo-a: 3 ops
+    assert len(links) == len(set(links)) == 3  # golden: all_reduce + strategies; cpu: all_reduce
     assert all((out.parent / link).read_bytes().startswith(b"\x89PNG") for link in links)
