@@ -447,8 +447,29 @@ def test_the_simulation_leaves_out_only_polls_that_change_nothing(tmp_path: Path
     some = _simulate(tmp_path, *flags)
     assert some["polls"]["64"] < every["polls"]["64"] / 2
     assert some["naming"]["64"]["named"] == every["naming"]["64"]["named"]
-    requests = [[(r["phase"], r["requests"]) for r in doc["rows"]] for doc in (some, every)]
-    assert requests[0] == requests[1]
+    # the simulated launchers' requests (the failure row adds the real roll calls')
+    assert some["simulated"]["64"] == every["simulated"]["64"]
+
+
+@pytest.mark.integration
+def test_the_benchmark_measures_each_phase_as_the_store_feels_it(tmp_path: Path) -> None:
+    """The benchmark's plumbing at 8 nodes: each phase's row has the store's CPU, connections
+    included, and the probe's p50, p99 and max beside it; the workers' start opens one
+    roll-call link per surviving node, the muster one connection per node; the failure
+    phase's real roll calls (`RollCall.run` on those links) all name the lost node and add
+    their requests to the launchers'."""
+    doc = _simulate(tmp_path, "--nodes", "8")
+    rows = {r["phase"]: r for r in doc["rows"]}
+    assert set(rows) == {"steady", "start", "failure", "muster", "health gather"}
+    for phase in ("steady", "start", "failure", "muster"):
+        row = rows[phase]
+        assert "capacity_share" not in row
+        assert row["store_cpu_s"] > 0 and row["probes"] > 0, row
+        assert row["probe_p50_ms"] <= row["probe_p99_ms"] <= row["probe_max_ms"], row
+    assert (rows["start"]["connects"], rows["muster"]["connects"]) == (7, 8)
+    assert rows["steady"]["connects"] == rows["failure"]["connects"] == 0
+    assert doc["notes"] == []  # every roll call named node 7, no link failed to open
+    assert rows["failure"]["requests"] > doc["simulated"]["8"]["failure"]
 
 
 def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(

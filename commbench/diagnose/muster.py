@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import sys
 import threading
@@ -24,6 +25,7 @@ from datetime import timedelta
 from commbench.errors import UserError
 from commbench.launch.launcher import LaunchOptions
 from commbench.launch.protocol import MUSTER_HOSTS, PREFIX, MusterResult, MusterSignIn, Skips
+from commbench.launch.roll_call import connect_spread
 from commbench.launch.store_link import StoreDown, StoreLink, peek, store_class
 
 POLL = 0.2
@@ -96,6 +98,8 @@ def muster(launch: LaunchOptions, wait: float, names: list[str] | None = None) -
             f"and there is none past {MAX_PORT}: choose a lower one"
         )
     master = launch.node_rank == 0
+    if not master:  # srun starts every node at once: their connects spread at CONNECT_RATE
+        time.sleep(random.uniform(0.0, min(connect_spread(launch.nnodes), wait / 2)))
     try:
         with _quiet_stderr():  # c10d logs every failed connect with a C++ stack
             store = tcp_store(

@@ -11,7 +11,11 @@ holds the evidence and reaches the verdict, whichever node fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +30,17 @@ from commbench.diagnose.plan import Result, Test
 from commbench.diagnose.settings import DEFAULT_ITERS, DEFAULT_WARMUP, DiagnoseSettings
 from commbench.diagnose.stages import Layout, Stage, plan_stages
 from commbench.launch.protocol import EVENTS_FILE, RANKS_DIR, Journal, RollCallView
-from commbench.launch.roll_call import RollCall
+from commbench.launch.roll_call import RollCall, connect_spread, open_link
 from commbench.launch.store_link import Keys, StoreDown, StoreLink, tcp_store_factory
 from commbench.launch.worker import Worker, run_worker
 from commbench.results.schema import CHECK_NA, ResultRow
 
 ROLLCALL_WAIT = 8.0
 """Seconds the survivors of a failed round wait for each other at the roll call."""
+ANSWER_GRACE = 1.0
+"""Seconds a node's other ranks leave its local rank 0 to answer the roll call first: it holds
+the node's roll-call link, opened at its start; another rank would open a new connection in
+the failure's burst (`_roll_call`)."""
 
 
 def bus_gbps(size_bytes: int, time_us: float, n: int) -> float:
@@ -50,9 +58,15 @@ class DiagnoseWorker(Worker):
         self.round_index = -1
         self.iters = settings.timing.iters or DEFAULT_ITERS
         self.warmup = DEFAULT_WARMUP if settings.timing.warmup is None else settings.timing.warmup
+        self.rollcall_link: StoreLink | None = None
+        """Local rank 0's link to the job's store for the roll call, opened at its start."""
+        self._link_lock = threading.Lock()
+        self._link_wanted = threading.Event()
 
     def init(self) -> None:
         super().init()
+        if self.local_rank == 0 and "MASTER_ADDR" in os.environ:
+            self._open_rollcall_link()
         if self.local_rank == 0 and self.journal is None:  # every node keeps the evidence
             self.journal = Journal(self.run_dir / EVENTS_FILE)
             self.journal.write({"type": "context", **self._context(self.ranks_info)})
@@ -143,6 +157,38 @@ class DiagnoseWorker(Worker):
             ).to_dict()
         )
 
+    def _open_rollcall_link(self) -> None:
+        """Open the node's roll-call link now, at a random moment of `connect_spread` (on a
+        thread: the run goes on). c10d's store looks up every new peer's name on its event
+        loop (docs/scale.md); opened here, the roll call's answers travel on connections
+        that exist, and the job's start spreads their connects at CONNECT_RATE."""
+        nnodes = len({int(r["node"]) for r in self.ranks_info})
+        link = StoreLink(
+            tcp_store_factory(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+        )
+        self.rollcall_link = link
+        delay = random.uniform(0.0, connect_spread(nnodes))
+
+        def opener() -> None:
+            if self._link_wanted.wait(delay):
+                return  # the roll call came first: it connects itself
+            # a store that fails it: the roll call reconnects (after RECONNECT_AFTER)
+            with self._link_lock, contextlib.suppress(StoreDown):
+                open_link(link, Keys())
+
+        threading.Thread(target=opener, name="commbench-rollcall-link", daemon=True).start()
+
+    def _link_for_roll_call(self) -> StoreLink:
+        """The node's open roll-call link where this rank holds it, else a new one."""
+        self._link_wanted.set()
+        with self._link_lock:  # an opener inside its connect finishes first
+            link = self.rollcall_link
+        if link is not None:
+            return link
+        return StoreLink(
+            tcp_store_factory(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+        )
+
     def _roll_call(self, exc: Exception) -> None:
         """Which nodes are still alive, asked through the job's store after a failed round.
 
@@ -158,10 +204,8 @@ class DiagnoseWorker(Worker):
         store_lost = None
         if self._answers_for_node():
             nnodes = len({int(r["node"]) for r in self.ranks_info})
-            link = StoreLink(
-                tcp_store_factory(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
-            )
             try:
+                link = self._link_for_roll_call()
                 result = RollCall(link, Keys(), nnodes).run(
                     self.node, self.host, self.rank, ROLLCALL_WAIT
                 )
@@ -181,7 +225,10 @@ class DiagnoseWorker(Worker):
         journal.write(view)
 
     def _answers_for_node(self) -> bool:
-        """Whether this rank is its node's first to reach the roll call."""
+        """Whether this rank is its node's first to reach the roll call, local rank 0 (which
+        holds the node's open link) given ANSWER_GRACE seconds' start over the others."""
+        if self.local_rank != 0:
+            time.sleep(ANSWER_GRACE)
         try:
             fd = os.open(
                 self.run_dir / RANKS_DIR / f"rollcall.node{self.node}",

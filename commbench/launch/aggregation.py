@@ -6,6 +6,7 @@ steady load stays within STEADY_BUDGET requests per second (docs/scale.md)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,10 @@ KEEPALIVE_INTERVALS = 2
 """A node whose ranks' states did not change publishes its digest (their positions, and that
 its launcher lives) every this many intervals: the digests are the steady watch's cost, one
 request per node, and 16,384 nodes' every 5 s took 4.5% of the store's core."""
+MAX_KEEPALIVE = 8
+"""The most intervals between a quiet node's digests (`keepalive_intervals`): a launcher that
+died is then noticed within ~46 s at 16,384 nodes. Past ~20,000 nodes the steady watch
+exceeds STEADY_BUDGET rather than wait longer."""
 MAX_BEHIND = 8
 DIGESTS_PER_READ = 128
 """Digests the aggregator reads per request (~2 KB each for 8 ranks): one request for all of
@@ -68,10 +73,21 @@ def aggregation_requests(nnodes: int) -> int:
     return 2 * groups + -(-groups // DIGESTS_PER_READ) + 1
 
 
+def keepalive_intervals(nnodes: int) -> int:
+    """Intervals between a quiet node's digests: KEEPALIVE_INTERVALS, or more where even
+    MAX_INTERVAL would put the steady watch past STEADY_BUDGET (past ~5,000 nodes: 8 at
+    16,384, whose digests every 2 intervals cost 1,690 requests/s, 0.069 of the store's core
+    at the 41 us a request costs it under 8 concurrent clients). A node whose ranks change
+    state publishes at once whatever this is; what waits longer is the sign that a quiet
+    node's launcher died (`node_silence_after`)."""
+    room = max(1.0, STEADY_BUDGET * MAX_INTERVAL - aggregation_requests(nnodes))
+    return min(MAX_KEEPALIVE, max(KEEPALIVE_INTERVALS, math.ceil(nnodes / room)))
+
+
 def steady_requests(nnodes: int) -> float:
     """Store requests per interval of the steady watch: a digest from each node every
-    KEEPALIVE_INTERVALS, and the aggregators' (`aggregation_requests`)."""
-    return nnodes / KEEPALIVE_INTERVALS + aggregation_requests(nnodes)
+    `keepalive_intervals`, and the aggregators' (`aggregation_requests`)."""
+    return nnodes / keepalive_intervals(nnodes) + aggregation_requests(nnodes)
 
 
 def plan_interval(nnodes: int) -> float:
@@ -87,10 +103,11 @@ def silence_after(interval: float) -> float:
     return max(5.0, 3 * interval)
 
 
-def node_silence_after(interval: float) -> float:
-    """Seconds without a new digest that make a node silent: its keep-alive's period and
-    two intervals more (the aggregator reads once per interval, and a step may come late)."""
-    return max(5.0, (KEEPALIVE_INTERVALS + 2) * interval)
+def node_silence_after(interval: float, keepalive: int = KEEPALIVE_INTERVALS) -> float:
+    """Seconds without a new digest that make a node silent: its keep-alive's period
+    (`keepalive` intervals) and two intervals more (the aggregator reads once per interval,
+    and a step may come late)."""
+    return max(5.0, (keepalive + 2) * interval)
 
 
 _SEVERITY = {"stopped": 0, "silent": 1, "error": 2, "gone": 3, "unknown": 4}
@@ -137,6 +154,8 @@ class _Nodes:
     interval: float
     skips: Skips
     group: int = 0
+    keepalive: int = KEEPALIVE_INTERVALS
+    """Intervals between a quiet node's digests (`keepalive_intervals` of the cluster)."""
     _seen: dict[int, _Seen] = field(default_factory=dict)
     _placed: bool = False
     _started: float | None = None
@@ -174,7 +193,7 @@ class _Nodes:
 
     def summary(self, now: float) -> GroupSummary:
         """These nodes as the fleet summary needs them (`merge`)."""
-        quiet_limit = node_silence_after(self.interval)
+        quiet_limit = node_silence_after(self.interval, self.keepalive)
         problems: list[RankState] = []
         running: list[RankState] = []
         silent: list[NodeSilence] = []
@@ -314,7 +333,12 @@ class Aggregator(_Publisher[FleetSummary]):
             return recent
         if self._nodes is None:
             self._nodes = _Nodes(
-                self.link, self.keys, range(self.nnodes), self.interval, self.skips
+                self.link,
+                self.keys,
+                range(self.nnodes),
+                self.interval,
+                self.skips,
+                keepalive=keepalive_intervals(self.nnodes),
             )
         self._nodes.read(now)
         self._seq += 1
@@ -343,7 +367,15 @@ class GroupAggregator(_Publisher[GroupSummary]):
             return recent
         if self._nodes is None:
             nodes = group_nodes(self.group, self.nnodes)
-            self._nodes = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, self.group)
+            self._nodes = _Nodes(
+                self.link,
+                self.keys,
+                nodes,
+                self.interval,
+                self.skips,
+                self.group,
+                keepalive_intervals(self.nnodes),
+            )
         self._nodes.read(now)
         summary = self._nodes.summary(now)
         return self._publish(self.keys.group(self.group), summary, now)
@@ -394,7 +426,15 @@ class FleetAggregator(_Publisher[FleetSummary]):
                 orphan = self._orphans.get(group)
                 if orphan is None:
                     nodes = group_nodes(group, self.nnodes)
-                    orphan = _Nodes(self.link, self.keys, nodes, self.interval, self.skips, group)
+                    orphan = _Nodes(
+                        self.link,
+                        self.keys,
+                        nodes,
+                        self.interval,
+                        self.skips,
+                        group,
+                        keepalive_intervals(self.nnodes),
+                    )
                     self._orphans[group] = orphan
                 orphan.read(now)
                 parts.append(orphan.summary(now))

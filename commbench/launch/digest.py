@@ -66,8 +66,14 @@ class NodeAgent:
     degrades this node's watch like any read. Only the first digest (or one after the key
     held something else: the aggregator's placeholder, a store that lost its keys) is a `set`."""
 
-    def __init__(self, link: StoreLink, keys: Keys, node: int, host: str) -> None:
+    def __init__(
+        self, link: StoreLink, keys: Keys, node: int, host: str, phase: float = 0.0
+    ) -> None:
         self.link = link
+        self.phase = phase
+        """Where in its keep-alive period (0..1) this node's quiet digests fall: nodes that
+        start together would otherwise all keep alive in the same interval, a burst of one
+        request per node every period (`plane`: random past KEEPALIVE_INTERVALS)."""
         self.keys = keys
         self.node = node
         self.host = host
@@ -86,7 +92,10 @@ class NodeAgent:
         states = tuple((r.rank, r.state) for r in ranks)
         if states == self._states and now - self._published_at < unless:
             return False
+        first = self._states is None
         self._states, self._published_at = states, now
+        if first and unless != float("inf"):  # the first keep-alive comes `phase` early
+            self._published_at -= self.phase * unless
         self.seq += 1
         digest = NodeDigest(
             node=self.node,

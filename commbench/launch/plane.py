@@ -10,7 +10,7 @@ aggregators and the cost model) and `roll_call`.
 
 - each node's **launcher** (never a worker: no timed loop ever waits on the store) reads its
   own ranks' heartbeat files and /proc, and publishes its `NodeDigest` when a rank changed
-  state, else every KEEPALIVE_INTERVALS intervals: one request per node;
+  state, else every `keepalive_intervals` intervals: one request per node;
 - one **aggregator**, the launcher of the node that runs global rank 0 (the run's writer),
   reads every digest (`multi_get`, DIGESTS_PER_READ at a time) once per interval and
   publishes one small `FleetSummary`: who is stopped, silent, gone or behind, where, since
@@ -33,6 +33,7 @@ counts and publishes the result.
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import threading
 import time
@@ -50,6 +51,7 @@ from commbench.launch.aggregation import (
     FleetAggregator,
     Follower,
     GroupAggregator,
+    keepalive_intervals,
     plan_interval,
     silence_after,
     tiered,
@@ -325,7 +327,8 @@ class ControlPlane:
             self.link = StoreLink(self._factory(self.view.host, self.view.port), self.wall)
             keys = Keys()
             nnodes = self.view.nnodes
-            self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname)
+            phase = random.random() if keepalive_intervals(nnodes) > KEEPALIVE_INTERVALS else 0.0
+            self.agent = NodeAgent(self.link, keys, self.view.node, self.hostname, phase)
             if tiered(nnodes) and self.view.node % GROUP_NODES == 0:
                 self.group = GroupAggregator(
                     self.link,
@@ -350,10 +353,10 @@ class ControlPlane:
             self.ended_at = now  # the measurement is over: nothing left to watch
             self._stop.set()
             return
-        # the digest when a rank's state changed; else every KEEPALIVE_INTERVALS regular steps
+        # the digest when a rank's state changed; else every `keepalive_intervals` regular steps
         # (half an interval's slack for a late step), never on a wake-up, which is for the
         # summary
-        keepalive = (KEEPALIVE_INTERVALS - 0.5) * self.interval
+        keepalive = (keepalive_intervals(self.view.nnodes) - 0.5) * self.interval
         states = rank_states(beats, now, silence_after(self.interval))
         self.agent.publish(states, now, unless=float("inf") if self._woken else keepalive)
         if self.group is not None:

@@ -5,6 +5,7 @@ the `RollCallResult`)."""
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,9 +26,42 @@ lasts. (It was 2,000, against a capacity of 17,000 requests/s as a client timed 
 survivors of 16,384 nodes then learnt the result 8 s apart.)"""
 
 
+ANSWER_RATE = 8000.0
+"""Answers per second the survivors may send in all: each waits a random part of
+`answer_spread` before answering. Without it every survivor of 16,384 nodes answered within
+the first 100 ms (49k requests); the store's other clients (the job's own rendezvous and
+process-group traffic) then waited behind the burst (an unrelated `get` up to 48 ms at 1,024
+nodes). 2 s at 16,384 nodes, 0.13 s at 1,024: well within ROLLCALL_WAIT."""
+CONNECT_RATE = 2000.0
+"""New connections per second a fleet may open at one store (the roll-call links at a
+worker's start, the muster's sign-ins): each waits a random part of `connect_spread` first.
+c10d's libuv store names every new peer on its event loop (`getnameinfo`, a reverse DNS
+lookup where the hosts file does not know the peer; docs/scale.md): ~80 us of its CPU with
+the connection's first request, plus the lookup; 2,000 a second, 0.17 of its core where
+lookups are fast (benchmarks/control_plane.py)."""
+
+
 def rollcall_poll(nnodes: int) -> float:
     """Seconds between one node's polls during a roll call."""
     return max(ROLLCALL_POLL, nnodes / ROLLCALL_BUDGET)
+
+
+def answer_spread(nnodes: int) -> float:
+    """Seconds over which the survivors' answers are spread (ANSWER_RATE)."""
+    return nnodes / ANSWER_RATE
+
+
+def connect_spread(nnodes: int) -> float:
+    """Seconds over which `nnodes` nodes' new connections to one store are spread."""
+    return nnodes / CONNECT_RATE
+
+
+def open_link(link: StoreLink, keys: Keys) -> None:
+    """Open `link`'s connection now, in one request that changes nothing (a `check` of the
+    result's key), so that the roll call finds it open: a worker opens its node's link at
+    its start (at a random moment of `connect_spread`), never in the failure's burst, where
+    each new connection would cost the store a reverse lookup on its event loop."""
+    link.call("check", [keys.rollcall("result")])
 
 
 class RollCall:
@@ -120,9 +154,18 @@ class RollCall:
             time.sleep(rollcall_poll(self.nnodes))
         return None
 
-    def run(self, node: int, host: str, rank: int, wait: float) -> RollCallResult:
-        """Answer, then count (first to answer) or wait for the count; falls back to reading
-        the answers when the counter never publishes."""
+    def run(
+        self,
+        node: int,
+        host: str,
+        rank: int,
+        wait: float,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> RollCallResult:
+        """After a random part of `answer_spread` (the survivors' burst bounded at
+        ANSWER_RATE), answer, then count (first to answer) or wait for the count; falls back
+        to reading the answers when the counter never publishes."""
+        sleep(random.uniform(0.0, answer_spread(self.nnodes)))
         position = self.answer(node, host, rank, wait)
         if position == 1:
             return self.count(node, wait)
