@@ -25,13 +25,17 @@ from commbench.launch import roll_call, store_link  # noqa: E402
 from commbench.launch.aggregation import (  # noqa: E402
     GROUP_NODES,
     KEEPALIVE_INTERVALS,
+    MAX_KEEPALIVE,
     ONE_TIER_NODES,
+    STEADY_BUDGET,
     Aggregator,
     FleetAggregator,
     Follower,
     GroupAggregator,
     aggregation_requests,
     group_count,
+    keepalive_intervals,
+    node_silence_after,
     plan_interval,
     silence_after,
     steady_requests,
@@ -221,6 +225,32 @@ def test_a_launcher_publishes_on_a_change_and_else_every_other_interval(store: o
     assert link.requests == {"set": 1, "compare_set": 2} and agent.seq == 3
     raw = store.get(Keys("keepalive").digest(3))  # type: ignore[attr-defined]
     assert NodeDigest.from_json(raw).seq == 3  # the last one is there
+
+
+def test_a_quiet_nodes_keepalive_grows_with_the_cluster_to_hold_the_steady_budget() -> None:
+    """The interval's 5 s cap broke the budget at 16,384 nodes (8,450 requests an interval,
+    1,690 a second); past ~5,000 nodes a quiet node keeps alive less often instead, and the
+    sign that its launcher died waits as much longer."""
+    for nnodes in (8, 64, 1024, 2048, 4096, 8192, 16384):
+        assert steady_requests(nnodes) / plan_interval(nnodes) <= STEADY_BUDGET * 1.000001
+    assert keepalive_intervals(1024) == keepalive_intervals(4096) == KEEPALIVE_INTERVALS
+    assert keepalive_intervals(16384) == MAX_KEEPALIVE
+    assert keepalive_intervals(10**6) == MAX_KEEPALIVE  # past ~20,000 nodes: over the budget
+    interval = plan_interval(16384)
+    assert node_silence_after(interval, MAX_KEEPALIVE) == (MAX_KEEPALIVE + 2) * interval
+
+
+def test_a_node_keeps_alive_at_its_phase_of_the_period(store: object) -> None:
+    """Nodes that start together keep alive spread over the period, not in one interval: a
+    node at phase 0.75 sends its first keep-alive a quarter period after its first digest,
+    then every period."""
+    link = StoreLink(lambda: store)
+    agent = NodeAgent(link, Keys("phase"), 3, "n3", phase=0.75)
+    assert agent.publish(_ranks(3, 1), 100.0, unless=8.0)
+    assert not agent.publish(_ranks(3, 2), 101.9, unless=8.0)
+    assert agent.publish(_ranks(3, 3), 102.1, unless=8.0)  # 8 s early by three quarters
+    assert not agent.publish(_ranks(3, 4), 110.0, unless=8.0)
+    assert agent.publish(_ranks(3, 5), 110.2, unless=8.0)  # then a whole period on
 
 
 def test_the_summary_names_a_stopped_rank_and_a_silent_node(store: object) -> None:
