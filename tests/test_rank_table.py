@@ -102,6 +102,12 @@ def test_a_table_that_does_not_read_is_refused_in_words(bad: Any) -> None:
         context_ranks({COMPACT_KEY: bad})
 
 
+def test_a_run_past_the_world_is_refused_before_it_is_expanded() -> None:
+    """A line that claims 10^12 ranks of a node must not take the launcher's memory."""
+    with pytest.raises(UserError, match="runs past the world's 2 ranks"):
+        context_ranks({COMPACT_KEY: {**_GOOD, "node": [[0, 0, 10**12]]}})
+
+
 def test_the_watch_skips_a_table_that_does_not_read_with_a_warning(tmp_path: Path) -> None:
     watch = Watch(tmp_path, [])
     context = watch._context({"type": "context", "world_size": 2, COMPACT_KEY: {"world": 2}})

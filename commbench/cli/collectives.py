@@ -44,14 +44,14 @@ def register(app: typer.Typer) -> None:
             with LiveRows() as on_progress:
                 request.on_progress = said_first(notes, on_progress)
                 run = commbench.api.run_collectives(**values(request))
-            report(run, fmt, said=warned.said)
+            report(run, fmt, warned)
 
 
-def report(run: Run, fmt: Format, said: list[str] | None = None) -> None:
+def report(run: Run, fmt: Format, warned: SaidAtOnce) -> None:
     """Print a finished run: its table (and the strategy comparison), the devices used and
     the bandwidth summary on stdout (csv and json: the rows alone, so they stay parseable);
     the noise warning, the ranks the others waited for and the status line on stderr; then
-    exit as the run's verdict says. `said`: the run's warnings said at its start already."""
+    exit as the run's verdict says. `warned`: what the run said as it started."""
     from commbench.compare import noisy_warning
     from commbench.health.findings import notes_block
     from commbench.results.exporters import export
@@ -87,9 +87,8 @@ def report(run: Run, fmt: Format, said: list[str] | None = None) -> None:
         typer.echo(health, nl=False, err=not fmt.human)
     warning = noisy_warning(rows)
     # the run's own (a degraded cross-node watch), less those said as it started
-    for text in [warning, *record.warnings]:
-        if text and text not in (said or ()):
-            say(f"warning: {text}")
+    for text in warned.unsaid([t for t in [warning, *record.warnings] if t]):
+        say(f"warning: {text}")
     for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
         say(line)
     if record.note and not rows:

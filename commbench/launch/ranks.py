@@ -85,14 +85,18 @@ def _runs(values: Sequence[int]) -> list[list[int]]:
     return runs
 
 
-def _expand(runs: Any, where: str) -> array[int]:
+def _expand(runs: Any, where: str, world: int) -> array[int]:
+    """The column `runs` stand for, of `world` ranks: a run past them is refused before it is
+    expanded (a line that claims a count of 10^12 must not take the launcher's memory)."""
     out = array("q")
     if not isinstance(runs, list):
         raise UserError(f"{where}: not a list of runs")
     for run in runs:
         match run:
-            case [int(start), int(step), int(count)] if count > 0:
+            case [int(start), int(step), int(count)] if 0 < count <= world - len(out):
                 out.extend(range(start, start + step * count, step) if step else [start] * count)
+            case [int(), int(), int(count)] if count > 0:
+                raise UserError(f"{where}: runs past the world's {world} ranks")
             case _:
                 raise UserError(f"{where}: {run!r} is not a run [start, step, count]")
     return out
@@ -179,7 +183,7 @@ class RankTable(Sequence[dict[str, Any]]):
                 pass
             case _:
                 raise UserError(f"{where}: not a rank table (world, pid, kinds)")
-        columns = {name: _expand(data.get(name), f"{where}.{name}") for name in RUN_FIELDS}
+        columns = {name: _expand(data.get(name), f"{where}.{name}", world) for name in RUN_FIELDS}
         if not all(isinstance(p, int) for p in pids):
             raise UserError(f"{where}.pid: not a list of integers")
         table_kinds = [tuple(k) for k in kinds if isinstance(k, list) and len(k) == 4]
