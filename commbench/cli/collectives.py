@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             report(run, fmt, warned)
 
 
-def report(run: Run, fmt: Format, warned: SaidAtOnce) -> None:
+def report(run: Run, fmt: Format, warned: SaidAtOnce | None = None) -> None:
     """Print a finished run: its table (and the strategy comparison), the devices used and
     the bandwidth summary on stdout (csv and json: the rows alone, so they stay parseable);
     the noise warning, the ranks the others waited for and the status line on stderr; then
@@ -87,7 +87,7 @@ def report(run: Run, fmt: Format, warned: SaidAtOnce) -> None:
         typer.echo(health, nl=False, err=not fmt.human)
     warning = noisy_warning(rows)
     # the run's own (a degraded cross-node watch), less those said as it started
-    for text in warned.unsaid([t for t in [warning, *record.warnings] if t]):
+    for text in (warned or SaidAtOnce()).unsaid([t for t in [warning, *record.warnings] if t]):
         say(f"warning: {text}")
     for line in summary_lines(run.straggler_summary(), limit=STRAGGLER_LINES):
         say(line)
