@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from commbench.cli import app
@@ -39,15 +41,38 @@ def _history(tmp_path: Path, speeds: list[float]) -> Path:
     return db
 
 
+History_ = Callable[[tuple[float, ...]], Path]
+"""The `history` fixture: a history of the speeds given."""
+
+QUIET = (1.0, 1.002, 0.998, 1.001, 0.999, 1.0)
+"""Six runs within 0.3% of one another."""
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> History_:
+    """`_history` of the speeds given, built once in a module's process: every test only
+    reads a history (two check that its bytes stay as they were), and building one (its runs
+    written and added, their change points found) took half a second, for the same speeds
+    in several tests."""
+    made: dict[tuple[float, ...], Path] = {}
+
+    def get(speeds: tuple[float, ...]) -> Path:
+        if speeds not in made:
+            made[speeds] = _history(tmp_path_factory.mktemp("history"), list(speeds))
+        return made[speeds]
+
+    return get
+
+
 def invoke(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(app, ["compare", *args])
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_a_small_drop_fails_against_a_quiet_history(tmp_path: Path) -> None:
+def test_a_small_drop_fails_against_a_quiet_history(tmp_path: Path, history: History_) -> None:
     """Six quiet runs (within 0.3%): a uniform 6% drop is far beyond how far they moved, and
     beyond the 5% tolerance; the verdict names the history."""
-    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999, 1.0])
+    db = history(QUIET)
     base = _copy(tmp_path, "base", 1.0, minute=30)
     slow = _copy(tmp_path, "slow", 0.94, minute=31)
     code, out, err = invoke(str(base), str(slow), "--history", str(db), "--format", "json")
@@ -85,8 +110,8 @@ def test_a_history_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) ->
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made
 
 
-def test_reading_a_history_changes_nothing(tmp_path: Path) -> None:
-    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999])
+def test_reading_a_history_changes_nothing(tmp_path: Path, history: History_) -> None:
+    db = history(QUIET[:5])
     copy = tmp_path / "ro"
     copy.mkdir()
     shutil.copy(db, copy / "history.db")
@@ -103,10 +128,10 @@ def test_reading_a_history_changes_nothing(tmp_path: Path) -> None:
         copy.chmod(0o755)
 
 
-def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path) -> None:
+def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path, history: History_) -> None:
     """`report --history`: each point against the runs before it, and a figure per op; read
     only (the history's bytes unchanged)."""
-    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999, 1.0])
+    db = history(QUIET)
     before = db.read_bytes()
     slow = _copy(tmp_path, "slow", 0.8, minute=40)
     result = CliRunner().invoke(app, ["report", str(slow), "--history", str(db)])
@@ -123,8 +148,10 @@ def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path) -> None:
     assert db.read_bytes() == before
 
 
-def test_the_report_says_when_the_history_holds_nothing_of_the_machine(tmp_path: Path) -> None:
-    db = _history(tmp_path, [1.0, 1.002, 0.998, 1.001, 0.999])
+def test_the_report_says_when_the_history_holds_nothing_of_the_machine(
+    tmp_path: Path, history: History_
+) -> None:
+    db = history(QUIET[:5])
     cpu = Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a"
     result = CliRunner().invoke(app, ["report", str(cpu), "--history", str(db)])
     assert result.exit_code == 0, result.output

@@ -4,11 +4,13 @@ inside a step, never showed what the real one does."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -25,16 +27,19 @@ NNODES = 2
 INTERVALS = 8
 
 
-@pytest.fixture
-def store_port() -> Iterator[int]:
+@contextlib.contextmanager
+def _store_port() -> Iterator[int]:
+    """A real c10d TCPStore of its own on a free port, for one case."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = torch_distributed.TCPStore(
         "127.0.0.1", port, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False
     )
-    yield port
-    del server
+    try:
+        yield port
+    finally:
+        del server
 
 
 class Slow:
@@ -68,38 +73,34 @@ def _slow_factory(delay: float) -> Callable[[str, int], Callable[[], Any]]:
     return factory
 
 
-@pytest.mark.parametrize(("delay_ms", "stalled"), [(0, False), (2, False), (20, False), (20, True)])
-def test_the_aggregator_reads_once_per_interval_on_the_real_clock(
-    tmp_path: Path, store_port: int, delay_ms: int, stalled: bool
-) -> None:
-    """The writer's launcher's real watch thread, each of its requests taking `delay_ms`, for
-    INTERVALS intervals (and, `stalled`, its launcher asking for the summary on every 0.1 s
-    poll): its aggregator reads the digests in at least 0.9 of its intervals. Before, the
-    skip test took the time after the step's own digest (a request on every
-    KEEPALIVE_INTERVALS-th step only), so the step after one that published came within the
-    interval of its read and returned the last summary: 66 reads in 131 intervals of a real
-    run, 4 in 8 here; and a wake-up, too soon to read, put off the next read."""
-    view = JobView(host="127.0.0.1", port=store_port, node=0, nnodes=NNODES, writer=True)
-    plane = ControlPlane(
-        tmp_path,
-        factory=_slow_factory(delay_ms / 1000),
-        find_view=lambda pids: view,
-        beats=dict,
-    )
-    plane.start()
-    try:
-        deadline = time.monotonic() + 60  # a generous bound on a loaded machine, never met
-        while time.monotonic() < deadline:  # until its steps span INTERVALS intervals
-            watched = plane.watched
-            if watched and watched[1] - watched[0] >= (INTERVALS - 1) * plane.interval:
-                break
-            if stalled:
-                plane.want_summary()
-            time.sleep(0.1)
-    finally:
-        plane.stop()
-    assert not any(t.name == "commbench-control" for t in threading.enumerate())
-    watch = plane.record()
+CASES = [(0, False), (2, False), (20, False), (20, True)]
+"""(delay_ms, stalled): every request of the watch takes `delay_ms`; `stalled`, its launcher
+asks for the summary on every poll."""
+
+
+def _watch_on_the_real_clock(tmp_path: Path, delay_ms: int, stalled: bool) -> None:
+    """One case of the test below, on its own store, plane and directory."""
+    with _store_port() as store_port:
+        view = JobView(host="127.0.0.1", port=store_port, node=0, nnodes=NNODES, writer=True)
+        plane = ControlPlane(
+            tmp_path,
+            factory=_slow_factory(delay_ms / 1000),
+            find_view=lambda pids: view,
+            beats=dict,
+        )
+        plane.start()
+        try:
+            deadline = time.monotonic() + 60  # a generous bound on a loaded machine, never met
+            while time.monotonic() < deadline:  # until its steps span INTERVALS intervals
+                watched = plane.watched
+                if watched and watched[1] - watched[0] >= (INTERVALS - 1) * plane.interval:
+                    break
+                if stalled:
+                    plane.want_summary()
+                time.sleep(0.1)
+        finally:
+            plane.stop()
+        watch = plane.record()
     assert watch is not None and watch["interval_s"] == plan_interval(NNODES)
     intervals = watch["watched_s"] / watch["interval_s"] + 1  # the steps' span, both ends in
     assert intervals >= INTERVALS - 1, watch
@@ -108,6 +109,46 @@ def test_the_aggregator_reads_once_per_interval_on_the_real_clock(
     assert watch["reads"] == reads, watch
     assert reads >= 0.9 * intervals, watch
     assert watch["requests_by_op"]["set"] >= reads  # each read published its summary
+
+
+def test_the_aggregator_reads_once_per_interval_on_the_real_clock(tmp_path: Path) -> None:
+    """The writer's launcher's real watch thread, each of its requests taking `delay_ms`, for
+    INTERVALS intervals (and, `stalled`, its launcher asking for the summary on every 0.1 s
+    poll): its aggregator reads the digests in at least 0.9 of its intervals. Before, the
+    skip test took the time after the step's own digest (a request on every
+    KEEPALIVE_INTERVALS-th step only), so the step after one that published came within the
+    interval of its read and returned the last summary: 66 reads in 131 intervals of a real
+    run, 4 in 8 here; and a wake-up, too soon to read, put off the next read.
+
+    The CASES run at once, each in a thread of its own with its own store, plane and
+    directory: each spends INTERVALS intervals of the real clock asleep (3.5 s), so one
+    after the other they held a worker of the fast lane 14 s, together 3.6 s. Each case's
+    failure is reported under its name; no control thread outlives the planes' stops."""
+    failures: dict[tuple[int, bool], BaseException] = {}
+
+    def run(case: tuple[int, bool]) -> None:
+        directory = tmp_path / f"{case[0]}ms-{'stalled' if case[1] else 'polled'}"
+        directory.mkdir()
+        try:
+            _watch_on_the_real_clock(directory, *case)
+        except BaseException as exc:  # reported under its case below
+            failures[case] = exc
+
+    threads = [threading.Thread(target=run, args=(case,)) for case in CASES]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not any(t.name == "commbench-control" for t in threading.enumerate())
+    if failures:
+        pytest.fail(
+            "\n\n".join(
+                f"case delay_ms={delay_ms}, stalled={stalled}:\n"
+                + "".join(traceback.format_exception(exc))
+                for (delay_ms, stalled), exc in failures.items()
+            ),
+            pytrace=False,
+        )
 
 
 STOPPED_S = 4.0

@@ -378,10 +378,17 @@ def _remote(r: RankState, mtime: float, state: str | None = None) -> Seen:
     return Seen(**_beat_fields(r), state=state or r.state, mtime=mtime)
 
 
+_BEAT_NAMES = tuple(f.name for f in fields(RankBeat))
+_STATE_NAMES = tuple(name for name in _BEAT_NAMES if name in {f.name for f in fields(RankState)})
+
+
 def _beat_fields(beat: RankBeat | RankState) -> dict[str, Any]:
     """A heartbeat's fields, from this node's file or another node's summary (which has no
-    `time`), for a `Seen`."""
-    return {f.name: getattr(beat, f.name) for f in fields(RankBeat) if hasattr(beat, f.name)}
+    `time`), for a `Seen`. The names are listed once: a launcher takes apart 8 heartbeats
+    each poll, and `dataclasses.fields` on each cost a simulated 16,384-node cluster a
+    seventh of its time."""
+    names = _BEAT_NAMES if isinstance(beat, RankBeat) else _STATE_NAMES
+    return {name: getattr(beat, name) for name in names}
 
 
 def remote_beats(

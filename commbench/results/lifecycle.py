@@ -42,7 +42,6 @@ from commbench.results.store import (
     RUN_FILE,
     RunDir,
     SuiteDir,
-    load_json,
     suite_entries,
     temp_name,
 )
@@ -203,20 +202,21 @@ class Recovery:
         return replace(self.ended, warnings=[*self.ended.warnings, note])
 
 
-def recover(directory: RunDir) -> Recovery | None:
+def recover(directory: RunDir, run_json: RunRecord | None = None) -> Recovery | None:
     """The run in `directory` as it ended, where its launcher died outright: it acts only
     where the launcher is known to be gone (this host: `ProcessId.running()` is False) and no
     process of the run is left that could still journal. Every reader takes a run through
     this (`results.runs.load_run`), and it writes nothing. None when there is nothing to
-    recover (`settle` says why)."""
-    found = _recovery(directory)
+    recover (`settle` says why). `run_json`: its run.json (`RunDir.stored_record`), where the
+    caller has read it already."""
+    found = _recovery(directory, run_json)
     return found if isinstance(found, Recovery) else None
 
 
-def _recovery(directory: RunDir) -> Recovery | str:
+def _recovery(directory: RunDir, run_json: RunRecord | None = None) -> Recovery | str:
     """The run's recovery, or why there is none; UserError for a run.json that cannot be
     read (as `RunDir.read_record` says it)."""
-    record = RunRecord.from_dict(load_json(directory.run_file), shown(directory.run_file))
+    record = directory.stored_record() if run_json is None else run_json
     if record.status is not RunStatus.RUNNING:
         return f"it is {record.status}"
     launcher = record.launcher

@@ -394,10 +394,14 @@ class RunDir:
     def write_record(self, record: RunRecord) -> None:
         atomic_write(self.run_file, dump_json(record.to_dict()))
 
-    def read_record(self) -> RunRecord:
+    def stored_record(self) -> RunRecord:
+        """run.json as it is stored, every field checked."""
+        return RunRecord.from_dict(load_json(self.run_file), shown(self.run_file))
+
+    def read_record(self, stored: RunRecord | None = None) -> RunRecord:
         """run.json, every field checked, its status as a reader must take it
-        (`RunRecord.recognised`)."""
-        record = RunRecord.from_dict(load_json(self.run_file), shown(self.run_file))
+        (`RunRecord.recognised`); from `stored` (`stored_record`) where it was read already."""
+        record = self.stored_record() if stored is None else stored
         if record.status is not RunStatus.RUNNING:
             return record
         return record.recognised(silence_of([self.path], record.timeout_s))
