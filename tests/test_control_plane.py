@@ -490,16 +490,37 @@ def test_the_benchmark_measures_each_phase_as_the_store_feels_it(tmp_path: Path)
     their requests to the launchers'."""
     doc = _simulate(tmp_path, "--nodes", "8")
     rows = {r["phase"]: r for r in doc["rows"]}
-    assert set(rows) == {"steady", "start", "failure", "muster", "health gather"}
+    assert set(rows) == {"probe alone", "steady", "start", "failure", "muster", "health gather"}
+    alone = rows["probe alone"]  # what the probe costs the store, nobody else asking
+    assert alone["requests"] == 0 and alone["store_cpu_s"] > 0 and alone["probes"] > 0, alone
     for phase in ("steady", "start", "failure", "muster"):
         row = rows[phase]
         assert "capacity_share" not in row
-        assert row["store_cpu_s"] > 0 and row["probes"] > 0, row
+        # the phase's share leaves out the probe's, at the rate the store spent it alone,
+        # over the phase's measurement (its window and lead), not the whole run
+        alone_share = alone["store_cpu_s"] / alone["window_s"]
+        assert 0 < row["probe_cpu_s"] <= alone_share * (row["window_s"] + 30), (row, alone)
+        assert row["probes"] > 0, row
         assert row["probe_p50_ms"] <= row["probe_p99_ms"] <= row["probe_max_ms"], row
     assert (rows["start"]["connects"], rows["muster"]["connects"]) == (7, 8)
     assert rows["steady"]["connects"] == rows["failure"]["connects"] == 0
     assert doc["notes"] == []  # every roll call named node 7, no link failed to open
     assert rows["failure"]["requests"] > doc["simulated"]["8"]["failure"]
+
+
+@pytest.mark.integration
+def test_a_failure_phase_past_its_roll_calls_is_left_out_and_said(tmp_path: Path) -> None:
+    """The failure phase runs a thread per surviving node; past --max-roll-calls it is not run
+    (their threads would fall behind the pace they measure), and the run says so; the start
+    phase still opens every roll-call link."""
+    doc = _simulate(tmp_path, "--nodes", "8", "--phases", "failure", "--max-roll-calls", "4")
+    rows = {r["phase"]: r for r in doc["rows"]}
+    assert set(rows) == {"probe alone", "start"}
+    assert rows["start"]["connects"] == 7
+    assert doc["notes"] == [
+        "8 nodes: failure not run: its 7 roll calls (a thread each) are more than the 4 that "
+        "keep their pace on this machine beside the store (--max-roll-calls; 0 runs it anyway)"
+    ]
 
 
 def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(
