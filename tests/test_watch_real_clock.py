@@ -20,7 +20,12 @@ import pytest
 
 torch_distributed = pytest.importorskip("torch.distributed")
 
-from commbench.launch.aggregation import plan_interval  # noqa: E402
+from commbench.launch.aggregation import (  # noqa: E402
+    GROUP_NODES,
+    ONE_TIER_NODES,
+    group_count,
+    plan_interval,
+)
 from commbench.launch.plane import ControlPlane, JobView  # noqa: E402
 
 NNODES = 2
@@ -149,6 +154,71 @@ def test_the_aggregator_reads_once_per_interval_on_the_real_clock(tmp_path: Path
             ),
             pytrace=False,
         )
+
+
+TIERED = ONE_TIER_NODES + 1
+"""Past one tier: 17 groups of up to GROUP_NODES nodes (the last holds one), an interval of
+2.1 s."""
+TIERED_DELAYS = (0, 2, 20)
+
+
+def _tiers_on_the_real_clock(tmp_path: Path, delay_ms: int) -> dict[str, Any]:
+    """The launchers that aggregate at TIERED nodes, each its real watch thread on the real
+    clock against one real store: every group's first node (its `GroupAggregator`), node 0
+    the writer besides (its `FleetAggregator`), whose every request takes `delay_ms`. The
+    other nodes never publish (their digests are placeholders). The writer's record."""
+    with _store_port() as port:
+        planes = []
+        for group in range(group_count(TIERED)):
+            node = group * GROUP_NODES
+            view = JobView(host="127.0.0.1", port=port, node=node, nnodes=TIERED, writer=node == 0)
+            planes.append(
+                ControlPlane(
+                    tmp_path,
+                    factory=_slow_factory(delay_ms / 1000 if node == 0 else 0.0),
+                    find_view=lambda pids, view=view: view,
+                    beats=dict,
+                )
+            )
+        writer = planes[0]
+        for plane in planes:
+            plane.start()
+        try:
+            deadline = time.monotonic() + 120  # a generous bound on a loaded machine
+            while time.monotonic() < deadline:  # until its steps span INTERVALS intervals
+                watched = writer.watched
+                if watched and watched[1] - watched[0] >= (INTERVALS - 1) * writer.interval:
+                    break
+                time.sleep(0.1)
+        finally:
+            for plane in planes:
+                plane.stop()
+        watch = writer.record()
+    assert watch is not None
+    return watch
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("delay_ms", TIERED_DELAYS)
+def test_each_tier_reads_once_per_interval_on_the_real_clock(tmp_path: Path, delay_ms: int) -> None:
+    """Past ONE_TIER_NODES, on the real clock: the writer's launcher steps both tiers, its
+    group's aggregator (the digests of its group) and the fleet's (the groups' summaries),
+    each of its requests taking `delay_ms`, beside the other groups' aggregators; each tier
+    reads in at least 0.9 of its intervals, as the single tier does above (issue 45: a
+    skip test that took the time after the step's own requests read in half). One delay at
+    a time: three stores' 51 watch threads at once, beside the lane's own load, took a
+    first request past SLOW_CALL here."""
+    watch = _tiers_on_the_real_clock(tmp_path, delay_ms)
+    assert watch["interval_s"] == plan_interval(TIERED) and watch["group"] == 0, watch
+    intervals = watch["watched_s"] / watch["interval_s"] + 1
+    assert intervals >= INTERVALS - 1, watch
+    assert watch["group_reads"] >= 0.9 * intervals, watch
+    assert watch["reads"] >= 0.9 * intervals, watch
+    # each read of each tier is one multi_get (its group's 128 digests; the 17 groups'
+    # summaries) and publishes its summary
+    assert watch["requests_by_op"]["multi_get"] >= watch["reads"] + watch["group_reads"], watch
+    assert watch["requests_by_op"]["set"] >= watch["reads"] + watch["group_reads"], watch
+    assert not any(t.name == "commbench-control" for t in threading.enumerate())
 
 
 STOPPED_S = 4.0
