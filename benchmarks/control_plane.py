@@ -139,7 +139,7 @@ IDLE_WINDOW = 2.0
 PROBE_ALONE = "probe alone"
 """The first row of each size: the store with every replay connection open and only the probe
 asking, for IDLE_WINDOW seconds. Its CPU share (0.009 here: ~90 us for each of 100 paced
-`get`s a second, a wake-up from idle under gVisor) is the probe's own cost, subtracted from
+`get`s a second, each a wake-up from idle on this VM) is the probe's own cost, subtracted from
 every phase's store CPU: what the phase costs, not the instrument."""
 PROBE_PERIOD = 0.01
 PROBE_KEY = "commbench-probe"
