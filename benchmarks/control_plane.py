@@ -341,10 +341,8 @@ class Row:
         spent: Totals,
         cpu: float,
         window: float,
-        probe: list[float] | None = None,
-        connects: int = 0,
     ) -> Row:
-        row = cls(
+        return cls(
             nodes=nodes,
             ranks=nodes * RANKS_PER_NODE,
             phase=phase,
@@ -352,14 +350,15 @@ class Row:
             bytes=spent.bytes,
             store_cpu_s=round(cpu, 4),
             window_s=round(window, 3),
-            connects=connects,
         )
+
+    def probed(self, probe: list[float]) -> None:
+        """The probe's requests during the phase (seconds each): its p50, p99 and max."""
         if probe:
-            row.probes = len(probe)
-            row.probe_p50_ms = round(_percentile(probe, 0.5) * 1e3, 2)
-            row.probe_p99_ms = round(_percentile(probe, 0.99) * 1e3, 2)
-            row.probe_max_ms = round(max(probe) * 1e3, 2)
-        return row
+            self.probes = len(probe)
+            self.probe_p50_ms = round(_percentile(probe, 0.5) * 1e3, 2)
+            self.probe_p99_ms = round(_percentile(probe, 0.99) * 1e3, 2)
+            self.probe_max_ms = round(max(probe) * 1e3, 2)
 
     def misses(self) -> list[str]:
         """The targets this row misses, where it is judged."""
@@ -963,16 +962,13 @@ def run_nodes(
 
             measure("steady", w.seconds, 1.0, steady)
         if links:
-            opened = Totals()
 
             def start_links(start: float) -> Totals:
-                nonlocal opened
                 replies = replayers.all(op="links", start=start)
                 late["start"] = max(r["late"] for r in replies)
                 if failed := sum(r["failed"] for r in replies):
                     notes.append(f"{nnodes} nodes: {failed:.0f} roll-call links failed to open")
-                opened = sum((Totals(r["requests"], r["bytes"]) for r in replies), Totals())
-                return opened
+                return sum((Totals(r["requests"], r["bytes"]) for r in replies), Totals())
 
             measure("start", connect_window(nnodes), 0.5, start_links)
             spans[-1][0].connects = roll_calls
@@ -1017,18 +1013,8 @@ def run_nodes(
         server.close()
     rows = []
     for row, start, end in spans:
-        rows.append(
-            Row.of(
-                nnodes,
-                row.phase,
-                Totals(row.requests, row.bytes),
-                row.store_cpu_s,
-                row.window_s,
-                probe.between(start, end),
-                row.connects,
-            )
-        )
-        rows[-1].probe_cpu_s = row.probe_cpu_s
+        row.probed(probe.between(start, end))
+        rows.append(row)
     if "steady" in args.phases:
         rows.append(Row.of(nnodes, "health gather", Totals(), 0.0, 1.0))
     steps = extra["step_cpu"][1:] or [0.0]

@@ -41,7 +41,7 @@ def _history(tmp_path: Path, speeds: list[float]) -> Path:
     return db
 
 
-History_ = Callable[[tuple[float, ...]], Path]
+HistoryOf = Callable[[tuple[float, ...]], Path]
 """The `history` fixture: a history of the speeds given."""
 
 QUIET = (1.0, 1.002, 0.998, 1.001, 0.999, 1.0)
@@ -49,7 +49,7 @@ QUIET = (1.0, 1.002, 0.998, 1.001, 0.999, 1.0)
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> History_:
+def history(tmp_path_factory: pytest.TempPathFactory) -> HistoryOf:
     """`_history` of the speeds given, built once in a module's process: every test only
     reads a history (two check that its bytes stay as they were), and building one (its runs
     written and added, their change points found) took half a second, for the same speeds
@@ -69,7 +69,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_a_small_drop_fails_against_a_quiet_history(tmp_path: Path, history: History_) -> None:
+def test_a_small_drop_fails_against_a_quiet_history(tmp_path: Path, history: HistoryOf) -> None:
     """Six quiet runs (within 0.3%): a uniform 6% drop is far beyond how far they moved, and
     beyond the 5% tolerance; the verdict names the history."""
     db = history(QUIET)
@@ -110,7 +110,7 @@ def test_a_history_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) ->
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made
 
 
-def test_reading_a_history_changes_nothing(tmp_path: Path, history: History_) -> None:
+def test_reading_a_history_changes_nothing(tmp_path: Path, history: HistoryOf) -> None:
     db = history(QUIET[:5])
     copy = tmp_path / "ro"
     copy.mkdir()
@@ -128,7 +128,7 @@ def test_reading_a_history_changes_nothing(tmp_path: Path, history: History_) ->
         copy.chmod(0o755)
 
 
-def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path, history: History_) -> None:
+def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path, history: HistoryOf) -> None:
     """`report --history`: each point against the runs before it, and a figure per op; read
     only (the history's bytes unchanged)."""
     db = history(QUIET)
@@ -149,7 +149,7 @@ def test_the_report_shows_a_runs_trend_in_the_history(tmp_path: Path, history: H
 
 
 def test_the_report_says_when_the_history_holds_nothing_of_the_machine(
-    tmp_path: Path, history: History_
+    tmp_path: Path, history: HistoryOf
 ) -> None:
     db = history(QUIET[:5])
     cpu = Path(__file__).parent / "fixtures" / "runs" / "cpu-gloo-a"
