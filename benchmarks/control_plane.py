@@ -13,11 +13,12 @@ at a time. The simulation notes each measured window's requests (`Tape`).
 Then the windows are made again, as the store would see them in a cluster, while the store's
 CPU is measured and a probe times the job's own requests:
 
-- from REPLAYERS client processes at once (`Replayers`), each holding its share of the
-  launchers' connections (node n's on connection n % CONNECTIONS: the store's file limit
-  here holds 20,000), at the pace the loop made them;
+- from REPLAYERS client processes at once (`Replayers`, forked from one that imported torch),
+  each holding its share of the launchers' connections (node n's on connection
+  n % CONNECTIONS: the store's file limit here holds 20,000), at the pace the loop made them;
 - the failure phase calls the real `RollCall.run` for every surviving node, each on a thread
-  of its own in those processes, with a `StoreLink` (its 1 s deadlines, checked as each
+  of its own, at most ROLL_CALLS_PER_PROCESS a process (`RollCallers`, forked by the
+  replayers when the workers start), with a `StoreLink` (its 1 s deadlines, checked as each
   request returns: `InlineLink`, no courier thread, as 16,352 couriers beside 16,352 roll
   calls would pass this machine's pid_max) on the connection the node's worker opened at
   its start (`start`);
@@ -31,8 +32,9 @@ second of the window, of the one core its event loop runs on, connections includ
 the probe's own cost. The probe (`_PROBE`, its own process) makes a small `get` every 10 ms
 throughout; per phase its p50, p99 and max (ms) are the job's own view of the store. What the
 probe alone costs the store is measured first (the `probe alone` row: every connection open,
-nobody else asking) and left out of every phase's share. The client processes run at nice
-10: in a cluster they are other hosts, here they share the store's cores.
+nobody else asking) and left out of every phase's share. The client processes run as
+SCHED_IDLE: in a cluster they are other hosts, here they share the store's cores, and take
+none the store or the probe wants.
 
 Phases, per N:
 
@@ -46,8 +48,9 @@ Phases, per N:
   STALL_AFTER, asks for the fleet summary: its control plane wakes at most once per interval
   to read it), and every surviving node (1 in 512 lost, at least one) reaches the roll call
   within a poll period and runs `RollCall.run` (its answer after a random part of
-  `answer_spread(N)`, its polls every `rollcall_poll(N)`). Window: what the roll call takes
-  with a node lost (the counter waits ROLLCALL_WAIT for it), `failure_window`.
+  `answer_spread(N)`, then one request that waits for the result, and its read after
+  another random part). Window: what the roll call takes with a node lost (the counter
+  waits the spread and ROLLCALL_WAIT for it), `failure_window`.
 - **muster**: diagnose's sign-in before a multi-node run, at node rank 0's store: one new
   connection per node over `connect_spread(N)` (at least 1 s): the window.
 - **health gather**: the link health snapshots travel to the writer through the process
@@ -97,6 +100,7 @@ from commbench.diagnose.worker import ROLLCALL_WAIT
 from commbench.launch.aggregation import plan_interval
 from commbench.launch.roll_call import (
     RollCall,
+    answer_spread,
     connect_spread,
     open_link,
     rollcall_poll,
@@ -115,15 +119,14 @@ MAX_TARGET = 1000.0
 NODES_PER_PROCESS = 2048
 """Fewest simulated nodes worth a process of their own (each imports torch: ~2 s)."""
 REPLAYERS = 8
-"""Client processes a window is made again from, at once (issue 45: at least 4); 16,352 roll
-calls' threads in 4 processes fell minutes behind their pace here."""
-ROLL_CALL_THREADS = 2048
-"""The most roll calls the failure phase runs (each `RollCall.run` on a thread of its own in
-the REPLAYERS processes) by default. On this 2-core machine 1,022 (1,024 nodes) keep their
-pace beside the store; 4,088 fell 3 s behind and 1,216 of their requests passed their 1 s
-deadline; 16,352 fell 181 s behind, their requests taking seconds client-side, so the
-store saw a slower roll call than a cluster's. A size past it leaves the phase out and says
-so (`--max-roll-calls`)."""
+"""Client processes a window is made again from, at once (issue 45: at least 4), forked from
+one that imported torch (`replayers_main`)."""
+ROLL_CALLS_PER_PROCESS = 64
+"""Roll calls (`RollCall.run`, a thread each) a process runs at most (`RollCallers`). Python
+threads in one process share its interpreter lock, and past a few hundred a request's
+return waits for it: 4,088 roll calls in 2 processes took 7 ms of CPU a request and 5,011
+of them passed their 1 s deadline; in 8, 145 us and a few dozen; in 16, 92 us and none
+(this VM, measured with the roll call's own requests)."""
 CONNECTIONS = 2048
 """The launchers' connections the replay holds at most (node n's requests travel on
 connection n % CONNECTIONS): the store's 20,000 files here also hold 16,352 roll-call links."""
@@ -640,7 +643,7 @@ class InlineLink(StoreLink):
     16,352 roll calls would pass this machine's pid_max (32,768), and their hand-offs cost
     the clients more CPU than this machine has beside the store."""
 
-    def _bounded(self, fn: Callable[[], Any]) -> Any:
+    def _bounded(self, fn: Callable[[], Any], within: float | None) -> Any:
         return fn()
 
 
@@ -664,6 +667,110 @@ def _roll_call(link: StoreLink, node: int, nnodes: int, at: float, results: list
         results.append(repr(exc))
 
 
+class RollCallers:
+    """Some surviving nodes' roll-call links and their roll calls, in a process forked for
+    them (ROLL_CALLS_PER_PROCESS at most) by a replayer when the workers start, and ended
+    with the links. Forked then, not kept: beside the store, idle processes of their own
+    made the probe's p99 4 ms instead of 0.4 (this VM: 8 processes asleep, 64 of them, with
+    1,024 connections or 64), in the windows where nobody needs them."""
+
+    def __init__(self, nodes: list[int], port: int, nnodes: int, seed: int) -> None:
+        down_r, down_w = os.pipe()
+        up_r, up_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(down_w)
+                os.close(up_r)
+                code = _roll_callers_main(
+                    nodes, port, nnodes, seed, os.fdopen(down_r, "r"), os.fdopen(up_w, "w")
+                )
+            finally:
+                os._exit(code)
+        os.close(down_r)
+        os.close(up_w)
+        self.down = os.fdopen(down_w, "w")
+        self.up = os.fdopen(up_r, "r")
+
+    def send(self, **cmd: Any) -> None:
+        self.down.write(json.dumps(cmd) + "\n")
+        self.down.flush()
+
+    def recv(self) -> dict[str, Any]:
+        line = self.up.readline()
+        if not line:
+            raise RuntimeError("a roll-call process died")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        self.send(**cmd)
+        return self.recv()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            self.ask(op="unlink")
+        with contextlib.suppress(OSError):
+            self.down.close()
+            self.up.close()
+        os.waitpid(self.pid, 0)
+
+
+def _roll_callers_main(
+    nodes: list[int], port: int, nnodes: int, seed: int, down: Any, up: Any
+) -> int:
+    """`RollCallers`' process: `links` opens each node's link at a random moment of
+    `connect_spread` (what `diagnose.worker` does); `failure` runs each node's `RollCall.run`
+    on a thread of its own from `at` (the survivors reach it within a poll period);
+    `unlink` ends it."""
+    rng = random.Random(seed)
+    links: dict[int, StoreLink] = {}
+    for line in down:
+        cmd = json.loads(line)
+        reply: dict[str, Any] = {}
+        if cmd["op"] == "links":
+            late = failed = 0.0
+            spread = sorted(
+                (cmd["start"] + rng.uniform(0, connect_spread(nnodes)), n) for n in nodes
+            )
+            for at, n in spread:
+                late = max(late, _at(at))
+                pooled = InlineLink(tcp_store_factory("127.0.0.1", port))
+                with contextlib.suppress(Exception):
+                    open_link(pooled, Keys())
+                failed += pooled.total_requests == 0
+                links[n] = pooled
+            reply = {"late": late, "failed": failed, **asdict(Totals.of(list(links.values())))}
+        elif cmd["op"] == "failure":
+            before = Totals.of(list(links.values()))
+            results: list[Any] = []
+            threads = [
+                threading.Thread(
+                    target=_roll_call,
+                    args=(link, n, nnodes, cmd["at"] + rng.uniform(0, POLL), results),
+                )
+                for n, link in links.items()
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            spent = Totals.of(list(links.values())) - before
+            reply = {
+                **asdict(spent),
+                "results": [list(r) if isinstance(r, tuple) else r for r in set(results)],
+                "degraded": sum(len(link.episodes) for link in links.values()),
+            }
+        elif cmd["op"] == "unlink":
+            for link in links.values():
+                link.close()
+            print(json.dumps({}), file=up, flush=True)
+            return 0
+        print(json.dumps(reply), file=up, flush=True)
+    return 0
+
+
 def _held(store: Any) -> StoreLink:
     """A link over an open connection, with no deadline (the muster's: its read waits)."""
     return StoreLink(lambda: store, slow_after=None)
@@ -679,13 +786,16 @@ def replay_main(spec: dict[str, Any]) -> int:
     from torch.distributed import TCPStore
 
     more_files()
-    os.nice(10)  # the clients are other hosts in a cluster: the store's core comes first
+    # the clients are other hosts in a cluster: the store's core and the probe's come first.
+    # nice 10 is not enough: CFS weighs each runnable thread, and 16,352 roll-call threads
+    # at nice 10 outweigh the store's one at 0 (its event loop then stalled for seconds)
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     threading.stack_size(1 << 20)
     index, procs = spec["index"], spec["procs"]
     port = nnodes = 0
     cap = 1
     conns: dict[int, Any] = {}
-    links: dict[int, StoreLink] = {}
+    callers: list[RollCallers] = []
     musters: dict[int, MusterRoll] = {}
 
     def client(timeout: float = 60.0) -> Any:
@@ -702,6 +812,11 @@ def replay_main(spec: dict[str, Any]) -> int:
         simulated time since the window began, or as soon as it can; those after
         `repeat_from` again every `seconds - repeat_from` until the window's `length`. How
         late it ran at most, how many it made, of how many noted."""
+        return play(*load(w), start)
+
+    def load(w: dict[str, Any]) -> tuple[list[Any], int]:
+        """This process's share of a window's requests, in the order it makes them, and how
+        many of them the simulation noted."""
         taped: list[tuple[float, int, int, str, tuple[Any, ...]]] = []
         for path in w["paths"]:
             with open(path, "rb") as f:
@@ -714,11 +829,14 @@ def replay_main(spec: dict[str, Any]) -> int:
             entries += [(t + shift, *rest) for t, *rest in again if t + shift < w["length"]]
             shift += cycle
         entries.sort(key=lambda e: e[:3])
+        return entries, len(taped)
+
+    def play(entries: list[Any], taped: int, start: float) -> dict[str, Any]:
         late = 0.0
         for t, node, _, op, args in entries:
             late = max(late, _at(start + t))
             getattr(conns[node % cap], op)(*args)
-        return {"late": late, "made": len(entries), "taped": len(taped)}
+        return {"late": late, "made": len(entries), "taped": taped}
 
     def spread(nodes: list[int], start: float, seconds: float) -> list[tuple[float, int]]:
         rng = random.Random(index)
@@ -736,44 +854,37 @@ def replay_main(spec: dict[str, Any]) -> int:
         elif op == "replay":
             reply = replay(cmd["window"], cmd["start"])
         elif op == "links":  # the workers' roll-call links, opened at their start
-            late = failed = 0.0
             mine = [n for n in survivors(nnodes) if n % procs == index]
-            for at, n in spread(mine, cmd["start"], connect_spread(nnodes)):
-                late = max(late, _at(at))
-                pooled = InlineLink(tcp_store_factory("127.0.0.1", port))
-                with contextlib.suppress(Exception):
-                    open_link(pooled, Keys())
-                failed += pooled.total_requests == 0
-                links[n] = pooled
-            reply = {"late": late, "failed": failed, **asdict(Totals.of(list(links.values())))}
-        elif op == "failure":  # every survivor's real roll call, beside the launchers' window
-            before = Totals.of(list(links.values()))
-            results: list[Any] = []
-            rng = random.Random(index)
-
-            threads = [
-                threading.Thread(
-                    target=_roll_call,
-                    args=(link, n, nnodes, cmd["at"] + rng.uniform(0, POLL), results),
-                )
-                for n, link in links.items()
+            callers = [
+                RollCallers(mine[i : i + ROLL_CALLS_PER_PROCESS], port, nnodes, index * 1000 + i)
+                for i in range(0, len(mine), ROLL_CALLS_PER_PROCESS)
             ]
-            for thread in threads:
-                thread.start()
-            made = replay(cmd["window"], cmd["start"])
-            for thread in threads:
-                thread.join()
-            spent = Totals.of(list(links.values())) - before
+            for c in callers:
+                c.send(op="links", start=cmd["start"])
+            replies = [c.recv() for c in callers]
+            reply = {
+                "late": max((r["late"] for r in replies), default=0.0),
+                "failed": sum(r["failed"] for r in replies),
+                "requests": sum(r["requests"] for r in replies),
+                "bytes": sum(r["bytes"] for r in replies),
+            }
+        elif op == "failure":  # every survivor's real roll call, beside the launchers' window
+            window = load(cmd["window"])
+            for c in callers:
+                c.send(op="failure", at=cmd["at"])
+            made = play(*window, cmd["start"])
+            replies = [c.recv() for c in callers]
             reply = {
                 **made,
-                **asdict(spent),
-                "results": [list(r) if isinstance(r, tuple) else r for r in set(results)],
-                "degraded": sum(len(link.episodes) for link in links.values()),
+                "requests": sum(r["requests"] for r in replies),
+                "bytes": sum(r["bytes"] for r in replies),
+                "results": [x for r in replies for x in r["results"]],
+                "degraded": sum(r["degraded"] for r in replies),
             }
         elif op == "unlink":
-            for link in links.values():
-                link.close()
-            links = {}
+            for c in callers:
+                c.close()
+            callers = []
         elif op == "muster":  # every node connects anew and signs in
             late = 0.0
             mine = [n for n in range(nnodes) if n % procs == index]
@@ -799,14 +910,80 @@ def replay_main(spec: dict[str, Any]) -> int:
     return 0
 
 
+def replayers_main(spec: dict[str, Any]) -> int:
+    """The REPLAYERS client processes, forked from this one once it imported torch (each
+    would spend ~2 s of CPU importing it again): replayer i reads its commands from, and
+    answers on, its own pair of pipes (`spec["fds"][i]`)."""
+    from torch.distributed import TCPStore  # noqa: F401 (imported once, for every replayer)
+
+    fds: list[list[int]] = spec["fds"]
+    children = []
+    for index, (down, up) in enumerate(fds):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for other, pair in enumerate(fds):
+                    if other != index:  # a replayer's end of the pipe is its own alone
+                        os.close(pair[0])
+                        os.close(pair[1])
+                sys.stdin = os.fdopen(down, "r")
+                sys.stdout = os.fdopen(up, "w")
+                code = replay_main({"index": index, "procs": len(fds)})
+            finally:
+                os._exit(code)
+        children.append(pid)
+    for down, up in fds:
+        os.close(down)
+        os.close(up)
+    for pid in children:
+        os.waitpid(pid, 0)
+    return 0
+
+
+class Forked:
+    """The coordinator's end of one forked replayer (`replayers_main`): `Shard`'s own."""
+
+    def __init__(self, down: int, up: int) -> None:
+        self.down = os.fdopen(down, "w")
+        self.up = os.fdopen(up, "r")
+
+    def send(self, **cmd: Any) -> None:
+        self.down.write(json.dumps(cmd) + "\n")
+        self.down.flush()
+
+    def recv(self) -> dict[str, Any]:
+        line = self.up.readline()
+        if not line:
+            raise RuntimeError("a replayer died")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            self.send(op="close")
+            self.recv()
+        with contextlib.suppress(OSError):
+            self.down.close()
+            self.up.close()
+
+
 class Replayers:
     """The coordinator's end of the REPLAYERS client processes."""
 
     def __init__(self, procs: int) -> None:
-        self.shards: list[Shard] = []
+        self.shards: list[Forked] = []
+        pipes = [(os.pipe(), os.pipe()) for _ in range(procs)]
+        theirs = [[down[0], up[1]] for down, up in pipes]
+        self.zygote = subprocess.Popen(
+            [sys.executable, __file__, "--replayers", json.dumps({"fds": theirs})],
+            pass_fds=[fd for pair in theirs for fd in pair],
+            env=CLIENT_ENV,
+        )
+        for fd in (fd for pair in theirs for fd in pair):
+            os.close(fd)
+        self.shards = [Forked(down[1], up[0]) for down, up in pipes]
         try:
-            for i in range(procs):
-                self.shards.append(Shard({"index": i, "procs": procs}, mode="--replay"))
             self.all()
         except BaseException:
             self.close()
@@ -825,6 +1002,11 @@ class Replayers:
     def close(self) -> None:
         for shard in self.shards:
             shard.close()
+        try:
+            self.zygote.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+            self.zygote.wait()
 
 
 # -- the phases ---------------------------------------------------------------------------------
@@ -891,10 +1073,10 @@ class Size:
 
 def failure_window(nnodes: int) -> float:
     """The roll call as `RollCall.run` makes it, a node lost: the survivors reach it within a
-    poll, answer over `answer_spread` (within the counter's wait), the counter waits
-    ROLLCALL_WAIT for the lost one, publishes within a roll-call poll, and the others read
-    the result within another."""
-    return POLL + ROLLCALL_WAIT + 2 * rollcall_poll(nnodes)
+    poll and answer over `answer_spread`, the counter waits that and ROLLCALL_WAIT more for
+    the lost one and publishes within a roll-call poll, and the others, told at once, read
+    the result over another `answer_spread`."""
+    return POLL + 2 * answer_spread(nnodes) + ROLLCALL_WAIT + rollcall_poll(nnodes)
 
 
 def connect_window(nnodes: int) -> float:
@@ -915,13 +1097,6 @@ def run_nodes(
     windows: dict[str, Window] = {}
     roll_calls = len(survivors(nnodes))
     links = "failure" in args.phases  # the start phase opens the roll calls' links
-    if "failure" in args.phases and 0 < args.max_roll_calls < roll_calls:
-        args = argparse.Namespace(**{**vars(args), "phases": args.phases - {"failure"}})
-        notes.append(
-            f"{nnodes} nodes: failure not run: its {roll_calls:,} roll calls (a thread each) "
-            f"are more than the {args.max_roll_calls:,} that keep their pace on this machine "
-            "beside the store (--max-roll-calls; 0 runs it anyway)"
-        )
     try:
         if args.phases & {"steady", "naming", "failure"}:
             naming, windows = simulate(nnodes, args, pids, server.port, tmp, extra)
@@ -1162,21 +1337,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--shard"]:
         return shard_main(json.loads(argv[1]))
-    if argv[:1] == ["--replay"]:
-        return replay_main(json.loads(argv[1]))
+    if argv[:1] == ["--replayers"]:
+        return replayers_main(json.loads(argv[1]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--nodes",
         default="1024,16384",
         help="cluster sizes, comma-separated (the default: the judged ones; docs/scale.md's "
         "table adds 8,64,256)",
-    )
-    parser.add_argument(
-        "--max-roll-calls",
-        type=int,
-        default=ROLL_CALL_THREADS,
-        help="run the failure phase only where its roll calls (a thread each) are at most "
-        "this many; 0: always",
     )
     parser.add_argument(
         "--procs",

@@ -377,9 +377,135 @@ def test_the_roll_call_names_the_lost_nodes_among_1024(
     assert counting <= (3 if not lost else wait / ROLLCALL_POLL + 4), counting
     for _ in survivors[1:4]:
         before = link.total_requests
-        seen = RollCall(link, keys, nnodes).result(wait=1.0)
-        assert seen == result and link.total_requests - before == 1
-    assert link.total_requests <= 2 * len(survivors) + counting + 3
+        seen = RollCall(link, keys, nnodes).result(wait=1.0, sleep=clock.sleep)
+        # one wait that the store answers at once (published), one read: no poll
+        assert seen == result and link.total_requests - before == 2
+    assert link.total_requests <= 2 * len(survivors) + counting + 6
+
+
+def test_a_wait_is_one_request_and_ends_unset_with_the_link_up(store: object) -> None:
+    """`StoreLink.wait`: True at once where the key is set; False when its seconds are over,
+    and the link stays up (a wait that ends unset is no failure of the store): one request
+    each, and the connection serves on."""
+    from commbench.launch.store_link import tcp_store_factory
+
+    link = StoreLink(tcp_store_factory("127.0.0.1", store.port))  # type: ignore[attr-defined]
+    store.set("commbench/t/there", b"1")  # type: ignore[attr-defined]
+    assert link.wait("commbench/t/there", 5.0) is True
+    began = time.monotonic()
+    assert link.wait("commbench/t/never", 0.2) is False
+    assert 0.15 < time.monotonic() - began < 2.0
+    assert link.degraded is None and link.requests == {"wait": 2}
+    assert link.call("add", "commbench/t/n", 1) == 1
+    link.close()
+
+
+@pytest.mark.integration
+def test_a_wait_ends_when_another_client_sets_its_key(store: object) -> None:
+    """A wait longer than the client's own timeout (SLOW_CALL) ends when another client sets
+    the key, not at the client's timeout, and not before."""
+    import threading
+
+    from commbench.launch.store_link import SLOW_CALL, tcp_store_factory
+
+    link = StoreLink(tcp_store_factory("127.0.0.1", store.port))  # type: ignore[attr-defined]
+    setter = threading.Timer(SLOW_CALL + 0.5, store.set, ("commbench/t/later", b"1"))  # type: ignore[attr-defined]
+    setter.start()
+    began = time.monotonic()
+    try:
+        assert link.wait("commbench/t/later", 10.0) is True
+    finally:
+        setter.join()
+    assert SLOW_CALL + 0.4 < time.monotonic() - began < 5.0
+    assert link.degraded is None
+    link.close()
+
+
+def _roll_calls(
+    port: int, nnodes: int, lost: set[int], wait: float, keys: Keys
+) -> tuple[dict[int, Any], dict[int, StoreLink]]:
+    """Every surviving node's real `RollCall.run`, each on a thread of its own with its own
+    link (opened first, as a worker does at its start): their results and links."""
+    import threading
+
+    from commbench.launch.store_link import tcp_store_factory
+
+    links = {n: StoreLink(tcp_store_factory("127.0.0.1", port)) for n in range(nnodes)}
+    for n in lost:
+        del links[n]
+    for link in links.values():
+        link.call("check", ["commbench/t/open"])
+    results: dict[int, Any] = {}
+
+    def run(node: int) -> None:
+        try:
+            results[node] = RollCall(links[node], keys, nnodes).run(node, f"n{node}", node, wait)
+        except Exception as exc:  # the assertion below names it
+            results[node] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in links]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results, links
+
+
+@pytest.mark.integration
+def test_the_survivors_wait_for_the_result_and_never_poll(store: object) -> None:
+    """Every survivor but the counter makes four requests, however long the counter waits
+    for the lost node: its answer's two, one wait that the store answers when the result is
+    published, one read. (Each polled once per rollcall_poll before: 2 + wait / 0.5.)"""
+    for wait in (0.3, 1.5):
+        keys = Keys(f"wait{wait}")
+        results, links = _roll_calls(store.port, 12, {5}, wait, keys)  # type: ignore[attr-defined]
+        assert {n: r.lost for n, r in results.items()} == {n: [5] for n in links}, results
+        counter = next(iter(results.values())).counter
+        made = {n: link.requests for n, link in links.items() if n != counter}
+        assert all(m == {"check": 1, "append": 1, "add": 1, "wait": 1, "compare_set": 1}
+                   for m in made.values()), made  # fmt: skip
+        assert all(link.degraded is None for link in links.values())
+
+
+@pytest.mark.integration
+def test_the_counter_waits_for_answers_spread_past_its_wait(
+    store: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survivors answer over answer_spread(N), which past 65,536 nodes is longer than
+    ROLLCALL_WAIT: the counter (the first to answer) counts until the spread and the wait
+    are both over, and names only the lost node, not the survivors that answered late."""
+    monkeypatch.setattr(roll_call, "ANSWER_RATE", 8.0)  # 8 nodes' answers over 1 s
+    results, links = _roll_calls(store.port, 8, {2}, 0.3, Keys("spread"))  # type: ignore[attr-defined]
+    assert {n: r.lost for n, r in results.items()} == {n: [2] for n in links}, results
+
+
+@pytest.mark.integration
+def test_a_counter_that_never_publishes_is_stood_in_for_by_the_second(store: object) -> None:
+    """The counter dies after answering: every other survivor's wait ends unset at the
+    deadline, its link still up; the second to answer counts and publishes, and the third
+    reads that result (counted by the second), not the N answers itself."""
+    import threading
+
+    from commbench.launch.store_link import tcp_store_factory
+
+    nnodes, keys = 4, Keys("nocounter")
+    links = [StoreLink(tcp_store_factory("127.0.0.1", store.port)) for _ in range(3)]  # type: ignore[attr-defined]
+    RollCall(links[0], keys, nnodes).answer(0, "n0", 0)  # the counter, never to count
+    results: dict[int, Any] = {}
+
+    def run(node: int) -> None:
+        results[node] = RollCall(links[node], keys, nnodes).run(node, f"n{node}", node, 0.3)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=run, args=(n,)) for n in (1, 2)]
+    threads[0].start()
+    time.sleep(0.2)  # node 1 answers second, node 2 third
+    threads[1].start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert {n: (r.lost, r.counter) for n, r in results.items()} == {1: ([3], 1), 2: ([3], 1)}
+    assert time.monotonic() - began < 0.3 + 3 * ROLLCALL_POLL + 4.0
+    assert all(link.degraded is None for link in links)
 
 
 def test_a_lost_store_degrades_the_link_and_it_recovers(store: object) -> None:
@@ -506,21 +632,6 @@ def test_the_benchmark_measures_each_phase_as_the_store_feels_it(tmp_path: Path)
     assert rows["steady"]["connects"] == rows["failure"]["connects"] == 0
     assert doc["notes"] == []  # every roll call named node 7, no link failed to open
     assert rows["failure"]["requests"] > doc["simulated"]["8"]["failure"]
-
-
-@pytest.mark.integration
-def test_a_failure_phase_past_its_roll_calls_is_left_out_and_said(tmp_path: Path) -> None:
-    """The failure phase runs a thread per surviving node; past --max-roll-calls it is not run
-    (their threads would fall behind the pace they measure), and the run says so; the start
-    phase still opens every roll-call link."""
-    doc = _simulate(tmp_path, "--nodes", "8", "--phases", "failure", "--max-roll-calls", "4")
-    rows = {r["phase"]: r for r in doc["rows"]}
-    assert set(rows) == {"probe alone", "start"}
-    assert rows["start"]["connects"] == 7
-    assert doc["notes"] == [
-        "8 nodes: failure not run: its 7 roll calls (a thread each) are more than the 4 that "
-        "keep their pace on this machine beside the store (--max-roll-calls; 0 runs it anyway)"
-    ]
 
 
 def test_a_stalled_launcher_asking_every_poll_wakes_the_watch_once_per_interval(

@@ -19,19 +19,24 @@ from commbench.launch.store_link import RECONNECT_AFTER, SLOW_CALL, Keys, StoreD
 
 ROLLCALL_POLL = 0.5
 ROLLCALL_BUDGET = 8000.0
-"""Polls per second the waiting nodes may make in all: the poll period grows past
-ROLLCALL_POLL beyond 4,000 nodes (`rollcall_poll`). A poll (`peek`) costs the store ~6-13 us
-of its CPU (benchmarks/control_plane.py): 5-10% of its core, for the seconds a roll call
-lasts. (It was 2,000, against a capacity of 17,000 requests/s as a client timed them: the
-survivors of 16,384 nodes then learnt the result 8 s apart.)"""
+"""Polls per second the counter and any survivor whose wait failed may make in all: the poll
+period grows past ROLLCALL_POLL beyond 4,000 nodes (`rollcall_poll`). The survivors do not
+poll for the result: each waits for it in one request (`RollCall.result`). (Each polled
+once per ROLLCALL_POLL before: 16 requests a node over a roll call's 8 s wait, 131k a
+second at 16,384 nodes, held to 8,000 by this budget at the price of hearing the result up
+to 2 s late.)"""
 
 
-ANSWER_RATE = 8000.0
-"""Answers per second the survivors may send in all: each waits a random part of
-`answer_spread` before answering. Without it every survivor of 16,384 nodes answered within
-the first 100 ms (49k requests); the store's other clients (the job's own rendezvous and
-process-group traffic) then waited behind the burst (an unrelated `get` up to 48 ms at 1,024
-nodes). 2 s at 16,384 nodes, 0.13 s at 1,024: well within ROLLCALL_WAIT."""
+ANSWER_RATE = 3000.0
+"""Survivors per second that answer, and that read the result once it is published: each
+waits a random part of `answer_spread` first, then makes 3 requests (its answer's `append`
+and `add`, and the wait for the result), and after the result another random part before
+reading it. Without a spread every survivor of 16,384 nodes answered within the first
+100 ms (49k requests), and the store's other clients (the job's own rendezvous and
+process-group traffic) waited behind the burst (an unrelated `get` up to 48 ms at 1,024
+nodes). At 3,000 a second the store takes 9,000 requests a second (~0.15-0.3 of its core:
+docs/scale.md); the answers take 5.5 s at 16,384 nodes, 0.34 s at 1,024, and the counter
+waits that long more than ROLLCALL_WAIT (`RollCall.run`)."""
 CONNECT_RATE = 2000.0
 """New connections per second a fleet may open at one store (the roll-call links at a
 worker's start, the muster's sign-ins): each waits a random part of `connect_spread` first.
@@ -47,7 +52,8 @@ def rollcall_poll(nnodes: int) -> float:
 
 
 def answer_spread(nnodes: int) -> float:
-    """Seconds over which the survivors' answers are spread (ANSWER_RATE)."""
+    """Seconds over which the survivors' answers, and their reads of the result, are spread
+    (ANSWER_RATE)."""
     return nnodes / ANSWER_RATE
 
 
@@ -67,10 +73,11 @@ def open_link(link: StoreLink, keys: Keys) -> None:
 class RollCall:
     """After a failed round, which nodes are still alive: each surviving node answers once
     (`answer`: an append and an atomic count); the first to answer counts (it polls one
-    counter, not every key), then publishes the `RollCallResult`, which the others poll for
-    (one small request each per ROLLCALL_POLL). If the counter dies, the others read the
-    answers themselves when the wait is over. Requests per node: two to answer, then one per
-    poll until the result: O(1) per node and poll, O(nodes) in all."""
+    counter, not every key), then publishes the `RollCallResult`, which each of the others
+    waits for in one request and then reads. If the counter dies, the others read the
+    answers and the second to answer publishes in its stead (if it died too, each reads them
+    itself). Requests per node: four (two to answer, the wait, the read); the counter's one
+    per poll besides: O(nodes) in all."""
 
     def __init__(
         self, link: StoreLink, keys: Keys, nnodes: int, skips: Skips | None = None
@@ -144,15 +151,29 @@ class RollCall:
         """One look for the counter's result: one request."""
         return self.skips.decode(RollCallResult, peek(self.link, self.keys.rollcall("result")))
 
-    def result(self, wait: float) -> RollCallResult | None:
-        """Everyone else's part: poll for the counter's result."""
+    def result(
+        self, wait: float, sleep: Callable[[float], None] = time.sleep
+    ) -> RollCallResult | None:
+        """Everyone else's part: one request that the store answers when the counter
+        publishes (or at `wait`), then, after a random part of `answer_spread` (every waiter
+        hears at once: their reads are spread as their answers were), one read. Where the
+        wait fails (the store does not answer), polls for the rest of `wait`."""
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+        try:
+            published = self.link.wait(self.keys.rollcall("result"), wait)
+        except StoreDown:
+            published = None
+        if published is False:
+            return None
+        if published:
+            sleep(random.uniform(0.0, answer_spread(self.nnodes)))
+        while True:
             with contextlib.suppress(StoreDown):
                 if (result := self.poll()) is not None:
                     return result
-            time.sleep(rollcall_poll(self.nnodes))
-        return None
+            if time.monotonic() >= deadline:
+                return None
+            sleep(rollcall_poll(self.nnodes))
 
     def run(
         self,
@@ -164,12 +185,26 @@ class RollCall:
     ) -> RollCallResult:
         """After a random part of `answer_spread` (the survivors' burst bounded at
         ANSWER_RATE), answer, then count (first to answer) or wait for the count; falls back
-        to reading the answers when the counter never publishes."""
-        sleep(random.uniform(0.0, answer_spread(self.nnodes)))
+        to reading the answers when the counter never publishes.
+
+        The survivors reach the roll call within `wait` of one another and answer within
+        `answer_spread` of reaching it: the counter, the first to answer, counts until every
+        node answered or both are over (past 65,536 nodes the spread alone is longer than
+        ROLLCALL_WAIT: a counter that waited only that named half the fleet lost)."""
+        spread = answer_spread(self.nnodes)
+        until = time.monotonic() + spread + wait
+        sleep(random.uniform(0.0, spread))
         position = self.answer(node, host, rank, wait)
         if position == 1:
-            return self.count(node, wait)
-        result = self.result(wait + 2 * rollcall_poll(self.nnodes) + SLOW_CALL)
+            return self.count(node, until - time.monotonic(), sleep)
+        result = self.result(
+            until - time.monotonic() + rollcall_poll(self.nnodes) + SLOW_CALL, sleep
+        )
         if result is not None:
             return result
-        return self.counted(node)
+        # the counter died after answering: the second to answer counts in its stead and
+        # publishes, so that the others read N answers once between them, not N times each
+        if position == 2:
+            return self.count(node, 0.0, sleep)
+        result = self.result(rollcall_poll(self.nnodes) + 2 * SLOW_CALL, sleep)
+        return result if result is not None else self.counted(node)

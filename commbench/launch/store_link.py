@@ -151,24 +151,48 @@ class StoreLink:
             self._courier = None
         self._retry_at = time.monotonic() + RECONNECT_AFTER
 
-    def _bounded(self, fn: Callable[[], Any]) -> Any:
-        """`fn()`, on the courier within `slow_after`, or here where no deadline is set."""
-        if self.slow_after is None:
+    def _bounded(self, fn: Callable[[], Any], within: float | None) -> Any:
+        """`fn()`, on the courier within `within` seconds, or here where no deadline is set."""
+        if within is None:
             return fn()
         if self._courier is None:
             self._courier = _Courier()
-        return self._courier.run(fn, self.slow_after)
+        return self._courier.run(fn, within)
 
     def _up(self) -> None:
         if (episode := self.degraded) is not None:
             episode.until = self._clock()
 
     def call(self, op: str, *args: Any) -> Any:
+        return self._call(op, args, self.slow_after)
+
+    def wait(self, key: str, seconds: float) -> bool:
+        """Whether `key` is set within `seconds`, asked in one request that the store answers
+        when the key is set (at once where it is): c10d honours a wait's own timeout, where
+        it does not a plain request's (`_Courier`), and the connection serves on after it. A
+        wait that ends with the key unset is no failure of the store; a store that does not
+        answer within `seconds` and `slow_after` more is (StoreDown)."""
+        within = None if self.slow_after is None else seconds + self.slow_after
+        try:
+            self._call("wait", ([key], timedelta(seconds=max(seconds, 0.001))), within, _WaitOver)
+        except _WaitOver:
+            return False
+        return True
+
+    def _call(
+        self,
+        op: str,
+        args: tuple[Any, ...],
+        within: float | None,
+        over: type[Exception] | None = None,
+    ) -> Any:
+        """`op(*args)` within `within` seconds; with `over`, c10d's answer that a wait ended
+        unset is raised as `over` and leaves the link up."""
         if self._store is None:
             if time.monotonic() < self._retry_at:
                 raise StoreDown("waiting to reconnect")
             try:
-                self._store = self._bounded(self._factory)
+                self._store = self._bounded(self._factory, self.slow_after)
             except _Overdue:
                 self._down(f"cannot connect: no answer in {self.slow_after:g} s")
                 raise StoreDown("connect: no answer") from None
@@ -178,24 +202,29 @@ class StoreLink:
         started = time.monotonic()
         self.busy_since = self._clock()
         store = self._store
+        ended_unset = False
         try:
-            result = self._bounded(lambda: getattr(store, op)(*args))
+            result = self._bounded(lambda: getattr(store, op)(*args), within)
         except _Overdue:
-            self._down(f"{op} got no answer in {self.slow_after:g} s")
-            raise StoreDown(f"{op}: no answer in {self.slow_after:g} s") from None
+            self._down(f"{op} got no answer in {within:g} s")
+            raise StoreDown(f"{op}: no answer in {within:g} s") from None
         except Exception as exc:
-            self._down(f"{op} failed: {_one_line(exc)}")
-            raise StoreDown(str(exc)) from None
+            if over is None or not _wait_ended_unset(exc):
+                self._down(f"{op} failed: {_one_line(exc)}")
+                raise StoreDown(str(exc)) from None
+            ended_unset, result = True, None
         finally:
             self.busy_since = None
         took = time.monotonic() - started
         self.seconds += took
         self.requests[op] = self.requests.get(op, 0) + 1
         self.bytes += _size(args) + _size([result])
-        if self.slow_after is not None and took > self.slow_after:
+        if within is not None and took > within:
             self._down(f"{op} took {took:.1f} s")
             raise StoreDown(f"{op} took {took:.1f} s")
         self._up()
+        if ended_unset and over is not None:
+            raise over
         return result
 
     @property
@@ -209,6 +238,17 @@ class StoreLink:
         if self._courier is not None:
             self._courier.close()
             self._courier = None
+
+
+class _WaitOver(Exception):
+    """A `wait` ended with its key unset (`StoreLink.wait`)."""
+
+
+def _wait_ended_unset(exc: Exception) -> bool:
+    """Whether c10d said a wait ended before its key was set: its store error (a broken
+    connection is a network error, a refused one a plain runtime error)."""
+    error = getattr(sys.modules.get("torch.distributed"), "DistStoreError", None)
+    return error is not None and isinstance(exc, error) and "timeout" in str(exc).lower()
 
 
 def _size(values: Iterable[Any]) -> int:
