@@ -674,15 +674,20 @@ class RollCallers:
     made the probe's p99 4 ms instead of 0.4 (this VM: 8 processes asleep, 64 of them, with
     1,024 connections or 64), in the windows where nobody needs them."""
 
-    def __init__(self, nodes: list[int], port: int, nnodes: int, seed: int) -> None:
+    def __init__(
+        self, nodes: list[int], port: int, nnodes: int, seed: int, theirs: list[int]
+    ) -> None:
+        """`theirs`: the pipes of the replayer and of its other `RollCallers`, closed in the
+        child (a fork keeps every descriptor: a child holding another's pipe end would keep
+        it from ever seeing its reader gone)."""
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             code = 1
             try:
-                os.close(down_w)
-                os.close(up_r)
+                for fd in (down_w, up_r, *theirs):
+                    os.close(fd)
                 code = _roll_callers_main(
                     nodes, port, nnodes, seed, os.fdopen(down_r, "r"), os.fdopen(up_w, "w")
                 )
@@ -855,10 +860,11 @@ def replay_main(spec: dict[str, Any]) -> int:
             reply = replay(cmd["window"], cmd["start"])
         elif op == "links":  # the workers' roll-call links, opened at their start
             mine = [n for n in survivors(nnodes) if n % procs == index]
-            callers = [
-                RollCallers(mine[i : i + ROLL_CALLS_PER_PROCESS], port, nnodes, index * 1000 + i)
-                for i in range(0, len(mine), ROLL_CALLS_PER_PROCESS)
-            ]
+            theirs = [sys.stdin.fileno(), sys.stdout.fileno()]  # the coordinator's pipes
+            for i in range(0, len(mine), ROLL_CALLS_PER_PROCESS):
+                nodes = mine[i : i + ROLL_CALLS_PER_PROCESS]
+                callers.append(RollCallers(nodes, port, nnodes, index * 1000 + i, theirs))
+                theirs += [callers[-1].down.fileno(), callers[-1].up.fileno()]
             for c in callers:
                 c.send(op="links", start=cmd["start"])
             replies = [c.recv() for c in callers]
@@ -1152,7 +1158,8 @@ def run_nodes(
             w = windows["failure"]
 
             def failure(start: float) -> Totals:
-                # the roll calls' threads are made first (4,000 a process: ~1 s)
+                # the windows are loaded and the roll calls' threads made first (~1 s
+                # for every 4,000 here)
                 replies = replayers.all(op="failure", window=asdict(w), start=start, at=start)
                 late["failure"] = max(r["late"] for r in replies)
                 results = {json.dumps(x) for r in replies for x in r["results"]}

@@ -46,6 +46,7 @@ from commbench.launch.protocol import (  # noqa: E402
     GroupSummary,
     NodeDigest,
     RankState,
+    RollCallResult,
     Skips,
 )
 from commbench.launch.roll_call import ROLLCALL_POLL, RollCall, rollcall_poll  # noqa: E402
@@ -471,12 +472,50 @@ def test_the_survivors_wait_for_the_result_and_never_poll(store: object) -> None
 def test_the_counter_waits_for_answers_spread_past_its_wait(
     store: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The survivors answer over answer_spread(N), which past 65,536 nodes is longer than
+    """The survivors answer over answer_spread(N), which past 24,000 nodes is longer than
     ROLLCALL_WAIT: the counter (the first to answer) counts until the spread and the wait
     are both over, and names only the lost node, not the survivors that answered late."""
     monkeypatch.setattr(roll_call, "ANSWER_RATE", 8.0)  # 8 nodes' answers over 1 s
     results, links = _roll_calls(store.port, 8, {2}, 0.3, Keys("spread"))  # type: ignore[attr-defined]
     assert {n: r.lost for n, r in results.items()} == {n: [2] for n in links}, results
+
+
+@pytest.mark.integration
+def test_a_survivor_whose_wait_fails_asks_again_and_never_creates_the_result(
+    store: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A survivor's wait fails (its connection reset): it asks again once its link is back,
+    and never creates the result's key meanwhile (a `peek` would, and the store wakes every
+    other waiter when a key is created: they would all read a placeholder and poll)."""
+    import threading
+
+    from commbench.launch.store_link import tcp_store_factory
+
+    monkeypatch.setattr(store_link, "RECONNECT_AFTER", 0.05)
+    keys, failed = Keys("waitfails"), [False]
+    connect = tcp_store_factory("127.0.0.1", store.port)  # type: ignore[attr-defined]
+
+    class ResetOnce:  # its own connection, as a node's link has
+        def __init__(self) -> None:
+            self.client = connect()
+
+        def __getattr__(self, name: str) -> object:
+            if name == "wait" and not failed[0]:
+                failed[0] = True
+                raise RuntimeError("Connection reset by peer")
+            return getattr(self.client, name)
+
+    link = StoreLink(ResetOnce)
+    key = keys.rollcall("result")
+    published = RollCallResult(nnodes=4, missing=(3,), counter=0)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(RollCall(link, keys, 4).result(5.0)))
+    waiter.start()
+    time.sleep(0.6)
+    assert failed[0] and not store.check([key])  # type: ignore[attr-defined]
+    store.set(key, published.to_json())  # type: ignore[attr-defined]
+    waiter.join(timeout=10)
+    assert got == [published]
 
 
 @pytest.mark.integration
@@ -499,7 +538,8 @@ def test_a_counter_that_never_publishes_is_stood_in_for_by_the_second(store: obj
     began = time.monotonic()
     threads = [threading.Thread(target=run, args=(n,)) for n in (1, 2)]
     threads[0].start()
-    time.sleep(0.2)  # node 1 answers second, node 2 third
+    while int(store.add(keys.rollcall("count"), 0)) < 2:  # type: ignore[attr-defined]
+        time.sleep(0.01)  # node 1 answers second, node 2 third
     threads[1].start()
     for thread in threads:
         thread.join(timeout=30)

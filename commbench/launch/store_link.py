@@ -172,9 +172,10 @@ class StoreLink:
         it does not a plain request's (`_Courier`), and the connection serves on after it. A
         wait that ends with the key unset is no failure of the store; a store that does not
         answer within `seconds` and `slow_after` more is (StoreDown)."""
+        seconds = max(seconds, 0.001)  # a caller past its deadline still gets one look
         within = None if self.slow_after is None else seconds + self.slow_after
         try:
-            self._call("wait", ([key], timedelta(seconds=max(seconds, 0.001))), within, _WaitOver)
+            self._call("wait", ([key], timedelta(seconds=seconds)), within, _WaitOver)
         except _WaitOver:
             return False
         return True
