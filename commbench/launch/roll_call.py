@@ -75,8 +75,8 @@ class RollCall:
     (`answer`: an append and an atomic count); the first to answer counts (it polls one
     counter, not every key), then publishes the `RollCallResult`, which each of the others
     waits for in one request and then reads. If the counter dies, the others read the
-    answers and the second to answer publishes in its stead (if it died too, each reads them
-    itself). Requests per node: four (two to answer, the wait, the read); the counter's one
+    answers and the first survivor to claim it publishes in its stead (if it died too, each
+    reads them itself). Requests per node: four (two to answer, the wait, the read); the counter's one
     per poll besides: O(nodes) in all."""
 
     def __init__(
@@ -200,9 +200,22 @@ class RollCall:
         )
         if result is not None:
             return result
-        # the counter died after answering: the second to answer counts in its stead and
-        # publishes, so that the others read N answers once between them, not N times each
-        if position == 2:
+        # the counter died after answering (or no node holds position 1: an `add` that landed
+        # but passed its deadline is retried, and counts again): one survivor, the first to
+        # claim it, counts in its stead and publishes, so that the others read N answers
+        # once between them, not N times each
+        if self._stands_in(node):
             return self.count(node, 0.0, sleep)
         result = self.result(rollcall_poll(self.nnodes) + 2 * SLOW_CALL, sleep)
         return result if result is not None else self.counted(node)
+
+    def _stands_in(self, node: int) -> bool:
+        """Whether this node is the first to claim the count (one `compare_set`)."""
+        claim = str(node).encode()
+        try:
+            return (
+                bytes(self.link.call("compare_set", self.keys.rollcall("stand-in"), "", claim))
+                == claim
+            )
+        except StoreDown:
+            return False
