@@ -670,9 +670,9 @@ def _roll_call(link: StoreLink, node: int, nnodes: int, at: float, results: list
 class RollCallers:
     """Some surviving nodes' roll-call links and their roll calls, in a process forked for
     them (ROLL_CALLS_PER_PROCESS at most) by a replayer when the workers start, and ended
-    with the links. Forked then, not kept: beside the store, idle processes of their own
-    made the probe's p99 4 ms instead of 0.4 (this VM: 8 processes asleep, 64 of them, with
-    1,024 connections or 64), in the windows where nobody needs them."""
+    with the links. Forked then, not kept from the start: with 64 replayers instead of 8,
+    asleep, the `probe alone` row's p99 read 7 ms against 0.35 (1,024 nodes, one run each;
+    this VM's noise moves it too), in the windows where nobody needs them."""
 
     def __init__(
         self, nodes: list[int], port: int, nnodes: int, seed: int, theirs: list[int]
