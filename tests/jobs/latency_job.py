@@ -20,6 +20,7 @@ the gap late; the job's own clock says how long it took.
 """
 
 import argparse
+import sys
 import time
 
 import torch
@@ -72,8 +73,9 @@ def main() -> None:
         lines.append(("monitored_barrier", t0, time.time_ns()))
         python_work(args.gap_ms)
         x.fill_(1.0)
-    for form, t0, t1 in lines:
-        print(f"truth: {rank} {form} {t0} {t1}", flush=True)
+    for form, t0, t1 in lines:  # one write a line: two ranks share the pipe (print writes
+        sys.stdout.write(f"truth: {rank} {form} {t0} {t1}\n")  # the newline apart, unbuffered)
+        sys.stdout.flush()
     dist.destroy_process_group()
 
 
