@@ -91,7 +91,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -505,38 +505,57 @@ def shard_main(spec: dict[str, Any]) -> int:
     return 0
 
 
-class Shard:
-    """The coordinator's end of a part of the cluster (or of a replayer: `mode`)."""
+class Channel:
+    """The coordinator's end of one of its processes: a JSON line of command down, a JSON
+    line of reply up (a part of the cluster, a replayer, a replayer's roll calls)."""
 
-    def __init__(self, spec: dict[str, Any], mode: str = "--shard") -> None:
+    def __init__(self, down: IO[str], up: IO[str]) -> None:
+        self.down = down
+        self.up = up
+
+    def died(self) -> str:
+        return "a client process died"
+
+    def send(self, **cmd: Any) -> None:
+        self.down.write(json.dumps(cmd) + "\n")
+        self.down.flush()
+
+    def recv(self) -> dict[str, Any]:
+        line = self.up.readline()
+        if not line:
+            raise RuntimeError(self.died())
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def said(self, op: str) -> None:
+        """`op` sent, its reply read, and our end of the command pipe closed, whatever
+        became of the process."""
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            self.send(op=op)
+            self.recv()
+        with contextlib.suppress(OSError):
+            self.down.close()
+
+
+class Shard(Channel):
+    """The coordinator's end of a part of the cluster."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, mode, json.dumps(spec)],
+            [sys.executable, __file__, "--shard", json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             env=CLIENT_ENV,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        super().__init__(self.proc.stdin, self.proc.stdout)
 
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-
-    def recv(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"a part of the simulated cluster died (exit {self.proc.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
+    def died(self) -> str:
+        return f"a part of the simulated cluster died (exit {self.proc.wait()})"
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            self.send(op="close")
-            self.recv()
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+        self.said("close")
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -647,6 +666,13 @@ class InlineLink(StoreLink):
         return fn()
 
 
+def _spread(
+    rng: random.Random, nodes: list[int], start: float, seconds: float
+) -> list[tuple[float, int]]:
+    """Each node at a random moment of the `seconds` from `start`, in time order."""
+    return sorted((start + rng.uniform(0.0, seconds), n) for n in nodes)
+
+
 def _at(when: float) -> float:
     """Sleep until `when` (monotonic); how late it already was."""
     wait = when - time.monotonic()
@@ -667,7 +693,7 @@ def _roll_call(link: StoreLink, node: int, nnodes: int, at: float, results: list
         results.append(repr(exc))
 
 
-class RollCallers:
+class RollCallers(Channel):
     """Some surviving nodes' roll-call links and their roll calls, in a process forked for
     them (ROLL_CALLS_PER_PROCESS at most) by a replayer when the workers start, and ended
     with the links. Forked then, not kept from the start: with 64 replayers instead of 8,
@@ -695,29 +721,14 @@ class RollCallers:
                 os._exit(code)
         os.close(down_r)
         os.close(up_w)
-        self.down = os.fdopen(down_w, "w")
-        self.up = os.fdopen(up_r, "r")
+        super().__init__(os.fdopen(down_w, "w"), os.fdopen(up_r, "r"))
 
-    def send(self, **cmd: Any) -> None:
-        self.down.write(json.dumps(cmd) + "\n")
-        self.down.flush()
-
-    def recv(self) -> dict[str, Any]:
-        line = self.up.readline()
-        if not line:
-            raise RuntimeError("a roll-call process died")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def ask(self, **cmd: Any) -> dict[str, Any]:
-        self.send(**cmd)
-        return self.recv()
+    def died(self) -> str:
+        return "a roll-call process died"
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            self.ask(op="unlink")
+        self.said("unlink")
         with contextlib.suppress(OSError):
-            self.down.close()
             self.up.close()
         os.waitpid(self.pid, 0)
 
@@ -736,10 +747,7 @@ def _roll_callers_main(
         reply: dict[str, Any] = {}
         if cmd["op"] == "links":
             late = failed = 0.0
-            spread = sorted(
-                (cmd["start"] + rng.uniform(0, connect_spread(nnodes)), n) for n in nodes
-            )
-            for at, n in spread:
+            for at, n in _spread(rng, nodes, cmd["start"], connect_spread(nnodes)):
                 late = max(late, _at(at))
                 pooled = InlineLink(tcp_store_factory("127.0.0.1", port))
                 with contextlib.suppress(Exception):
@@ -843,10 +851,6 @@ def replay_main(spec: dict[str, Any]) -> int:
             getattr(conns[node % cap], op)(*args)
         return {"late": late, "made": len(entries), "taped": taped}
 
-    def spread(nodes: list[int], start: float, seconds: float) -> list[tuple[float, int]]:
-        rng = random.Random(index)
-        return sorted((start + rng.uniform(0.0, seconds), n) for n in nodes)
-
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -894,7 +898,7 @@ def replay_main(spec: dict[str, Any]) -> int:
         elif op == "muster":  # every node connects anew and signs in
             late = 0.0
             mine = [n for n in range(nnodes) if n % procs == index]
-            for at, n in spread(mine, cmd["start"], cmd["spread"]):
+            for at, n in _spread(random.Random(index), mine, cmd["start"], cmd["spread"]):
                 late = max(late, _at(at))
                 musters[n] = MusterRoll(_held(client(cmd["wait"])), cmd["rdzv"], nnodes)
                 musters[n].sign_in(n, host_of(n))
@@ -947,30 +951,18 @@ def replayers_main(spec: dict[str, Any]) -> int:
     return 0
 
 
-class Forked:
-    """The coordinator's end of one forked replayer (`replayers_main`): `Shard`'s own."""
+class Forked(Channel):
+    """The coordinator's end of one forked replayer (`replayers_main`)."""
 
     def __init__(self, down: int, up: int) -> None:
-        self.down = os.fdopen(down, "w")
-        self.up = os.fdopen(up, "r")
+        super().__init__(os.fdopen(down, "w"), os.fdopen(up, "r"))
 
-    def send(self, **cmd: Any) -> None:
-        self.down.write(json.dumps(cmd) + "\n")
-        self.down.flush()
-
-    def recv(self) -> dict[str, Any]:
-        line = self.up.readline()
-        if not line:
-            raise RuntimeError("a replayer died")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
+    def died(self) -> str:
+        return "a replayer died"
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            self.send(op="close")
-            self.recv()
+        self.said("close")
         with contextlib.suppress(OSError):
-            self.down.close()
             self.up.close()
 
 

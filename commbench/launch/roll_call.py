@@ -74,10 +74,10 @@ class RollCall:
     """After a failed round, which nodes are still alive: each surviving node answers once
     (`answer`: an append and an atomic count); the first to answer counts (it polls one
     counter, not every key), then publishes the `RollCallResult`, which each of the others
-    waits for in one request and then reads. If the counter dies, the others read the
-    answers and the first survivor to claim it publishes in its stead (if it died too, each
-    reads them itself). Requests per node: four (two to answer, the wait, the read); the counter's one
-    per poll besides: O(nodes) in all."""
+    waits for in one request and then reads. If the counter dies, the first survivor to
+    claim the count reads the answers and publishes in its stead (if it died too, each reads
+    them itself). Requests per node: four (two to answer, the wait, the read); the counter's
+    one per poll besides: O(nodes) in all."""
 
     def __init__(
         self, link: StoreLink, keys: Keys, nnodes: int, skips: Skips | None = None

@@ -174,21 +174,14 @@ class StoreLink:
         answer within `seconds` and `slow_after` more is (StoreDown)."""
         seconds = max(seconds, 0.001)  # a caller past its deadline still gets one look
         within = None if self.slow_after is None else seconds + self.slow_after
-        try:
-            self._call("wait", ([key], timedelta(seconds=seconds)), within, _WaitOver)
-        except _WaitOver:
-            return False
-        return True
+        args = ([key], timedelta(seconds=seconds))
+        return self._call("wait", args, within, waiting=True) is not _UNSET
 
     def _call(
-        self,
-        op: str,
-        args: tuple[Any, ...],
-        within: float | None,
-        over: type[Exception] | None = None,
+        self, op: str, args: tuple[Any, ...], within: float | None, waiting: bool = False
     ) -> Any:
-        """`op(*args)` within `within` seconds; with `over`, c10d's answer that a wait ended
-        unset is raised as `over` and leaves the link up."""
+        """`op(*args)` within `within` seconds; `waiting`, c10d's answer that a wait ended
+        with its key unset returns _UNSET and leaves the link up."""
         if self._store is None:
             if time.monotonic() < self._retry_at:
                 raise StoreDown("waiting to reconnect")
@@ -203,17 +196,16 @@ class StoreLink:
         started = time.monotonic()
         self.busy_since = self._clock()
         store = self._store
-        ended_unset = False
         try:
             result = self._bounded(lambda: getattr(store, op)(*args), within)
         except _Overdue:
             self._down(f"{op} got no answer in {within:g} s")
             raise StoreDown(f"{op}: no answer in {within:g} s") from None
         except Exception as exc:
-            if over is None or not _wait_ended_unset(exc):
+            if not (waiting and _wait_ended_unset(exc)):
                 self._down(f"{op} failed: {_one_line(exc)}")
                 raise StoreDown(str(exc)) from None
-            ended_unset, result = True, None
+            result = _UNSET
         finally:
             self.busy_since = None
         took = time.monotonic() - started
@@ -224,8 +216,6 @@ class StoreLink:
             self._down(f"{op} took {took:.1f} s")
             raise StoreDown(f"{op} took {took:.1f} s")
         self._up()
-        if ended_unset and over is not None:
-            raise over
         return result
 
     @property
@@ -241,8 +231,8 @@ class StoreLink:
             self._courier = None
 
 
-class _WaitOver(Exception):
-    """A `wait` ended with its key unset (`StoreLink.wait`)."""
+_UNSET = object()
+"""What `StoreLink._call` returns for a wait that ended with its key unset."""
 
 
 def _wait_ended_unset(exc: Exception) -> bool:
