@@ -32,9 +32,10 @@ second of the window, of the one core its event loop runs on, connections includ
 the probe's own cost. The probe (`_PROBE`, its own process) makes a small `get` every 10 ms
 throughout; per phase its p50, p99 and max (ms) are the job's own view of the store. What the
 probe alone costs the store is measured first (the `probe alone` row: every connection open,
-nobody else asking) and left out of every phase's share. The client processes run as
-SCHED_IDLE: in a cluster they are other hosts, here they share the store's cores, and take
-none the store or the probe wants.
+nobody else asking) and left out of every phase's share. The client processes are other
+hosts in a cluster; here they share the store's cores, so they yield them: SCHED_IDLE where
+a run's clients outnumber the cores many times over (`IDLE_FROM` nodes and up), nice 10
+below (`client_priority`).
 
 Phases, per N:
 
@@ -794,15 +795,31 @@ def survivors(nnodes: int) -> list[int]:
     return [n for n in range(nnodes) if n not in lost]
 
 
+# From this many nodes in a run, its client processes are SCHED_IDLE, not nice 10.
+IDLE_FROM = 1024
+
+
+def client_priority(idle: bool) -> None:
+    """The clients are other hosts in a cluster: the store's core and the probe's come first.
+
+    At scale nice 10 is not enough: CFS weighs each runnable thread, and 16,352 roll-call
+    threads at nice 10 outweigh the store's one at 0 (its event loop then stalled for
+    seconds). SCHED_IDLE gives them only what nobody else wants, which on a busy machine
+    (two busy loops beside an 8-node run) is nothing: a roll-call link then missed its
+    deadline to open. So small runs keep nice 10, which a busy loop cannot starve.
+    Called before the process starts a thread: a thread inherits its creator's policy."""
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.setpriority(os.PRIO_PROCESS, 0, 10)
+
+
 def replay_main(spec: dict[str, Any]) -> int:
     """One of the REPLAYERS client processes, driven by lines on stdin."""
     from torch.distributed import TCPStore
 
     more_files()
-    # the clients are other hosts in a cluster: the store's core and the probe's come first.
-    # nice 10 is not enough: CFS weighs each runnable thread, and 16,352 roll-call threads
-    # at nice 10 outweigh the store's one at 0 (its event loop then stalled for seconds)
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    client_priority(spec["idle"])
     threading.stack_size(1 << 20)
     index, procs = spec["index"], spec["procs"]
     port = nnodes = 0
@@ -939,7 +956,7 @@ def replayers_main(spec: dict[str, Any]) -> int:
                         os.close(pair[1])
                 sys.stdin = os.fdopen(down, "r")
                 sys.stdout = os.fdopen(up, "w")
-                code = replay_main({"index": index, "procs": len(fds)})
+                code = replay_main({"index": index, "procs": len(fds), "idle": spec["idle"]})
             finally:
                 os._exit(code)
         children.append(pid)
@@ -969,12 +986,13 @@ class Forked(Channel):
 class Replayers:
     """The coordinator's end of the REPLAYERS client processes."""
 
-    def __init__(self, procs: int) -> None:
+    def __init__(self, procs: int, idle: bool) -> None:
+        """`idle`: the clients run as SCHED_IDLE, not nice 10 (`client_priority`)."""
         self.shards: list[Forked] = []
         pipes = [(os.pipe(), os.pipe()) for _ in range(procs)]
         theirs = [[down[0], up[1]] for down, up in pipes]
         self.zygote = subprocess.Popen(
-            [sys.executable, __file__, "--replayers", json.dumps({"fds": theirs})],
+            [sys.executable, __file__, "--replayers", json.dumps({"fds": theirs, "idle": idle})],
             pass_fds=[fd for pair in theirs for fd in pair],
             env=CLIENT_ENV,
         )
@@ -1380,7 +1398,7 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="commbench-bench-") as tmp,
         helper_processes() as pids,
     ):
-        replayers = Replayers(REPLAYERS)
+        replayers = Replayers(REPLAYERS, idle=max(nodes) >= IDLE_FROM)
         try:
             for n in nodes:
                 sizes[n] = run_nodes(n, args, pids, replayers, Path(tmp))
