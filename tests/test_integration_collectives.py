@@ -60,6 +60,10 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         # each rank's own times; the headline samples are their per-iteration maximum
         assert row.ranks is not None and row.ranks.ranks == [0, 1], row
         assert max(row.ranks.median_us) <= row.time_us * (1 + 1e-12)
+        # the host's pace beside the samples: on CPU the loop holds them, so it issued at
+        # most one op per mean sample (of the slowest rank's own, at or below the maximum)
+        assert row.issue_ops_per_s is not None and row.issue_ops_per_s > 0, row
+        assert row.issue_ops_per_s <= 1e6 / min(row.ranks.median_us) * 2, row
         # torch's all_reduce/broadcast/reduce write into their input: nccl-tests' in-place
         assert row.in_place == (row.op in ("all_reduce", "broadcast", "reduce")), row
     ctx = run.context
@@ -75,7 +79,9 @@ def test_world_2_every_op_checks_and_writes_files(tmp_path: Path) -> None:
         "p95_us",
         "stddev_us",
         "cv",
+        "issue_ops_per_s",
     } <= set(rows[0])
+    assert all(float(r["issue_ops_per_s"]) > 0 for r in rows)
     assert "# all_gather  float32  2 ranks" in out and "busbw_GB/s" in out
     assert "# Using devices" in out and "# Bus bandwidth: peak" in out
 

@@ -93,7 +93,7 @@ class DiagnoseWorker(Worker):
         self._timer(call, self.warmup)
         dist.barrier(group=handle)
         self.hb.phase = "timed"
-        samples = self._timer(call, self.iters)
+        samples = self._timer(call, self.iters).samples
         return self._agree_max(samples, handle)
 
     def _round(self, stage: Stage, tests: list[Test]) -> list[Result]:

@@ -18,6 +18,7 @@ import socket
 import statistics
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from commbench.results.schema import (
 )
 from commbench.results.store import RunDir, atomic_write
 from commbench.stats import quantile
-from commbench.timing import time_cpu, time_cuda, time_cuda_graph
+from commbench.timing import Timed, device_prequeue, time_cpu, time_cuda, time_cuda_graph
 
 # Adaptive warm-up: about this much time, within [2, 20] iterations. The first iteration pays
 # for connection setup (NCCL/gloo connect lazily on first use), so the count is planned from the
@@ -113,6 +114,48 @@ def own_address() -> str | None:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One member rank's point: its samples (the timer's `Timed`), warm-up, check, note."""
+
+    samples: list[float]
+    warmup: int
+    ok: bool
+    note: str
+    timed: Timed
+
+    @classmethod
+    def nothing(cls) -> Measured:
+        """A rank outside the point's group: nothing timed, nothing failed."""
+        return cls([], 0, True, "", Timed())
+
+
+@dataclass(frozen=True, slots=True)
+class Exchanged:
+    """A point as every rank agreed it (`Worker._exchange`)."""
+
+    samples: list[float]
+    """Per iteration, the maximum over ranks."""
+    failed: list[int]
+    """Ranks whose check failed."""
+    issue_rate: float | None
+    """Ops per second the slowest rank's host issued (`Timed.issue_rate`)."""
+    uncovered: int
+    """The most batches any rank's hold did not cover (`Timed.uncovered`)..."""
+    batches: int
+    """... of this many."""
+
+    @property
+    def behind(self) -> str:
+        """The row's note where a hold fell short: those batches' samples may hold host time."""
+        if not self.uncovered:
+            return ""
+        return (
+            f"the host fell behind the device in {self.uncovered} of {self.batches} batches "
+            "(their samples may hold host time)"
+        )
 
 
 class Worker:
@@ -282,15 +325,15 @@ class Worker:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return t.tolist()
 
-    def _timer(self, call: Any, iters: int) -> list[float]:
+    def _timer(self, call: Any, iters: int) -> Timed:
         if iters <= 0:
-            return []
+            return Timed()
 
         def tick(i: int) -> None:
             self.hb.iteration = i
 
         if self.device.type == "cuda":
-            return time_cuda(call, iters, tick)
+            return time_cuda(call, iters, tick, prequeue=device_prequeue(self.device))
         return time_cpu(call, iters, tick)
 
     def _measure(
@@ -300,9 +343,9 @@ class Worker:
         dtype: str,
         in_place: bool,
         reduce_op: str | None = None,
-    ) -> tuple[list[float], int, bool, str]:
-        """Time one point on this member rank: (samples_us, warmup, check_ok, note), with
-        `reduce_op` (a point's, `--reduce-op all` giving several) or else the settings'."""
+    ) -> Measured:
+        """Time one point on this member rank, with `reduce_op` (a point's, `--reduce-op all`
+        giving several) or else the settings'."""
         assert self.group is not None
         grp, s, spec = self.group, self.s, entry.spec
         reduce_op = s.reduce_op if reduce_op is None else reduce_op
@@ -312,19 +355,19 @@ class Worker:
         note = ""
         self.hb.phase = "warmup"
         if s.timing.warmup is None:
-            first = self._timer(call, WARMUP_MIN)
+            first = self._timer(call, WARMUP_MIN).samples
             # a rank's first point warms longer; the group agrees on whether this is one, or
             # a rank that has already measured (another row of a replay) stops short of its
             # peer and the next collective gets its message
             pace, cold = self._agree_max([first[-1], 0.0 if self.warmed else 1.0], grp.handle)
             warmup = plan_warmup(pace, first_point=cold > 0)
-            rest = self._timer(call, warmup - WARMUP_MIN) or first[-1:]
+            rest = self._timer(call, warmup - WARMUP_MIN).samples or first[-1:]
             self.warmed = True
         else:
             warmup = s.timing.warmup
-            rest = self._timer(call, warmup)
+            rest = self._timer(call, warmup).samples
             if s.timing.iters is None and not rest:
-                rest = self._timer(call, 1)  # the count needs an estimate
+                rest = self._timer(call, 1).samples  # the count needs an estimate
                 warmup, note = 1, "one warm-up iteration to size the count"
         estimate = statistics.median(rest) if rest else 0.0
         (estimate,) = self._agree_max([estimate], grp.handle)
@@ -332,18 +375,19 @@ class Worker:
         dist.barrier(group=grp.handle)
         self.hb.phase = "timed"
         if s.graph and not spec.graph_capturable:
-            samples = self._timer(call, iters)
+            timed = self._timer(call, iters)
             note = f"{spec.name} cannot be captured in a CUDA graph: timed eagerly"
         elif s.graph:
-            samples, per_graph = time_cuda_graph(
+            timed, per_graph = time_cuda_graph(
                 call,
                 iters,
                 lambda i: setattr(self.hb, "iteration", i),
                 min_samples=s.timing.min_iters,
+                prequeue=device_prequeue(self.device),
             )
             note = f"CUDA graph: {per_graph} ops per replay, samples are replay time / {per_graph}"
         else:
-            samples = self._timer(call, iters)
+            timed = self._timer(call, iters)
         ok = True
         if s.check:
             self.hb.phase = "check"
@@ -351,7 +395,7 @@ class Worker:
         if s.profile:
             self.hb.phase = "profile"
             self._profile(call, f"{spec.name} {count} x {dtype}")
-        return samples, warmup, ok, note
+        return Measured(timed.samples, warmup, ok, note, timed)
 
     def _profile(self, call: Any, label: str) -> None:
         """Trace PROFILE_ITERS untimed iterations; traces are merged per rank at the end."""
@@ -384,20 +428,32 @@ class Worker:
         out = self.run_dir / PROFILE_DIR / f"rank{self.rank}.json"
         out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
-    def _exchange(self, samples: list[float], ok: bool) -> tuple[list[float], list[int]]:
+    def _exchange(self, own: Measured) -> Exchanged:
         """Every rank (members and waiting ranks alike) joins two small world reductions:
-        the sample count, then per-iteration max over ranks plus a failure flag per rank."""
+        the sample count, then per-iteration max over ranks, a failure flag per rank, and
+        the slowest host's issue time and most uncovered batches (`Timed`)."""
         self.hb.phase = "exchange"
+        samples, timed = own.samples, own.timed
         (n,) = self._agree_max([float(len(samples))], None)
-        buf = torch.zeros(int(n) + self.world, dtype=torch.float64, device=self.device)
+        at = int(n) + self.world  # the issue time's slot, then the uncovered batches'
+        buf = torch.zeros(at + 2, dtype=torch.float64, device=self.device)
         if samples:
             buf[: len(samples)] = torch.tensor(samples, dtype=torch.float64)
-        if not ok:
+        if not own.ok:
             buf[int(n) + self.rank] = 1.0
+        issue = timed.issue_us if math.isfinite(timed.issue_us) else -1.0
+        buf[at : at + 2] = torch.tensor([issue, float(timed.uncovered)], dtype=torch.float64)
         dist.all_reduce(buf, op=dist.ReduceOp.MAX)
         values = buf.tolist()
         failed = [r for r in range(self.world) if values[int(n) + r] > 0]
-        return values[: int(n)], failed
+        issue_us = values[at]
+        return Exchanged(
+            samples=values[: int(n)],
+            failed=failed,
+            issue_rate=1e6 / issue_us if issue_us > 0 else None,
+            uncovered=int(values[at + 1]),
+            batches=timed.batches,
+        )
 
     def _rank_times(self, own: list[float], maxima: list[float]) -> RankTimes | None:
         """Each member's median, p95 and median slack (max over ranks - own time, per
@@ -452,15 +508,12 @@ class Worker:
                 row = ResultRow.not_run(check=CHECK_SKIPPED, note=too_few, **common)
                 self._emit(index, row, [])
                 continue
-            samples: list[float] = []
-            warmup, ok, note = 0, True, ""
+            own = Measured.nothing()
             if self.group is not None:
-                samples, warmup, ok, note = self._measure(
-                    entry, plan.count, point.dtype, point.in_place, point.reduce_op
-                )
-            own = samples
-            samples, failed = self._exchange(own, ok)
-            ranks = self._rank_times(own, samples)
+                own = self._measure(entry, plan.count, point.dtype, point.in_place, point.reduce_op)
+            got = self._exchange(own)
+            samples, failed = got.samples, got.failed
+            ranks = self._rank_times(own.samples, samples)
             if self.rank == 0:
                 if spec.latency_only:
                     check = CHECK_NA
@@ -469,7 +522,9 @@ class Worker:
                 else:
                     check = CHECK_FAILED if failed else CHECK_OK
                 notes = "; ".join(
-                    x for x in (plan.note, note, spec.no_bandwidth(self.group_size)) if x
+                    x
+                    for x in (plan.note, own.note, spec.no_bandwidth(self.group_size), got.behind)
+                    if x
                 )
                 if failed:
                     notes = "; ".join(x for x in (notes, f"wrong result on rank(s) {failed}") if x)
@@ -480,9 +535,10 @@ class Worker:
                     busbw_factor=spec.busbw_factor(self.group_size),
                     skew_ratio=ratio,
                     check=check,
-                    warmup=warmup,
+                    warmup=own.warmup,
                     note=notes,
                     ranks=ranks,
+                    issue_ops_per_s=got.issue_rate,
                     **common,
                 )
                 self._emit(index, row, failed)

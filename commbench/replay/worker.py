@@ -37,7 +37,7 @@ from commbench.collectives.registry import collective
 from commbench.collectives.settings import CollectivesSettings
 from commbench.collectives.specs import DTYPES, SizePlan, plan_size
 from commbench.completion import Completions
-from commbench.launch.worker import Worker, run_worker
+from commbench.launch.worker import Measured, Worker, run_worker
 from commbench.ops import traced
 from commbench.replay import compiled
 from commbench.replay.buckets import Reducer
@@ -146,15 +146,14 @@ class ReplayWorker(Worker):
         assert self.program is not None
         found = self.program.groups.mine(row.shapes, self.rank)
         mine = None if found is None else self._group(found)
-        samples: list[float] = []
-        warmup, ok, note = 0, True, ""
+        own = Measured.nothing()
         in_place = spec.in_place == "always"
         if mine is not None:
             self.group = mine
-            samples, warmup, ok, note = self._measure(entry, plan.count, row.dtype, in_place)
-        own = samples
-        samples, failed = self._exchange(own, ok)
-        ranks = self._rank_times(own, samples)
+            own = self._measure(entry, plan.count, row.dtype, in_place)
+        got = self._exchange(own)
+        samples, failed = got.samples, got.failed
+        ranks = self._rank_times(own.samples, samples)
         if self.rank != 0:
             return
         if spec.latency_only:
@@ -167,7 +166,7 @@ class ReplayWorker(Worker):
         if not row.spans_world and row.timed < row.groups:
             where += f", {row.timed} timed at once"
         extra = f"traced as {row.traced_dtype}" if row.traced_dtype not in ("", row.dtype) else ""
-        notes = "; ".join(x for x in (uneven, where, plan.note, note, extra) if x)
+        notes = "; ".join(x for x in (uneven, where, plan.note, own.note, extra, got.behind) if x)
         if failed:
             notes += f"; wrong result on rank(s) {failed}"
         size, count, skew = plan.size_bytes, plan.count, None
@@ -189,10 +188,11 @@ class ReplayWorker(Worker):
             samples_us=samples,
             busbw_factor=spec.busbw_factor(row.group_size),
             check=check,
-            warmup=warmup,
+            warmup=own.warmup,
             note=notes,
             ranks=ranks if ranks is not None and len(ranks.ranks) <= row.group_size else None,
             calls=row.calls,
+            issue_ops_per_s=got.issue_rate,
         )
         self._emit(index, result, failed)
 

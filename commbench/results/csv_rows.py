@@ -74,17 +74,26 @@ REPLAY_CSV_COLUMNS = [*CSV_COLUMNS, "calls"]
 """A replay's results.csv: the collectives columns, then the recorded calls of each row."""
 SKEW_CSV_COLUMNS = ["skew", "skew_ratio"]
 """Added after the others where a row names its skew (all_to_allv)."""
+ISSUE_CSV_COLUMNS = ["issue_ops_per_s"]
+"""Added last where a row has its host's issue rate (`ResultRow.issue_ops_per_s`): every
+row commbench measures now, none it stored before or imported."""
 
 
 def csv_columns(rows: list[ResultRow], *, p2p: bool = False) -> list[str]:
     """The results.csv header of these rows: a p2p run's (also when it has no row yet), a
     replay's when any row counts recorded calls, with the skew's columns when any row names
-    one or has uneven ranks (a replay's all_to_allv)."""
+    one or has uneven ranks (a replay's all_to_allv), and the host's issue rate last when any
+    row has it."""
     if p2p or any(r.p2p is not None for r in rows):
         return P2P_CSV_COLUMNS
     columns = REPLAY_CSV_COLUMNS if any(r.calls is not None for r in rows) else CSV_COLUMNS
     skewed = any(r.skew or r.skew_ratio is not None for r in rows)
-    return [*columns, *SKEW_CSV_COLUMNS] if skewed else columns
+    issued = any(r.issue_ops_per_s is not None for r in rows)
+    return [
+        *columns,
+        *(SKEW_CSV_COLUMNS if skewed else []),
+        *(ISSUE_CSV_COLUMNS if issued else []),
+    ]
 
 
 def csv_record(row: ResultRow) -> dict[str, Any]:
@@ -102,6 +111,7 @@ def csv_record(row: ResultRow) -> dict[str, Any]:
             "calls": row.calls,
             "skew": row.skew,
             "skew_ratio": row.skew_ratio,
+            "issue_ops_per_s": row.issue_ops_per_s,
         }
     copy = row.p2p.to_dict()
     copy["p2p"] = copy.pop("peer_access")

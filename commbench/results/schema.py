@@ -65,6 +65,8 @@ MAX_COUNT = 1 << 50
 """Iterations, outliers, elements."""
 MAX_GPU = 1 << 16
 """A GPU's index (CUDA ordinal) in a p2p row."""
+MAX_ISSUE_RATE = 1e12
+"""Ops per second a host issues: 10**4 times a bare Python loop's."""
 
 CHECK_OK = "ok"
 CHECK_FAILED = "failed"
@@ -386,6 +388,11 @@ class ResultRow:
     skew_ratio: float | None = None
     """The busiest rank's bytes (sent or received) over the mean, S: algbw is S x this over
     the time. None where every rank moves S (and not written then)."""
+    issue_ops_per_s: float | None = None
+    """Ops per second the slowest rank's host issued in the timed loop (`timing.Timed`): what
+    an eager training loop sees where the host, not the device, sets the pace (small ops on a
+    GPU, whose samples are the device's time). None for rows stored before commbench kept
+    it, imports and p2p rows (and not written then)."""
 
     @property
     def time_us(self) -> float:
@@ -457,6 +464,8 @@ class ResultRow:
             data["skew"] = self.skew
         if self.skew_ratio is not None:
             data["skew_ratio"] = self.skew_ratio
+        if self.issue_ops_per_s is not None:
+            data["issue_ops_per_s"] = self.issue_ops_per_s
         return data
 
     @classmethod
@@ -575,6 +584,7 @@ FIELD_READERS: dict[str, Conv[Any]] = {
     "calls": _count,
     "skew": _skew_label,
     "skew_ratio": number_in(1, MAX_WORLD_SIZE),  # the busiest rank gets at most n x S
+    "issue_ops_per_s": number_in(0, MAX_ISSUE_RATE),
 }
 STATS_READERS: dict[str, Conv[Any]] = {
     "n": _count,
@@ -704,12 +714,23 @@ _NULLABLE = {
     "peer_access",
     "calls",
     "skew_ratio",
+    "issue_ops_per_s",
 }
 TOP_NAMES = tuple(
     f.name
     for f in fields(ResultRow)
     if f.name
-    not in ("stats", "samples_us", "p2p", "ranks", "processes", "calls", "skew", "skew_ratio")
+    not in (
+        "stats",
+        "samples_us",
+        "p2p",
+        "ranks",
+        "processes",
+        "calls",
+        "skew",
+        "skew_ratio",
+        "issue_ops_per_s",
+    )
 )
 P2P_NAMES = tuple(f.name for f in fields(P2PCopy))
 _RANKS_NAMES = tuple(f.name for f in fields(RankTimes))
