@@ -18,7 +18,8 @@ MiB = 1 << 20
 # What a collectives rank keeps on its GPU besides its buffers: its CUDA context (300-600 MiB
 # on recent GPUs), NCCL's communicator buffers (NCCL_BUFFSIZE, 4 MiB, per channel and peer:
 # a few hundred MiB on large worlds) and the check's temporaries (chunks of 2^24 elements in
-# int64/float64: a few hundred MiB), with room for the allocator's rounding.
+# int64/float64: a few hundred MiB), the timer's hold (`timing.HOLD_N`: 32 MiB and cuBLAS's
+# workspace), with room for the allocator's rounding.
 COLLECTIVES_RESERVE = 2048 * MiB
 COLLECTIVES_RESERVE_FOR = "CUDA context, NCCL buffers, check temporaries"
 

@@ -125,8 +125,10 @@ class FakeGpu:
     """A host and a device with clocks (microseconds). The host takes `issue_us` to issue an
     op, `record_us` to record an event, `launch_us` to launch a hold's unit; the device runs
     each item once the host has queued it and the item before is done: an op for `device_us`,
-    a unit of the hold (this is the `Hold` too) for `unit_us`, an event in no time. Op number
-    `stuck` (counted from 0, the leads included) never completes."""
+    a unit of the hold (this is the `Hold` too, whose calibration says `unit_us`) for
+    `real_unit_us` (`unit_us` unless given), an event in no time. Op number `stuck` (counted
+    from 0, the leads included) never completes; `syncs`: each op returns only once the device
+    has run it (NCCL's barrier). What the host did is logged in `log` ('hold', 'op')."""
 
     def __init__(
         self,
@@ -136,30 +138,63 @@ class FakeGpu:
         unit_us: float = 300.0,
         launch_us: float = 5.0,
         stuck: int | None = None,
+        real_unit_us: float | None = None,
+        syncs: bool = False,
     ) -> None:
         self.device_us, self.issue_us, self.record_us = device_us, issue_us, record_us
         self.unit_us, self.launch_us, self.stuck = unit_us, launch_us, stuck
+        self.real_unit_us = unit_us if real_unit_us is None else real_unit_us
+        self.syncs = syncs
         self.host = 0.0
         self.free = 0.0  # when the device is done with everything queued so far
         self.ops: list[tuple[float, float]] = []  # each op's start and end on the device
+        self.log: list[str] = []
+        self.capturing = False
+        self.captured = 0
 
-    def current_stream(self) -> None:
-        return None
+    def current_stream(self) -> Any:
+        return SimpleNamespace(wait_stream=lambda other: None)
 
     def Event(self, enable_timing: bool = False) -> ClockEvent:
         return ClockEvent(self)
 
-    def op(self) -> None:
+    def op(self, ops: int = 1) -> None:
+        if self.capturing:
+            self.captured += 1
+            return
+        self.log.append("op")
         self.host += self.issue_us
         start = max(self.host, self.free)
-        end = math.inf if len(self.ops) == self.stuck else start + self.device_us
+        end = math.inf if len(self.ops) == self.stuck else start + ops * self.device_us
         self.ops.append((start, end))
         self.free = end
+        if self.syncs:
+            self.host = max(self.host, end)
 
     def run(self, units: int) -> None:  # the Hold
+        self.log.append("hold")
         for _ in range(units):
             self.host += self.launch_us
-            self.free = max(self.host, self.free) + self.unit_us
+            self.free = max(self.host, self.free) + self.real_unit_us
+
+    # -- a CUDA graph: the ops captured run as one item a replay, launched as one op ------------
+    def Stream(self) -> Any:
+        return SimpleNamespace(wait_stream=lambda other: None, synchronize=lambda: None)
+
+    @contextlib.contextmanager
+    def stream(self, s: Any) -> Iterator[None]:
+        yield
+
+    def CUDAGraph(self) -> Any:
+        return SimpleNamespace(replay=lambda: self.op(self.captured))
+
+    @contextlib.contextmanager
+    def graph(self, g: Any, stream: Any = None, capture_error_mode: str = "") -> Iterator[None]:
+        self.capturing = True
+        try:
+            yield
+        finally:
+            self.capturing = False
 
     def ns(self) -> int:
         return round(self.host * 1000)
@@ -255,6 +290,10 @@ def test_a_hold_covers_its_batch_with_a_margin() -> None:
     assert (units - 1) * hold.unit_us < covered <= 2 * (timing.PREQUEUE_BATCH + 1) * 27.0 + 600
     prequeue.learn(27.0, covered=False)
     assert prequeue.enqueue_us == 54.0  # doubled
+    # never past CUDA's launch queue, however slow the host
+    prequeue.learn(1e9, covered=False)
+    assert prequeue.enqueue_us == timing.MAX_ENQUEUE_US
+    assert prequeue.units(timing.PREQUEUE_BATCH) == timing.MAX_HOLD_UNITS
 
 
 @pytest.mark.parametrize("device_us", [1.6, 2000.0])
@@ -319,3 +358,70 @@ def test_a_rows_issue_rate_goes_through_json_and_csv_and_older_rows_stay_as_they
     hostile = {**row.to_dict(), "issue_ops_per_s": -1.0}
     with pytest.raises(UserError, match="issue_ops_per_s"):
         ResultRow.from_dict(hostile)
+
+
+def test_a_hold_measured_short_of_its_calibration_is_corrected_at_once(gpu: Any) -> None:
+    """The hold was calibrated at 600 us a unit (a GPU at idle clocks, a TF32 setting changed
+    since) and runs in 300: each hold plans from the device's own time of the last one, so at
+    most the first batch is short."""
+    g = gpu(device_us=1.6, issue_us=27.0, unit_us=600.0, real_unit_us=300.0)
+    prequeue = timing.PreQueue(g, enqueue_us=27.0)
+    timed = timing.time_cuda(g.op, 20 * timing.PREQUEUE_BATCH, prequeue=prequeue)
+    assert timed.uncovered <= 1 and timed.batches == 20
+    assert prequeue.unit_us == pytest.approx(300.0, rel=0.01)  # and a launch before the first
+    assert timed.samples[timing.PREQUEUE_BATCH :] == pytest.approx(
+        [1.6] * 19 * timing.PREQUEUE_BATCH
+    )
+
+
+def test_an_op_that_makes_the_host_wait_keeps_its_holds_bounded(gpu: Any) -> None:
+    """An op whose call returns only once the device ran it (NCCL's barrier) can never be
+    queued ahead: every batch is counted as behind, and the holds stay bounded (before, each
+    doubled the last: a 40 s hold after 12 batches)."""
+    g = gpu(device_us=20.0, issue_us=10.0, syncs=True)
+    prequeue = timing.PreQueue(g)
+    timed = timing.time_cuda(g.op, 30 * timing.PREQUEUE_BATCH, prequeue=prequeue)
+    assert timed.uncovered == timed.batches == 30
+    assert prequeue.enqueue_us <= timing.MAX_ENQUEUE_US
+    assert prequeue.units(timing.PREQUEUE_BATCH) <= timing.MAX_HOLD_UNITS
+    assert g.host < 30 * timing.MAX_HOLD_UNITS * g.unit_us + 1e6  # bounded, not 10**11 us
+
+
+def test_the_lead_runs_once_a_batch_between_its_hold_and_its_ops(gpu: Any) -> None:
+    g = gpu(device_us=1.6, issue_us=27.0)
+    leads: list[int] = []
+
+    def lead() -> None:
+        leads.append(len(g.log))
+        g.log.append("lead")
+        g.op()
+
+    timing.time_cuda(g.op, 3 * timing.PREQUEUE_BATCH, prequeue=timing.PreQueue(g), lead=lead)
+    assert len(leads) == 3
+    assert all(g.log[i - 1] == "hold" and g.log[i + 2] == "op" for i in leads), g.log[:40]
+
+
+def test_graph_replays_are_timed_behind_the_holds_per_op(gpu: Any) -> None:
+    """Ten small ops a replay, a replay's launch slower than the ten on the device: behind the
+    holds each sample is an op's device time; the issue time is the launch's, per op."""
+    g = gpu(device_us=1.6, issue_us=27.0)
+    timed, per_graph = timing.time_cuda_graph(g.op, 200, prequeue=timing.PreQueue(g))
+    assert per_graph == timing.GRAPH_OPS
+    assert timed.samples == pytest.approx([1.6] * 20) and timed.uncovered == 0
+    assert timed.issue_us == pytest.approx((27.0 + 2 * g.record_us) / per_graph)
+
+
+def test_ops_that_make_the_host_wait_are_named() -> None:
+    assert "barrier" in timing.host_waits("barrier", "nccl")
+    assert timing.host_waits("all_reduce", "nccl") == ""
+    assert timing.host_waits("barrier", "gloo") == ""
+
+
+def test_the_host_falling_behind_is_said_in_the_row_s_note() -> None:
+    from commbench.launch.worker import Exchanged
+
+    behind = Exchanged(samples=[], failed=[], issue_rate=None, uncovered=3, batches=7)
+    assert behind.behind == (
+        "the host fell behind the device in 3 of 7 batches (their samples may hold host time)"
+    )
+    assert Exchanged(samples=[], failed=[], issue_rate=None, uncovered=0, batches=7).behind == ""

@@ -53,12 +53,20 @@ from commbench.results.schema import (
     CHECK_NA,
     CHECK_OK,
     CHECK_SKIPPED,
+    MAX_ISSUE_RATE,
     RankTimes,
     ResultRow,
 )
 from commbench.results.store import RunDir, atomic_write
 from commbench.stats import quantile
-from commbench.timing import Timed, device_prequeue, time_cpu, time_cuda, time_cuda_graph
+from commbench.timing import (
+    Timed,
+    device_prequeue,
+    host_waits,
+    time_cpu,
+    time_cuda,
+    time_cuda_graph,
+)
 
 # Adaptive warm-up: about this much time, within [2, 20] iterations. The first iteration pays
 # for connection setup (NCCL/gloo connect lazily on first use), so the count is planned from the
@@ -325,7 +333,11 @@ class Worker:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         return t.tolist()
 
-    def _timer(self, call: Any, iters: int) -> Timed:
+    def _timer(
+        self, call: Any, iters: int, *, hold: bool = True, lead: Callable[[], None] | None = None
+    ) -> Timed:
+        """`call` timed `iters` times; on CUDA behind holds (`timing.PreQueue`) and `lead`
+        unless `hold` is False (an op that makes the host wait for the device)."""
         if iters <= 0:
             return Timed()
 
@@ -333,8 +345,16 @@ class Worker:
             self.hb.iteration = i
 
         if self.device.type == "cuda":
-            return time_cuda(call, iters, tick, prequeue=device_prequeue(self.device))
+            prequeue = device_prequeue(self.device) if hold else None
+            return time_cuda(call, iters, tick, prequeue=prequeue, lead=lead)
         return time_cpu(call, iters, tick)
+
+    def _lead(self, group: Any) -> Callable[[], None]:
+        """The untimed op after each hold: a one-element all_reduce over the point's group,
+        which ends on every member only once every member's hold has (an op's own first call
+        would not: a broadcast's root, a ring's sender, can finish before a peer starts)."""
+        one = torch.zeros(1, dtype=torch.float32, device=self.device)
+        return lambda: dist.all_reduce(one, group=group)
 
     def _measure(
         self,
@@ -353,21 +373,27 @@ class Worker:
         bufs = entry.buffers(count, TORCH_DTYPES[dtype], self.device, grp, in_place)
         call = entry.call(bufs, grp, reduce_op, s.async_op)
         note = ""
+        waits = host_waits(spec.op, s.placement.backend) if self.device.type == "cuda" else ""
+        lead = self._lead(grp.handle) if self.device.type == "cuda" else None
+
+        def timer(n: int) -> Timed:
+            return self._timer(call, n, hold=not waits, lead=lead)
+
         self.hb.phase = "warmup"
         if s.timing.warmup is None:
-            first = self._timer(call, WARMUP_MIN).samples
+            first = timer(WARMUP_MIN).samples
             # a rank's first point warms longer; the group agrees on whether this is one, or
             # a rank that has already measured (another row of a replay) stops short of its
             # peer and the next collective gets its message
             pace, cold = self._agree_max([first[-1], 0.0 if self.warmed else 1.0], grp.handle)
             warmup = plan_warmup(pace, first_point=cold > 0)
-            rest = self._timer(call, warmup - WARMUP_MIN).samples or first[-1:]
+            rest = timer(warmup - WARMUP_MIN).samples or first[-1:]
             self.warmed = True
         else:
             warmup = s.timing.warmup
-            rest = self._timer(call, warmup).samples
+            rest = timer(warmup).samples
             if s.timing.iters is None and not rest:
-                rest = self._timer(call, 1).samples  # the count needs an estimate
+                rest = timer(1).samples  # the count needs an estimate
                 warmup, note = 1, "one warm-up iteration to size the count"
         estimate = statistics.median(rest) if rest else 0.0
         (estimate,) = self._agree_max([estimate], grp.handle)
@@ -375,7 +401,7 @@ class Worker:
         dist.barrier(group=grp.handle)
         self.hb.phase = "timed"
         if s.graph and not spec.graph_capturable:
-            timed = self._timer(call, iters)
+            timed = timer(iters)
             note = f"{spec.name} cannot be captured in a CUDA graph: timed eagerly"
         elif s.graph:
             timed, per_graph = time_cuda_graph(
@@ -383,11 +409,14 @@ class Worker:
                 iters,
                 lambda i: setattr(self.hb, "iteration", i),
                 min_samples=s.timing.min_iters,
-                prequeue=device_prequeue(self.device),
+                prequeue=None if waits else device_prequeue(self.device),
+                lead=lead,
             )
             note = f"CUDA graph: {per_graph} ops per replay, samples are replay time / {per_graph}"
         else:
-            timed = self._timer(call, iters)
+            timed = timer(iters)
+        if waits:
+            note = "; ".join(x for x in (note, f"timed without a hold: {waits}") if x)
         ok = True
         if s.check:
             self.hb.phase = "check"
@@ -435,24 +464,28 @@ class Worker:
         self.hb.phase = "exchange"
         samples, timed = own.samples, own.timed
         (n,) = self._agree_max([float(len(samples))], None)
-        at = int(n) + self.world  # the issue time's slot, then the uncovered batches'
-        buf = torch.zeros(at + 2, dtype=torch.float64, device=self.device)
+        at = int(n) + self.world  # the issue time's slot, the uncovered batches', the batches'
+        buf = torch.zeros(at + 3, dtype=torch.float64, device=self.device)
         if samples:
             buf[: len(samples)] = torch.tensor(samples, dtype=torch.float64)
         if not own.ok:
             buf[int(n) + self.rank] = 1.0
         issue = timed.issue_us if math.isfinite(timed.issue_us) else -1.0
-        buf[at : at + 2] = torch.tensor([issue, float(timed.uncovered)], dtype=torch.float64)
+        buf[at : at + 3] = torch.tensor(
+            [issue, float(timed.uncovered), float(timed.batches)], dtype=torch.float64
+        )
         dist.all_reduce(buf, op=dist.ReduceOp.MAX)
         values = buf.tolist()
         failed = [r for r in range(self.world) if values[int(n) + r] > 0]
         issue_us = values[at]
+        rate = 1e6 / issue_us if issue_us > 0 else None
         return Exchanged(
             samples=values[: int(n)],
             failed=failed,
-            issue_rate=1e6 / issue_us if issue_us > 0 else None,
+            # a rate past any host's (a clock that did not move) is none, as a file holds it
+            issue_rate=rate if rate is not None and rate <= MAX_ISSUE_RATE else None,
             uncovered=int(values[at + 1]),
-            batches=timed.batches,
+            batches=int(values[at + 2]),  # a rank outside the group timed none
         )
 
     def _rank_times(self, own: list[float], maxima: list[float]) -> RankTimes | None:
