@@ -241,6 +241,8 @@ def run_step(step: Step, out: Path, deadline: float) -> None:
 
 
 def _harness(out: Path, nproc: int, mode: str, timeout_s: float) -> Step:
+    """commbench's timers against a bare loop: on one GPU around an all_gather (a copy), on
+    several around an all_reduce and an all_gather across them (issue 46's goal for both)."""
     name = f"harness_nccl_x{nproc}_{mode}"
     return Step(
         f"harness_overhead.py nccl x{nproc} {mode}",
@@ -253,6 +255,8 @@ def _harness(out: Path, nproc: int, mode: str, timeout_s: float) -> Step:
             str(nproc),
             "--sizes",
             HARNESS_SIZES,
+            "--ops",
+            "all_reduce,all_gather",
             "--rounds",
             "5",
             "--min-time",
@@ -396,12 +400,15 @@ def figures(
         )
     for label, data in harness.items():
         what = (data or {}).get("op", "all_reduce")
-        name = f"NCCL {what} ({label}): commbench / bare loop - 1"
         sizes = (data or {}).get("sizes", [])
         if not sizes:
+            name = f"NCCL {what} ({label}): commbench / bare loop - 1"
             rows.append((name, "not measured", f"<= +{GOAL_ALL_REDUCE:.0%}", "-"))
             continue
         for s in sizes:
+            # one rank names its one op by what it is (a device copy); more, each size's op
+            op = what if (data or {}).get("nproc", 1) == 1 else s.get("op", what)
+            name = f"NCCL {op} ({label}): commbench / bare loop - 1"
             over = s["timer_overhead"]
             issued = s.get("bare_issue_ops_per_s")
             host = f"; the host issues {issued:,.0f} ops/s" if issued else ""
@@ -447,7 +454,8 @@ def render_readme(
         "",
         f"Written by `make gpu-check` (benchmarks/gpu_check.py) on {context['date']}: "
         f"torch {context['torch']}, CUDA {context['cuda']}, NCCL {context['nccl']}, "
-        f"{context.get('gpus', 1)} GPU(s), commit {context['commit']}. Goals from issue 10.",
+        f"driver {context.get('driver', 'unknown')}, {context.get('gpus', 1)} GPU(s), "
+        f"commit {context['commit']}. Goals from issues 10 and 46.",
         "",
         "| figure | measured | goal | met |",
         "|---|---:|---:|:---:|",
@@ -586,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuda": torch.version.cuda,
         "nccl": nccl,
         "commit": commit or "unknown",
+        "driver": _smi_driver() or "unknown",
         "model": model,
         "gpus": len(names),
     }

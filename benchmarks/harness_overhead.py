@@ -57,6 +57,14 @@ from commbench.files import dump_json
 
 OUT_OF_PLACE_OP = "all_gather (out of place, 1 rank: a device copy)"
 """What is timed on one rank, where an in-place all_reduce would move nothing."""
+OPS = ("all_reduce", "all_gather")
+
+
+def ops_timed(asked: str, world: int) -> list[str]:
+    """The ops of `--ops` that move data at this world size: on one rank an in-place
+    all_reduce moves nothing, so only the all_gather (a device copy) is timed there."""
+    ops = [op for op in asked.split(",") if op]
+    return ["all_gather"] if world == 1 else ops
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -131,14 +139,15 @@ def worker(args: argparse.Namespace) -> None:
             return time_cuda_graph(call, n, prequeue=prequeue, lead=lead)[0]
         return time_cuda(call, n, prequeue=prequeue, lead=lead)
 
-    one_rank = dist.get_world_size() == 1
+    world = dist.get_world_size()
     out = []
-    for size in args.sizes:
-        x = torch.zeros(size // 4, dtype=torch.float32, device=device)
-        if one_rank:
-            out_buf = torch.empty_like(x)
+    for op, size in [(op, size) for op in ops_timed(args.ops, world) for size in args.sizes]:
+        if op == "all_gather":  # S is the gathered buffer, as commbench's all_gather rows
+            x = torch.zeros(max(1, size // 4 // world), dtype=torch.float32, device=device)
+            out_buf = torch.empty(x.numel() * world, dtype=torch.float32, device=device)
             call = lambda x=x, o=out_buf: all_gather_tensor(o, x)  # noqa: E731
         else:
+            x = torch.zeros(size // 4, dtype=torch.float32, device=device)
             call = lambda x=x: dist.all_reduce(x)  # noqa: E731
         for _ in range(5):
             call()
@@ -170,7 +179,7 @@ def worker(args: argparse.Namespace) -> None:
                     "cb_batches": own.batches,
                 }
             )
-        out.append({"size": size, "iters": n, "rounds": rounds})
+        out.append({"op": op, "size": size, "iters": n, "rounds": rounds})
     if rank == 0:
         Path(args.output).write_text(dump_json(out))
     dist.destroy_process_group()
@@ -201,6 +210,11 @@ def main() -> None:
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sizes", default="1K,16K,1M,4M,16M")
+    p.add_argument(
+        "--ops",
+        default="all_reduce",
+        help="all_reduce, all_gather or both (comma-separated); one rank times all_gather.",
+    )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--min-time", type=float, default=0.2)
     p.add_argument("--output", default=None, help=argparse.SUPPRESS)
@@ -212,6 +226,9 @@ def main() -> None:
     args = p.parse_args()
     if args.graph and args.backend != "nccl":
         p.error("--graph needs --backend nccl")
+    unknown = [op for op in args.ops.split(",") if op not in OPS]
+    if unknown or not args.ops:
+        p.error(f"--ops takes {', '.join(OPS)}; not {', '.join(unknown) or 'nothing'}")
     if os.environ.get("COMMBENCH_BENCH_WORKER"):
         args.sizes = [int(s) for s in args.sizes.split(",")]
         worker(args)
@@ -240,6 +257,8 @@ def main() -> None:
             str(args.min_time),
             "--output",
             str(output),
+            "--ops",
+            args.ops,
             *(["--graph"] if args.graph else []),
         ]
         env = {
@@ -249,15 +268,16 @@ def main() -> None:
         }
         subprocess.run(cmd, check=True, env=env)
         data = json.loads(output.read_text())
-    op = OUT_OF_PLACE_OP if args.nproc == 1 else "all_reduce"
+    timed_ops = ops_timed(args.ops, args.nproc)
+    op = OUT_OF_PLACE_OP if args.nproc == 1 else ", ".join(timed_ops)
     lines = [
         f"harness overhead: {op} float32, {args.backend}, {args.nproc} ranks, {args.rounds} interleaved rounds"
         + (", CUDA graph replays" if args.graph else ""),
         "",
-        "| size | iters/round | bare mean us | commbench mean us | timer overhead (range) "
+        "| op | size | iters/round | bare mean us | commbench mean us | timer overhead (range) "
         "| per-iteration max effect | commbench median us | host issue ops/s, bare | "
         "host issue ops/s, commbench | batches the host fell behind |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     figures: list[dict[str, Any]] = []
     for point in data:
@@ -273,6 +293,7 @@ def main() -> None:
         batches = sum(r.get("cb_batches", 0) for r in rounds)
         figures.append(
             {
+                "op": point["op"],
                 "size": point["size"],
                 "iters": point["iters"],
                 "bare_mean_us": bare,
@@ -288,7 +309,7 @@ def main() -> None:
             }
         )
         lines.append(
-            f"| {format_size(point['size'])} | {point['iters']} | {bare:.1f} | {cb:.1f} | "
+            f"| {point['op']} | {format_size(point['size'])} | {point['iters']} | {bare:.1f} | {cb:.1f} | "
             f"{statistics.median(timer):+.1%} ({min(timer):+.0%}..{max(timer):+.0%}) | "
             f"{statistics.median(maxeff):+.1%} | {med:.1f} | {bare_rate:,.0f} | {cb_rate:,.0f} | "
             f"{behind} of {batches} |"

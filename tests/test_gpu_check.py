@@ -276,3 +276,19 @@ def test_with_out_set_two_files_come_back_rewritten_after_every_step(
     # nothing left behind in the checkout's results/
     assert "fake-h100" not in references()
     assert any(" ".join(gc.GRAPH_PLAN) in " ".join(s.cmd) for s in planned)
+
+
+def test_several_gpus_are_judged_per_op_and_size() -> None:
+    """Issue 46: with two GPUs or more the harness times an all_reduce and an all_gather
+    across them; each size of each is a row against the goal, named by its op."""
+    gc = gpu_check()
+    data = harness((1 << 10, 0.01), (1 << 30, 0.05))
+    data["nproc"] = 2
+    for s, op in zip(data["sizes"], ("all_reduce", "all_gather"), strict=True):
+        s["op"] = op
+    rows = gc.figures(P2P, {"eager x2": data}, 64.0)
+    judged = {r[0]: r[3] for r in rows if "eager x2" in r[0]}
+    assert judged == {
+        "NCCL all_reduce (eager x2): commbench / bare loop - 1, 1K": "yes",
+        "NCCL all_gather (eager x2): commbench / bare loop - 1, 1G": "NO",
+    }
