@@ -6,6 +6,12 @@ PIP ?= $(PYTHON) -m pip
 TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
+# Python writes its bytecode caches here, whatever the machine's image says: with
+# PYTHONDONTWRITEBYTECODE set, every process a test starts (torchrun's workers, the CLI) compiles
+# commbench's modules again, and each pytest-xdist worker compiles and assertion-rewrites every
+# test module again: about a tenth of the fast lane's CPU.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: install test test-fast lint deps docs bench demo clean slurm-deps browser-deps metrics-deps postgres-deps gpu-check browser-check
 
 install:
