@@ -109,3 +109,7 @@ def test_harness_overhead_on_one_rank_times_a_copy_that_moves_data(tmp_path: Pat
     data = json.loads(report.read_text())
     assert data["nproc"] == 1 and data["op"].startswith("all_gather (out of place")
     assert proc.stdout.startswith("harness overhead: all_gather (out of place")
+    # one rank times the all_gather alone, whatever --ops asked; the host's pace beside it
+    (point,) = data["sizes"]
+    assert point["op"] == "all_gather" and point["size"] == 64 << 10
+    assert point["bare_issue_ops_per_s"] > 0 and point["commbench_issue_ops_per_s"] > 0
