@@ -477,8 +477,7 @@ class Worker:
         dist.all_reduce(buf, op=dist.ReduceOp.MAX)
         values = buf.tolist()
         failed = [r for r in range(self.world) if values[int(n) + r] > 0]
-        issue_us = values[at]
-        rate = 1e6 / issue_us if issue_us > 0 else None
+        rate = Timed(issue_us=values[at]).issue_rate  # the slowest host's; -1: none timed
         return Exchanged(
             samples=values[: int(n)],
             failed=failed,
